@@ -1,0 +1,26 @@
+# The two commands: `make run` and `make test`. Each creates .venv and installs first.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test bench screenshots clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "blockwidth needs Python 3.11+ (found $$($(PYTHON) --version))"; exit 2; }
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[test]'
+	@touch $(STAMP)
+
+run: $(STAMP)
+	$(BIN)/blockwidth $(ARGS)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/python -m engine.bench $(ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,137 @@
+"""Turn command-line inputs into policy values, with one-line errors for bad input.
+
+Shared by the headless commands and (later) the app; imports no Textual and no MLX.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import IntEnum
+from importlib import metadata
+from pathlib import Path
+from typing import Mapping
+
+from engine import demo
+from engine.checkpoint import fingerprint
+from policy import profile as profiles
+from policy.device import Device, DeviceSpecError, parse_device_spec
+from policy.drafter import DrafterInfo, DrafterKind, detect_drafter
+from policy.quantization import ConfigError, Quantization, Scheme, classify, read_config, read_sidecar
+from policy.resolve import Resolution, Step, resolve
+
+
+class ExitCode(IntEnum):
+    OK = 0
+    CHECK_FAILED = 1
+    USAGE = 2
+
+
+class InputError(Exception):
+    """Bad input from the operator: one line naming the input and what is wrong."""
+
+
+def mlx_version() -> str | None:
+    try:
+        return metadata.version("mlx")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def checkpoint_dir(value: str | os.PathLike, what: str) -> Path:
+    path = Path(value).expanduser()
+    if not path.exists():
+        raise InputError(f"{what} {path}: no such file or directory")
+    if not path.is_dir():
+        raise InputError(f"{what} {path}: is a file, not a checkpoint folder")
+    return path
+
+
+def target_quantization(path: Path) -> Quantization:
+    """The target's quantization; an unreadable config is ``unknown`` with the reason."""
+    try:
+        return classify(read_config(path), read_sidecar(path))
+    except ConfigError as e:
+        return Quantization(Scheme.UNKNOWN, None, None, None, f"config unreadable: {e}")
+
+
+def device_for(spec: str | None) -> Device:
+    if spec:
+        try:
+            return parse_device_spec(spec)
+        except DeviceSpecError as e:
+            raise InputError(str(e)) from None
+    from policy.device import probe
+
+    return probe()
+
+
+def load_profile(path: str | None) -> profiles.Profile:
+    if path:
+        return profiles.load(Path(path).expanduser(), missing_ok=False)
+    return profiles.load(None, missing_ok=True)
+
+
+@dataclass(frozen=True)
+class PairPaths:
+    target: Path
+    drafter: Path | None
+    demo: bool
+
+
+def pair_paths(target: str | None, draft: str | None, variant: str = "bf16") -> PairPaths:
+    if target is None:
+        if draft is not None:
+            raise InputError("--draft given without --target: name the target too")
+        return PairPaths(demo.target(variant), demo.DRAFTER, True)
+    return PairPaths(checkpoint_dir(target, "--target"),
+                     checkpoint_dir(draft, "--draft") if draft else None, False)
+
+
+def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
+    explicit = DrafterKind(kind) if kind else None
+    if paths.drafter is None:
+        k = explicit or DrafterKind.LOOKUP
+        how = "--kind given" if explicit else "no --draft: the model-free lookup drafter"
+        return DrafterInfo(k, None, how)
+    try:
+        detected = detect_drafter(read_config(paths.drafter))
+    except ConfigError as e:
+        raise InputError(f"--draft {e}") from None
+    if explicit and explicit is not detected.kind:
+        return DrafterInfo(explicit, detected.declared_width,
+                           f"--kind {explicit.value} given (detection said {detected.kind.value})")
+    return detected
+
+
+def pair_id(paths: PairPaths) -> str:
+    """The pair key a pair-specific profile entry matches: target and drafter fingerprints."""
+    t = fingerprint(paths.target)
+    d = fingerprint(paths.drafter) if paths.drafter else "lookup"
+    return f"{t}+{d}"
+
+
+def resolution(*, target: str | None, draft: str | None, kind: str | None,
+               flag: str | None, device: str | None, profile: str | None,
+               env: Mapping[str, str] | None = None, variant: str = "bf16") -> tuple[Resolution, PairPaths, DrafterInfo]:
+    paths = pair_paths(target, draft, variant)
+    info = drafter_info(paths, kind)
+    quant = target_quantization(paths.target)
+    dev = device_for(device)
+    prof = load_profile(profile)
+    res = resolve(
+        drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
+        env=os.environ if env is None else env, profile=prof,
+        declared_width=info.declared_width, declared_detail=info.detail,
+        pair=pair_id(paths), mlx_version=mlx_version(),
+    )
+    return res, paths, info
+
+
+def chain_lines(chain: tuple[Step, ...]) -> list[str]:
+    out = []
+    for s in chain:
+        mark = "->" if s.applied else "  "
+        w = str(s.width) if s.width is not None else "-"
+        out.append(f"  {mark} {s.source.value:<19} {w:>3}  {s.why}")
+    return out

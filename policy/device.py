@@ -1,0 +1,126 @@
+"""The device a width is resolved for: a value type, a spec parser and the probe.
+
+Pure code takes a ``Device``; only ``probe()`` touches hardware (MLX's
+``device_info()`` and, on NVIDIA, pynvml).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import asdict, dataclass
+from enum import Enum
+from typing import Any
+
+
+class Backend(str, Enum):
+    CUDA = "cuda"
+    METAL = "metal"
+    CPU = "cpu"
+
+
+@dataclass(frozen=True)
+class Device:
+    backend: Backend
+    name: str = ""
+    architecture: str | None = None  # e.g. sm_90
+    compute_capability: str | None = None  # "9.0", "12.1"
+    memory_bytes: int | None = None
+    driver: str | None = None
+    mlx_version: str | None = None
+    probed: bool = False  # False: named by --device, not read off this machine
+
+    def describe(self) -> str:
+        """``cuda sm_90 (NVIDIA H200)``, ``cpu``, ``metal (Apple M3 Max)``."""
+        head = self.backend.value
+        if self.backend is Backend.CUDA and self.architecture:
+            head += f" {self.architecture}"
+        if self.name:
+            head += f" ({self.name})"
+        return head
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["backend"] = self.backend.value
+        return d
+
+
+_SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::(\d+)\.(\d+))?$")
+
+
+class DeviceSpecError(ValueError):
+    pass
+
+
+def sm_of(cc: str) -> str:
+    major, minor = cc.split(".")
+    return f"sm_{major}{minor}"
+
+
+def parse_device_spec(spec: str) -> Device:
+    """``cuda:9.0``, ``cuda:12.1``, ``metal``, ``cpu`` -> a Device not read off hardware."""
+    m = _SPEC.match(spec.strip().lower())
+    if not m:
+        raise DeviceSpecError(
+            f"--device {spec!r}: expected cuda:MAJOR.MINOR (e.g. cuda:9.0, cuda:12.1), metal or cpu")
+    kind, major, minor = m.groups()
+    if kind in ("cuda", "gpu"):
+        if major is None:
+            raise DeviceSpecError(
+                f"--device {spec!r}: a CUDA device needs its compute capability, e.g. cuda:9.0")
+        cc = f"{int(major)}.{int(minor)}"
+        return Device(Backend.CUDA, name="", architecture=sm_of(cc), compute_capability=cc)
+    if major is not None:
+        raise DeviceSpecError(f"--device {spec!r}: only cuda takes a compute capability")
+    return Device(Backend(kind))
+
+
+def probe() -> Device:
+    """Read this machine's default MLX device. Never raises for missing NVIDIA parts."""
+    import mlx.core as mx
+
+    info: dict[str, Any] = {}
+    try:
+        info = dict(mx.device_info())
+    except Exception:  # an MLX without device_info, or no GPU
+        info = {}
+    dev = mx.default_device()
+    if dev.type == mx.cpu:
+        import platform
+
+        return Device(Backend.CPU, name=platform.processor() or platform.machine(),
+                      mlx_version=mx.__version__, probed=True,
+                      memory_bytes=_int(info.get("memory_size")))
+    if mx.cuda.is_available() if hasattr(mx, "cuda") else False:
+        major = info.get("compute_capability_major")
+        minor = info.get("compute_capability_minor")
+        cc = f"{major}.{minor}" if major is not None and minor is not None else None
+        name, driver = _nvml(str(info.get("device_name", "")))
+        return Device(Backend.CUDA, name=name, architecture=info.get("architecture") or (sm_of(cc) if cc else None),
+                      compute_capability=cc, memory_bytes=_int(info.get("total_memory")),
+                      driver=driver, mlx_version=mx.__version__, probed=True)
+    return Device(Backend.METAL, name=str(info.get("device_name", "")),
+                  architecture=info.get("architecture"),
+                  memory_bytes=_int(info.get("memory_size")),
+                  mlx_version=mx.__version__, probed=True)
+
+
+def _int(v: Any) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
+def _nvml(fallback_name: str) -> tuple[str, str | None]:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+        try:
+            h = pynvml.nvmlDeviceGetHandleByIndex(0)
+            name = pynvml.nvmlDeviceGetName(h)
+            driver = pynvml.nvmlSystemGetDriverVersion()
+            name = name.decode() if isinstance(name, bytes) else name
+            driver = driver.decode() if isinstance(driver, bytes) else driver
+            return name or fallback_name, driver
+        finally:
+            pynvml.nvmlShutdown()
+    except Exception:
+        return fallback_name, None

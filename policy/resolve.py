@@ -1,0 +1,198 @@
+"""The pure width resolver: five sources in order, first match wins.
+
+1. operator override: the flag, then BLOCKWIDTH_DRAFT_BLOCK_SIZE (then the
+   compatible MLXCEL_DRAFT_BLOCK_SIZE);
+2. a measured profile override for this device, target quantization and
+   drafter kind (pair-specific beats generic);
+3. a width the drafter checkpoint declares;
+4. the built-in measured default (policy.table);
+5. the per-kind fallback constant.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Mapping
+
+from policy import table
+from policy.device import Backend, Device
+from policy.drafter import DrafterKind
+from policy.profile import MAX_WIDTH, MIN_WIDTH, Override, Profile
+from policy.quantization import Quantization
+
+ENV_VARS = ("BLOCKWIDTH_DRAFT_BLOCK_SIZE", "MLXCEL_DRAFT_BLOCK_SIZE")
+
+
+class Source(str, Enum):
+    FLAG = "flag"
+    ENV = "env"
+    PROFILE = "profile"
+    DRAFTER = "drafter-checkpoint"
+    TABLE = "measured-default"
+    FALLBACK = "kind-default"
+
+
+_LABEL = {
+    Source.FLAG: "flag", Source.ENV: "environment", Source.PROFILE: "profile",
+    Source.DRAFTER: "drafter checkpoint", Source.TABLE: "measured default",
+    Source.FALLBACK: "per-kind default",
+}
+
+
+class WidthError(ValueError):
+    """An operator override that is not a valid width. Never a silent fallback."""
+
+
+@dataclass(frozen=True)
+class Step:
+    source: Source
+    applied: bool
+    width: int | None
+    why: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source.value, "applied": self.applied, "width": self.width,
+                "why": self.why}
+
+
+@dataclass(frozen=True)
+class Resolution:
+    width: int | None  # None only for a measured decline: decode classically
+    source: Source
+    reason: str
+    chain: tuple[Step, ...]
+    drafter_kind: DrafterKind
+    device: Device
+    quantization: Quantization
+    stale: bool = False
+    entry: Override | None = field(default=None, compare=False)
+
+    @property
+    def decline(self) -> bool:
+        return self.width is None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "width": self.width,
+            "source": self.source.value,
+            "reason": self.reason,
+            "drafter_kind": self.drafter_kind.value,
+            "device": self.device.to_dict(),
+            "target_quantization": self.quantization.to_dict(),
+            "decline": self.decline,
+            "stale": self.stale,
+            "chain": [s.to_dict() for s in self.chain],
+        }
+
+
+def parse_width(value: Any, origin: str) -> int:
+    """A width from an operator: an integer MIN_WIDTH..MAX_WIDTH, else WidthError."""
+    text = str(value).strip()
+    rng = f"an integer from {MIN_WIDTH} to {MAX_WIDTH} (rows per verify: drafted tokens + 1)"
+    try:
+        width = int(text, 10)
+    except ValueError:
+        raise WidthError(f"{origin} = {value!r} is not an integer; expected {rng}") from None
+    if not MIN_WIDTH <= width <= MAX_WIDTH:
+        why = " (width 1 is classic decoding)" if width in (0, 1) else ""
+        raise WidthError(f"{origin} = {width} is out of range{why}; expected {rng}")
+    return width
+
+
+def keyed_on(device: Device, quant: Quantization) -> str:
+    """The inputs a resolution was keyed on, in words: ``cuda sm_90 with an affine 4-bit g64 target``."""
+    dev = device.backend.value
+    if device.backend is Backend.CUDA:
+        dev += f" {device.architecture or 'unknown architecture'}"
+    q = quant.describe()
+    article = "an" if q[:1] in "aeiou" else "a"
+    return f"{dev} with {article} {q} target"
+
+
+def resolve(
+    *,
+    drafter_kind: DrafterKind,
+    device: Device,
+    quantization: Quantization,
+    flag: Any = None,
+    env: Mapping[str, str] | None = None,
+    profile: Profile | None = None,
+    declared_width: int | None = None,
+    declared_detail: str = "",
+    pair: str | None = None,
+    mlx_version: str | None = None,
+) -> Resolution:
+    """Pick the width. Raises WidthError for an invalid flag or environment value."""
+    env = env or {}
+    chain: list[Step] = []
+    keys = keyed_on(device, quantization)
+
+    def done(width: int | None, source: Source, reason: str, **kw: Any) -> Resolution:
+        chain.append(Step(source, True, width, reason))
+        # Sources below the winner are listed as not consulted, so the chain is whole.
+        order = list(Source)
+        for s in order[order.index(source) + 1:]:
+            if all(st.source is not s for st in chain):
+                chain.append(Step(s, False, None, f"not consulted: {source.value} applied first"))
+        text = f"{width if width is not None else 'classic'} ({_LABEL[source]}: {reason})"
+        return Resolution(width, source, text, tuple(chain), drafter_kind, device, quantization, **kw)
+
+    # 1. operator override
+    if flag is not None:
+        w = parse_width(flag, "--draft-block-size")
+        return done(w, Source.FLAG, "--draft-block-size given")
+    chain.append(Step(Source.FLAG, False, None, "--draft-block-size not given"))
+    set_vars = [v for v in ENV_VARS if env.get(v, "").strip() != ""]
+    if set_vars:
+        name = set_vars[0]
+        w = parse_width(env[name], name)
+        extra = f"; {set_vars[1]} also set and ignored" if len(set_vars) > 1 else ""
+        return done(w, Source.ENV, f"{name} set{extra}")
+    chain.append(Step(Source.ENV, False, None, f"neither {' nor '.join(ENV_VARS)} is set"))
+
+    # 2. measured profile override
+    if profile is not None:
+        entry = profile.match(device, quantization, drafter_kind, pair)
+        if entry is not None:
+            stale = bool(entry.mlx and mlx_version and entry.mlx != mlx_version)
+            what = "no width beat classic" if entry.decline else "measured winner"
+            reason = f"{what} for {entry.describe_keys()} in {profile.path}"
+            if entry.line:
+                reason += f" line {entry.line}"
+            if not entry.byte_identical:
+                reason += "; output NOT byte-identical to classic (saved explicitly)"
+            if stale:
+                reason += f"; stale: measured under MLX {entry.mlx}, running {mlx_version}"
+            return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry)
+        n = len(profile.entries)
+        where = str(profile.path) if profile.exists else f"{profile.path} (not present)"
+        chain.append(Step(Source.PROFILE, False, None,
+                          f"no entry of {n} in {where} matches {drafter_kind.value} drafter on {keys}"))
+    else:
+        chain.append(Step(Source.PROFILE, False, None, "no profile"))
+
+    # 3. what the drafter checkpoint declares
+    if declared_width is not None:
+        if MIN_WIDTH <= declared_width <= MAX_WIDTH:
+            return done(declared_width, Source.DRAFTER,
+                        f"drafter checkpoint declares {declared_detail or declared_width}")
+        chain.append(Step(Source.DRAFTER, False, None,
+                          f"declared width {declared_width} is outside {MIN_WIDTH}..{MAX_WIDTH}; ignored"))
+    else:
+        chain.append(Step(Source.DRAFTER, False, None, "drafter checkpoint declares no width"))
+
+    # 4. built-in measured default
+    row = table.lookup(drafter_kind, device, quantization)
+    if row is not None:
+        return done(row.width, Source.TABLE,
+                    f"measured for {drafter_kind.value} drafter on {keys}; record {row.record}, "
+                    f"MLX {row.mlx}")
+    chain.append(Step(Source.TABLE, False, None,
+                      f"no built-in measurement for {drafter_kind.value} drafter on {keys}"))
+
+    # 5. per-kind fallback
+    w = table.KIND_FALLBACK[drafter_kind]
+    return done(w, Source.FALLBACK,
+                f"no measurement for {drafter_kind.value} drafter on {keys}; "
+                f"{w} is the unmeasured {drafter_kind.value} constant")
