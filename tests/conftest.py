@@ -1,0 +1,31 @@
+"""Keep the developer's own profile and environment out of every test."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _isolated_config(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "config"))
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "data"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    for var in ("BLOCKWIDTH_DRAFT_BLOCK_SIZE", "MLXCEL_DRAFT_BLOCK_SIZE"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
+    """Run ``blockwidth`` as a user would, in a subprocess."""
+    import subprocess
+
+    full = dict(os.environ)
+    full.update(env or {})
+    full["PYTHONPATH"] = str(ROOT)
+    return subprocess.run([sys.executable, "-m", "console.cli", *args], capture_output=True,
+                          text=True, env=full, cwd=cwd or ROOT, timeout=600)

@@ -1,0 +1,111 @@
+"""The quantization classifier on config shapes written from each format's documentation."""
+
+import json
+
+import pytest
+
+from policy.quantization import ConfigError, Scheme, classify, read_quantization
+
+CASES = [
+    # (name, config, sidecar, scheme, bits, group_size)
+    ("mlx affine 4-bit", {"quantization": {"group_size": 64, "bits": 4}}, None, "affine", 4, 64),
+    ("mlx affine with mode", {"quantization": {"group_size": 32, "bits": 8, "mode": "affine"}},
+     None, "affine", 8, 32),
+    ("mlx mxfp4", {"quantization": {"group_size": 32, "bits": 4, "mode": "mxfp4"}}, None, "mxfp4", 4, 32),
+    ("mlx nvfp4", {"quantization": {"group_size": 16, "bits": 4, "mode": "nvfp4"}}, None, "nvfp4", 4, 16),
+    ("mlx mxfp8", {"quantization": {"mode": "mxfp8"}}, None, "mxfp8", 8, 32),
+    ("mlx per-module overrides", {"quantization": {
+        "group_size": 64, "bits": 4, "model.layers.0.mlp.down_proj": {"group_size": 64, "bits": 8},
+        "lm_head": False}}, None, "affine", 4, 64),
+    ("mlx mirror in quantization_config only",
+     {"quantization_config": {"group_size": 64, "bits": 3}}, None, "affine", 3, 64),
+    ("string quantization", {"quantization": "nvfp4"}, None, "nvfp4", 4, 16),
+    ("odd string quantization", {"quantization": "fancy"}, None, "unknown", None, None),
+    ("gptq", {"quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128,
+                                      "desc_act": False, "sym": True}}, None, "gptq", 4, 128),
+    ("awq", {"quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128,
+                                     "version": "gemm", "zero_point": True}}, None, "awq", 4, 128),
+    ("awq old keys", {"quantization_config": {"quant_method": "awq", "w_bit": 4, "q_group_size": 64}},
+     None, "awq", 4, 64),
+    ("bnb 4-bit nf4", {"quantization_config": {"quant_method": "bitsandbytes", "load_in_4bit": True,
+                                               "bnb_4bit_quant_type": "nf4"}}, None, "bitsandbytes", 4, 64),
+    ("bnb 8-bit", {"quantization_config": {"quant_method": "bitsandbytes", "load_in_8bit": True}},
+     None, "bitsandbytes", 8, None),
+    ("hqq", {"quantization_config": {"quant_method": "hqq", "quant_config": {
+        "weight_quant_params": {"nbits": 4, "group_size": 64, "axis": 1}}}}, None, "hqq", 4, 64),
+    ("fp8 block", {"quantization_config": {"quant_method": "fp8", "fmt": "e4m3",
+                                           "weight_block_size": [128, 128]}}, None, "fp8", 8, 128),
+    ("compressed-tensors int4", {"quantization_config": {"quant_method": "compressed-tensors",
+        "format": "pack-quantized", "config_groups": {"group_0": {"targets": ["Linear"],
+        "weights": {"num_bits": 4, "type": "int", "group_size": 128, "strategy": "group"}}}}},
+     None, "int", 4, 128),
+    ("compressed-tensors fp8", {"quantization_config": {"quant_method": "compressed-tensors",
+        "format": "float-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 8, "type": "float", "strategy": "channel"}}}}}, None, "fp8", 8, None),
+    ("compressed-tensors nvfp4", {"quantization_config": {"quant_method": "compressed-tensors",
+        "format": "nvfp4-pack-quantized", "config_groups": {"group_0": {
+        "weights": {"num_bits": 4, "type": "float", "group_size": 16}}}}}, None, "nvfp4", 4, 16),
+    ("modelopt nvfp4 in config", {"quantization_config": {"quant_method": "modelopt",
+        "quant_algo": "NVFP4", "group_size": 16}}, None, "nvfp4", 4, 16),
+    ("modelopt fp8 sidecar only", {"torch_dtype": "bfloat16"},
+     {"producer": {"name": "modelopt", "version": "0.29"},
+      "quantization": {"quant_algo": "FP8", "kv_cache_quant_algo": "FP8"}}, "fp8", 8, None),
+    ("modelopt hybrid fp8 + nvfp4", {"quantization_config": {"quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION", "quantized_layers": {
+            "model.layers.0.mlp.down_proj": {"quant_algo": "FP8"},
+            "model.layers.1.mlp.down_proj": {"quant_algo": "NVFP4", "group_size": 16},
+            "model.layers.2.mlp.down_proj": {"quant_algo": "NVFP4", "group_size": 16}}}},
+     None, "nvfp4", 4, 16),
+    ("gpt-oss mxfp4", {"quantization_config": {"quant_method": "mxfp4"}}, None, "mxfp4", 4, 32),
+    ("text_config nesting", {"model_type": "gemma3", "text_config": {
+        "quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": 32}}},
+     None, "gptq", 8, 32),
+    ("unquantized bf16", {"torch_dtype": "bfloat16"}, None, "none", 16, None),
+    ("unquantized f32 (dtype key)", {"dtype": "float32"}, None, "none", 32, None),
+    ("unquantized in text_config", {"text_config": {"torch_dtype": "float16"}}, None, "none", 16, None),
+    ("unknown method", {"quantization_config": {"quant_method": "aqlm"}}, None, "unknown", None, None),
+    ("quantization is a list", {"quantization": [4, 64]}, None, "unknown", None, None),
+    ("bad mode", {"quantization": {"bits": 4, "mode": "turbo"}}, None, "unknown", 4, None),
+    ("not an object", ["nope"], None, "unknown", None, None),
+]
+
+
+@pytest.mark.parametrize("name,config,sidecar,scheme,bits,group", CASES, ids=[c[0] for c in CASES])
+def test_classify(name, config, sidecar, scheme, bits, group):
+    q = classify(config, sidecar)
+    assert (q.scheme.value, q.bits, q.group_size) == (scheme, bits, group)
+    assert q.detail  # always says how it was read, or why not
+
+
+def test_mixed_precision_is_named():
+    q = classify({"quantization": {"group_size": 64, "bits": 4,
+                                   "model.embed_tokens": {"group_size": 64, "bits": 8}}})
+    assert "mixed" in q.detail and "8-bit" in q.detail
+    hybrid = classify(CASES[21][1])
+    assert "FP8 on 1 layers" in hybrid.detail and "NVFP4 on 2 layers" in hybrid.detail
+
+
+def test_describe_words():
+    assert classify({"quantization": {"group_size": 64, "bits": 4}}).describe() == "affine 4-bit g64"
+    assert classify({"torch_dtype": "bfloat16"}).describe() == "unquantized bfloat16"
+
+
+def test_reader_and_sidecar(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}))
+    (tmp_path / "hf_quant_config.json").write_text(json.dumps(
+        {"quantization": {"quant_algo": "NVFP4", "group_size": 16}}))
+    assert read_quantization(tmp_path).scheme is Scheme.NVFP4
+
+
+@pytest.mark.parametrize("setup,msg", [
+    (lambda p: None, "no such file"),
+    (lambda p: p.mkdir(), "has no config.json"),
+    (lambda p: p.write_text("x"), "is a file"),
+    (lambda p: (p.mkdir(), (p / "config.json").write_text("{oops")), "not valid JSON"),
+])
+def test_reader_errors_name_the_path(tmp_path, setup, msg):
+    target = tmp_path / "ckpt"
+    setup(target)
+    with pytest.raises(ConfigError) as e:
+        read_quantization(target)
+    assert msg in str(e.value) and str(target) in str(e.value)

@@ -1,0 +1,178 @@
+"""The resolver per arm, without any device."""
+
+import pytest
+
+from policy.device import Backend, Device, parse_device_spec, DeviceSpecError
+from policy.drafter import DrafterKind, detect_drafter
+from policy.profile import Override, Profile
+from policy.quantization import Quantization, Scheme, classify
+from policy.resolve import Source, WidthError, resolve
+
+AFFINE4 = classify({"quantization": {"group_size": 64, "bits": 4}})
+NVFP4 = classify({"quantization": {"group_size": 16, "bits": 4, "mode": "nvfp4"}})
+BF16 = classify({"torch_dtype": "bfloat16"})
+GB10 = parse_device_spec("cuda:12.1")
+H200 = parse_device_spec("cuda:9.0")
+TURING = parse_device_spec("cuda:7.5")
+CPU = parse_device_spec("cpu")
+METAL = parse_device_spec("metal")
+
+
+def r(**kw):
+    kw.setdefault("drafter_kind", DrafterKind.DFLASH)
+    kw.setdefault("device", GB10)
+    kw.setdefault("quantization", AFFINE4)
+    return resolve(**kw)
+
+
+def test_gb10_affine_dflash_is_measured_default():
+    res = r()
+    assert (res.width, res.source) == (4, Source.TABLE)
+    assert "draft-block-width-default-gb10-2026-09-20" in res.reason
+
+
+def test_gb10_nvfp4_falls_back_naming_inputs():
+    res = r(quantization=NVFP4)
+    assert (res.width, res.source) == (16, Source.FALLBACK)
+    assert "sm_121" in res.reason and "nvfp4" in res.reason
+
+
+def test_reason_shape_matches_design():
+    res = r(device=H200)
+    assert res.reason.startswith("16 (per-kind default: no measurement for dflash drafter on cuda sm_90 "
+                                 "with an affine 4-bit g64 target")
+
+
+@pytest.mark.parametrize("device", [CPU, METAL, TURING, H200])
+def test_no_table_row_off_gb10(device):
+    res = r(device=device)
+    assert (res.width, res.source) == (16, Source.FALLBACK)
+
+
+@pytest.mark.parametrize("kind,width", [(DrafterKind.DFLASH, 16), (DrafterKind.MTP, 4),
+                                        (DrafterKind.MODEL, 4), (DrafterKind.LOOKUP, 4),
+                                        (DrafterKind.EAGLE, 4)])
+def test_kind_fallbacks(kind, width):
+    res = r(drafter_kind=kind, device=CPU)
+    assert (res.width, res.source) == (width, Source.FALLBACK)
+
+
+def profile_with(*entries):
+    from pathlib import Path
+    return Profile(Path("/tmp/p.toml"), tuple(entries), True)
+
+
+GB10_ENTRY = Override(backend=Backend.CUDA, compute_capability="12.1", drafter_kind=DrafterKind.DFLASH,
+                      width=6, quant_scheme="affine", quant_bits=4, quant_group_size=64, mlx="0.32.4")
+
+
+def test_precedence_each_level():
+    env = {"BLOCKWIDTH_DRAFT_BLOCK_SIZE": "5"}
+    prof = profile_with(GB10_ENTRY)
+    full = dict(flag="3", env=env, profile=prof, declared_width=8)
+    assert r(**full).source is Source.FLAG and r(**full).width == 3
+    full.pop("flag")
+    assert (r(**full).source, r(**full).width) == (Source.ENV, 5)
+    full.pop("env")
+    assert (r(**full).source, r(**full).width) == (Source.PROFILE, 6)
+    full.pop("profile")
+    assert (r(**full).source, r(**full).width) == (Source.DRAFTER, 8)
+    full.pop("declared_width")
+    assert (r(**full).source, r(**full).width) == (Source.TABLE, 4)
+
+
+def test_explicit_16_stays_16_on_gb10():
+    assert r(flag=16).width == 16
+    assert r(env={"BLOCKWIDTH_DRAFT_BLOCK_SIZE": "16"}).width == 16
+
+
+def test_env_names_which_variable():
+    res = r(env={"MLXCEL_DRAFT_BLOCK_SIZE": "7"})
+    assert res.width == 7 and "MLXCEL_DRAFT_BLOCK_SIZE" in res.reason
+    both = r(env={"MLXCEL_DRAFT_BLOCK_SIZE": "7", "BLOCKWIDTH_DRAFT_BLOCK_SIZE": "9"})
+    assert both.width == 9 and "MLXCEL_DRAFT_BLOCK_SIZE also set and ignored" in both.reason
+
+
+@pytest.mark.parametrize("bad", ["0", "1", "-3", "abc", "10000", "4.5", ""])
+def test_invalid_flag(bad):
+    with pytest.raises(WidthError) as e:
+        r(flag=bad)
+    assert "--draft-block-size" in str(e.value) and "2 to 64" in str(e.value)
+
+
+@pytest.mark.parametrize("bad", ["0", "1", "-3", "abc", "10000"])
+def test_invalid_env(bad):
+    with pytest.raises(WidthError) as e:
+        r(env={"BLOCKWIDTH_DRAFT_BLOCK_SIZE": bad})
+    assert "BLOCKWIDTH_DRAFT_BLOCK_SIZE" in str(e.value)
+
+
+def test_chain_lists_every_source_once():
+    res = r(device=CPU)
+    assert [s.source for s in res.chain] == list(Source)
+    assert [s.applied for s in res.chain] == [False] * 5 + [True]
+    top = r(flag=3)
+    assert [s.source for s in top.chain] == list(Source) and top.chain[0].applied
+
+
+def test_profile_pair_specific_beats_generic_and_stale():
+    from dataclasses import replace
+    specific = replace(GB10_ENTRY, width=9, pair="abc+def", mlx="0.31.0")
+    prof = profile_with(GB10_ENTRY, specific)
+    assert r(profile=prof, pair="abc+def").width == 9
+    assert r(profile=prof, pair="other").width == 6
+    stale = r(profile=prof, pair="abc+def", mlx_version="0.32.4")
+    assert stale.stale and "stale" in stale.reason and "0.31.0" in stale.reason
+    assert not r(profile=prof, pair="other", mlx_version="0.32.4").stale
+
+
+def test_profile_must_match_device_quant_kind():
+    prof = profile_with(GB10_ENTRY)
+    assert r(profile=prof, device=H200).source is Source.FALLBACK
+    assert r(profile=prof, quantization=NVFP4).source is Source.FALLBACK
+    assert r(profile=prof, drafter_kind=DrafterKind.MODEL).source is Source.FALLBACK
+
+
+def test_profile_decline_means_classic():
+    from dataclasses import replace
+    prof = profile_with(replace(GB10_ENTRY, width=None, decline=True))
+    res = r(profile=prof)
+    assert res.width is None and res.decline and res.source is Source.PROFILE
+    assert res.to_dict()["width"] is None and "no width beat classic" in res.reason
+
+
+def test_drafter_detection():
+    d = detect_drafter({"architectures": ["DFlashDraftModel"], "block_size": 16})
+    assert (d.kind, d.declared_width) == (DrafterKind.DFLASH, 16)
+    assert detect_drafter({"architectures": ["LlamaForCausalLM"]}).kind is DrafterKind.MODEL
+    assert detect_drafter({"architectures": ["Eagle3LlamaForCausalLM"]}).kind is DrafterKind.EAGLE
+    assert detect_drafter({"architectures": ["DeepseekV3MTP"]}).kind is DrafterKind.MTP
+    e = detect_drafter({"architectures": ["EagleLlamaForCausalLM"], "num_speculative_tokens": 5})
+    assert e.declared_width == 6
+
+
+def test_declared_width_used_then_out_of_range_ignored():
+    res = r(declared_width=12, declared_detail="block_size 12", device=CPU)
+    assert (res.width, res.source) == (12, Source.DRAFTER)
+    bad = r(declared_width=1000, device=CPU)
+    assert bad.source is Source.FALLBACK and "outside" in bad.chain[3].why
+
+
+@pytest.mark.parametrize("spec,backend,cc", [("cuda:9.0", "cuda", "9.0"), ("cuda:12.1", "cuda", "12.1"),
+                                             ("metal", "metal", None), ("cpu", "cpu", None)])
+def test_device_specs(spec, backend, cc):
+    d = parse_device_spec(spec)
+    assert (d.backend.value, d.compute_capability, d.probed) == (backend, cc, False)
+
+
+@pytest.mark.parametrize("bad", ["cuda", "tpu", "cuda:nine", "cpu:1.0"])
+def test_bad_device_specs(bad):
+    with pytest.raises(DeviceSpecError):
+        parse_device_spec(bad)
+
+
+def test_policy_imports_no_mlx():
+    import subprocess, sys
+    code = ("import sys; import policy.resolve, policy.profile, policy.quantization, policy.device, "
+            "policy.drafter, policy.table; assert 'mlx' not in sys.modules, 'mlx imported'")
+    subprocess.run([sys.executable, "-c", code], check=True)
