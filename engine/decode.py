@@ -1,0 +1,230 @@
+"""Classic and speculative greedy decoding with an instrumented round loop.
+
+Both loops mirror mlx-lm's ``generate_step`` / ``speculative_generate_step``
+arithmetic (same prefill chunks, same greedy sampler, same verify blocks), so
+their tokens are the same; what they add is a clock read per round. Prefill is
+timed apart from decode. EOS is ignored: runs are fixed-length measurements.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable
+
+import mlx.core as mx
+
+from engine.drafters import Drafter, greedy, make_drafter, prefill_cache
+
+
+class DecodeError(ValueError):
+    """Bad decode input: the message names it."""
+
+
+@dataclass(frozen=True)
+class Round:
+    drafted: int
+    accepted: int
+    emitted: int
+    draft_s: float
+    verify_s: float
+    sync_s: float
+
+
+@dataclass
+class DecodeRun:
+    width: int | None  # None: classic
+    tokens: list[int]
+    prompt_tokens: int
+    prefill_s: float
+    decode_s: float
+    rounds: list[Round] = field(default_factory=list)
+
+    @property
+    def classic(self) -> bool:
+        return self.width is None
+
+    @property
+    def decode_tok_s(self) -> float:
+        return len(self.tokens) / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def e2e_tok_s(self) -> float:
+        t = self.prefill_s + self.decode_s
+        return len(self.tokens) / t if t > 0 else 0.0
+
+    @property
+    def drafted(self) -> int:
+        return sum(r.drafted for r in self.rounds)
+
+    @property
+    def accepted(self) -> int:
+        return sum(r.accepted for r in self.rounds)
+
+    @property
+    def speculative_rounds(self) -> int:
+        """Rounds that verified at least one drafted token."""
+        return sum(1 for r in self.rounds if r.drafted > 0)
+
+    @property
+    def declined_rounds(self) -> int:
+        return sum(1 for r in self.rounds if r.drafted == 0) if not self.classic else 0
+
+    @property
+    def acceptance(self) -> float | None:
+        return self.accepted / self.drafted if self.drafted else None
+
+    @property
+    def mean_accepted(self) -> float | None:
+        n = self.speculative_rounds
+        return self.accepted / n if n else None
+
+    @property
+    def emitted_per_verify(self) -> float:
+        return len(self.tokens) / len(self.rounds) if self.rounds else 0.0
+
+    def summary(self) -> dict:
+        return {
+            "width": self.width, "tokens": len(self.tokens), "prompt_tokens": self.prompt_tokens,
+            "prefill_s": self.prefill_s, "decode_s": self.decode_s,
+            "decode_tok_s": self.decode_tok_s, "e2e_tok_s": self.e2e_tok_s,
+            "rounds": len(self.rounds), "speculative_rounds": self.speculative_rounds,
+            "declined_rounds": self.declined_rounds, "drafted": self.drafted,
+            "accepted": self.accepted, "acceptance": self.acceptance,
+            "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
+        }
+
+    def rounds_table(self) -> list[list[float]]:
+        """Per-round diagnostics as compact rows: drafted, accepted, emitted, draft/verify/sync ms."""
+        return [[r.drafted, r.accepted, r.emitted, round(r.draft_s * 1e3, 4),
+                 round(r.verify_s * 1e3, 4), round(r.sync_s * 1e3, 4)] for r in self.rounds]
+
+
+Progress = Callable[[int, int], None]  # (tokens so far, tokens wanted)
+
+
+def _check(prompt: list[int], max_tokens: int, context: int | None) -> None:
+    if not prompt:
+        raise DecodeError("prompt: empty (it must hold at least one token)")
+    if max_tokens < 1:
+        raise DecodeError(f"max tokens = {max_tokens}: must be at least 1")
+    if context is not None and len(prompt) + max_tokens > context:
+        raise DecodeError(f"prompt of {len(prompt)} tokens + {max_tokens} new tokens exceeds the "
+                          f"target's context of {context}")
+
+
+def _stream():
+    from mlx_lm.generate import generation_stream
+
+    return generation_stream
+
+
+def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress | None = None,
+            cancel: Callable[[], bool] | None = None) -> DecodeRun:
+    """Greedy decoding of the target alone (mirrors mlx_lm.generate_step)."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    _check(prompt, max_tokens, pair.context_length)
+    model = pair.target
+    cache = make_prompt_cache(model)
+    tokens: list[int] = []
+    rounds: list[Round] = []
+
+    def step(y):
+        logits = model(y[None], cache=cache)[:, -1, :]
+        return greedy(logits)
+
+    with mx.stream(_stream()):
+        t0 = time.perf_counter()
+        rest = prefill_cache(model, cache, mx.array(prompt, mx.uint32), 2048)
+        t1 = time.perf_counter()
+        y = step(rest)
+        mx.async_eval(y)
+        last = t1
+        for n in range(max_tokens):
+            if n + 1 < max_tokens:
+                nxt = step(y)
+                mx.async_eval(nxt)
+            tokens.append(y.item())
+            now = time.perf_counter()
+            rounds.append(Round(0, 0, 1, 0.0, now - last, 0.0))
+            last = now
+            if on_progress is not None:
+                on_progress(n + 1, max_tokens)
+            if cancel is not None and cancel():
+                break
+            if n % 256 == 0:
+                mx.clear_cache()
+            if n + 1 < max_tokens:
+                y = nxt
+        t2 = time.perf_counter()
+    return DecodeRun(None, tokens, len(prompt), t1 - t0, t2 - t1, rounds)
+
+
+def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
+                drafter: Drafter | None = None, on_progress: Progress | None = None,
+                cancel: Callable[[], bool] | None = None) -> DecodeRun:
+    """Speculative greedy decoding at ``width`` rows per verify (mirrors
+    mlx_lm.speculative_generate_step with num_draft_tokens = width - 1)."""
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    if not isinstance(width, int) or width < 2:
+        raise DecodeError(f"width = {width!r}: a speculative width is at least 2 (1 is classic)")
+    _check(prompt, max_tokens, pair.context_length)
+    model = pair.target
+    drafter = drafter or make_drafter(pair)
+    cache = make_prompt_cache(model)
+    tokens: list[int] = []
+    rounds: list[Round] = []
+    ids = mx.array(prompt, mx.uint32)
+    perf = time.perf_counter
+
+    with mx.stream(_stream()):
+        t0 = perf()
+        drafter.prefill(ids)
+        y = prefill_cache(model, cache, ids, 512)
+        t1 = perf()
+        while len(tokens) < max_tokens:
+            ta = perf()
+            want = min(max_tokens - len(tokens), width - 1)
+            drafts = drafter.propose(want)
+            mx.eval(drafts)
+            tb = perf()
+            block = mx.concatenate([y, drafts]) if drafts.size else y
+            k = block.size
+            logits = model(block[None], cache=cache)[:, -k:, :]
+            verified = greedy(logits.squeeze(0))
+            mx.eval(verified)
+            tc = perf()
+            verified = verified.tolist()
+            drafted = drafts.tolist()
+            n = 0
+            room = max_tokens - len(tokens)
+            while n < len(drafted) and verified[n] == drafted[n] and n < room:
+                n += 1
+            emit = verified[: n + 1] if n < room else verified[:n]
+            tokens.extend(emit)
+            trim_prompt_cache(cache, len(drafted) - n)
+            nxt = verified[n]
+            drafter.commit(drafted, n, nxt)
+            y = mx.array([nxt], mx.uint32)
+            td = perf()
+            rounds.append(Round(len(drafted), n, len(emit), tb - ta, tc - tb, td - tc))
+            if on_progress is not None:
+                on_progress(len(tokens), max_tokens)
+            if cancel is not None and cancel():
+                break
+        t2 = perf()
+    return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds)
+
+
+def decode(pair, prompt: list[int], max_tokens: int, width: int | None, **kw) -> DecodeRun:
+    """Classic when ``width`` is None, else speculative at ``width``."""
+    if width is None:
+        kw.pop("drafter", None)
+        return classic(pair, prompt, max_tokens, **kw)
+    return speculative(pair, prompt, max_tokens, width, **kw)
+
+
+def round_to_dict(r: Round) -> dict:
+    return asdict(r)

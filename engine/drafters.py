@@ -1,0 +1,122 @@
+"""Drafters: one protocol, two implementations (a draft model and prompt lookup).
+
+A drafter proposes up to ``width - 1`` tokens after the last committed token;
+the verify is shared (engine.decode). ``propose`` may return a lazy array so a
+model drafter's steps are never synchronised one by one.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+import mlx.core as mx
+
+from policy.drafter import DrafterKind
+
+
+class Drafter(Protocol):
+    kind: DrafterKind
+
+    def prefill(self, prompt: mx.array) -> None:
+        """See the prompt (all of it; the last token is the first pending one)."""
+
+    def propose(self, n: int) -> mx.array:
+        """Up to ``n`` drafted tokens (uint32, possibly empty: the drafter declined)."""
+
+    def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
+        """The verify kept ``accepted`` of ``drafted`` and emitted ``next_token`` after them."""
+
+
+def greedy(logits: mx.array) -> mx.array:
+    # The same arithmetic as mlx-lm's greedy sampler, so ties break the same way.
+    logprobs = logits - mx.logsumexp(logits, axis=-1, keepdims=True)
+    return mx.argmax(logprobs, axis=-1)
+
+
+def prefill_cache(model, cache, tokens: mx.array, step: int) -> mx.array:
+    """Run all but the last token through ``model`` into ``cache``; return the rest."""
+    while tokens.size > 1:
+        n = min(step, tokens.size - 1)
+        model(tokens[:n][None], cache=cache)
+        mx.eval([c.state for c in cache])
+        tokens = tokens[n:]
+        mx.clear_cache()
+    return tokens
+
+
+class ModelDrafter:
+    """An independent draft model with its own KV cache, rewound on rejection."""
+
+    kind = DrafterKind.MODEL
+
+    def __init__(self, model, prefill_step: int = 512):
+        from mlx_lm.models.cache import make_prompt_cache
+
+        self.model = model
+        self.cache = make_prompt_cache(model)
+        self.prefill_step = prefill_step
+        self.pending: mx.array | None = None
+
+    def prefill(self, prompt: mx.array) -> None:
+        self.pending = prefill_cache(self.model, self.cache, prompt, self.prefill_step)
+
+    def propose(self, n: int) -> mx.array:
+        y, ys = self.pending, []
+        for _ in range(n):
+            logits = self.model(y[None], cache=self.cache)[:, -1, :]
+            y = greedy(logits)
+            mx.async_eval(y)
+            ys.append(y)
+        return mx.concatenate(ys) if ys else mx.array([], mx.uint32)
+
+    def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
+        from mlx_lm.models.cache import trim_prompt_cache
+
+        k = len(drafted)
+        # The cache holds the pending tokens and drafts 1..k-1; keep those accepted.
+        trim_prompt_cache(self.cache, max(k - accepted - 1, 0))
+        if k and accepted == k:
+            # The last draft was never fed to the drafter: feed it with the next one.
+            self.pending = mx.array([drafted[-1], next_token], mx.uint32)
+        else:
+            self.pending = mx.array([next_token], mx.uint32)
+
+
+class LookupDrafter:
+    """n-gram prompt lookup over the prompt and the text so far; no checkpoint."""
+
+    kind = DrafterKind.LOOKUP
+
+    def __init__(self, max_ngram: int = 3, min_ngram: int = 1):
+        self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
+        self.context: list[int] = []
+
+    def prefill(self, prompt: mx.array) -> None:
+        self.context = prompt.tolist()
+
+    def propose(self, n: int) -> mx.array:
+        ctx = self.context
+        for size in range(self.max_ngram, self.min_ngram - 1, -1):
+            if len(ctx) <= size:
+                continue
+            tail = ctx[-size:]
+            # Most recent earlier occurrence of the tail, with something after it.
+            for start in range(len(ctx) - size - 1, -1, -1):
+                if ctx[start:start + size] == tail:
+                    follow = ctx[start + size:start + size + n]
+                    if follow:
+                        return mx.array(follow, mx.uint32)
+        return mx.array([], mx.uint32)
+
+    def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
+        self.context.extend(drafted[:accepted])
+        self.context.append(next_token)
+
+
+def make_drafter(pair) -> Drafter:
+    if pair.kind is DrafterKind.MODEL:
+        return ModelDrafter(pair.drafter)
+    if pair.kind is DrafterKind.LOOKUP:
+        return LookupDrafter()
+    raise ValueError(f"drafter kind {pair.kind.value} is not runnable here")

@@ -1,0 +1,138 @@
+"""Load a target and a drafter from local folders with mlx-lm.
+
+Never a hub download (paths are checked before mlx-lm sees them, and the hub is
+switched offline), never ``trust_remote_code``.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from engine.checkpoint import CheckpointError, fingerprint, read_header, weight_files  # noqa: E402
+from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
+from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
+
+RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP)
+
+
+class PairError(Exception):
+    """A pair that cannot be loaded; the message names the input and what is wrong."""
+
+
+@dataclass
+class Pair:
+    target: Any  # mlx_lm model
+    tokenizer: Any  # mlx_lm TokenizerWrapper
+    target_path: Path
+    target_config: dict
+    quantization: Quantization
+    kind: DrafterKind
+    drafter: Any | None = None  # mlx_lm model for kind=model
+    drafter_path: Path | None = None
+    fingerprints: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def pair_id(self) -> str:
+        return f"{self.fingerprints['target']}+{self.fingerprints.get('drafter', 'lookup')}"
+
+    @property
+    def context_length(self) -> int | None:
+        v = self.target_config.get("max_position_embeddings")
+        return v if isinstance(v, int) else None
+
+    def describe(self) -> str:
+        d = self.drafter_path.name if self.drafter_path else "prompt lookup"
+        return f"{self.target_path.name} [{self.quantization.describe()}] + {d} ({self.kind.value})"
+
+
+def _check_folder(path: Path, what: str) -> dict:
+    path = Path(path)
+    try:
+        config = read_config(path)
+    except ConfigError as e:
+        raise PairError(f"{what} {e}") from None
+    files = weight_files(path)
+    if not files:
+        raise PairError(f"{what} {path}: no *.safetensors weights")
+    for f in files:
+        try:
+            read_header(f)
+        except CheckpointError as e:
+            raise PairError(f"{what} {e}") from None
+    return config
+
+
+def _load_model(path: Path, what: str):
+    from mlx_lm.utils import load_model
+
+    try:
+        model, _ = load_model(path, lazy=False, trust_remote_code=False)
+    except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
+        raise PairError(f"{what} {path}: mlx-lm cannot load it ({type(e).__name__}: {e})") from None
+    return model
+
+
+def _load_tokenizer(path: Path, what: str, config: dict):
+    from mlx_lm.utils import load_tokenizer
+
+    try:
+        return load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+    except Exception as e:
+        raise PairError(f"{what} {path}: tokenizer cannot be loaded ({type(e).__name__}: {e})") from None
+
+
+def _vocab(tokenizer) -> dict:
+    try:
+        return tokenizer.get_vocab()
+    except Exception:
+        return {}
+
+
+def load_pair(target: Path | str, drafter: Path | str | None = None,
+              kind: DrafterKind | str | None = None) -> Pair:
+    """Load a pair. ``drafter=None`` means the lookup drafter."""
+    target = Path(target)
+    tconfig = _check_folder(target, "target")
+    if kind is not None:
+        kind = DrafterKind(kind)
+    if drafter is None:
+        kind = kind or DrafterKind.LOOKUP
+    else:
+        drafter = Path(drafter)
+        dconfig = _check_folder(drafter, "drafter")
+        kind = kind or detect_drafter(dconfig).kind
+    if kind not in RUNNABLE:
+        raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
+                        f"{' and '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
+                        f"resolves a width for {kind.value}")
+    if kind is DrafterKind.MODEL and drafter is None:
+        raise PairError("drafter kind model needs --draft (a draft model folder)")
+    if kind is DrafterKind.LOOKUP and drafter is not None:
+        raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
+
+    model = _load_model(target, "target")
+    tokenizer = _load_tokenizer(target, "target", tconfig)
+    pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, read_sidecar(target)), kind,
+                fingerprints={"target": fingerprint(target)})
+    if kind is DrafterKind.MODEL:
+        tv = tconfig.get("vocab_size")
+        dv = dconfig.get("vocab_size")
+        if tv != dv:
+            raise PairError(f"drafter {drafter}: vocabulary of {dv} tokens differs from target "
+                            f"{target}'s {tv}; a model drafter must share the target's tokenizer")
+        if any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
+            dtok = _load_tokenizer(drafter, "drafter", dconfig)
+            a, b = _vocab(tokenizer), _vocab(dtok)
+            if a and b and a != b:
+                raise PairError(f"drafter {drafter}: tokenizer of {len(b)} tokens differs from target "
+                                f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
+        pair.drafter = _load_model(drafter, "drafter")
+        pair.drafter_path = drafter
+        pair.fingerprints["drafter"] = fingerprint(drafter)
+    return pair
