@@ -141,21 +141,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
-    for register in _EXTRA_COMMANDS:
-        register(sub)
+    from console import measure  # engine-backed: sweep, costcurve (MLX loads only when they run)
+
+    measure.register(sub)
     return ap
-
-
-# Engine-backed subcommands register themselves here (console.measure).
-_EXTRA_COMMANDS: list[Callable[[Any], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    try:
-        import console.measure  # noqa: F401  (registers sweep, costcurve)
-    except ImportError:
-        pass
     ap = build_parser()
     if not argv:
         # Until the console app exists, the bare command shows the demo pair's resolution.

@@ -110,7 +110,11 @@ def _int(v: Any) -> int | None:
 
 def _nvml(fallback_name: str) -> tuple[str, str | None]:
     try:
-        import pynvml
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the pynvml shim's deprecation notice
+            import pynvml
 
         pynvml.nvmlInit()
         try:

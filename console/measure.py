@@ -1,0 +1,290 @@
+"""Engine-backed headless commands: ``sweep`` (an A/B session) and ``costcurve``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from console import cli
+from console.inputs import ExitCode, InputError, mlx_version, pair_paths
+
+BAR = 40
+
+
+def _bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[str]:
+    """A horizontal plot: label, min, median, max, note. '#' to the median, '-' out to max."""
+    top = max((r[3] for r in rows), default=1.0) or 1.0
+    out = []
+    for label, lo, med, hi, note in rows:
+        a, m, b = (int(round(v / top * BAR)) for v in (lo, med, hi))
+        bar = "#" * m + "-" * max(b - m, 0)
+        bar = bar[:a].replace("#", "=") + bar[a:] if a else bar
+        out.append(f"  {label:>8} |{bar:<{BAR}}| {med:8.1f} {unit} {note}")
+    return out
+
+
+def _prompt(args) -> str:
+    from engine.demo.prompts import DEFAULT_PROMPT
+
+    if args.prompt is not None and args.prompt_file is not None:
+        raise InputError("give --prompt or --prompt-file, not both")
+    if args.prompt_file is not None:
+        p = Path(args.prompt_file)
+        try:
+            return p.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise InputError(f"--prompt-file {p}: cannot be read ({getattr(e, 'strerror', e)})") from None
+    if args.prompt is not None:
+        return args.prompt
+    return DEFAULT_PROMPT
+
+
+def _widths(text: str) -> tuple[int, ...]:
+    from policy.profile import MAX_WIDTH
+
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        try:
+            w = int(part)
+        except ValueError:
+            raise InputError(f"--widths {text!r}: {part!r} is not an integer") from None
+        if not 2 <= w <= MAX_WIDTH:
+            raise InputError(f"--widths {text!r}: width {w} is out of range; each width is 2..{MAX_WIDTH}")
+        out.append(w)
+    return tuple(dict.fromkeys(out))
+
+
+def _load(args):
+    from engine.pair import PairError, load_pair
+
+    paths = pair_paths(args.target, args.draft, args.demo_target)
+    kind = args.kind
+    if paths.demo and kind == "lookup":
+        paths = paths.__class__(paths.target, None, True)
+    try:
+        return load_pair(paths.target, paths.drafter, kind)
+    except PairError as e:
+        raise InputError(str(e)) from None
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    import threading
+
+    from engine import host, record
+    from engine.ab import AbConfig, Verdict, run_session
+    from engine.decode import DecodeError
+
+    widths = _widths(args.widths)
+    prompt = _prompt(args)
+    if args.n < 1:
+        raise InputError(f"-n {args.n}: at least one repetition per arm")
+    if args.max_tokens < 1:
+        raise InputError(f"--max-tokens {args.max_tokens}: must be at least 1")
+    if args.save and args.profile:
+        from policy import profile as profiles
+        profiles.load(Path(args.profile), missing_ok=True)  # a bad profile stops us before measuring
+    pair = _load(args)
+    gate = host.gate(wait_s=args.wait_quiet)
+    for w in gate.warnings:
+        print(f"blockwidth: warning: {w}", file=sys.stderr)
+    config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
+                      sequential=args.sequential, max_reps=args.max_reps,
+                      max_seconds=args.max_seconds)
+    quiet = args.json
+
+    def on_event(e):
+        if quiet:
+            return
+        if e.kind in ("warmup", "rep", "exactness", "costcurve"):
+            print(f"  [{e.kind}] {e.arm} {e.message}".rstrip(), file=sys.stderr)
+        elif e.kind == "progress" and e.tokens == e.total:
+            print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
+
+    cancel = threading.Event()
+    try:
+        session = run_session(pair, config, on_event=on_event, cancel=cancel)
+    except DecodeError as e:
+        raise InputError(str(e)) from None
+    except KeyboardInterrupt:
+        cancel.set()
+        raise
+    rec = record.build(session, pair, host.identity(), gate.to_dict())
+    path = record.write(rec, Path(args.record_dir) if args.record_dir else None)
+
+    saved, refusal = None, None
+    if args.save:
+        saved, refusal = _save(args, session, pair, path)
+
+    if args.json:
+        out = dict(rec)
+        out["record_path"] = str(path)
+        out["saved"] = saved
+        out["save_refused"] = refusal
+        out.pop("host", None)
+        out["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
+        for arm in out["arms"]:
+            for s in arm["samples"]:
+                s.pop("rounds_detail", None)
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"pair   {pair.describe()}")
+        print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
+              f"reps run {session.reps}, {session.elapsed_s:.1f}s")
+        print(f"{'arm':>8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
+              f"{'identity':<16} verdict")
+        for arm in [session.classic, *session.arms]:
+            d, e = arm.decode_range(), arm.e2e_range()
+            acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
+            ident = "-" if arm.identity is None else (
+                "identical" if arm.identity.identical_ids else f"differs@{arm.identity.first_divergence}")
+            print(f"{arm.name:>8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
+                  f"{ident:<16} {arm.verdict.value}")
+        print("\ndecode tok/s by width (= min, # median, - max):")
+        rows = [(a.name, a.decode_range().min, a.decode_range().median, a.decode_range().max,
+                 "" if a.verdict in (Verdict.CONTROL, Verdict.UNDECIDED) else a.verdict.value)
+                for a in [session.classic, *session.arms] if a.runs]
+        print("\n".join(_bars(rows, "tok/s")))
+        for arm in session.arms:
+            if arm.identity and not arm.identity.identical_ids:
+                print(f"  {arm.name}: {arm.identity.describe()}")
+        for w, ex in session.exactness.items():
+            print(f"  probe {ex.describe()}")
+        if session.predicted_best:
+            pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
+            print(f"predicted (cost curve + acceptance): best width {session.predicted_best}  [{pred}]")
+        print(f"decision: {session.decision} — {session.why}")
+        print(f"record: {path}")
+        if saved:
+            print(f"saved: {saved}")
+        if refusal:
+            print(f"not saved: {refusal}", file=sys.stderr)
+    if session.cancelled:
+        return 130
+    return ExitCode.CHECK_FAILED if refusal else ExitCode.OK
+
+
+def _save(args, session, pair, record_path: Path) -> tuple[str | None, str | None]:
+    from engine.ab import Verdict
+    from policy import profile as profiles
+    from policy.device import probe
+
+    if session.cancelled:
+        return None, "the session was cancelled"
+    if session.drift:
+        return None, session.drift_why
+    arms = session.arms
+    width, identical = None, True
+    if session.recommendation is not None:
+        width = session.recommendation
+    else:
+        faster = [a for a in arms if a.verdict is Verdict.FASTER_DIFFERS]
+        if faster and args.allow_nonidentical:
+            best = max(faster, key=lambda a: a.decode_range().median)
+            width, identical = best.width, False
+        elif faster:
+            return None, (f"{', '.join(a.name for a in faster)} faster but output differs from classic; "
+                          f"--allow-nonidentical saves it, recorded as not byte-identical")
+        elif any(a.verdict is Verdict.UNDECIDED for a in arms):
+            return None, "undecided: ranges overlap; run more repetitions (--sequential)"
+        elif any(a.verdict is Verdict.NOT_MEASURED for a in arms) and not any(
+                a.verdict is Verdict.SLOWER for a in arms):
+            return None, "no width was measured (the drafter declined every round)"
+    dev = probe()
+    q = pair.quantization
+    c = session.classic.decode_range()
+    evidence: dict[str, Any] = {
+        "n": session.reps, "classic_tok_s": c.to_list(), "prompt_sha256": session.prompt_sha256,
+        "prompt_tokens": len(session.prompt_ids), "new_tokens": session.config.max_tokens,
+        "record": str(record_path), "decision": session.decision,
+    }
+    if width is not None:
+        evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
+    entry = profiles.Override(
+        backend=dev.backend, drafter_kind=pair.kind, width=width, decline=width is None,
+        compute_capability=dev.compute_capability, quant_scheme=q.scheme.value, quant_bits=q.bits,
+        quant_group_size=q.group_size, pair=pair.pair_id if args.pair_specific else None,
+        mlx=mlx_version(), measured_at=profiles.now_iso(), byte_identical=identical,
+        evidence=evidence,
+    )
+    path = Path(args.profile).expanduser() if args.profile else None
+    prof = profiles.save(path, entry)
+    what = f"width {width}" if width is not None else "decline (no width beat classic)"
+    return f"{what} for {entry.describe_keys()} in {prof.path}", None
+
+
+def cmd_costcurve(args: argparse.Namespace) -> int:
+    from engine import costcurve
+
+    try:
+        rows = costcurve.parse_rows(args.rows)
+    except ValueError as e:
+        raise InputError(str(e)) from None
+    if args.context < 1:
+        raise InputError(f"--context {args.context}: must be at least 1")
+    args.draft, args.kind = None, "lookup"
+    pair = _load(args)
+
+    def progress(i, n):
+        if not args.json:
+            print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
+
+    curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
+                              on_progress=progress)
+    if not args.json:
+        print(file=sys.stderr)
+    data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
+            "mlx": mlx_version(), **curve.to_dict()}
+    if args.json:
+        print(json.dumps(data, indent=1))
+        return ExitCode.OK
+    print(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
+          f"context {curve.context}, median of {curve.repeats}")
+    base = curve.ms(rows[0]) or 1.0
+    bars = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms,
+             f"({p.median_ms / base:.2f}x)" + (f"  <- {p.boundary}" if p.boundary else ""))
+            for p in curve.points]
+    print("\n".join(_bars(bars, "ms")))
+    if curve.boundaries():
+        print("kernel boundaries: " + ", ".join(f"{p.boundary} at {p.rows} rows" for p in curve.boundaries()))
+    else:
+        print("no kernel boundary: time grows smoothly with rows")
+    return ExitCode.OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("sweep", help="A/B session: widths against classic, with a record")
+    cli._pair_args(p)
+    p.add_argument("--widths", default="2,3,4,6,8", help="comma-separated widths (default 2,3,4,6,8)")
+    p.add_argument("-n", type=int, default=3, help="repetitions per arm (default 3)")
+    p.add_argument("--max-tokens", type=int, default=64, help="new tokens per run (default 64)")
+    p.add_argument("--prompt", help="prompt text (default: a demo prompt)")
+    p.add_argument("--prompt-file", help="read the prompt from a file")
+    p.add_argument("--sequential", action="store_true",
+                   help="keep adding repetitions until every arm is decided or the budget runs out")
+    p.add_argument("--max-reps", type=int, default=12, help="sequential budget: repetitions (default 12)")
+    p.add_argument("--max-seconds", type=float, default=600, help="sequential budget: seconds (default 600)")
+    p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
+                   help="wait up to S seconds for a quiet host before timing")
+    p.add_argument("--record-dir", help="where the session record goes (default: user data dir)")
+    p.add_argument("--save", action="store_true", help="store the measured winner (or decline) in the profile")
+    p.add_argument("--allow-nonidentical", action="store_true",
+                   help="with --save: save a faster width whose output differs, marked not byte-identical")
+    p.add_argument("--pair-specific", action="store_true",
+                   help="with --save: the entry matches only this pair (by content fingerprint)")
+    p.add_argument("--profile", metavar="FILE", help="profile TOML (default: the user profile)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_sweep)
+
+    p = sub.add_parser("costcurve", help="verify-forward time against rows, with kernel boundaries")
+    p.add_argument("--target", metavar="T", help="target checkpoint folder (default: the demo target)")
+    p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16")
+    p.add_argument("--rows", default="1-16,24,32", help="row counts, e.g. 1-16,24,32 (default)")
+    p.add_argument("--context", type=int, default=128, help="prefix tokens before the timed rows")
+    p.add_argument("--repeats", type=int, default=7, help="timed repeats per row count (median)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_costcurve)
+

@@ -1,0 +1,318 @@
+"""The A/B session: widths against classic, measured the way DESIGN.md says.
+
+- a discarded warm-up of every arm, then repetitions interleaved arm by arm
+  (classic, w_a, w_b, ...), and one closing classic run, so drift spreads
+  across the table instead of pooling at one end;
+- min / median / max of decode tok/s (prefill excluded) and end-to-end tok/s;
+- a width **wins** only if its slowest run beats classic's fastest (disjoint
+  ranges) and its output is byte-identical to classic's; overlapping ranges
+  are **undecided**;
+- **drift**: opening and closing classic ranges that do not overlap void the
+  session for saving;
+- an arm that ran no speculative round is *not measured*;
+- sequential mode adds interleaved repetitions until every arm is decided or
+  the budget (repetitions or seconds) runs out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import statistics
+import threading
+import time
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Callable, Sequence
+
+from engine import costcurve
+from engine.decode import DecodeError, DecodeRun, decode
+from engine.identity import Exactness, Identity, compare, probe
+
+
+class Verdict(str, Enum):
+    CONTROL = "control"
+    WINS = "wins"
+    FASTER_DIFFERS = "faster, output differs"
+    SLOWER = "slower"
+    UNDECIDED = "undecided"
+    NOT_MEASURED = "not measured"
+
+
+@dataclass(frozen=True)
+class Range:
+    min: float
+    median: float
+    max: float
+
+    @staticmethod
+    def of(values: Sequence[float]) -> "Range":
+        return Range(min(values), statistics.median(values), max(values))
+
+    def overlaps(self, other: "Range") -> bool:
+        return self.min <= other.max and other.min <= self.max
+
+    def to_list(self) -> list[float]:
+        return [round(self.min, 3), round(self.median, 3), round(self.max, 3)]
+
+
+@dataclass
+class Arm:
+    width: int | None
+    runs: list[DecodeRun] = field(default_factory=list)
+    verdict: Verdict = Verdict.UNDECIDED
+    why: str = ""
+    identity: Identity | None = None
+
+    @property
+    def name(self) -> str:
+        return "classic" if self.width is None else f"w{self.width}"
+
+    def decode_range(self) -> Range | None:
+        return Range.of([r.decode_tok_s for r in self.runs]) if self.runs else None
+
+    def e2e_range(self) -> Range | None:
+        return Range.of([r.e2e_tok_s for r in self.runs]) if self.runs else None
+
+    @property
+    def acceptance(self) -> float | None:
+        d = sum(r.drafted for r in self.runs)
+        return sum(r.accepted for r in self.runs) / d if d else None
+
+    @property
+    def per_token_acceptance(self) -> float | None:
+        """Geometric estimate: accepted / (accepted + rounds that rejected a draft)."""
+        acc = sum(r.accepted for r in self.runs)
+        rej = sum(1 for run in self.runs for x in run.rounds if x.accepted < x.drafted)
+        return acc / (acc + rej) if acc + rej else None
+
+    @property
+    def draft_ms_per_token(self) -> float | None:
+        d = sum(r.drafted for r in self.runs)
+        return sum(x.draft_s for r in self.runs for x in r.rounds) / d * 1e3 if d else None
+
+
+@dataclass
+class Event:
+    kind: str  # session, warmup, arm, progress, rep, exactness, costcurve, done, cancelled
+    arm: str = ""
+    rep: int = 0
+    tokens: int = 0
+    total: int = 0
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class AbConfig:
+    widths: tuple[int, ...]
+    prompt: str
+    n: int = 3
+    max_tokens: int = 64
+    sequential: bool = False
+    max_reps: int = 12
+    max_seconds: float = 600.0
+    warmup: bool = True
+    exactness: bool = True
+    predict: bool = True
+
+
+@dataclass
+class Session:
+    config: AbConfig
+    prompt_ids: list[int]
+    classic: Arm
+    arms: list[Arm]
+    order: list[str] = field(default_factory=list)  # arm names in the order they ran
+    drift: bool = False
+    drift_why: str = ""
+    recommendation: int | None = None
+    decision: str = ""
+    why: str = ""
+    exactness: dict[int, Exactness] = field(default_factory=dict)
+    curve: costcurve.CostCurve | None = None
+    predicted: dict[int, float] = field(default_factory=dict)
+    predicted_best: int | None = None
+    reps: int = 0
+    elapsed_s: float = 0.0
+    cancelled: bool = False
+    started_at: float = field(default_factory=time.time)
+
+    @property
+    def prompt_sha256(self) -> str:
+        return hashlib.sha256(self.config.prompt.encode("utf-8")).hexdigest()
+
+    def opening_closing(self) -> tuple[Range | None, Range | None]:
+        runs = self.classic.runs
+        if len(runs) < 2:
+            return None, None
+        half = (len(runs) + 1) // 2
+        return (Range.of([r.decode_tok_s for r in runs[:half]]),
+                Range.of([r.decode_tok_s for r in runs[half:]]))
+
+    @property
+    def saveable(self) -> bool:
+        return not self.drift and not self.cancelled
+
+    def arm(self, width: int) -> Arm:
+        for a in self.arms:
+            if a.width == width:
+                return a
+        raise KeyError(width)
+
+
+def judge(classic: Arm, arm: Arm) -> None:
+    """Set ``arm.verdict`` and ``arm.why`` from its runs against classic's."""
+    if not arm.runs:
+        arm.verdict, arm.why = Verdict.NOT_MEASURED, "no runs"
+        return
+    if sum(r.speculative_rounds for r in arm.runs) == 0:
+        arm.verdict = Verdict.NOT_MEASURED
+        arm.why = "zero speculative rounds: the drafter declined every round"
+        return
+    c, w = classic.decode_range(), arm.decode_range()
+    same = arm.identity is not None and arm.identity.identical_ids
+    if w.min > c.max:
+        if same:
+            arm.verdict = Verdict.WINS
+            arm.why = f"slowest {w.min:.1f} tok/s beats classic's fastest {c.max:.1f}; output byte-identical"
+        else:
+            arm.verdict = Verdict.FASTER_DIFFERS
+            arm.why = (f"slowest {w.min:.1f} tok/s beats classic's fastest {c.max:.1f}, "
+                       f"but output differs from classic")
+    elif w.max < c.min:
+        arm.verdict = Verdict.SLOWER
+        arm.why = f"fastest {w.max:.1f} tok/s is below classic's slowest {c.min:.1f}"
+    else:
+        arm.verdict = Verdict.UNDECIDED
+        arm.why = (f"{w.min:.1f}-{w.max:.1f} tok/s overlaps classic's {c.min:.1f}-{c.max:.1f}")
+    declined = sum(r.declined_rounds for r in arm.runs)
+    if declined:
+        arm.why += f"; drafter declined {declined} rounds"
+
+
+def decide(session: Session) -> None:
+    """Verdicts, drift and the recommendation, from the samples in ``session``."""
+    for arm in session.arms:
+        judge(session.classic, arm)
+    opening, closing = session.opening_closing()
+    if opening and closing and not opening.overlaps(closing):
+        session.drift = True
+        session.drift_why = (f"classic drifted: opening {opening.min:.1f}-{opening.max:.1f} tok/s, "
+                             f"closing {closing.min:.1f}-{closing.max:.1f}; nothing here can be saved")
+    else:
+        session.drift, session.drift_why = False, ""
+    winners = [a for a in session.arms if a.verdict is Verdict.WINS]
+    undecided = [a for a in session.arms if a.verdict is Verdict.UNDECIDED]
+    if winners:
+        best = max(winners, key=lambda a: a.decode_range().median)
+        session.recommendation = best.width
+        session.decision = f"width {best.width} beats classic"
+        session.why = best.why
+    elif undecided:
+        session.recommendation = None
+        session.decision = "undecided"
+        session.why = ("ranges overlap for " + ", ".join(a.name for a in undecided)
+                       + "; more repetitions (sequential mode) may decide")
+    else:
+        session.recommendation = None
+        session.decision = "no width beats classic here"
+        session.why = "; ".join(f"{a.name}: {a.verdict.value}" for a in session.arms)
+    if session.drift:
+        session.why += f"; {session.drift_why}"
+
+
+def _all_decided(session: Session) -> bool:
+    decide(session)
+    return all(a.verdict is not Verdict.UNDECIDED for a in session.arms) and not session.drift
+
+
+def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
+                cancel: threading.Event | None = None) -> Session:
+    """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
+    emit = on_event or (lambda e: None)
+    cancel = cancel or threading.Event()
+    widths = tuple(dict.fromkeys(config.widths))
+    if not widths:
+        raise DecodeError("widths: give at least one width to compare")
+    for w in widths:
+        if not isinstance(w, int) or w < 2:
+            raise DecodeError(f"width {w!r}: a speculative width is at least 2 (1 is classic)")
+    if config.n < 1:
+        raise DecodeError(f"n = {config.n}: at least one repetition per arm")
+    if not config.prompt:
+        raise DecodeError("prompt: empty")
+    ids = pair.tokenizer.encode(config.prompt)
+    session = Session(config, ids, Arm(None, verdict=Verdict.CONTROL),
+                      [Arm(w) for w in widths])
+    t_start = time.monotonic()
+    emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"))
+
+    def one(arm: Arm, rep: int, keep: bool = True) -> DecodeRun:
+        emit(Event("arm", arm.name, rep, 0, config.max_tokens))
+        run = decode(pair, ids, config.max_tokens, arm.width,
+                     on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t)),
+                     cancel=cancel.is_set)
+        if keep and not cancel.is_set():
+            arm.runs.append(run)
+            session.order.append(arm.name)
+        return run
+
+    if config.warmup:
+        for arm in [session.classic, *session.arms]:
+            emit(Event("warmup", arm.name))
+            one(arm, 0, keep=False)
+            if cancel.is_set():
+                break
+
+    def budget_left() -> bool:
+        return (session.reps < config.max_reps
+                and time.monotonic() - t_start < config.max_seconds)
+
+    rep = 0
+    while not cancel.is_set():
+        rep += 1
+        if rep > config.n:
+            if not config.sequential or _all_decided(session) or not budget_left():
+                break
+        active = session.arms if rep <= config.n else [
+            a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
+        for arm in [session.classic, *active]:
+            one(arm, rep)
+            if cancel.is_set():
+                break
+        if cancel.is_set():
+            break
+        session.reps = rep
+        emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
+    if not cancel.is_set():
+        one(session.classic, session.reps + 1)  # the closing bracket
+
+    reference = session.classic.runs[0].tokens if session.classic.runs else None
+    for arm in session.arms:
+        if reference is not None and arm.runs:
+            idents = [compare(reference, r.tokens, pair.tokenizer) for r in arm.runs]
+            arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
+
+    if config.exactness and not cancel.is_set() and reference:
+        for w in widths:
+            block = reference[:w]
+            if len(block) == w:
+                session.exactness[w] = probe(pair.target, ids, block)
+                emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
+
+    if config.predict and not cancel.is_set():
+        measured = [a for a in session.arms if a.per_token_acceptance is not None]
+        if measured:
+            rows = sorted({1, *widths})
+            session.curve = costcurve.measure(pair.target, rows, context=len(ids), repeats=5)
+            acc = statistics.median(a.per_token_acceptance for a in measured)
+            draft_ms = statistics.median(a.draft_ms_per_token for a in measured)
+            session.predicted = costcurve.predict(session.curve, acc, draft_ms, widths)
+            if session.predicted:
+                session.predicted_best = max(session.predicted, key=session.predicted.get)
+            emit(Event("costcurve", message=f"predicted best width {session.predicted_best}"))
+
+    session.cancelled = cancel.is_set()
+    decide(session)
+    session.elapsed_s = time.monotonic() - t_start
+    emit(Event("cancelled" if session.cancelled else "done", message=session.decision))
+    return session

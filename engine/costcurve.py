@@ -1,0 +1,147 @@
+"""Verify-forward time against rows, and the steps where the increment jumps.
+
+A jump (or a drop) marks a kernel boundary: on an H200 a 4-bit target goes
+from the per-row quantized matvec to the quantized matmul at 8 rows, and the
+time per forward falls from 34.5 ms at 7 rows to 16.4 at 8.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Sequence
+
+import mlx.core as mx
+
+DEFAULT_ROWS = tuple(range(1, 17)) + (24, 32)
+
+
+@dataclass(frozen=True)
+class Point:
+    rows: int
+    median_ms: float
+    min_ms: float
+    max_ms: float
+    boundary: str = ""  # "", "jump" or "drop": the step from the previous point
+
+    def to_dict(self) -> dict:
+        return {"rows": self.rows, "median_ms": self.median_ms, "min_ms": self.min_ms,
+                "max_ms": self.max_ms, "boundary": self.boundary}
+
+
+@dataclass(frozen=True)
+class CostCurve:
+    context: int
+    repeats: int
+    points: tuple[Point, ...] = field(default_factory=tuple)
+
+    def ms(self, rows: int) -> float | None:
+        for p in self.points:
+            if p.rows == rows:
+                return p.median_ms
+        return None
+
+    def boundaries(self) -> list[Point]:
+        return [p for p in self.points if p.boundary]
+
+    def to_dict(self) -> dict:
+        return {"context": self.context, "repeats": self.repeats,
+                "points": [p.to_dict() for p in self.points]}
+
+
+def parse_rows(text: str) -> tuple[int, ...]:
+    """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts >= 1."""
+    out: set[int] = set()
+    try:
+        for part in text.split(","):
+            part = part.strip()
+            if "-" in part:
+                a, b = (int(x) for x in part.split("-", 1))
+                out.update(range(a, b + 1))
+            elif part:
+                out.add(int(part))
+    except ValueError:
+        raise ValueError(f"--rows {text!r}: expected numbers and ranges like 1-16,24,32") from None
+    if not out or min(out) < 1 or max(out) > 512:
+        raise ValueError(f"--rows {text!r}: row counts must be 1..512")
+    return tuple(sorted(out))
+
+
+def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float = 0.05) -> tuple[Point, ...]:
+    """Flag steps whose per-row increment is far from the typical one.
+
+    A ``jump``: the increment per added row exceeds ``factor`` x the median
+    increment and ``floor`` of the previous time. A ``drop``: the time falls by
+    more than ``floor``.
+    """
+    pts = list(points)
+    if len(pts) < 3:
+        return tuple(pts)
+    incs = []
+    for a, b in zip(pts, pts[1:]):
+        incs.append((b.median_ms - a.median_ms) / (b.rows - a.rows))
+    typical = statistics.median(abs(i) for i in incs) or 1e-9
+    out = [pts[0]]
+    for a, b, inc in zip(pts, pts[1:], incs):
+        mark = ""
+        if b.median_ms < a.median_ms * (1 - floor):
+            mark = "drop"
+        elif inc > factor * typical and (b.median_ms - a.median_ms) > floor * a.median_ms:
+            mark = "jump"
+        out.append(Point(b.rows, b.median_ms, b.min_ms, b.max_ms, mark))
+    return tuple(out)
+
+
+def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, repeats: int = 7,
+            warmup: int = 2, on_progress: Callable[[int, int], None] | None = None,
+            cancel: Callable[[], bool] | None = None) -> CostCurve:
+    """Median time of one ``rows``-row forward after a ``context``-token prefix."""
+    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    if context < 1:
+        raise ValueError(f"context = {context}: must be at least 1")
+    cache = make_prompt_cache(model)
+    prefix = mx.array([(7 * i + 3) % 200 + 10 for i in range(context)], mx.uint32)
+    mx.eval(model(prefix[None], cache=cache))
+    points = []
+    for i, k in enumerate(rows):
+        x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32)
+        times = []
+        for r in range(warmup + repeats):
+            t0 = time.perf_counter()
+            mx.eval(model(x, cache=cache))
+            dt = time.perf_counter() - t0
+            trim_prompt_cache(cache, k)
+            if r >= warmup:
+                times.append(dt * 1e3)
+        points.append(Point(k, statistics.median(times), min(times), max(times)))
+        if on_progress:
+            on_progress(i + 1, len(rows))
+        if cancel and cancel():
+            break
+    return CostCurve(context, repeats, mark_boundaries(points))
+
+
+def expected_tokens(acceptance: float, width: int) -> float:
+    """Tokens emitted per round at per-token acceptance ``a``: (1 - a^K) / (1 - a)."""
+    a = min(max(acceptance, 0.0), 1.0)
+    if a >= 1.0:
+        return float(width)
+    return (1 - a ** width) / (1 - a)
+
+
+def predict(curve: CostCurve, acceptance: float, draft_ms: float,
+            widths: Sequence[int]) -> dict[int, float]:
+    """Predicted speed-up over classic per width: E(K) / (draft + verify(K)) against 1 / verify(1)."""
+    one = curve.ms(1)
+    out = {}
+    if not one:
+        return out
+    for k in widths:
+        v = curve.ms(k)
+        if v is None:
+            continue
+        cost = (k - 1) * draft_ms + v
+        out[k] = expected_tokens(acceptance, k) / cost * one
+    return out

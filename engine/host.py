@@ -1,0 +1,119 @@
+"""Host identity for records, and the host gate: what could disturb a timing.
+
+The gate notes other processes on the GPU, GPU utilization, clock throttle
+reasons and CPU load; it warns, and can wait for a quieter host.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+
+# MLX environment variables that change kernels or scheduling.
+MLX_ENV_PREFIXES = ("MLX_", "CUDA_VISIBLE_DEVICES", "OMP_NUM_THREADS", "OPENBLAS_")
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def identity() -> dict:
+    from policy.device import probe
+
+    dev = probe()
+    return {
+        "device": dev.to_dict(),
+        "driver": dev.driver,
+        "kernel": platform.release(),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "cpu_count": os.cpu_count(),
+        "mlx": _version("mlx"),
+        "mlx_lm": _version("mlx-lm"),
+        "blockwidth": _version("blockwidth"),
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith(MLX_ENV_PREFIXES)},
+    }
+
+
+@dataclass
+class GateReport:
+    cpu_load: float | None  # 1-minute load average per core
+    gpu: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    waited_s: float = 0.0
+
+    @property
+    def quiet(self) -> bool:
+        return not self.warnings
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _gpu_state() -> dict:
+    try:
+        import warnings
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the pynvml shim's deprecation notice
+            import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:
+        return {}
+    try:
+        h = pynvml.nvmlDeviceGetHandleByIndex(0)
+        util = pynvml.nvmlDeviceGetUtilizationRates(h)
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
+        others = [p.pid for p in procs if p.pid != os.getpid()]
+        try:
+            reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
+        except Exception:
+            reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        # Idle and application-clock settings are not disturbances.
+        benign = 0x1 | 0x2
+        return {"utilization_pct": util.gpu, "other_processes": others,
+                "clock_event_reasons": int(reasons), "throttled": bool(int(reasons) & ~benign)}
+    except Exception as e:
+        return {"error": f"{type(e).__name__}: {e}"}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:
+            pass
+
+
+def check(load_limit: float = 0.5, util_limit: int = 10) -> GateReport:
+    load = None
+    try:
+        load = os.getloadavg()[0] / (os.cpu_count() or 1)
+    except OSError:
+        pass
+    gpu = _gpu_state()
+    warn = []
+    if load is not None and load > load_limit:
+        warn.append(f"CPU load {load:.2f} per core (over {load_limit})")
+    if gpu.get("other_processes"):
+        warn.append(f"other processes on the GPU: pids {gpu['other_processes']}")
+    if gpu.get("utilization_pct", 0) > util_limit:
+        warn.append(f"GPU {gpu['utilization_pct']}% busy before timing")
+    if gpu.get("throttled"):
+        warn.append(f"GPU clocks held back (reasons 0x{gpu['clock_event_reasons']:x})")
+    return GateReport(load, gpu, warn)
+
+
+def gate(wait_s: float = 0.0, poll_s: float = 2.0, **limits) -> GateReport:
+    """Check the host; with ``wait_s`` > 0, wait up to that long for it to be quiet."""
+    start = time.monotonic()
+    report = check(**limits)
+    while report.warnings and time.monotonic() - start < wait_s:
+        time.sleep(poll_s)
+        report = check(**limits)
+    report.waited_s = round(time.monotonic() - start, 2)
+    return report

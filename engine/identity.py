@@ -1,0 +1,111 @@
+"""Byte identity of a width's greedy output against classic's, and the exactness probe.
+
+On a CPU a K-row verify is bitwise equal to K single-row steps; on CUDA it is
+not, so a width's greedy output can drift from classic's. These two functions
+are how an operator sees that.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import mlx.core as mx
+
+CONTEXT = 4  # tokens shown either side of a divergence
+
+
+@dataclass(frozen=True)
+class Identity:
+    identical_ids: bool
+    identical_bytes: bool
+    first_divergence: int | None  # token index, None when identical
+    classic_len: int
+    width_len: int
+    before: str = ""  # shared text just before the divergence
+    classic_after: str = ""
+    width_after: str = ""
+
+    def describe(self) -> str:
+        if self.identical_ids:
+            return f"byte-identical ({self.classic_len} tokens)"
+        where = f"token {self.first_divergence}"
+        return (f"differs from classic at {where}: …{self.before!r} then classic "
+                f"{self.classic_after!r} vs width {self.width_after!r}")
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _decode(tokenizer, ids: list[int]) -> str:
+    return tokenizer.decode(ids) if ids else ""
+
+
+def compare(classic: list[int], width: list[int], tokenizer) -> Identity:
+    n = next((i for i, (a, b) in enumerate(zip(classic, width)) if a != b), None)
+    if n is None and len(classic) != len(width):
+        n = min(len(classic), len(width))
+    cb = _decode(tokenizer, classic).encode("utf-8")
+    wb = _decode(tokenizer, width).encode("utf-8")
+    if n is None:
+        return Identity(True, cb == wb, None, len(classic), len(width))
+    return Identity(
+        False, cb == wb, n, len(classic), len(width),
+        before=_decode(tokenizer, classic[max(n - CONTEXT, 0):n]),
+        classic_after=_decode(tokenizer, classic[n:n + CONTEXT]),
+        width_after=_decode(tokenizer, width[n:n + CONTEXT]),
+    )
+
+
+@dataclass(frozen=True)
+class Exactness:
+    width: int
+    bitwise_equal: bool
+    max_abs_diff: float
+    argmax_agree: tuple[bool, ...]  # per row
+
+    @property
+    def argmax_agreement(self) -> float:
+        return sum(self.argmax_agree) / len(self.argmax_agree)
+
+    def describe(self) -> str:
+        if self.bitwise_equal:
+            return f"width {self.width}: block verify bitwise equal to {self.width} single steps"
+        bad = [i for i, ok in enumerate(self.argmax_agree) if not ok]
+        return (f"width {self.width}: not bitwise equal (max |diff| {self.max_abs_diff:.3g}); "
+                f"argmax agrees on {len(self.argmax_agree) - len(bad)}/{len(self.argmax_agree)} rows"
+                + (f", differs on rows {bad}" if bad else ""))
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["argmax_agree"] = list(self.argmax_agree)
+        return d
+
+
+def probe(model, prefix: list[int], block: list[int]) -> Exactness:
+    """One ``len(block)``-row forward against ``len(block)`` single-row steps, both after ``prefix``."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from engine.drafters import prefill_cache
+
+    if not prefix or not block:
+        raise ValueError("the exactness probe needs a non-empty prefix and block")
+    ids = mx.array(prefix + block[:0], mx.uint32)
+
+    def prepared():
+        cache = make_prompt_cache(model)
+        rest = prefill_cache(model, cache, ids, 512)
+        model(rest[None], cache=cache)  # the last prefix token, as decoding would have
+        mx.eval([c.state for c in cache])
+        return cache
+
+    cache = prepared()
+    wide = model(mx.array(block, mx.uint32)[None], cache=cache)[0]
+    cache = prepared()
+    rows = [model(mx.array([t], mx.uint32)[None], cache=cache)[0, -1] for t in block]
+    narrow = mx.stack(rows)
+    mx.eval(wide, narrow)
+    w32, n32 = wide.astype(mx.float32), narrow.astype(mx.float32)
+    equal = bool(mx.array_equal(wide, narrow).item())
+    diff = float(mx.max(mx.abs(w32 - n32)).item())
+    agree = (mx.argmax(wide, axis=-1) == mx.argmax(narrow, axis=-1)).tolist()
+    return Exactness(len(block), equal, diff, tuple(bool(a) for a in agree))

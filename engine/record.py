@@ -1,0 +1,126 @@
+"""Session records: one JSON file per A/B session, renderable as Markdown.
+
+A record holds the host identity, the pair (paths and content fingerprints),
+the prompt hash and token counts, every raw sample with its per-round
+diagnostics, and the decision with why.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+RECORD_SCHEMA = 1
+
+
+def default_dir() -> Path:
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("blockwidth")) / "records"
+
+
+def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]:
+    arms = []
+    for arm in [session.classic, *session.arms]:
+        dr, er = arm.decode_range(), arm.e2e_range()
+        arms.append({
+            "arm": arm.name, "width": arm.width, "verdict": arm.verdict.value, "why": arm.why,
+            "decode_tok_s": dr.to_list() if dr else None,
+            "e2e_tok_s": er.to_list() if er else None,
+            "acceptance": arm.acceptance, "per_token_acceptance": arm.per_token_acceptance,
+            "identity": arm.identity.to_dict() if arm.identity else None,
+            "samples": [dict(run.summary(), rounds_detail=run.rounds_table()) for run in arm.runs],
+        })
+    opening, closing = session.opening_closing()
+    return {
+        "schema": RECORD_SCHEMA,
+        "kind": "ab-session",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.started_at)),
+        "host": host,
+        "gate": gate,
+        "pair": {
+            "target": str(pair.target_path), "drafter": str(pair.drafter_path) if pair.drafter_path else None,
+            "drafter_kind": pair.kind.value, "fingerprints": dict(pair.fingerprints),
+            "pair_id": pair.pair_id, "target_quantization": pair.quantization.to_dict(),
+        },
+        "prompt": {"sha256": session.prompt_sha256, "tokens": len(session.prompt_ids),
+                   "text_head": session.config.prompt[:200]},
+        "config": {"widths": list(session.config.widths), "n": session.config.n,
+                   "max_tokens": session.config.max_tokens, "sequential": session.config.sequential,
+                   "max_reps": session.config.max_reps, "max_seconds": session.config.max_seconds},
+        "order": session.order,
+        "reps": session.reps,
+        "elapsed_s": round(session.elapsed_s, 3),
+        "cancelled": session.cancelled,
+        "arms": arms,
+        "drift": {"drifted": session.drift, "why": session.drift_why,
+                  "opening_tok_s": opening.to_list() if opening else None,
+                  "closing_tok_s": closing.to_list() if closing else None},
+        "exactness": {str(k): v.to_dict() for k, v in session.exactness.items()},
+        "costcurve": session.curve.to_dict() if session.curve else None,
+        "predicted_speedup": {str(k): round(v, 4) for k, v in session.predicted.items()},
+        "predicted_best": session.predicted_best,
+        "decision": {"recommendation": session.recommendation, "decision": session.decision,
+                     "why": session.why, "saveable": session.saveable},
+    }
+
+
+def write(record: dict, directory: Path | None = None) -> Path:
+    """Write atomically to ``directory`` (default: the user data dir); return the path."""
+    directory = Path(directory) if directory else default_dir()
+    directory.mkdir(parents=True, exist_ok=True)
+    stamp = record["created"].replace(":", "").replace("-", "")
+    name = f"session-{stamp}-{record['prompt']['sha256'][:8]}-{os.getpid()}.json"
+    path = directory / name
+    fd, tmp = tempfile.mkstemp(prefix=".record.", suffix=".tmp", dir=directory)
+    with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        json.dump(record, fh, indent=1)
+    os.replace(tmp, path)
+    return path
+
+
+def load(path: Path) -> dict:
+    return json.loads(Path(path).read_text(encoding="utf-8"))
+
+
+def _r(v: list | None) -> str:
+    return "-" if not v else f"{v[0]:.1f} / {v[1]:.1f} / {v[2]:.1f}"
+
+
+def markdown(record: dict) -> str:
+    host, pair, dec = record["host"], record["pair"], record["decision"]
+    dev = host.get("device", {})
+    lines = [
+        f"# A/B session {record['created']}",
+        "",
+        f"- host: {dev.get('backend')} {dev.get('architecture') or ''} {dev.get('name') or ''}, "
+        f"MLX {host.get('mlx')}, mlx-lm {host.get('mlx_lm')}, kernel {host.get('kernel')}",
+        f"- pair: `{pair['target']}` [{pair['target_quantization']['scheme']}] + "
+        f"`{pair['drafter'] or 'lookup'}` ({pair['drafter_kind']}), id `{pair['pair_id']}`",
+        f"- prompt: sha256 `{record['prompt']['sha256'][:16]}`, {record['prompt']['tokens']} tokens; "
+        f"{record['config']['max_tokens']} new tokens; n = {record['config']['n']}, reps run {record['reps']}",
+        "",
+        "| arm | decode tok/s min / med / max | e2e tok/s min / med / max | acceptance | identity | verdict |",
+        "|---|---|---|---|---|---|",
+    ]
+    for a in record["arms"]:
+        acc = f"{a['acceptance']:.3f}" if a["acceptance"] is not None else "-"
+        ident = "-" if a["identity"] is None else ("identical" if a["identity"]["identical_ids"]
+                                                   else f"differs @ {a['identity']['first_divergence']}")
+        lines.append(f"| {a['arm']} | {_r(a['decode_tok_s'])} | {_r(a['e2e_tok_s'])} | {acc} | {ident} | "
+                     f"{a['verdict']} |")
+    lines += ["", f"**Decision:** {dec['decision']} — {dec['why']}"]
+    if record["drift"]["drifted"]:
+        lines.append(f"\n**Drift:** {record['drift']['why']}")
+    if record.get("predicted_best"):
+        lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
+    if record.get("exactness"):
+        lines.append("\n| width | bitwise equal | max abs diff | argmax agreement |\n|---|---|---|---|")
+        for k, e in record["exactness"].items():
+            agree = sum(e["argmax_agree"])
+            lines.append(f"| {k} | {e['bitwise_equal']} | {e['max_abs_diff']:.3g} | {agree}/{len(e['argmax_agree'])} |")
+    return "\n".join(lines) + "\n"

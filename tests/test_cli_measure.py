@@ -1,0 +1,68 @@
+"""sweep and costcurve as a user runs them, on the demo pair (CPU)."""
+
+import json
+
+import pytest
+
+from policy import profile
+from tests.conftest import ROOT, run_cli
+
+
+def test_costcurve_json():
+    p = run_cli("costcurve", "--rows", "1,2,4", "--repeats", "3", "--context", "16", "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert [x["rows"] for x in d["points"]] == [1, 2, 4] and d["target_quantization"]["scheme"] == "none"
+
+
+def test_costcurve_text_plot():
+    p = run_cli("costcurve", "--demo-target", "4bit", "--rows", "1-3", "--repeats", "2", "--context", "8")
+    assert p.returncode == 0, p.stderr
+    assert "affine 4-bit g64" in p.stdout and "3 rows |" in p.stdout
+
+
+def test_sweep_json_and_record(tmp_path):
+    p = run_cli("sweep", "--widths", "2,4", "-n", "2", "--max-tokens", "16", "--json",
+                "--record-dir", str(tmp_path))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert [a["arm"] for a in d["arms"]] == ["classic", "w2", "w4"]
+    assert all(a["identity"]["identical_ids"] for a in d["arms"][1:])
+    assert d["decision"]["decision"] and (tmp_path / d["record_path"].split("/")[-1]).exists()
+    for a in d["arms"]:
+        assert len(a["decode_tok_s"]) == 3 and a["decode_tok_s"][0] <= a["decode_tok_s"][2]
+
+
+def test_sweep_save_saves_or_refuses_honestly(tmp_path):
+    prof = tmp_path / "p.toml"
+    p = run_cli("sweep", "--demo-target", "4bit", "--widths", "8", "-n", "2",
+                "--max-tokens", "12", "--save", "--profile", str(prof), "--record-dir", str(tmp_path))
+    # On a CPU a 4-bit verify costs every row (8 rows ~ 6x one row) and the demo drafter keeps
+    # about half of 7 drafts: width 8 is far slower than classic, so the outcome is a decline.
+    if p.returncode == 0:
+        assert "slower" in p.stdout and "saved: decline" in p.stdout, p.stdout + p.stderr
+        e = profile.load(prof).entries
+        assert len(e) == 1 and e[0].decline and e[0].quant_scheme == "affine" and e[0].quant_bits == 4
+        assert e[0].evidence["record"].startswith(str(tmp_path))
+    else:
+        # a noisy host can leave it undecided, or drift: then nothing is saved, and it says why
+        assert p.returncode == 1 and "not saved" in p.stderr, p.stdout + p.stderr
+        assert "drift" in p.stderr or "undecided" in p.stderr
+        assert not prof.exists()
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("--widths", "1,4"), "width 1 is out of range"),
+    (("--widths", "4,x"), "'x' is not an integer"),
+    (("--max-tokens", "0"), "--max-tokens 0"),
+    (("--prompt", ""), "prompt: empty"),
+    (("--prompt-file", "/nope/prompt.txt"), "--prompt-file /nope/prompt.txt"),
+    (("--target", "/nope"), "--target /nope: no such file"),
+    (("--target", str(ROOT / "engine/demo/pair/target-bf16"), "--draft", str(ROOT / "engine/demo/pair/drafter"),
+      "--kind", "dflash"), "the embedded engine runs only"),
+])
+def test_sweep_bad_input_exit_2(args, needle, tmp_path):
+    p = run_cli("sweep", "-n", "1", "--max-tokens", "4", "--record-dir", str(tmp_path), *args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert not list(tmp_path.glob("session-*.json"))  # no partial record presented as a measurement

@@ -1,0 +1,237 @@
+"""Integration tests: the real engine on the demo pair, on this machine's CPU (no mocks)."""
+
+import json
+
+import mlx.core as mx
+import pytest
+
+from engine import costcurve, demo, record
+from engine.ab import AbConfig, Arm, Session, Verdict, decide, run_session
+from engine.decode import DecodeError, DecodeRun, Round, classic, speculative
+from engine.demo.prompts import DEMO_PROMPTS
+from engine.identity import compare, probe
+from engine.pair import PairError, load_pair
+
+TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def model_pair():
+    return load_pair(demo.target("bf16"), demo.DRAFTER)
+
+
+@pytest.fixture(scope="module")
+def lookup_pair():
+    return load_pair(demo.target("bf16"))
+
+
+@pytest.fixture(scope="module")
+def prompt_ids(model_pair):
+    return model_pair.tokenizer.encode(DEMO_PROMPTS[0])
+
+
+@pytest.fixture(scope="module")
+def reference(model_pair, prompt_ids):
+    return classic(model_pair, prompt_ids, TOKENS)
+
+
+def test_classic_matches_mlx_lm(model_pair, prompt_ids, reference):
+    from mlx_lm.generate import generate_step
+
+    ref = [t for t, _ in generate_step(mx.array(prompt_ids), model_pair.target, max_tokens=TOKENS)]
+    assert reference.tokens == ref
+    assert len(reference.rounds) == TOKENS and reference.prefill_s > 0 and reference.decode_s > 0
+
+
+@pytest.mark.parametrize("width", range(2, 9))
+def test_model_drafter_output_equals_classic(model_pair, prompt_ids, reference, width):
+    run = speculative(model_pair, prompt_ids, TOKENS, width)
+    assert run.tokens == reference.tokens
+    # counters add up: every round emits its accepted drafts plus one, but the last may stop short
+    for r in run.rounds[:-1]:
+        assert r.emitted == r.accepted + 1 and r.drafted <= width - 1 and r.accepted <= r.drafted
+    assert sum(r.emitted for r in run.rounds) == TOKENS == len(run.tokens)
+    assert run.speculative_rounds == len(run.rounds) and run.acceptance is not None
+
+
+@pytest.mark.parametrize("width", range(2, 9))
+def test_lookup_drafter_output_equals_classic(lookup_pair, prompt_ids, reference, width):
+    run = speculative(lookup_pair, prompt_ids, TOKENS, width)
+    assert run.tokens == reference.tokens
+    assert sum(r.emitted for r in run.rounds) == TOKENS
+    for r in run.rounds[:-1]:
+        assert r.emitted == r.accepted + 1
+
+
+def test_speculative_matches_mlx_lm(model_pair, prompt_ids):
+    from mlx_lm.generate import speculative_generate_step
+
+    for width in (2, 4):
+        ours = speculative(model_pair, prompt_ids, TOKENS, width)
+        theirs = [t for t, _, _ in speculative_generate_step(
+            mx.array(prompt_ids), model_pair.target, model_pair.drafter,
+            num_draft_tokens=width - 1, max_tokens=TOKENS)]
+        assert ours.tokens == theirs
+
+
+def test_demo_acceptance_at_width_4(model_pair):
+    """The demo drafter's per-drafted-token acceptance at width 4, pooled over the demo prompts."""
+    acc = dra = 0
+    for p in DEMO_PROMPTS:
+        run = speculative(model_pair, model_pair.tokenizer.encode(p), 64, 4)
+        acc, dra = acc + run.accepted, dra + run.drafted
+    assert acc / dra >= 0.6
+
+
+def test_4bit_target_also_exact():
+    pair = load_pair(demo.target("4bit"), demo.DRAFTER)
+    ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
+    c = classic(pair, ids, 24)
+    assert speculative(pair, ids, 24, 4).tokens == c.tokens
+    assert pair.quantization.describe() == "affine 4-bit g64"
+
+
+@pytest.mark.parametrize("call,msg", [
+    (lambda p, ids: speculative(p, ids, 8, 1), "at least 2"),
+    (lambda p, ids: speculative(p, ids, 0, 4), "max tokens = 0"),
+    (lambda p, ids: classic(p, [], 8), "prompt: empty"),
+    (lambda p, ids: classic(p, ids * 200, 8), "exceeds the target's context"),
+])
+def test_bad_decode_input(model_pair, prompt_ids, call, msg):
+    with pytest.raises(DecodeError, match=msg):
+        call(model_pair, prompt_ids)
+
+
+def test_bad_pairs(tmp_path):
+    with pytest.raises(PairError, match="no such file"):
+        load_pair(tmp_path / "nope")
+    # a corrupt weights file is named
+    import shutil
+    bad = tmp_path / "bad"
+    shutil.copytree(demo.target("bf16"), bad)
+    (bad / "model.safetensors").write_bytes(b"\x00\x01")
+    with pytest.raises(PairError, match="model.safetensors"):
+        load_pair(bad)
+    # a drafter with another vocabulary is refused, naming both sizes
+    other = tmp_path / "other"
+    shutil.copytree(demo.DRAFTER, other)
+    cfg = json.loads((other / "config.json").read_text())
+    cfg["vocab_size"] = 4096
+    (other / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(PairError, match="4096.*2048"):
+        load_pair(demo.target("bf16"), other)
+    with pytest.raises(PairError, match="dflash"):
+        load_pair(demo.target("bf16"), demo.DRAFTER, "dflash")
+
+
+def test_identity_and_divergence(model_pair, reference):
+    same = compare(reference.tokens, list(reference.tokens), model_pair.tokenizer)
+    assert same.identical_ids and same.identical_bytes and same.first_divergence is None
+    changed = list(reference.tokens)
+    changed[10] = (changed[10] + 1) % 2048
+    diff = compare(reference.tokens, changed, model_pair.tokenizer)
+    assert not diff.identical_ids and diff.first_divergence == 10
+    assert diff.classic_after != diff.width_after and "token 10" in diff.describe()
+
+
+def test_exactness_probe_on_cpu(model_pair, prompt_ids, reference):
+    ex = probe(model_pair.target, prompt_ids, reference.tokens[:6])
+    assert ex.bitwise_equal and ex.max_abs_diff == 0.0 and all(ex.argmax_agree)
+
+
+def test_costcurve_measures_and_flags():
+    pair = load_pair(demo.target("bf16"))
+    curve = costcurve.measure(pair.target, (1, 2, 4, 8), context=16, repeats=3)
+    assert [p.rows for p in curve.points] == [1, 2, 4, 8]
+    assert all(p.min_ms <= p.median_ms <= p.max_ms for p in curve.points)
+    # the H200's 4-bit 8B shape: a cliff at 8 rows must show
+    pts = [costcurve.Point(k, ms, ms, ms) for k, ms in
+           [(1, 8.7), (2, 13.3), (4, 21.8), (7, 34.5), (8, 16.4), (15, 16.4), (16, 17.5)]]
+    marked = {p.rows: p.boundary for p in costcurve.mark_boundaries(pts)}
+    assert marked[8] == "drop" and marked[16] == ""
+    assert costcurve.expected_tokens(0.5, 4) == pytest.approx(1.875)
+
+
+def _run(tok_s, width=None, drafted=3, accepted=2, tokens=(1, 2, 3)):
+    rounds = [Round(drafted if width else 0, accepted if width else 0, 1, 0.0, 0.0, 0.0)]
+    return DecodeRun(width, list(tokens), 5, 0.01, len(tokens) / tok_s, rounds)
+
+
+def _session(classic_tok_s, arms):
+    s = Session(AbConfig(widths=tuple(arms), prompt="x"), [1], Arm(None, verdict=Verdict.CONTROL), [])
+    s.classic.runs = [_run(v) for v in classic_tok_s]
+    for w, (speeds, ident) in arms.items():
+        arm = Arm(w, runs=[_run(v, w) for v in speeds])
+        from engine.identity import Identity
+        arm.identity = Identity(ident, ident, None if ident else 1, 3, 3)
+        s.arms.append(arm)
+    decide(s)
+    return s
+
+
+def test_decision_rules_on_constructed_samples():
+    s = _session([100, 101, 102, 101], {2: ([110, 111, 112], True), 4: ([120, 125, 130], True),
+                                         6: ([101, 105, 109], True), 8: ([90, 91, 92], True),
+                                         16: ([150, 151, 152], False)})
+    v = {a.width: a.verdict for a in s.arms}
+    assert v == {2: Verdict.WINS, 4: Verdict.WINS, 6: Verdict.UNDECIDED, 8: Verdict.SLOWER,
+                 16: Verdict.FASTER_DIFFERS}
+    assert s.recommendation == 4 and not s.drift and s.saveable
+    none = _session([100, 101, 102, 101], {4: ([90, 91, 92], True)})
+    assert none.recommendation is None and none.decision == "no width beats classic here"
+    und = _session([100, 101, 102, 101], {4: ([95, 101, 105], True)})
+    assert und.decision == "undecided"
+
+
+def test_drift_rule():
+    s = _session([100, 101, 120, 121], {4: ([130, 131, 132], True)})
+    assert s.drift and not s.saveable and "drifted" in s.why
+    assert s.recommendation == 4  # still shown, but it cannot be saved
+
+
+def test_zero_round_arm_is_not_measured():
+    s = _session([100, 101, 102, 101], {4: ([130, 131, 132], True)})
+    s.arms[0].runs = [DecodeRun(4, [1, 2], 5, 0.01, 0.01, [Round(0, 0, 1, 0, 0, 0)] * 2)]
+    decide(s)
+    assert s.arms[0].verdict is Verdict.NOT_MEASURED and "declined" in s.arms[0].why
+
+
+def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
+    from engine import host
+
+    events = []
+    cfg = AbConfig(widths=(2, 4), prompt=DEMO_PROMPTS[1], n=2, max_tokens=24)
+    s = run_session(model_pair, cfg, on_event=events.append)
+    names = [n for n in s.order]
+    assert names == ["classic", "w2", "w4", "classic", "w2", "w4", "classic"]  # bracketed, interleaved
+    assert {e.kind for e in events} >= {"session", "warmup", "arm", "progress", "rep", "done"}
+    assert all(a.identity.identical_ids for a in s.arms)
+    assert set(s.exactness) == {2, 4} and s.curve is not None and s.predicted_best in (2, 4)
+    rec = record.build(s, model_pair, host.identity(), host.gate().to_dict())
+    path = record.write(rec, tmp_path)
+    back = record.load(path)
+    assert back == json.loads(json.dumps(rec))
+    assert back["prompt"]["sha256"] == s.prompt_sha256 and back["arms"][1]["samples"][0]["rounds_detail"]
+    md = record.markdown(back)
+    assert "| w4 |" in md and "Decision" in md
+
+
+def test_session_cancel_is_clean(model_pair):
+    import threading
+
+    cancel = threading.Event()
+
+    def stop_early(e):
+        if e.kind == "progress" and e.tokens >= 4:
+            cancel.set()
+
+    s = run_session(model_pair, AbConfig(widths=(4,), prompt="def f", n=3, max_tokens=32),
+                    on_event=stop_early, cancel=cancel)
+    assert s.cancelled and not s.saveable
+
+
+def test_sequential_stops_within_budget(model_pair):
+    cfg = AbConfig(widths=(2,), prompt="def f", n=1, max_tokens=16, sequential=True, max_reps=3,
+                   warmup=False, exactness=False, predict=False)
+    s = run_session(model_pair, cfg)
+    assert 1 <= s.reps <= 3
