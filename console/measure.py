@@ -156,6 +156,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
             print(f"predicted (cost curve + acceptance): best width {session.predicted_best}  [{pred}]")
+        cold = session.cold_arms()
+        if cold:
+            print("warning: first (warm-up) pass was slower: " + ", ".join(
+                f"{k} {v:.1f}x" for k, v in cold.items()) + ". The table is warm: a width that "
+                "meets new positions in service may pay this every round (on CUDA: cuDNN attention "
+                "plans per KV length, cached up to MLX_CUDA_SDPA_CACHE_SIZE).")
         print(f"decision: {session.decision} — {session.why}")
         print(f"record: {path}")
         if saved:

@@ -87,8 +87,10 @@ class Arm:
 
     @property
     def draft_ms_per_token(self) -> float | None:
-        d = sum(r.drafted for r in self.runs)
-        return sum(x.draft_s for r in self.runs for x in r.rounds) / d * 1e3 if d else None
+        """From the split rounds only: the others do not time drafting apart."""
+        split = [x for r in self.runs for x in r.rounds if x.split and x.drafted]
+        d = sum(x.drafted for x in split)
+        return sum(x.draft_s for x in split) / d * 1e3 if d else None
 
 
 @dataclass
@@ -131,6 +133,7 @@ class Session:
     curve: costcurve.CostCurve | None = None
     predicted: dict[int, float] = field(default_factory=dict)
     predicted_best: int | None = None
+    warmup: dict[str, DecodeRun] = field(default_factory=dict)  # discarded from the statistics
     reps: int = 0
     elapsed_s: float = 0.0
     cancelled: bool = False
@@ -151,6 +154,21 @@ class Session:
     @property
     def saveable(self) -> bool:
         return not self.drift and not self.cancelled
+
+    def cold_arms(self, factor: float = 2.0) -> dict[str, float]:
+        """Arms whose discarded warm-up decoded ``factor``x slower than their median run.
+
+        On CUDA, MLX builds a cuDNN attention plan per (rows, KV length) and keeps
+        a bounded number (MLX_CUDA_SDPA_CACHE_SIZE): a first pass at new positions
+        pays for every plan, so a warm table can flatter a width."""
+        out = {}
+        for arm in [self.classic, *self.arms]:
+            w = self.warmup.get(arm.name)
+            if w is not None and arm.runs:
+                med = statistics.median(r.decode_s for r in arm.runs)
+                if med > 0 and w.decode_s / med >= factor:
+                    out[arm.name] = w.decode_s / med
+        return out
 
     def arm(self, width: int) -> Arm:
         for a in self.arms:
@@ -254,6 +272,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         if keep and not cancel.is_set():
             arm.runs.append(run)
             session.order.append(arm.name)
+        elif not keep:
+            session.warmup[arm.name] = run
         return run
 
     if config.warmup:

@@ -53,6 +53,8 @@ def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]
                    "max_tokens": session.config.max_tokens, "sequential": session.config.sequential,
                    "max_reps": session.config.max_reps, "max_seconds": session.config.max_seconds},
         "order": session.order,
+        "warmup": {name: run.summary() for name, run in session.warmup.items()},
+        "cold_arms": {k: round(v, 2) for k, v in session.cold_arms().items()},
         "reps": session.reps,
         "elapsed_s": round(session.elapsed_s, 3),
         "cancelled": session.cancelled,

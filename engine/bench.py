@@ -1,0 +1,95 @@
+"""Benchmark: this engine against mlx-lm, side by side in one process, on the demo pair.
+
+    make bench            (or: python -m engine.bench [--n 5] [--tokens 128] [--target bf16|4bit])
+
+For classic and for widths 2, 4, 8, runs this engine and mlx-lm
+(``generate_step`` / ``speculative_generate_step`` with num_draft_tokens =
+width - 1) interleaved, n times each, timing whole generations the same way,
+and reports per pair of runs the ratio engine / mlx-lm tok/s and whether the
+tokens are identical. Target: median ratio >= 0.97 everywhere, tokens identical.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import mlx.core as mx
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=9)
+    ap.add_argument("--tokens", type=int, default=128)
+    ap.add_argument("--target", choices=("bf16", "4bit"), default="bf16")
+    ap.add_argument("--widths", default="2,4,8")
+    ap.add_argument("--device", choices=("default", "cpu"), default="default",
+                    help="cpu: run on the CPU even where MLX has a GPU")
+    args = ap.parse_args(argv)
+    if args.device == "cpu":
+        mx.set_default_device(mx.cpu)  # before mlx-lm makes its generation stream
+
+    from mlx_lm.generate import generate_step, speculative_generate_step
+
+    from engine import demo
+    from engine.decode import classic, speculative
+    from engine.demo.prompts import DEMO_PROMPTS
+    from engine.pair import load_pair
+
+    pair = load_pair(demo.target(args.target), demo.DRAFTER)
+    ids = pair.tokenizer.encode(DEMO_PROMPTS[0])
+    prompt = mx.array(ids)
+    modes: list[int | None] = [None] + [int(w) for w in args.widths.split(",")]
+
+    def ours(width):
+        if width is None:
+            return classic(pair, ids, args.tokens).tokens
+        return speculative(pair, ids, args.tokens, width).tokens
+
+    def theirs(width):
+        if width is None:
+            return [t for t, _ in generate_step(prompt, pair.target, max_tokens=args.tokens)]
+        return [t for t, _, _ in speculative_generate_step(
+            prompt, pair.target, pair.drafter, num_draft_tokens=width - 1, max_tokens=args.tokens)]
+
+    def timed(fn, width):
+        t0 = time.perf_counter()
+        toks = fn(width)
+        return toks, len(toks) / (time.perf_counter() - t0)
+
+    print(f"bench: demo target {args.target} + drafter, {len(ids)}-token prompt, {args.tokens} new tokens, "
+          f"n={args.n}, MLX {mx.__version__} on {mx.default_device()}")
+    for m in modes:  # warm-up, discarded
+        timed(ours, m), timed(theirs, m)
+    ratios: dict = {m: [] for m in modes}
+    speeds: dict = {m: ([], []) for m in modes}
+    identical = {m: True for m in modes}
+    for rep in range(args.n):
+        for m in modes:
+            # alternate which goes first, so neither always runs on a warmer host
+            first, second = (ours, theirs) if rep % 2 == 0 else (theirs, ours)
+            a_toks, a = timed(first, m)
+            b_toks, b = timed(second, m)
+            (o_toks, o), (t_toks, t) = ((a_toks, a), (b_toks, b)) if first is ours else ((b_toks, b), (a_toks, a))
+            identical[m] &= o_toks == t_toks
+            ratios[m].append(o / t)
+            speeds[m][0].append(o)
+            speeds[m][1].append(t)
+    ok = True
+    print(f"{'mode':>8}  {'engine tok/s (med)':>18}  {'mlx-lm tok/s (med)':>18}  {'ratio min/med/max':>22}  tokens")
+    for m in modes:
+        name = "classic" if m is None else f"w{m}"
+        r = ratios[m]
+        med = statistics.median(r)
+        ok &= med >= 0.97 and identical[m]
+        print(f"{name:>8}  {statistics.median(speeds[m][0]):18.1f}  {statistics.median(speeds[m][1]):18.1f}  "
+              f"{min(r):6.3f} {med:6.3f} {max(r):6.3f}  {'identical' if identical[m] else 'DIFFER'}")
+        print(f"{'':>8}  per pair: " + " ".join(f"{x:.3f}" for x in r))
+    print("target (median ratio >= 0.97, identical tokens):", "met" if ok else "NOT met")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
