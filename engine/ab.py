@@ -170,6 +170,21 @@ class Session:
                     out[arm.name] = w.decode_s / med
         return out
 
+    def verify_overhead(self, factor: float = 3.0) -> dict[str, float]:
+        """Arms whose verify inside decoding cost ``factor``x the cost curve's forward of as
+        many rows: something is rebuilt per round (on CUDA, a thrashed cuDNN plan cache)."""
+        out = {}
+        if self.curve is None:
+            return out
+        for arm in self.arms:
+            ref = self.curve.ms(arm.width)
+            times = [x.verify_s * 1e3 for r in arm.runs for x in r.rounds if x.split and x.drafted]
+            if ref and times:
+                ratio = statistics.median(times) / ref
+                if ratio >= factor:
+                    out[arm.name] = ratio
+        return out
+
     def arm(self, width: int) -> Arm:
         for a in self.arms:
             if a.width == width:

@@ -235,3 +235,14 @@ def test_sequential_stops_within_budget(model_pair):
                    warmup=False, exactness=False, predict=False)
     s = run_session(model_pair, cfg)
     assert 1 <= s.reps <= 3
+
+
+def test_verify_overhead_and_cold_warmup_flags():
+    s = _session([100, 101, 102, 101], {4: ([130, 131, 132], True)})
+    s.curve = costcurve.CostCurve(16, 3, (costcurve.Point(1, 1.0, 1.0, 1.0), costcurve.Point(4, 1.2, 1.2, 1.2)))
+    s.arms[0].runs = [DecodeRun(4, [1, 2, 3], 5, 0.01, 0.1, [Round(3, 2, 3, 0.001, 0.040, 0.0)])]
+    assert s.verify_overhead()["w4"] == pytest.approx(0.040e3 / 1.2)  # a thrashed plan cache shows
+    s.arms[0].runs = [DecodeRun(4, [1, 2, 3], 5, 0.01, 0.1, [Round(3, 2, 3, 0.001, 0.0013, 0.0)])]
+    assert s.verify_overhead() == {}
+    s.warmup["w4"] = DecodeRun(4, [1, 2, 3], 5, 0.01, 0.5, [])
+    assert s.cold_arms()["w4"] == pytest.approx(5.0)
