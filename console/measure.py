@@ -22,7 +22,7 @@ def _bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[s
         a, m, b = (int(round(v / top * BAR)) for v in (lo, med, hi))
         bar = "#" * m + "-" * max(b - m, 0)
         bar = bar[:a].replace("#", "=") + bar[a:] if a else bar
-        out.append(f"  {label:>8} |{bar:<{BAR}}| {med:8.1f} {unit} {note}")
+        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.1f} {unit} {note}")
     return out
 
 
@@ -134,14 +134,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"pair   {pair.describe()}")
         print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
               f"reps run {session.reps}, {session.elapsed_s:.1f}s")
-        print(f"{'arm':>8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
+        print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
               f"{'identity':<16} verdict")
         for arm in [session.classic, *session.arms]:
             d, e = arm.decode_range(), arm.e2e_range()
             acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
             ident = "-" if arm.identity is None else (
                 "identical" if arm.identity.identical_ids else f"differs@{arm.identity.first_divergence}")
-            print(f"{arm.name:>8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
+            print(f"{arm.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
                   f"{ident:<16} {arm.verdict.value}")
         print("\ndecode tok/s by width (= min, # median, - max):")
         rows = [(a.name, a.decode_range().min, a.decode_range().median, a.decode_range().max,

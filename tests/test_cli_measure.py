@@ -18,7 +18,7 @@ def test_costcurve_json():
 def test_costcurve_text_plot():
     p = run_cli("costcurve", "--demo-target", "4bit", "--rows", "1-3", "--repeats", "2", "--context", "8")
     assert p.returncode == 0, p.stderr
-    assert "affine 4-bit g64" in p.stdout and "3 rows |" in p.stdout
+    assert "affine 4-bit g64" in p.stdout and "\n3 rows   |" in p.stdout
 
 
 def test_sweep_json_and_record(tmp_path):
