@@ -10,21 +10,7 @@ from typing import Any
 
 from console import cli
 from console.inputs import ExitCode, InputError, mlx_version, pair_paths
-
-BAR = 40
-
-
-def _bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[str]:
-    """A horizontal plot: label, min, median, max, note. '#' to the median, '-' out to max."""
-    top = max((r[3] for r in rows), default=1.0) or 1.0
-    out = []
-    for label, lo, med, hi, note in rows:
-        a, m, b = (int(round(v / top * BAR)) for v in (lo, med, hi))
-        bar = "#" * m + "-" * max(b - m, 0)
-        bar = bar[:a].replace("#", "=") + bar[a:] if a else bar
-        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.1f} {unit} {note}")
-    return out
-
+from console.render import arm_rows, bars
 
 def _prompt(args) -> str:
     from engine.demo.prompts import DEFAULT_PROMPT
@@ -75,7 +61,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
     from engine import host, record
-    from engine.ab import AbConfig, Verdict, run_session
+    from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
 
     widths = _widths(args.widths)
@@ -117,7 +103,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     saved, refusal = None, None
     if args.save:
-        saved, refusal = _save(args, session, pair, path)
+        saved, refusal = save_session(session, pair, path, args.profile,
+                                      allow_nonidentical=args.allow_nonidentical,
+                                      pair_specific=args.pair_specific)
 
     if args.json:
         out = dict(rec)
@@ -144,10 +132,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"{arm.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
                   f"{ident:<16} {arm.verdict.value}")
         print("\ndecode tok/s by width (= min, # median, - max):")
-        rows = [(a.name, a.decode_range().min, a.decode_range().median, a.decode_range().max,
-                 "" if a.verdict in (Verdict.CONTROL, Verdict.UNDECIDED) else a.verdict.value)
-                for a in [session.classic, *session.arms] if a.runs]
-        print("\n".join(_bars(rows, "tok/s")))
+        print("\n".join(bars(arm_rows(session), "tok/s")))
         for arm in session.arms:
             if arm.identity and not arm.identity.identical_ids:
                 print(f"  {arm.name}: {arm.identity.describe()}")
@@ -179,7 +164,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     return ExitCode.CHECK_FAILED if refusal else ExitCode.OK
 
 
-def _save(args, session, pair, record_path: Path) -> tuple[str | None, str | None]:
+def save_session(session, pair, record_path: Path, profile_path: str | Path | None, *,
+                 allow_nonidentical: bool = False,
+                 pair_specific: bool = False) -> tuple[str | None, str | None]:
+    """Store a session's outcome in the profile: (what was saved, None) or (None, why not)."""
     from engine.ab import Verdict
     from policy import profile as profiles
     from policy.device import probe
@@ -194,7 +182,7 @@ def _save(args, session, pair, record_path: Path) -> tuple[str | None, str | Non
         width = session.recommendation
     else:
         faster = [a for a in arms if a.verdict is Verdict.FASTER_DIFFERS]
-        if faster and args.allow_nonidentical:
+        if faster and allow_nonidentical:
             best = max(faster, key=lambda a: a.decode_range().median)
             width, identical = best.width, False
         elif faster:
@@ -218,11 +206,11 @@ def _save(args, session, pair, record_path: Path) -> tuple[str | None, str | Non
     entry = profiles.Override(
         backend=dev.backend, drafter_kind=pair.kind, width=width, decline=width is None,
         compute_capability=dev.compute_capability, quant_scheme=q.scheme.value, quant_bits=q.bits,
-        quant_group_size=q.group_size, pair=pair.pair_id if args.pair_specific else None,
+        quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
         mlx=mlx_version(), measured_at=profiles.now_iso(), byte_identical=identical,
         evidence=evidence,
     )
-    path = Path(args.profile).expanduser() if args.profile else None
+    path = Path(profile_path).expanduser() if profile_path else None
     prof = profiles.save(path, entry)
     what = f"width {width}" if width is not None else "decline (no width beat classic)"
     return f"{what} for {entry.describe_keys()} in {prof.path}", None
@@ -256,10 +244,10 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     print(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
           f"context {curve.context}, median of {curve.repeats}")
     base = curve.ms(rows[0]) or 1.0
-    bars = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms,
+    points = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms,
              f"({p.median_ms / base:.2f}x)" + (f"  <- {p.boundary}" if p.boundary else ""))
             for p in curve.points]
-    print("\n".join(_bars(bars, "ms")))
+    print("\n".join(bars(points, "ms")))
     if curve.boundaries():
         print("kernel boundaries: " + ", ".join(f"{p.boundary} at {p.rows} rows" for p in curve.boundaries()))
     else:
