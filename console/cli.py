@@ -123,11 +123,29 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _console(args: argparse.Namespace) -> int:
+    """The Textual console. Bad input is checked first, so it fails like the headless commands."""
+    from console.inputs import resolution
+
+    resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
+               device=args.device, profile=args.profile, variant=args.demo_target,
+               profile_missing_ok=True)
+    from console.app import Options, run_app  # Textual loads only here
+
+    return run_app(Options(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
+                           device=args.device, profile=args.profile, variant=args.demo_target,
+                           record_dir=args.record_dir))
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="blockwidth",
-        description="Operator console for the draft block width of speculative decoding on MLX.",
+        description="Operator console for the draft block width of speculative decoding on MLX. "
+                    "With no COMMAND it opens the console (on the demo pair unless --target).",
     )
+    _pair_args(ap)
+    _resolution_args(ap)
+    ap.add_argument("--record-dir", help="where A/B session records go (default: user data dir)")
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("resolve", help="the width this pair would use, its source and why")
@@ -150,16 +168,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = build_parser()
-    if not argv:
-        # Until the console app exists, the bare command shows the demo pair's resolution.
-        argv = ["resolve"]
-        print("blockwidth: the demo pair's resolution (`blockwidth --help` for commands)\n",
-              file=sys.stderr)
     args = ap.parse_args(argv)
-    if not getattr(args, "func", None):
-        ap.print_help()
-        return ExitCode.USAGE
     try:
+        if not getattr(args, "func", None):
+            return _console(args)
         return int(args.func(args))
     except (InputError, WidthError, ProfileError) as e:
         for line in str(e).splitlines():

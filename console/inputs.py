@@ -66,9 +66,10 @@ def device_for(spec: str | None) -> Device:
     return probe()
 
 
-def load_profile(path: str | None) -> profiles.Profile:
+def load_profile(path: str | None, missing_ok: bool = False) -> profiles.Profile:
+    """The profile to resolve with; a named one must exist unless ``missing_ok`` (a save creates it)."""
     if path:
-        return profiles.load(Path(path).expanduser(), missing_ok=False)
+        return profiles.load(Path(path).expanduser(), missing_ok=missing_ok)
     return profiles.load(None, missing_ok=True)
 
 
@@ -113,12 +114,13 @@ def pair_id(paths: PairPaths) -> str:
 
 def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
-               env: Mapping[str, str] | None = None, variant: str = "bf16") -> tuple[Resolution, PairPaths, DrafterInfo]:
+               env: Mapping[str, str] | None = None, variant: str = "bf16",
+               profile_missing_ok: bool = False) -> tuple[Resolution, PairPaths, DrafterInfo]:
     paths = pair_paths(target, draft, variant)
     info = drafter_info(paths, kind)
     quant = target_quantization(paths.target)
     dev = device_for(device)
-    prof = load_profile(profile)
+    prof = load_profile(profile, profile_missing_ok)
     res = resolve(
         drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
         env=os.environ if env is None else env, profile=prof,

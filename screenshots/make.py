@@ -26,7 +26,34 @@ SHOTS = {
 }
 
 
+async def console_shot() -> None:
+    """The console after an A/B session on the demo pair, saved with Textual's own screenshot."""
+    sys.path.insert(0, str(ROOT))
+    os.environ["XDG_CONFIG_HOME"] = "/tmp/blockwidth-screenshot-config"
+    from console.app import BlockwidthApp, Options
+
+    app = BlockwidthApp(Options(device="cpu", record_dir="/tmp/blockwidth-screenshot-records"))
+    async with app.run_test(size=(132, 44)) as pilot:
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        app.query_one("#widths").value = "2,4,8"
+        app.query_one("#tokens").value = "64"
+        await pilot.press("a")
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        app.save_screenshot("console.svg", str(HERE))
+        await pilot.press("right")  # the Identity tab
+        app.query_one("TabbedContent").active = "tab-identity"
+        await pilot.pause()
+        app.save_screenshot("console-identity.svg", str(HERE))
+    print(f"wrote {HERE / 'console.svg'}, {HERE / 'console-identity.svg'}")
+
+
 def main() -> int:
+    import asyncio
+
+    asyncio.run(console_shot())
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="120",
                XDG_CONFIG_HOME="/tmp/blockwidth-screenshot-config")
     for name, args in SHOTS.items():
