@@ -311,9 +311,8 @@ class BlockwidthApp(App):
                                f" — {s.why}")]
         if s.predicted_best:
             lines.append(Text(f"predicted best width from the cost curve and acceptance: {s.predicted_best}"))
-        for name, ratio in s.verify_overhead().items():
-            lines.append(Text(f"warning: {name} verify cost {ratio:.0f}x the cost curve inside decoding",
-                              style="yellow"))
+        for warning in s.warnings():
+            lines.append(Text(f"warning: {warning}", style="yellow"))
         lines.append(Text(f"record: {self.record_path}", style="dim"))
         if s.cancelled:
             lines.insert(0, Text("cancelled: nothing from this session can be saved", style="yellow"))

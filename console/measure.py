@@ -141,18 +141,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
             print(f"predicted (cost curve + acceptance): best width {session.predicted_best}  [{pred}]")
-        cold = session.cold_arms()
-        if cold:
-            print("warning: first (warm-up) pass was slower: " + ", ".join(
-                f"{k} {v:.1f}x" for k, v in cold.items()) + ". The table is warm: a width that "
-                "meets new positions in service may pay this every round (on CUDA: cuDNN attention "
-                "plans per KV length, cached up to MLX_CUDA_SDPA_CACHE_SIZE).")
-        slow = session.verify_overhead()
-        if slow:
-            print("warning: verify inside decoding cost " + ", ".join(
-                f"{k} {v:.0f}x" for k, v in slow.items()) + " the cost curve's forward of as many rows: "
-                "something is rebuilt every round (on CUDA, MLX's cuDNN attention plan cache, "
-                "MLX_CUDA_SDPA_CACHE_SIZE, is too small for these widths and positions).")
+        for warning in session.warnings():
+            print(f"warning: {warning}")
         print(f"decision: {session.decision} — {session.why}")
         print(f"record: {path}")
         if saved:

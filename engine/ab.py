@@ -185,6 +185,23 @@ class Session:
                     out[arm.name] = ratio
         return out
 
+    def warnings(self) -> list[str]:
+        """What makes this table flatter or punish a width more than service would."""
+        out = []
+        cold = self.cold_arms()
+        if cold:
+            out.append("first (warm-up) pass was slower: " + ", ".join(
+                f"{k} {v:.1f}x" for k, v in cold.items()) + ". The table is warm: a width that "
+                "meets new positions in service may pay this every round (on CUDA: cuDNN attention "
+                "plans per KV length, cached up to MLX_CUDA_SDPA_CACHE_SIZE).")
+        slow = self.verify_overhead()
+        if slow:
+            out.append("verify inside decoding cost " + ", ".join(
+                f"{k} {v:.0f}x" for k, v in slow.items()) + " the cost curve's forward of as many rows: "
+                "something is rebuilt every round (on CUDA, MLX's cuDNN attention plan cache, "
+                "MLX_CUDA_SDPA_CACHE_SIZE, is too small for these widths and positions).")
+        return out
+
     def arm(self, width: int) -> Arm:
         for a in self.arms:
             if a.width == width:

@@ -56,6 +56,7 @@ def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]
         "warmup": {name: run.summary() for name, run in session.warmup.items()},
         "cold_arms": {k: round(v, 2) for k, v in session.cold_arms().items()},
         "verify_overhead": {k: round(v, 2) for k, v in session.verify_overhead().items()},
+        "warnings": session.warnings(),
         "reps": session.reps,
         "elapsed_s": round(session.elapsed_s, 3),
         "cancelled": session.cancelled,

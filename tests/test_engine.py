@@ -246,3 +246,4 @@ def test_verify_overhead_and_cold_warmup_flags():
     assert s.verify_overhead() == {}
     s.warmup["w4"] = DecodeRun(4, [1, 2, 3], 5, 0.01, 0.5, [])
     assert s.cold_arms()["w4"] == pytest.approx(5.0)
+    assert len(s.warnings()) == 1 and "warm-up" in s.warnings()[0]
