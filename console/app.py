@@ -16,7 +16,7 @@ from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult
 from textual.binding import Binding
-from textual.containers import Horizontal, Vertical, VerticalScroll
+from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
 from textual.widgets import (Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static,
                              TabbedContent, TabPane)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any, Callable, Sequence
 
 from console.inputs import ExitCode, InputError, chain_lines, resolution

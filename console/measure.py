@@ -136,7 +136,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         for arm in session.arms:
             if arm.identity and not arm.identity.identical_ids:
                 print(f"  {arm.name}: {arm.identity.describe()}")
-        for w, ex in session.exactness.items():
+        for ex in session.exactness.values():
             print(f"  probe {ex.describe()}")
         if session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))

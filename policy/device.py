@@ -90,7 +90,7 @@ def probe() -> Device:
         return Device(Backend.CPU, name=platform.processor() or platform.machine(),
                       mlx_version=mx.__version__, probed=True,
                       memory_bytes=_int(info.get("memory_size")))
-    if mx.cuda.is_available() if hasattr(mx, "cuda") else False:
+    if hasattr(mx, "cuda") and mx.cuda.is_available():
         major = info.get("compute_capability_major")
         minor = info.get("compute_capability_minor")
         cc = f"{major}.{minor}" if major is not None and minor is not None else None

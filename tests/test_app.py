@@ -2,7 +2,6 @@
 
 import asyncio
 
-import pytest
 
 from console.app import BlockwidthApp, Options
 from policy import profile

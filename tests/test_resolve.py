@@ -2,10 +2,10 @@
 
 import pytest
 
-from policy.device import Backend, Device, parse_device_spec, DeviceSpecError
+from policy.device import Backend, parse_device_spec, DeviceSpecError
 from policy.drafter import DrafterKind, detect_drafter
 from policy.profile import Override, Profile
-from policy.quantization import Quantization, Scheme, classify
+from policy.quantization import classify
 from policy.resolve import Source, WidthError, resolve
 
 AFFINE4 = classify({"quantization": {"group_size": 64, "bits": 4}})
