@@ -357,7 +357,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             rows = sorted({1, *widths})
             session.curve = costcurve.measure(pair.target, rows, context=len(ids), repeats=5)
             acc = statistics.median(a.per_token_acceptance for a in measured)
-            draft_ms = statistics.median(a.draft_ms_per_token for a in measured)
+            drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
+            draft_ms = statistics.median(drafts) if drafts else 0.0
             session.predicted = costcurve.predict(session.curve, acc, draft_ms, widths)
             if session.predicted:
                 session.predicted_best = max(session.predicted, key=session.predicted.get)
