@@ -148,7 +148,7 @@ class BlockwidthApp(App):
 
     # ---- resolution and profile (fast; on the app thread)
     def _error(self, text: str) -> None:
-        self.query_one("#error", Static).update(text)
+        self.query_one("#error", Static).update(Text(text))
         if text:
             self.notify(text, severity="error", timeout=8)
 
@@ -174,7 +174,7 @@ class BlockwidthApp(App):
             f"{paths.drafter or '(prompt lookup)'}  [{info.kind.value}]\n", ("device  ", "bold"),
             res.device.describe())
         self.query_one("#pair", Static).update(pair_text)
-        self.query_one("#chain", Static).update("\n".join(chain_lines(res.chain)))
+        self.query_one("#chain", Static).update(Text("\n".join(chain_lines(res.chain))))
         self.refresh_profile()
 
     def _profile_path(self) -> Path:
@@ -195,8 +195,8 @@ class BlockwidthApp(App):
             return
         self._profile_entries = list(prof.entries)
         where = f"{path}" + ("" if prof.exists else " (not created yet)")
-        self.query_one("#profile-path", Static).update(
-            f"{where}: {len(prof.entries)} entries   (s: save the session's winner, d: delete the selected)")
+        self.query_one("#profile-path", Static).update(Text(
+            f"{where}: {len(prof.entries)} entries   (s: save the session's winner, d: delete the selected)"))
         for e in prof.entries:
             q = e.quant_scheme or "any"
             if e.quant_bits:
@@ -218,7 +218,7 @@ class BlockwidthApp(App):
 
     def on_pair_ready(self, message: PairReady) -> None:
         self.pair = message.pair
-        self.query_one("#status", Static).update(f"pair loaded: {self.pair.describe()}")
+        self.query_one("#status", Static).update(Text(f"pair loaded: {self.pair.describe()}"))
 
     # ---- A/B
     def _ab_inputs(self) -> tuple[tuple[int, ...], int, int]:
@@ -283,9 +283,9 @@ class BlockwidthApp(App):
                 self._runs_done += 1
         if e.kind in ("arm", "rep"):
             label = getattr(self, "_current", "")
-            self.query_one("#status", Static).update(f"running {label}  {e.message}".strip())
+            self.query_one("#status", Static).update(Text(f"running {label}  {e.message}".strip()))
         elif e.kind in ("exactness", "costcurve"):
-            self.query_one("#status", Static).update(f"{e.kind}: {e.message}")
+            self.query_one("#status", Static).update(Text(f"{e.kind}: {e.message}"))
 
     def on_ab_done(self, message: AbDone) -> None:
         self.session, self.record_path = message.session, message.record_path
@@ -306,7 +306,7 @@ class BlockwidthApp(App):
             table.add_row(arm.name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{e.median:.1f}",
                           acc, ident, Text(arm.verdict.value, style=style), key=arm.name)
         plot = "decode tok/s by width (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s"))
-        self.query_one("#plot", Static).update(plot)
+        self.query_one("#plot", Static).update(Text(plot))
         lines = [Text.assemble(("decision: ", "bold"), (s.decision, "bold green" if s.recommendation else "bold"),
                                f" — {s.why}")]
         if s.predicted_best:
@@ -348,8 +348,8 @@ class BlockwidthApp(App):
             return prompt + Text.assemble(tok.decode(ids[:n]),
                                           (tok.decode(ids[n:]), f"bold {colour} reverse"))
 
-        self.query_one("#identity-head", Static).update(
-            f"classic (left) vs {arm.name} (right): {ident.describe() if ident else 'no identity'}")
+        self.query_one("#identity-head", Static).update(Text(
+            f"classic (left) vs {arm.name} (right): {ident.describe() if ident else 'no identity'}"))
         self.query_one("#classic-text", Static).update(render(classic_ids, "green"))
         self.query_one("#width-text", Static).update(render(width_ids, "red"))
 

@@ -89,3 +89,13 @@ def test_bare_command_with_bad_input_fails_before_the_console():
 
     p = run_cli("--target", "/nope")
     assert p.returncode == 2 and "--target /nope" in p.stderr
+
+
+def test_bracketed_text_is_not_eaten_as_markup(tmp_path):
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml")))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _settle(app, pilot)
+            assert "[unquantized bfloat16]" in str(app.query_one("#status").render())
+
+    run(go())
