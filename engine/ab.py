@@ -8,7 +8,8 @@
   ranges) and its output is byte-identical to classic's; overlapping ranges
   are **undecided**;
 - **drift**: opening and closing classic ranges that do not overlap void the
-  session for saving;
+  session for saving; with few runs that also happens by chance (2 / C(2k, k)
+  for k runs a half: 1 in 3 at n = 3), and the session says which it can tell;
 - an arm that ran no speculative round is *not measured*;
 - sequential mode adds interleaved repetitions until every arm is decided or
   the budget (repetitions or seconds) runs out.
@@ -124,7 +125,8 @@ class Session:
     classic: Arm
     arms: list[Arm]
     order: list[str] = field(default_factory=list)  # arm names in the order they ran
-    drift: bool = False
+    drift: bool = False  # opening and closing classic ranges do not overlap
+    drift_chance: float | None = None  # how often that happens by chance alone, for these counts
     drift_why: str = ""
     recommendation: int | None = None
     decision: str = ""
@@ -239,17 +241,36 @@ def judge(classic: Arm, arm: Arm) -> None:
         arm.why += f"; drafter declined {declined} rounds"
 
 
+DRIFT_CHANCE = 0.05
+
+
+def disjoint_by_chance(a: int, b: int) -> float:
+    """Chance that ``a`` and ``b`` samples of one distribution form disjoint ranges:
+    all of one group below all of the other, either way round (2 / C(a+b, a))."""
+    from math import comb
+
+    return min(1.0, 2 / comb(a + b, a)) if a and b else 1.0
+
+
 def decide(session: Session) -> None:
     """Verdicts, drift and the recommendation, from the samples in ``session``."""
     for arm in session.arms:
         judge(session.classic, arm)
     opening, closing = session.opening_closing()
+    session.drift, session.drift_chance, session.drift_why = False, None, ""
     if opening and closing and not opening.overlaps(closing):
-        session.drift = True
-        session.drift_why = (f"classic drifted: opening {opening.min:.1f}-{opening.max:.1f} tok/s, "
-                             f"closing {closing.min:.1f}-{closing.max:.1f}; nothing here can be saved")
-    else:
-        session.drift, session.drift_why = False, ""
+        half = (len(session.classic.runs) + 1) // 2
+        chance = disjoint_by_chance(half, len(session.classic.runs) - half)
+        span = (f"opening {opening.min:.1f}-{opening.max:.1f} tok/s, "
+                f"closing {closing.min:.1f}-{closing.max:.1f}")
+        session.drift, session.drift_chance = True, chance
+        if chance <= DRIFT_CHANCE:
+            session.drift_why = f"classic drifted: {span}; nothing here can be saved"
+        else:
+            session.drift_why = (f"classic's opening and closing runs do not overlap ({span}), which "
+                                 f"noise alone does {chance:.0%} of the time with this few runs: drift "
+                                 f"or noise, it cannot tell; nothing here can be saved until more "
+                                 f"repetitions (-n 7 or --sequential) settle it")
     winners = [a for a in session.arms if a.verdict is Verdict.WINS]
     undecided = [a for a in session.arms if a.verdict is Verdict.UNDECIDED]
     if winners:
@@ -271,8 +292,11 @@ def decide(session: Session) -> None:
 
 
 def _all_decided(session: Session) -> bool:
+    """Sequential mode stops when every arm is decided and drift is settled either way."""
     decide(session)
-    return all(a.verdict is not Verdict.UNDECIDED for a in session.arms) and not session.drift
+    if session.drift and session.drift_chance is not None and session.drift_chance > DRIFT_CHANCE:
+        return False  # cannot yet tell drift from noise: more classic runs settle it
+    return all(a.verdict is not Verdict.UNDECIDED for a in session.arms)
 
 
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,

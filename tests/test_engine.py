@@ -184,9 +184,16 @@ def test_decision_rules_on_constructed_samples():
 
 
 def test_drift_rule():
+    # 2 classic runs a half: disjoint ranges happen by chance 1 time in 3, so it cannot tell
     s = _session([100, 101, 120, 121], {4: ([130, 131, 132], True)})
-    assert s.drift and not s.saveable and "drifted" in s.why
+    assert s.drift and not s.saveable and "cannot tell" in s.why
+    assert s.drift_chance == pytest.approx(1 / 3)
     assert s.recommendation == 4  # still shown, but it cannot be saved
+    # 4 a half: 2/70 by chance, so disjoint halves are drift
+    s = _session([100, 101, 102, 100, 120, 121, 122, 120], {4: ([130, 131, 132], True)})
+    assert s.drift and "classic drifted" in s.why and s.drift_chance == pytest.approx(2 / 70)
+    calm = _session([100, 121, 102, 120, 101, 122, 100, 120], {4: ([130, 131, 132], True)})
+    assert not calm.drift and calm.saveable
 
 
 def test_zero_round_arm_is_not_measured():
