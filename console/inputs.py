@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Mapping
 
 from engine import demo
-from engine.checkpoint import fingerprint
+from engine.checkpoint import pair_id
 from policy import profile as profiles
 from policy.device import Device, DeviceSpecError, parse_device_spec
 from policy.drafter import DrafterInfo, DrafterKind, detect_drafter
@@ -105,13 +105,6 @@ def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
     return detected
 
 
-def pair_id(paths: PairPaths) -> str:
-    """The pair key a pair-specific profile entry matches: target and drafter fingerprints."""
-    t = fingerprint(paths.target)
-    d = fingerprint(paths.drafter) if paths.drafter else "lookup"
-    return f"{t}+{d}"
-
-
 def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str = "bf16",
@@ -125,7 +118,7 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
         drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
         env=os.environ if env is None else env, profile=prof,
         declared_width=info.declared_width, declared_detail=info.detail,
-        pair=pair_id(paths), mlx_version=mlx_version(),
+        pair=pair_id(paths.target, paths.drafter), mlx_version=mlx_version(),
     )
     return res, paths, info
 

@@ -78,3 +78,12 @@ def fingerprint(path: Path) -> str:
                 fh.seek(off)
                 h.update(fh.read(_SAMPLE))
     return h.hexdigest()[:16]
+
+
+def pair_key(target_fp: str, drafter_fp: str | None) -> str:
+    """The key a pair-specific profile entry matches: both fingerprints (``lookup`` for no drafter)."""
+    return f"{target_fp}+{drafter_fp or 'lookup'}"
+
+
+def pair_id(target: Path, drafter: Path | None) -> str:
+    return pair_key(fingerprint(target), fingerprint(drafter) if drafter else None)

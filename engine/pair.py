@@ -14,7 +14,7 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from engine.checkpoint import CheckpointError, fingerprint, read_header, weight_files  # noqa: E402
+from engine.checkpoint import CheckpointError, fingerprint, pair_key, read_header, weight_files  # noqa: E402
 from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
@@ -39,7 +39,7 @@ class Pair:
 
     @property
     def pair_id(self) -> str:
-        return f"{self.fingerprints['target']}+{self.fingerprints.get('drafter', 'lookup')}"
+        return pair_key(self.fingerprints["target"], self.fingerprints.get("drafter"))
 
     @property
     def context_length(self) -> int | None:

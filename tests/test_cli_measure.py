@@ -66,3 +66,19 @@ def test_sweep_bad_input_exit_2(args, needle, tmp_path):
     assert p.returncode == 2, p.stdout + p.stderr
     assert needle in p.stderr and "Traceback" not in p.stderr
     assert not list(tmp_path.glob("session-*.json"))  # no partial record presented as a measurement
+
+
+def test_pair_specific_save_is_matched_by_resolve(tmp_path):
+    """A --pair-specific entry written from a sweep must be found again by resolve."""
+    from console.inputs import pair_paths
+    from engine.checkpoint import pair_id
+    from engine.pair import load_pair
+
+    paths = pair_paths(None, None)
+    assert load_pair(paths.target, paths.drafter).pair_id == pair_id(paths.target, paths.drafter)
+    prof = tmp_path / "p.toml"
+    pid = pair_id(paths.target, paths.drafter)
+    prof.write_text(f'schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 5\n'
+                    f'pair = "{pid}"\n')
+    d = json.loads(run_cli("resolve", "--device", "cpu", "--profile", str(prof), "--json").stdout)
+    assert (d["width"], d["source"]) == (5, "profile")
