@@ -99,3 +99,25 @@ def test_bracketed_text_is_not_eaten_as_markup(tmp_path):
             assert "[unquantized bfloat16]" in str(app.query_one("#status").render())
 
     run(go())
+
+
+def test_console_cancel_stops_the_session(tmp_path):
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"),
+                                    record_dir=str(tmp_path / "rec")))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _settle(app, pilot)
+            app.query_one("#widths").value = "2,4,8"
+            app.query_one("#n").value = "20"
+            app.query_one("#tokens").value = "64"
+            await pilot.press("a")
+            await pilot.pause(0.5)
+            await pilot.press("c")
+            await _settle(app, pilot)
+            assert app.session is not None and app.session.cancelled and not app.session.saveable
+            assert "cancelled" in str(app.query_one("#decision").render())
+            await pilot.press("s")
+            await pilot.pause()
+            assert "cancelled" in str(app.query_one("#error").render())
+
+    run(go())
