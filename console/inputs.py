@@ -80,11 +80,14 @@ class PairPaths:
     demo: bool
 
 
-def pair_paths(target: str | None, draft: str | None, variant: str = "bf16") -> PairPaths:
+def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
+               kind: str | None = None) -> PairPaths:
+    """The pair's folders; the demo pair without --target (its drafter unless --kind lookup)."""
     if target is None:
         if draft is not None:
             raise InputError("--draft given without --target: name the target too")
-        return PairPaths(demo.target(variant), demo.DRAFTER, True)
+        drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTER
+        return PairPaths(demo.target(variant), drafter, True)
     return PairPaths(checkpoint_dir(target, "--target"),
                      checkpoint_dir(draft, "--draft") if draft else None, False)
 
@@ -109,7 +112,7 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str = "bf16",
                profile_missing_ok: bool = False) -> tuple[Resolution, PairPaths, DrafterInfo]:
-    paths = pair_paths(target, draft, variant)
+    paths = pair_paths(target, draft, variant, kind)
     info = drafter_info(paths, kind)
     quant = target_quantization(paths.target)
     dev = device_for(device)

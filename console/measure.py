@@ -44,13 +44,10 @@ def _widths(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _load(args):
+def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
     from engine.pair import PairError, load_pair
 
-    paths = pair_paths(args.target, args.draft, args.demo_target)
-    kind = args.kind
-    if paths.demo and kind == "lookup":
-        paths = paths.__class__(paths.target, None, True)
+    paths = pair_paths(target, draft, variant, kind)
     try:
         return load_pair(paths.target, paths.drafter, kind)
     except PairError as e:
@@ -73,7 +70,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.save and args.profile:
         from policy import profile as profiles
         profiles.load(Path(args.profile), missing_ok=True)  # a bad profile stops us before measuring
-    pair = _load(args)
+    pair = _load(args.target, args.draft, args.kind, args.demo_target)
     gate = host.gate(wait_s=args.wait_quiet)
     for w in gate.warnings:
         print(f"blockwidth: warning: {w}", file=sys.stderr)
@@ -230,8 +227,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         raise InputError(str(e)) from None
     if args.context < 1:
         raise InputError(f"--context {args.context}: must be at least 1")
-    args.draft, args.kind = None, "lookup"
-    pair = _load(args)
+    pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
 
     def progress(i, n):
         if not args.json:
