@@ -97,8 +97,6 @@ class BlockwidthApp(App):
         self.session: Any = None
         self.record_path: Path | None = None
         self._cancel = threading.Event()
-        self._runs_done = 0
-        self._runs_total = 1
         self._selected_width: int | None = None
 
     # ---- layout
@@ -247,10 +245,8 @@ class BlockwidthApp(App):
             return
         self._error("")
         self._cancel = threading.Event()
-        self._runs_done = 0
-        self._runs_total = (1 + len(widths)) * (n + 1) + 1
         bar = self.query_one("#progress", ProgressBar)
-        bar.update(total=self._runs_total * tokens, progress=0)
+        bar.update(total=1000, progress=0)
         self.query_one("#arms", DataTable).clear()
         self.query_one("#plot", Static).update("")
         self.query_one("#decision", Static).update("")
@@ -278,9 +274,7 @@ class BlockwidthApp(App):
         if e.kind == "arm":
             self._current = f"{e.arm} rep {e.rep}" if e.rep else f"{e.arm} warm-up"
         elif e.kind == "progress":
-            bar.update(progress=self._runs_done * e.total + e.tokens)
-            if e.tokens >= e.total:
-                self._runs_done += 1
+            bar.update(progress=round(e.fraction * 1000))
         if e.kind in ("arm", "rep"):
             label = getattr(self, "_current", "")
             self.query_one("#status", Static).update(Text(f"running {label}  {e.message}".strip()))

@@ -80,17 +80,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     quiet = args.json
 
     tty = sys.stderr.isatty()
-    runs_total = (1 + len(widths)) * (config.n + 1) + 1  # warm-ups, repetitions, closing classic
-    done = [0]
 
     def on_event(e):
         if quiet:
             return
-        if e.kind == "progress" and e.tokens >= e.total:
-            done[0] += 1
         if tty and e.kind == "progress":
             # one redrawn line: a bar over all runs, and where this run is
-            frac = min((done[0] + (0 if e.tokens >= e.total else e.tokens / e.total)) / runs_total, 1)
+            frac = e.fraction
             fill = int(frac * 30)
             where = f"{e.arm} {'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<16}", end="",

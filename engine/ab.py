@@ -102,6 +102,14 @@ class Event:
     tokens: int = 0
     total: int = 0
     message: str = ""
+    run: int = 0  # runs finished before this one
+    runs: int = 1  # runs planned (sequential mode may add more)
+
+    @property
+    def fraction(self) -> float:
+        """How far the whole session is, from this event alone (so events may be dropped)."""
+        part = self.tokens / self.total if self.total else 0.0
+        return min((self.run + part) / max(self.runs, 1), 1.0)
 
 
 @dataclass(frozen=True)
@@ -116,6 +124,12 @@ class AbConfig:
     warmup: bool = True
     exactness: bool = True
     predict: bool = True
+
+    @property
+    def planned_runs(self) -> int:
+        """Warm-ups, n interleaved repetitions of every arm, and the closing classic run."""
+        arms = 1 + len(dict.fromkeys(self.widths))
+        return arms * (self.n + int(self.warmup)) + 1
 
 
 @dataclass
@@ -320,10 +334,16 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     t_start = time.monotonic()
     emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"))
 
+    started = [0]  # runs begun so far
+
     def one(arm: Arm, rep: int, keep: bool = True) -> DecodeRun:
-        emit(Event("arm", arm.name, rep, 0, config.max_tokens))
+        index = started[0]
+        started[0] += 1
+        runs = max(config.planned_runs, started[0])
+        emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs))
         run = decode(pair, ids, config.max_tokens, arm.width,
-                     on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t)),
+                     on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
+                                                         run=index, runs=runs)),
                      cancel=cancel.is_set)
         if keep and not cancel.is_set():
             arm.runs.append(run)

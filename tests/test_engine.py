@@ -212,6 +212,10 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
     names = [n for n in s.order]
     assert names == ["classic", "w2", "w4", "classic", "w2", "w4", "classic"]  # bracketed, interleaved
     assert {e.kind for e in events} >= {"session", "warmup", "arm", "progress", "rep", "done"}
+    progress = [e for e in events if e.kind == "progress"]
+    assert cfg.planned_runs == 10 == max(e.run for e in progress) + 1  # 3 warm-ups, 2 x 3, closing
+    assert progress[-1].fraction == 1.0
+    assert all(a.fraction <= b.fraction for a, b in zip(progress, progress[1:]))
     assert all(a.identity.identical_ids for a in s.arms)
     assert set(s.exactness) == {2, 4} and s.curve is not None and s.predicted_best in (2, 4)
     rec = record.build(s, model_pair, host.identity(), host.gate().to_dict())
