@@ -57,36 +57,26 @@ class GateReport:
 
 
 def _gpu_state() -> dict:
-    try:
-        import warnings
+    from policy.device import nvml
 
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the pynvml shim's deprecation notice
-            import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        return {}
-    try:
-        h = pynvml.nvmlDeviceGetHandleByIndex(0)
-        util = pynvml.nvmlDeviceGetUtilizationRates(h)
-        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(h)
-        others = [p.pid for p in procs if p.pid != os.getpid()]
+    with nvml() as lib:
+        if lib is None:
+            return {}
         try:
-            reasons = pynvml.nvmlDeviceGetCurrentClocksEventReasons(h)
-        except Exception:
-            reasons = pynvml.nvmlDeviceGetCurrentClocksThrottleReasons(h)
-        # Idle and application-clock settings are not disturbances.
-        benign = 0x1 | 0x2
-        return {"utilization_pct": util.gpu, "other_processes": others,
-                "clock_event_reasons": int(reasons), "throttled": bool(int(reasons) & ~benign)}
-    except Exception as e:
-        return {"error": f"{type(e).__name__}: {e}"}
-    finally:
-        try:
-            pynvml.nvmlShutdown()
-        except Exception:
-            pass
+            h = lib.nvmlDeviceGetHandleByIndex(0)
+            util = lib.nvmlDeviceGetUtilizationRates(h)
+            procs = lib.nvmlDeviceGetComputeRunningProcesses(h)
+            others = [p.pid for p in procs if p.pid != os.getpid()]
+            try:
+                reasons = lib.nvmlDeviceGetCurrentClocksEventReasons(h)
+            except Exception:
+                reasons = lib.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+        except Exception as e:
+            return {"error": f"{type(e).__name__}: {e}"}
+    # Idle and application-clock settings are not disturbances.
+    benign = 0x1 | 0x2
+    return {"utilization_pct": util.gpu, "other_processes": others,
+            "clock_event_reasons": int(reasons), "throttled": bool(int(reasons) & ~benign)}
 
 
 def check(load_limit: float = 0.5, util_limit: int = 10) -> GateReport:

@@ -6,10 +6,12 @@ Pure code takes a ``Device``; only ``probe()`` touches hardware (MLX's
 
 from __future__ import annotations
 
+import contextlib
 import re
+import warnings
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Iterator
 
 
 class Backend(str, Enum):
@@ -108,23 +110,36 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) else None
 
 
-def _nvml(fallback_name: str) -> tuple[str, str | None]:
+@contextlib.contextmanager
+def nvml() -> Iterator[Any]:
+    """pynvml, initialised for the block and shut down after; None where there is no NVIDIA
+    driver or no pynvml. The one door to NVML for the probe and the host gate."""
     try:
-        import warnings
-
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the pynvml shim's deprecation notice
             import pynvml
 
         pynvml.nvmlInit()
-        try:
-            h = pynvml.nvmlDeviceGetHandleByIndex(0)
-            name = pynvml.nvmlDeviceGetName(h)
-            driver = pynvml.nvmlSystemGetDriverVersion()
-            name = name.decode() if isinstance(name, bytes) else name
-            driver = driver.decode() if isinstance(driver, bytes) else driver
-            return name or fallback_name, driver
-        finally:
-            pynvml.nvmlShutdown()
     except Exception:
-        return fallback_name, None
+        yield None
+        return
+    try:
+        yield pynvml
+    finally:
+        with contextlib.suppress(Exception):
+            pynvml.nvmlShutdown()
+
+
+def _nvml(fallback_name: str) -> tuple[str, str | None]:
+    with nvml() as lib:
+        if lib is None:
+            return fallback_name, None
+        try:
+            h = lib.nvmlDeviceGetHandleByIndex(0)
+            name = lib.nvmlDeviceGetName(h)
+            driver = lib.nvmlSystemGetDriverVersion()
+        except Exception:
+            return fallback_name, None
+        name = name.decode() if isinstance(name, bytes) else name
+        driver = driver.decode() if isinstance(driver, bytes) else driver
+        return name or fallback_name, driver
