@@ -17,18 +17,29 @@ async def _settle(app, pilot):
     await pilot.pause()
 
 
+def _ab_inputs(app, widths: str, n: int | None = None, tokens: int | None = None) -> None:
+    """Fill the A/B tab's fields as an operator would before pressing a."""
+    app.query_one("#widths").value = widths
+    if n is not None:
+        app.query_one("#n").value = str(n)
+    if tokens is not None:
+        app.query_one("#tokens").value = str(tokens)
+
+
+def _app(tmp_path):
+    return BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"),
+                                 record_dir=str(tmp_path / "rec")))
+
+
 def test_console_resolves_runs_ab_and_shows_identity(tmp_path):
     async def go():
-        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"),
-                                    record_dir=str(tmp_path / "rec")))
+        app = _app(tmp_path)
         async with app.run_test(size=(140, 48)) as pilot:
             await _settle(app, pilot)
             res = str(app.query_one("#resolution").render())
             assert "width 4" in res and "kind-default" in res and "bfloat16" in res
             assert app.pair is not None
-            app.query_one("#widths").value = "2,4"
-            app.query_one("#n").value = "1"
-            app.query_one("#tokens").value = "16"
+            _ab_inputs(app, "2,4", n=1, tokens=16)
             await pilot.press("a")
             await _settle(app, pilot)
             s = app.session
@@ -56,10 +67,10 @@ def test_console_resolves_runs_ab_and_shows_identity(tmp_path):
 
 def test_console_bad_width_input_is_visible(tmp_path):
     async def go():
-        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml")))
+        app = _app(tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
             await _settle(app, pilot)
-            app.query_one("#widths").value = "1,4"
+            _ab_inputs(app, "1,4")
             await pilot.press("a")
             await pilot.pause()
             assert "width 1 is out of range" in str(app.query_one("#error").render())
@@ -93,7 +104,7 @@ def test_bare_command_with_bad_input_fails_before_the_console():
 
 def test_bracketed_text_is_not_eaten_as_markup(tmp_path):
     async def go():
-        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml")))
+        app = _app(tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
             await _settle(app, pilot)
             assert "[unquantized bfloat16]" in str(app.query_one("#status").render())
@@ -103,13 +114,10 @@ def test_bracketed_text_is_not_eaten_as_markup(tmp_path):
 
 def test_console_cancel_stops_the_session(tmp_path):
     async def go():
-        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"),
-                                    record_dir=str(tmp_path / "rec")))
+        app = _app(tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
             await _settle(app, pilot)
-            app.query_one("#widths").value = "2,4,8"
-            app.query_one("#n").value = "20"
-            app.query_one("#tokens").value = "64"
+            _ab_inputs(app, "2,4,8", n=20, tokens=64)
             await pilot.press("a")
             await pilot.pause(0.5)
             await pilot.press("c")
