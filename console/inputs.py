@@ -16,8 +16,8 @@ from engine import demo
 from engine.checkpoint import pair_id
 from policy import profile as profiles
 from policy.device import Device, DeviceSpecError, parse_device_spec
-from policy.drafter import DrafterInfo, DrafterKind, detect_drafter
-from policy.quantization import ConfigError, Quantization, Scheme, classify, read_config, read_sidecar
+from policy.drafter import DrafterInfo, DrafterKind, read_drafter
+from policy.quantization import ConfigError, Quantization, Scheme, read_quantization
 from policy.resolve import Resolution, Step, resolve
 
 
@@ -50,7 +50,7 @@ def checkpoint_dir(value: str | os.PathLike, what: str) -> Path:
 def target_quantization(path: Path) -> Quantization:
     """The target's quantization; an unreadable config is ``unknown`` with the reason."""
     try:
-        return classify(read_config(path), read_sidecar(path))
+        return read_quantization(path)
     except ConfigError as e:
         return Quantization(Scheme.UNKNOWN, None, None, None, f"config unreadable: {e}")
 
@@ -99,7 +99,7 @@ def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
         how = "--kind given" if explicit else "no --draft: the model-free lookup drafter"
         return DrafterInfo(k, None, how)
     try:
-        detected = detect_drafter(read_config(paths.drafter))
+        detected = read_drafter(paths.drafter)
     except ConfigError as e:
         raise InputError(f"--draft {e}") from None
     if explicit and explicit is not detected.kind:

@@ -9,7 +9,7 @@ timed apart from decode. EOS is ignored: runs are fixed-length measurements.
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Callable
 
 import mlx.core as mx
@@ -242,7 +242,3 @@ def decode(pair, prompt: list[int], max_tokens: int, width: int | None, **kw) ->
         kw.pop("drafter", None)
         return classic(pair, prompt, max_tokens, **kw)
     return speculative(pair, prompt, max_tokens, width, **kw)
-
-
-def round_to_dict(r: Round) -> dict:
-    return asdict(r)

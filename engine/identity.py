@@ -63,10 +63,6 @@ class Exactness:
     max_abs_diff: float
     argmax_agree: tuple[bool, ...]  # per row
 
-    @property
-    def argmax_agreement(self) -> float:
-        return sum(self.argmax_agree) / len(self.argmax_agree)
-
     def describe(self) -> str:
         if self.bitwise_equal:
             return f"width {self.width}: block verify bitwise equal to {self.width} single steps"
