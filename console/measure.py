@@ -76,7 +76,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"blockwidth: warning: {w}", file=sys.stderr)
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
-                      max_seconds=args.max_seconds)
+                      max_seconds=args.max_seconds, verify_attention=args.verify_attention)
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -129,7 +129,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         print(f"pair   {pair.describe()}")
         print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
-              f"reps run {session.reps}, {session.elapsed_s:.1f}s")
+              f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}")
         print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
               f"{'identity':<16} verdict")
         for arm in [session.classic, *session.arms]:
@@ -229,8 +229,10 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
 
+    if args.repeats < 1:
+        raise InputError(f"--repeats {args.repeats}: must be at least 1")
     curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                              on_progress=progress)
+                              attention=args.verify_attention, on_progress=progress)
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -239,12 +241,21 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         print(json.dumps(data, indent=1))
         return ExitCode.OK
     print(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
-          f"context {curve.context}, median of {curve.repeats}")
+          f"context {curve.context}, median of {curve.repeats}, each forward at a new KV length "
+          f"(cold); verify attention {curve.attention}")
     base = curve.ms(rows[0]) or 1.0
-    points = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms,
-             f"({p.median_ms / base:.2f}x)" + (f"  <- {p.boundary}" if p.boundary else ""))
-            for p in curve.points]
+
+    def note(p) -> str:
+        warm = f" warm {p.warm_ms:.2f}" if p.warm_ms is not None else ""
+        first = f" first {p.first_ms:.0f}" if p.first_ms is not None else ""
+        return f"({p.median_ms / base:.2f}x){warm}{first}" + (f"  <- {p.boundary}" if p.boundary else "")
+
+    points = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms, note(p)) for p in curve.points]
     print("\n".join(bars(points, "ms")))
+    replayed = [p for p in curve.points if p.cold_over_warm and p.cold_over_warm >= 1.5]
+    if replayed:
+        print("cold >> warm (work keyed on the KV length, rebuilt every round): " + ", ".join(
+            f"{p.rows} rows {p.cold_over_warm:.1f}x" for p in replayed))
     if curve.boundaries():
         print("kernel boundaries: " + ", ".join(f"{p.boundary} at {p.rows} rows" for p in curve.boundaries()))
     else:
@@ -273,6 +284,7 @@ def register(sub) -> None:
     p.add_argument("--pair-specific", action="store_true",
                    help="with --save: the entry matches only this pair (by content fingerprint)")
     p.add_argument("--profile", metavar="FILE", help="profile TOML (default: the user profile)")
+    attention_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -282,6 +294,13 @@ def register(sub) -> None:
     p.add_argument("--rows", default="1-16,24,32", help="row counts, e.g. 1-16,24,32 (default)")
     p.add_argument("--context", type=int, default=128, help="prefix tokens before the timed rows")
     p.add_argument("--repeats", type=int, default=7, help="timed repeats per row count (median)")
+    attention_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def attention_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verify-attention", choices=("auto", "fused", "plain", "bucketed"), default="auto",
+                   help="attention of verify forwards (2..64 rows against the KV cache): auto = plain "
+                        "on CUDA (no per-length cuDNN plan), fused elsewhere")
 

@@ -25,9 +25,12 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Sequence
 
-from engine import costcurve
+from engine import attention, costcurve
 from engine.decode import DecodeError, DecodeRun, decode
 from engine.identity import Exactness, Identity, compare, probe
+
+
+REPLAY_FACTOR = 1.5  # first run at a position this much slower than repeats: replay-flattered
 
 
 class Verdict(str, Enum):
@@ -124,6 +127,7 @@ class AbConfig:
     warmup: bool = True
     exactness: bool = True
     predict: bool = True
+    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed
 
     @property
     def planned_runs(self) -> int:
@@ -150,6 +154,8 @@ class Session:
     predicted: dict[int, float] = field(default_factory=dict)
     predicted_best: int | None = None
     warmup: dict[str, DecodeRun] = field(default_factory=dict)  # discarded from the statistics
+    warmup_shift: int = 0  # positions the warm-up ran ahead of the session's (0: same positions)
+    attention: str = ""  # the verify attention in effect (auto resolved for this backend)
     reps: int = 0
     elapsed_s: float = 0.0
     cancelled: bool = False
@@ -186,6 +192,21 @@ class Session:
                     out[arm.name] = w.decode_s / med
         return out
 
+    def replayed_arms(self, factor: float = REPLAY_FACTOR) -> dict[str, float]:
+        """Arms whose first measured run (the first at these positions: the warm-up ran
+        elsewhere) was ``factor``x slower than their later runs: the later runs replayed
+        something the first built for these exact positions (on CUDA, fused attention's
+        cuDNN plans per KV length). A new request would pay the first run's price."""
+        out = {}
+        if not self.warmup_shift:
+            return out
+        for arm in [self.classic, *self.arms]:
+            if len(arm.runs) >= 3:
+                later = statistics.median(r.decode_s for r in arm.runs[1:])
+                if later > 0 and arm.runs[0].decode_s / later >= factor:
+                    out[arm.name] = arm.runs[0].decode_s / later
+        return out
+
     def verify_overhead(self, factor: float = 3.0) -> dict[str, float]:
         """Arms whose verify inside decoding cost ``factor``x the cost curve's forward of as
         many rows: something is rebuilt per round (on CUDA, a thrashed cuDNN plan cache)."""
@@ -210,6 +231,13 @@ class Session:
                 f"{k} {v:.1f}x" for k, v in cold.items()) + ". The table is warm: a width that "
                 "meets new positions in service may pay this every round (on CUDA: cuDNN attention "
                 "plans per KV length, cached up to MLX_CUDA_SDPA_CACHE_SIZE).")
+        replay = self.replayed_arms()
+        if replay:
+            out.append("first run at the session's positions was slower than the repeats: " + ", ".join(
+                f"{k} {v:.1f}x" for k, v in replay.items()) + ". The repeats replayed what it built for "
+                "those exact positions, which a new request cannot; such a width cannot win here"
+                + (f" (verify attention {self.attention}; try plain)" if self.attention == "fused" else "")
+                + ".")
         slow = self.verify_overhead()
         if slow:
             out.append("verify inside decoding cost " + ", ".join(
@@ -268,8 +296,14 @@ def disjoint_by_chance(a: int, b: int) -> float:
 
 def decide(session: Session) -> None:
     """Verdicts, drift and the recommendation, from the samples in ``session``."""
+    replayed = session.replayed_arms()
     for arm in session.arms:
         judge(session.classic, arm)
+        if arm.name in replayed and arm.verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS):
+            # Cold-honest: a win that only repeats can have is not a win a request sees.
+            arm.verdict = Verdict.UNDECIDED
+            arm.why = (f"its first run here was {replayed[arm.name]:.1f}x slower than its repeats, "
+                       f"which replayed work built for these positions; " + arm.why)
     opening, closing = session.opening_closing()
     session.drift, session.drift_chance, session.drift_why = False, None, ""
     if opening and closing and not opening.overlaps(closing):
@@ -313,6 +347,18 @@ def _all_decided(session: Session) -> bool:
     return all(a.verdict is not Verdict.UNDECIDED for a in session.arms)
 
 
+def warmup_prompt(ids: list[int], max_tokens: int, width: int,
+                  context: int | None) -> tuple[list[int], int]:
+    """The warm-up's prompt: the session's, led by enough repeats of its first token that
+    the warm-up decodes at positions the session never visits (so it warms kernels, not
+    anything keyed on the exact KV length). Returns (prompt, shift); shift 0 when the
+    model's context has no room and the warm-up must share the session's positions."""
+    shift = max_tokens + width + 1
+    if context is not None and len(ids) + shift + max_tokens + width > context:
+        return list(ids), 0
+    return [ids[0]] * shift + list(ids), shift
+
+
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
                 cancel: threading.Event | None = None) -> Session:
     """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
@@ -331,6 +377,9 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     ids = pair.tokenizer.encode(config.prompt)
     session = Session(config, ids, Arm(None, verdict=Verdict.CONTROL),
                       [Arm(w) for w in widths])
+    session.attention = attention.effective(config.verify_attention).value
+    warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, max(widths),
+                                                   pair.context_length)
     t_start = time.monotonic()
     emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"))
 
@@ -341,7 +390,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         started[0] += 1
         runs = max(config.planned_runs, started[0])
         emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs))
-        run = decode(pair, ids, config.max_tokens, arm.width,
+        kw = {} if arm.width is None else {"attention": session.attention}
+        run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
                                                          run=index, runs=runs)),
                      cancel=cancel.is_set)
@@ -399,7 +449,13 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         measured = [a for a in session.arms if a.per_token_acceptance is not None]
         if measured:
             rows = sorted({1, *widths})
-            session.curve = costcurve.measure(pair.target, rows, context=len(ids), repeats=5)
+            # Past every position the session visited, so no cold forward replays its work
+            # (where the model's context leaves room for that).
+            ctx = len(ids) + config.max_tokens + max(widths)
+            if pair.context_length is not None and ctx + 16 > pair.context_length:
+                ctx = len(ids)
+            session.curve = costcurve.measure(pair.target, rows, repeats=5, context=ctx,
+                                              attention=session.attention)
             acc = statistics.median(a.per_token_acceptance for a in measured)
             drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
             draft_ms = statistics.median(drafts) if drafts else 0.0

@@ -1,4 +1,10 @@
-"""Verify-forward time against rows, and the steps where the increment jumps.
+"""Verify-forward time against rows, cold and warm, and the steps where the increment jumps.
+
+Each timed forward runs at a KV length this row count has never met (cold), as
+every verify round in decoding does; beside it, the same forward repeated at
+one length (warm). Where the backend caches work by shape (MLX's cuDNN
+attention plans on CUDA) the two differ, and only the cold figure is what a
+new request pays.
 
 A jump (or a drop) marks a kernel boundary: on an H200 a 4-bit target goes
 from the per-row quantized matvec to the quantized matmul at 8 rows, and the
@@ -24,10 +30,17 @@ class Point:
     min_ms: float
     max_ms: float
     boundary: str = ""  # "", "jump" or "drop": the step from the previous point
+    warm_ms: float | None = None  # median of the same forward repeated at one KV length
+    first_ms: float | None = None  # the first forward of this many rows in this process
+
+    @property
+    def cold_over_warm(self) -> float | None:
+        return self.median_ms / self.warm_ms if self.warm_ms else None
 
     def to_dict(self) -> dict:
         return {"rows": self.rows, "median_ms": self.median_ms, "min_ms": self.min_ms,
-                "max_ms": self.max_ms, "boundary": self.boundary}
+                "max_ms": self.max_ms, "boundary": self.boundary, "warm_ms": self.warm_ms,
+                "first_ms": self.first_ms}
 
 
 @dataclass(frozen=True)
@@ -35,6 +48,7 @@ class CostCurve:
     context: int
     repeats: int
     points: tuple[Point, ...] = field(default_factory=tuple)
+    attention: str = "fused"  # the verify attention the forwards of 2+ rows used
 
     def ms(self, rows: int) -> float | None:
         for p in self.points:
@@ -46,7 +60,7 @@ class CostCurve:
         return [p for p in self.points if p.boundary]
 
     def to_dict(self) -> dict:
-        return {"context": self.context, "repeats": self.repeats,
+        return {"context": self.context, "repeats": self.repeats, "attention": self.attention,
                 "points": [p.to_dict() for p in self.points]}
 
 
@@ -89,38 +103,63 @@ def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float =
             mark = "drop"
         elif inc > factor * typical and (b.median_ms - a.median_ms) > floor * a.median_ms:
             mark = "jump"
-        out.append(Point(b.rows, b.median_ms, b.min_ms, b.max_ms, mark))
+        out.append(Point(b.rows, b.median_ms, b.min_ms, b.max_ms, mark, b.warm_ms, b.first_ms))
     return tuple(out)
 
 
 def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, repeats: int = 7,
-            warmup: int = 2, on_progress: Callable[[int, int], None] | None = None,
+            warmup: int = 2, attention=None, warm: bool = True,
+            on_progress: Callable[[int, int], None] | None = None,
             cancel: Callable[[], bool] | None = None) -> CostCurve:
-    """Median time of one ``rows``-row forward after a ``context``-token prefix."""
+    """Time one ``rows``-row forward after a ``context``-token prefix.
+
+    Cold: every forward at a KV length one past the previous one (as decoding
+    advances), so nothing keyed on the length is ever replayed; the first
+    ``warmup`` are dropped (the very first is kept apart as ``first_ms``).
+    Warm (``warm=True``): the same forward repeated at one length."""
     from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+
+    from engine.attention import verify_attention
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
+    if repeats < 1:
+        raise ValueError(f"repeats = {repeats}: must be at least 1")
     cache = make_prompt_cache(model)
     prefix = mx.array([(7 * i + 3) % 200 + 10 for i in range(context)], mx.uint32)
     mx.eval(model(prefix[None], cache=cache))
     points = []
+    mode = "fused"
     for i, k in enumerate(rows):
         x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32)
-        times = []
-        for r in range(warmup + repeats):
-            t0 = time.perf_counter()
-            mx.eval(model(x, cache=cache))
-            dt = time.perf_counter() - t0
-            trim_prompt_cache(cache, k)
-            if r >= warmup:
-                times.append(dt * 1e3)
-        points.append(Point(k, statistics.median(times), min(times), max(times)))
+        cold, hot, first = [], [], None
+        with verify_attention(attention) as routing:
+            mode = routing.mode.value
+            for r in range(warmup + repeats):
+                t0 = time.perf_counter()
+                mx.eval(model(x, cache=cache))
+                dt = (time.perf_counter() - t0) * 1e3
+                trim_prompt_cache(cache, k - 1)  # keep one token: the next forward is one longer
+                if r == 0:
+                    first = dt
+                if r >= warmup:
+                    cold.append(dt)
+            if warm:
+                for r in range(1 + repeats):
+                    t0 = time.perf_counter()
+                    mx.eval(model(x, cache=cache))
+                    dt = (time.perf_counter() - t0) * 1e3
+                    trim_prompt_cache(cache, k)  # back to the same length
+                    if r >= 1:
+                        hot.append(dt)
+        trim_prompt_cache(cache, warmup + repeats)  # every row count starts at ``context``
+        points.append(Point(k, statistics.median(cold), min(cold), max(cold),
+                            warm_ms=statistics.median(hot) if hot else None, first_ms=first))
         if on_progress:
             on_progress(i + 1, len(rows))
         if cancel and cancel():
             break
-    return CostCurve(context, repeats, mark_boundaries(points))
+    return CostCurve(context, repeats, mark_boundaries(points), mode)
 
 
 def expected_tokens(acceptance: float, width: int) -> float:

@@ -14,6 +14,7 @@ from typing import Callable
 
 import mlx.core as mx
 
+from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache
 
 
@@ -44,6 +45,7 @@ class DecodeRun:
     prefill_s: float
     decode_s: float
     rounds: list[Round] = field(default_factory=list)
+    attention: dict | None = None  # speculative runs: the verify attention and what it routed
 
     @property
     def classic(self) -> bool:
@@ -97,6 +99,7 @@ class DecodeRun:
             "declined_rounds": self.declined_rounds, "drafted": self.drafted,
             "accepted": self.accepted, "acceptance": self.acceptance,
             "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
+            "attention": self.attention,
         }
 
     def rounds_table(self) -> list[list[float]]:
@@ -107,6 +110,9 @@ class DecodeRun:
 
 
 Progress = Callable[[int, int], None]  # (tokens so far, tokens wanted)
+# Diagnostic replays only (never a timed run): (position of the first token these
+# logits choose, logits rows [k, vocab]) for every forward that emits tokens.
+LogitsHook = Callable[[int, mx.array], None]
 
 
 def _check(prompt: list[int], max_tokens: int, context: int | None) -> None:
@@ -126,7 +132,7 @@ def _stream():
 
 
 def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress | None = None,
-            cancel: Callable[[], bool] | None = None) -> DecodeRun:
+            cancel: Callable[[], bool] | None = None, on_logits: LogitsHook | None = None) -> DecodeRun:
     """Greedy decoding of the target alone (mirrors mlx_lm.generate_step)."""
     from mlx_lm.models.cache import make_prompt_cache
 
@@ -136,8 +142,13 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
     tokens: list[int] = []
     rounds: list[Round] = []
 
+    made = [0]
+
     def step(y):
         logits = model(y[None], cache=cache)[:, -1, :]
+        if on_logits is not None:
+            on_logits(made[0], logits)
+            made[0] += 1
         return greedy(logits)
 
     with mx.stream(_stream()):
@@ -172,14 +183,20 @@ SPLIT_EVERY = 8
 
 def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
                 drafter: Drafter | None = None, on_progress: Progress | None = None,
-                cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY) -> DecodeRun:
+                cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY,
+                attention: str | VerifyAttention | None = None,
+                on_logits: LogitsHook | None = None) -> DecodeRun:
     """Speculative greedy decoding at ``width`` rows per verify (mirrors
     mlx_lm.speculative_generate_step with num_draft_tokens = width - 1).
+
+    ``attention`` chooses the attention of the multi-row forwards against a
+    cache (the verify, and a draft model's catch-up) — engine.attention; 1-row
+    steps and prefill keep the fused kernel. None means ``auto``.
 
     Every ``split_every``-th round synchronises after drafting to time draft and
     verify apart; the others overlap them as mlx-lm does (a sync per round cost
     up to 10% at width 2 on a CPU)."""
-    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+    from mlx_lm.models.cache import make_prompt_cache
 
     if not isinstance(width, int) or width < 2:
         raise DecodeError(f"width = {width!r}: a speculative width is at least 2 (1 is classic)")
@@ -197,43 +214,55 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
         drafter.prefill(ids)
         y = prefill_cache(model, cache, ids, 512)
         t1 = perf()
-        while len(tokens) < max_tokens:
-            ta = perf()
-            want = min(max_tokens - len(tokens), width - 1)
-            drafts = drafter.propose(want)
-            split = len(rounds) % split_every == 0
-            if split:
-                mx.eval(drafts)
-            tb = perf()
-            block = mx.concatenate([y, drafts]) if drafts.size else y
-            k = block.size
-            logits = model(block[None], cache=cache)[:, -k:, :]
-            verified = greedy(logits.squeeze(0))
-            mx.eval(verified)
-            tc = perf()
-            verified = verified.tolist()
-            drafted = drafts.tolist()
-            n = 0
-            room = max_tokens - len(tokens)
-            while n < len(drafted) and verified[n] == drafted[n] and n < room:
-                n += 1
-            emit = verified[: n + 1] if n < room else verified[:n]
-            tokens.extend(emit)
-            trim_prompt_cache(cache, len(drafted) - n)
-            nxt = verified[n]
-            drafter.commit(drafted, n, nxt)
-            y = mx.array([nxt], mx.uint32)
-            td = perf()
-            if split:
-                rounds.append(Round(len(drafted), n, len(emit), tb - ta, tc - tb, td - tc))
-            else:
-                rounds.append(Round(len(drafted), n, len(emit), 0.0, tc - ta, td - tc, False))
-            if on_progress is not None:
-                on_progress(len(tokens), max_tokens)
-            if cancel is not None and cancel():
-                break
+        with verify_attention(attention) as routing:
+            _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
+                    on_progress, cancel, on_logits)
         t2 = perf()
-    return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds)
+    return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, routing.summary())
+
+
+def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
+            on_progress, cancel, on_logits) -> None:
+    from mlx_lm.models.cache import trim_prompt_cache
+
+    perf = time.perf_counter
+    while len(tokens) < max_tokens:
+        ta = perf()
+        want = min(max_tokens - len(tokens), width - 1)
+        drafts = drafter.propose(want)
+        split = len(rounds) % split_every == 0
+        if split:
+            mx.eval(drafts)
+        tb = perf()
+        block = mx.concatenate([y, drafts]) if drafts.size else y
+        k = block.size
+        logits = model(block[None], cache=cache)[:, -k:, :]
+        if on_logits is not None:
+            on_logits(len(tokens), logits.squeeze(0))
+        verified = greedy(logits.squeeze(0))
+        mx.eval(verified)
+        tc = perf()
+        verified = verified.tolist()
+        drafted = drafts.tolist()
+        n = 0
+        room = max_tokens - len(tokens)
+        while n < len(drafted) and verified[n] == drafted[n] and n < room:
+            n += 1
+        emit = verified[: n + 1] if n < room else verified[:n]
+        tokens.extend(emit)
+        trim_prompt_cache(cache, len(drafted) - n)
+        nxt = verified[n]
+        drafter.commit(drafted, n, nxt)
+        y = mx.array([nxt], mx.uint32)
+        td = perf()
+        if split:
+            rounds.append(Round(len(drafted), n, len(emit), tb - ta, tc - tb, td - tc))
+        else:
+            rounds.append(Round(len(drafted), n, len(emit), 0.0, tc - ta, td - tc, False))
+        if on_progress is not None:
+            on_progress(len(tokens), max_tokens)
+        if cancel is not None and cancel():
+            break
 
 
 def decode(pair, prompt: list[int], max_tokens: int, width: int | None, **kw) -> DecodeRun:

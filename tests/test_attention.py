@@ -1,0 +1,138 @@
+"""The verify-attention choice (engine.attention) on the demo pair, on this CPU.
+
+On a CPU, MLX's fused attention is its own fallback arithmetic, which ``plain``
+mirrors, so every choice must give bitwise-equal logits and the same tokens; on
+CUDA they differ only in what each costs (README, "Verify attention")."""
+
+import threading
+
+import mlx.core as mx
+import numpy as np
+import pytest
+
+from engine import attention, costcurve, demo
+from engine.attention import VerifyAttention, plain_attention, verify_attention
+from engine.decode import classic, speculative
+from engine.demo.prompts import DEMO_PROMPTS
+from engine.pair import load_pair
+
+MODES = ("fused", "plain", "bucketed")
+
+
+@pytest.fixture(scope="module", params=("bf16", "4bit"))
+def pair(request):
+    return load_pair(demo.target(request.param), demo.DRAFTER)
+
+
+@pytest.fixture(scope="module")
+def ids(pair):
+    return pair.tokenizer.encode(DEMO_PROMPTS[1])
+
+
+def _verify_logits(model, ids, rows, mode):
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    mx.eval(model(mx.array(ids[:-rows], mx.uint32)[None], cache=cache))
+    with verify_attention(mode) as routing:
+        out = model(mx.array(ids[-rows:], mx.uint32)[None], cache=cache)
+    mx.eval(out)
+    return np.array(out.astype(mx.float32)), routing
+
+
+@pytest.mark.parametrize("rows", (2, 5, 8))
+def test_every_choice_gives_the_fused_logits(pair, ids, rows):
+    ref, routing = _verify_logits(pair.target, ids, rows, "fused")
+    assert routing.routed == 0
+    for mode in ("plain", "bucketed"):
+        got, routing = _verify_logits(pair.target, ids, rows, mode)
+        assert routing.routed == pair.target_config["num_hidden_layers"]  # one call per layer
+        assert np.array_equal(got, ref), f"{mode} at {rows} rows differs from fused"
+
+
+def test_same_tokens_at_every_width_and_choice(pair, ids):
+    reference = classic(pair, ids, 40).tokens
+    for width in (2, 4, 8):
+        for mode in MODES:
+            run = speculative(pair, ids, 40, width, attention=mode)
+            assert run.tokens == reference, f"width {width} with {mode} attention"
+            assert run.attention["mode"] == mode
+            if mode != "fused":
+                assert run.attention["routed_calls"] > 0
+            # 1-row draft steps never reach the verify attention
+            assert run.attention["fused_calls"] > 0
+
+
+def test_auto_means_plain_on_cuda_and_fused_elsewhere():
+    assert attention.effective("auto", "cuda") is VerifyAttention.PLAIN
+    assert attention.effective("auto", "cpu") is VerifyAttention.FUSED
+    assert attention.effective("auto", "metal") is VerifyAttention.FUSED
+    assert attention.effective("bucketed", "cpu") is VerifyAttention.BUCKETED
+    assert attention.effective(None, "cuda") is VerifyAttention.PLAIN
+    with pytest.raises(ValueError, match="expected one of auto, fused, plain, bucketed"):
+        attention.parse("cudnn")
+
+
+def test_only_verify_shapes_are_routed():
+    attention.install()
+    q = mx.random.normal((1, 4, 1, 32))
+    k = mx.random.normal((1, 2, 20, 32))
+    with verify_attention("plain") as r:
+        mx.fast.scaled_dot_product_attention(q, k, k, scale=0.2)  # 1 row: decode
+        big = mx.random.normal((1, 4, 65, 32))
+        kk = mx.random.normal((1, 2, 80, 32))
+        mx.fast.scaled_dot_product_attention(big, kk, kk, scale=0.2, mask="causal")  # 65 rows
+        same = mx.random.normal((1, 4, 20, 32))
+        mx.fast.scaled_dot_product_attention(same, k, k, scale=0.2, mask="causal")  # no cache
+    assert (r.routed, r.passed) == (0, 3)
+
+
+def test_the_choice_stays_in_its_thread():
+    attention.install()
+    q = mx.random.normal((1, 4, 3, 32))
+    k = mx.random.normal((1, 2, 30, 32))
+    seen = {}
+
+    def other():
+        with verify_attention("fused") as r:
+            mx.fast.scaled_dot_product_attention(q, k, k, scale=0.2, mask="causal")
+        seen["other"] = r.routed
+
+    with verify_attention("plain") as mine:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        mx.fast.scaled_dot_product_attention(q, k, k, scale=0.2, mask="causal")
+    assert seen["other"] == 0 and mine.routed == 1
+
+
+@pytest.mark.parametrize("mask", ("causal", "bool", "additive", "sinks"))
+def test_plain_matches_the_fused_kernel_on_masks_gqa_and_sinks(mask):
+    attention.install()
+    mx.random.seed(3)
+    q = mx.random.normal((1, 8, 5, 64)).astype(mx.bfloat16)
+    k = mx.random.normal((1, 2, 40, 64)).astype(mx.bfloat16)
+    v = mx.random.normal((1, 2, 40, 64)).astype(mx.bfloat16)
+    kw = {"mask": "causal"}
+    if mask == "bool":
+        kw = {"mask": mx.random.uniform(shape=(1, 8, 5, 40)) > 0.3}
+    elif mask == "additive":
+        kw = {"mask": (mx.random.normal((1, 1, 5, 40)) * 2).astype(mx.bfloat16)}
+    elif mask == "sinks":
+        kw = {"mask": "causal", "sinks": mx.random.normal((8,)).astype(mx.bfloat16)}
+    ref = attention._fused(q, k, v, scale=0.125, **kw)
+    for got in (plain_attention(q, k, v, scale=0.125, **kw),
+                attention.bucketed_attention(q, k, v, scale=0.125, **kw)):
+        assert np.allclose(np.array(got.astype(mx.float32)), np.array(ref.astype(mx.float32)),
+                           atol=2e-2), mask
+
+
+def test_costcurve_reports_cold_and_warm():
+    pair = load_pair(demo.target("bf16"))
+    curve = costcurve.measure(pair.target, (1, 2, 4), context=16, repeats=2, attention="plain")
+    assert curve.attention == "plain"
+    for p in curve.points:
+        assert p.warm_ms is not None and p.warm_ms > 0
+        assert p.first_ms is not None and p.first_ms > 0
+        assert p.cold_over_warm is not None
+    assert curve.to_dict()["points"][1]["warm_ms"] == curve.points[1].warm_ms
