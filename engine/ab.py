@@ -17,6 +17,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import statistics
 import threading
@@ -27,7 +28,7 @@ from typing import Callable, Sequence
 
 from engine import attention, costcurve
 from engine.decode import DecodeError, DecodeRun, decode
-from engine.identity import Exactness, Identity, compare, probe
+from engine.identity import Exactness, Identity, compare, divergence_margin, probe
 
 
 REPLAY_FACTOR = 1.5  # first run at a position this much slower than repeats: replay-flattered
@@ -444,6 +445,21 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             if len(block) == w:
                 session.exactness[w] = probe(pair.target, ids, block)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
+
+    if not cancel.is_set():
+        for arm in session.arms:
+            ident = arm.identity
+            if ident is None or ident.identical_ids or ident.first_divergence is None:
+                continue
+            if ident.first_divergence >= min(ident.classic_len, ident.width_len):
+                continue  # one is a prefix of the other: no position to compare
+            ex = session.exactness.get(arm.width)
+            if ex is None:
+                block = reference[:arm.width] if reference else []
+                ex = probe(pair.target, ids, block) if len(block) == arm.width else None
+            margin = divergence_margin(pair, ids, arm.width, ident.first_divergence,
+                                       ex.max_abs_diff if ex else 0.0, session.attention)
+            arm.identity = dataclasses.replace(ident, margin=margin)
 
     if config.predict and not cancel.is_set():
         measured = [a for a in session.arms if a.per_token_acceptance is not None]

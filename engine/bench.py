@@ -7,6 +7,12 @@ For classic and for widths 2, 4, 8, runs this engine and mlx-lm
 width - 1) interleaved, n times each, timing whole generations the same way,
 and reports per pair of runs the ratio engine / mlx-lm tok/s and whether the
 tokens are identical. Target: median ratio >= 0.97 everywhere, tokens identical.
+
+``--target T --draft D --prompts-file P.json --fresh`` runs another pair on a
+list of prompts, a new prompt for every repetition (nothing an earlier run built
+for those positions can be replayed), after a discarded warm-up of each mode
+on a prompt that is not measured. On CUDA this is where the engine's verify
+attention meets mlx-lm's stock fused attention.
 """
 
 from __future__ import annotations
@@ -23,10 +29,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=9)
     ap.add_argument("--tokens", type=int, default=128)
-    ap.add_argument("--target", choices=("bf16", "4bit"), default="bf16")
+    ap.add_argument("--target", default="bf16", help="bf16 | 4bit (the demo targets) or a target folder")
     ap.add_argument("--widths", default="2,4,8")
     ap.add_argument("--device", choices=("default", "cpu"), default="default",
                     help="cpu: run on the CPU even where MLX has a GPU")
+    ap.add_argument("--draft", help="drafter folder (default: the demo drafter)")
+    ap.add_argument("--prompts-file", help="JSON list of prompts (default: the demo prompts)")
+    ap.add_argument("--fresh", action="store_true",
+                    help="a new prompt for every repetition; the first prompt only warms up")
+    ap.add_argument("--verify-attention", default="auto", help="the engine's verify attention")
+    ap.add_argument("--json-out", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     if args.device == "cpu":
         mx.set_default_device(mx.cpu)  # before mlx-lm makes its generation stream
@@ -38,17 +50,27 @@ def main(argv: list[str] | None = None) -> int:
     from engine.demo.prompts import DEMO_PROMPTS
     from engine.pair import load_pair
 
-    pair = load_pair(demo.target(args.target), demo.DRAFTER)
-    ids = pair.tokenizer.encode(DEMO_PROMPTS[0])
-    prompt = mx.array(ids)
+    import json
+
+    if args.target in ("bf16", "4bit"):
+        pair = load_pair(demo.target(args.target), args.draft or demo.DRAFTER)
+    else:
+        pair = load_pair(args.target, args.draft or demo.DRAFTER)
+    texts = json.loads(open(args.prompts_file).read()) if args.prompts_file else list(DEMO_PROMPTS)
+    if args.fresh and len(texts) < args.n + 1:
+        ap.error(f"--fresh needs n + 1 = {args.n + 1} prompts; {len(texts)} given")
+    prompts = [pair.tokenizer.encode(t) for t in texts]
     modes: list[int | None] = [None] + [int(w) for w in args.widths.split(",")]
+    current = [prompts[0]]
 
     def ours(width):
+        ids = current[0]
         if width is None:
             return classic(pair, ids, args.tokens).tokens
-        return speculative(pair, ids, args.tokens, width).tokens
+        return speculative(pair, ids, args.tokens, width, attention=args.verify_attention).tokens
 
     def theirs(width):
+        prompt = mx.array(current[0])
         if width is None:
             return [t for t, _ in generate_step(prompt, pair.target, max_tokens=args.tokens)]
         return [t for t, _, _ in speculative_generate_step(
@@ -59,14 +81,18 @@ def main(argv: list[str] | None = None) -> int:
         toks = fn(width)
         return toks, len(toks) / (time.perf_counter() - t0)
 
-    print(f"bench: demo target {args.target} + drafter, {len(ids)}-token prompt, {args.tokens} new tokens, "
-          f"n={args.n}, MLX {mx.__version__} on {mx.default_device()}")
+    print(f"bench: {pair.describe()}, {len(prompts[0])}-token prompt, {args.tokens} new tokens, "
+          f"n={args.n}{', a fresh prompt each repetition' if args.fresh else ''}, "
+          f"MLX {mx.__version__} on {mx.default_device()}, engine verify attention {args.verify_attention}",
+          flush=True)
     for m in modes:  # warm-up, discarded
         timed(ours, m), timed(theirs, m)
     ratios: dict = {m: [] for m in modes}
     speeds: dict = {m: ([], []) for m in modes}
     identical = {m: True for m in modes}
     for rep in range(args.n):
+        if args.fresh:
+            current[0] = prompts[rep + 1]
         for m in modes:
             # alternate which goes first, so neither always runs on a warmer host
             first, second = (ours, theirs) if rep % 2 == 0 else (theirs, ours)
@@ -88,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{min(r):6.3f} {med:6.3f} {max(r):6.3f}  {'identical' if identical[m] else 'DIFFER'}")
         print(f"{'':>8}  per pair: " + " ".join(f"{x:.3f}" for x in r))
     print("target (median ratio >= 0.97, identical tokens):", "met" if ok else "NOT met")
+    if args.json_out:
+        with open(args.json_out, "w") as fh:
+            json.dump({"pair": pair.describe(), "tokens": args.tokens, "n": args.n, "fresh": args.fresh,
+                       "verify_attention": args.verify_attention, "mlx": mx.__version__,
+                       "modes": {("classic" if m is None else f"w{m}"): {
+                           "engine_tok_s": speeds[m][0], "mlx_lm_tok_s": speeds[m][1],
+                           "ratios": ratios[m], "identical": identical[m]} for m in modes}}, fh, indent=1)
     return 0 if ok else 1
 
 

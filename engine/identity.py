@@ -24,16 +24,22 @@ class Identity:
     before: str = ""  # shared text just before the divergence
     classic_after: str = ""
     width_after: str = ""
+    margin: "Margin | None" = None  # the target's top-2 margins at the divergence, when measured
 
     def describe(self) -> str:
         if self.identical_ids:
             return f"byte-identical ({self.classic_len} tokens)"
         where = f"token {self.first_divergence}"
-        return (f"differs from classic at {where}: …{self.before!r} then classic "
+        text = (f"differs from classic at {where}: …{self.before!r} then classic "
                 f"{self.classic_after!r} vs width {self.width_after!r}")
+        if self.margin is not None:
+            text += f"; {self.margin.describe()}"
+        return text
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["margin"] = self.margin.to_dict() if self.margin else None
+        return d
 
 
 def _decode(tokenizer, ids: list[int]) -> str:
@@ -54,6 +60,69 @@ def compare(classic: list[int], width: list[int], tokenizer) -> Identity:
         classic_after=_decode(tokenizer, classic[n:n + CONTEXT]),
         width_after=_decode(tokenizer, width[n:n + CONTEXT]),
     )
+
+
+NEAR_TIE = "near-tie flip"
+REAL = "real divergence"
+# A flip needs the top-1/top-2 gap to change sign. The exactness probe bounds how far a
+# verify moves each logit on its block (max |diff|), so the gap moves by at most twice
+# that there; the threshold doubles it again because the probe sees one block, not every
+# position. On a CPU the probe is bitwise (max |diff| 0): any divergence is a real one.
+MARGIN_FACTOR = 4.0
+
+
+@dataclass(frozen=True)
+class Margin:
+    position: int
+    classic_margin: float  # top-1 minus top-2 logit of the 1-row step classic took there
+    width_margin: float  # the same from the width's verify forward
+    threshold: float
+    kind: str  # NEAR_TIE or REAL
+
+    def describe(self) -> str:
+        why = (f"top-2 margin {self.classic_margin:.3g} (classic) / {self.width_margin:.3g} (width) "
+               f"vs threshold {self.threshold:.3g}")
+        if self.kind == NEAR_TIE:
+            return f"{NEAR_TIE}: {why}, within the verify's measured error; still not byte-identical"
+        return f"{REAL}: {why}, beyond the verify's measured error — a bug, not rounding"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def classify_margin(position: int, classic_margin: float, width_margin: float,
+                    max_abs_diff: float) -> Margin:
+    threshold = MARGIN_FACTOR * max_abs_diff
+    kind = NEAR_TIE if min(classic_margin, width_margin) <= threshold else REAL
+    return Margin(position, classic_margin, width_margin, threshold, kind)
+
+
+def _top2_margin(row: mx.array) -> float:
+    top = mx.topk(row.astype(mx.float32), 2)
+    return float(mx.abs(top[1] - top[0]).item())
+
+
+def divergence_margin(pair, prompt: list[int], width: int, position: int, max_abs_diff: float,
+                      attention=None) -> Margin:
+    """Replay classic and the width up to ``position`` (their first divergence) and read the
+    target's top-2 logit margin there from each: the 1-row step's and the verify forward's."""
+    from engine.decode import classic, speculative
+
+    seen: dict[str, mx.array] = {}
+
+    def on_classic(pos: int, logits: mx.array) -> None:
+        if pos == position:
+            seen["classic"] = logits.reshape(-1, logits.shape[-1])[-1]
+
+    def on_width(start: int, rows: mx.array) -> None:
+        # The last round to cover ``position`` is the one that emitted it.
+        if start <= position < start + rows.shape[0]:
+            seen["width"] = rows[position - start]
+
+    classic(pair, prompt, position + 1, on_logits=on_classic)
+    speculative(pair, prompt, position + 1, width, attention=attention, on_logits=on_width)
+    return classify_margin(position, _top2_margin(seen["classic"]), _top2_margin(seen["width"]),
+                           max_abs_diff)
 
 
 @dataclass(frozen=True)

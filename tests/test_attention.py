@@ -136,3 +136,15 @@ def test_costcurve_reports_cold_and_warm():
         assert p.first_ms is not None and p.first_ms > 0
         assert p.cold_over_warm is not None
     assert curve.to_dict()["points"][1]["warm_ms"] == curve.points[1].warm_ms
+
+
+def test_divergence_margin_reads_both_paths_at_one_position(pair, ids):
+    from engine.identity import NEAR_TIE, REAL, classify_margin, divergence_margin
+
+    m = divergence_margin(pair, ids, 4, 9, max_abs_diff=0.0)
+    # On a CPU the verify row is bitwise the 1-row step's: the same margin from both.
+    assert m.classic_margin == m.width_margin > 0
+    assert m.kind == REAL and m.threshold == 0.0  # a bitwise probe leaves no room for a tie
+    assert classify_margin(3, 0.05, 0.4, max_abs_diff=0.02).kind == NEAR_TIE
+    assert classify_margin(3, 0.5, 0.4, max_abs_diff=0.02).kind == REAL
+    assert "still not byte-identical" in classify_margin(3, 0.01, 0.01, 0.02).describe()

@@ -1,0 +1,116 @@
+"""Cold check: does an A/B session's figure match what a new request sees?
+
+Runs an A/B session in this process, then, for every arm, a fresh process that
+loads the pair, warms its kernels at other positions (the session's warm-up
+prompt) and decodes the session prompt once: nothing built for those exact
+positions can be replayed there. Reports each arm's session median decode
+tok/s beside the fresh figure; within 10 % means the session is cold-honest.
+
+    python -m engine.coldcheck --target T --draft D --widths 4,8 --prompt-file P \\
+        --verify-attention auto --out cold.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+TOLERANCE = 0.10
+
+
+def _prompt(args) -> str:
+    if args.prompt_file:
+        text = Path(args.prompt_file).read_text(encoding="utf-8")
+        if text.lstrip().startswith("["):  # a JSON list of prompts (build_gpu's prompts.json)
+            return json.loads(text)[args.prompt_index]
+        return text
+    from engine.demo.prompts import DEFAULT_PROMPT
+
+    return DEFAULT_PROMPT
+
+
+def _fresh(args, width: int | None) -> dict:
+    cmd = [sys.executable, "-m", "engine.coldcheck", "--one", "classic" if width is None else str(width),
+           "--target", args.target, "--verify-attention", args.verify_attention,
+           "--max-tokens", str(args.max_tokens), "--prompt-index", str(args.prompt_index),
+           "--widths", args.widths]
+    if args.draft:
+        cmd += ["--draft", args.draft]
+    if args.prompt_file:
+        cmd += ["--prompt-file", args.prompt_file]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    if out.returncode != 0:
+        return {"error": out.stderr.strip().splitlines()[-1:] or ["failed"]}
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def one(args) -> int:
+    """In a fresh process: warm kernels elsewhere, then decode the session prompt once."""
+    from engine.ab import warmup_prompt
+    from engine.decode import decode
+    from engine.pair import load_pair
+
+    pair = load_pair(args.target, args.draft)
+    ids = pair.tokenizer.encode(_prompt(args))
+    width = None if args.one == "classic" else int(args.one)
+    widest = max(int(w) for w in args.widths.split(","))
+    warm_ids, shift = warmup_prompt(ids, args.max_tokens, widest, pair.context_length)
+    kw = {} if width is None else {"attention": args.verify_attention}
+    decode(pair, warm_ids, args.max_tokens, width, **kw)
+    run = decode(pair, ids, args.max_tokens, width, **kw)
+    print(json.dumps({"decode_tok_s": run.decode_tok_s, "tokens": len(run.tokens), "warmup_shift": shift}))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft")
+    ap.add_argument("--widths", default="4,8")
+    ap.add_argument("--n", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=128)
+    ap.add_argument("--prompt-file")
+    ap.add_argument("--prompt-index", type=int, default=0)
+    ap.add_argument("--verify-attention", default="auto")
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--one", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.one:
+        return one(args)
+
+    from engine.ab import AbConfig, run_session
+    from engine.pair import load_pair
+
+    t0 = time.time()
+    pair = load_pair(args.target, args.draft)
+    widths = tuple(int(w) for w in args.widths.split(","))
+    session = run_session(pair, AbConfig(widths=widths, prompt=_prompt(args), n=args.n,
+                                         max_tokens=args.max_tokens, exactness=False, predict=False,
+                                         verify_attention=args.verify_attention))
+    rows = []
+    for arm in [session.classic, *session.arms]:
+        fresh = _fresh(args, arm.width)
+        med = arm.decode_range().median
+        ratio = fresh.get("decode_tok_s", 0) / med if med and "decode_tok_s" in fresh else None
+        rows.append({"arm": arm.name, "session_median_tok_s": round(med, 2),
+                     "session_first_run_tok_s": round(arm.runs[0].decode_tok_s, 2),
+                     "fresh_process_tok_s": round(fresh["decode_tok_s"], 2) if "decode_tok_s" in fresh else None,
+                     "fresh_over_session": round(ratio, 3) if ratio else None,
+                     "within_10pct": ratio is not None and abs(ratio - 1) <= TOLERANCE,
+                     "error": fresh.get("error")})
+    result = {"verify_attention": session.attention, "target": args.target, "draft": args.draft,
+              "max_tokens": args.max_tokens, "n": args.n, "warnings": session.warnings(),
+              "replayed_arms": session.replayed_arms(), "arms": rows, "seconds": round(time.time() - t0, 1)}
+    text = json.dumps(result, indent=1)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,231 @@
+"""Build the GPU-scale pair: a 1.04B-parameter Llama target and a distilled drafter.
+
+The embedded demo pair (4.7M) is launch-bound on a GPU: its forward costs
+what its kernel launches cost, whatever the rows, so it cannot show where a
+verify stops being cheap. This target is large enough that a 1-row forward
+reads ~2 GB of weights. It is built the way the demo pair is (engine/demo/build.py:
+the running Python's standard library, the demo pair's 2048-token tokenizer),
+on a GPU, within a time budget:
+
+1. target: hidden 2048, 22 layers, MLP 6144, 32 heads (4 KV heads), 1.04B
+   parameters, trained in bfloat16 for ``--target-seconds`` (AdamW, cosine);
+2. drafter: hidden 512, 4 layers, 13M parameters, distilled on the target's
+   argmax labels over its own greedy continuations and corpus text;
+3. variants: target in bfloat16 and 4-bit affine (group 64), drafter in bfloat16;
+4. held-out prompts (validation text the target never trained on), and the
+   drafter's acceptance per drafted token at width 4 on them, through this engine.
+
+    python -m engine.demo.build_gpu --out /root/gpupair       (about 7 minutes on an H200)
+
+Weights stay where they are built (2 GB + 0.6 GB); build.json, the log and
+prompts.json are small enough to commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import mlx.core as mx
+import mlx.nn as nn
+import mlx.optimizers as optim
+import numpy as np
+from mlx.utils import tree_flatten
+
+from engine.demo import build as small
+
+SHAPES = {
+    "1b": (dict(hidden_size=2048, num_hidden_layers=22, intermediate_size=6144,
+                num_attention_heads=32, num_key_value_heads=4),
+           dict(hidden_size=512, num_hidden_layers=4, intermediate_size=1536,
+                num_attention_heads=8, num_key_value_heads=2)),
+    # For trying the script on a CPU in seconds; meaningless as a pair.
+    "tiny": (dict(hidden_size=128, num_hidden_layers=2, intermediate_size=256,
+                  num_attention_heads=4, num_key_value_heads=2),
+             dict(hidden_size=64, num_hidden_layers=1, intermediate_size=128,
+                  num_attention_heads=2, num_key_value_heads=1)),
+}
+COMMON = dict(model_type="llama", rms_norm_eps=1e-5, vocab_size=2048, max_position_embeddings=4096,
+              rope_theta=10000.0, tie_word_embeddings=False)
+
+
+def timed_train(model, loss_fn, make_batch, seconds: float, lr: float, name: str,
+                probe_steps: int = 10) -> tuple[float, int]:
+    """Train for about ``seconds``: time ``probe_steps`` steps first, then run the number of
+    steps that fills the budget under a warm-up + cosine schedule. Returns (last loss, steps)."""
+    state_probe = optim.AdamW(learning_rate=lr * 0.05, weight_decay=0.05)
+
+    def make_step(opt):
+        state = [model.state, opt.state]
+
+        def step(x, y):
+            loss, grads = nn.value_and_grad(model, lambda a, b: loss_fn(model, a, b))(x, y)
+            grads, _ = optim.clip_grad_norm(grads, 1.0)
+            opt.update(model, grads)
+            return loss
+
+        return mx.compile(step, inputs=state, outputs=state), state
+
+    step, state = make_step(state_probe)
+    t0 = time.time()
+    for i in range(probe_steps + 2):
+        if i == 2:
+            mx.eval(state)
+            t0 = time.time()  # the first two steps compile
+        loss = step(*make_batch())
+        mx.eval(state)
+    per_step = (time.time() - t0) / probe_steps
+    steps = max(int((seconds - (time.time() - t0)) / per_step), 20)
+    small.log(f"{name}: {per_step * 1e3:.0f} ms a step, {steps} steps in the budget")
+    opt = optim.AdamW(learning_rate=small.lr_schedule(lr, steps, max(steps // 20, 1)), weight_decay=0.05)
+    step, state = make_step(opt)
+    t0 = time.time()
+    last = float("nan")
+    for i in range(steps):
+        loss = step(*make_batch())
+        mx.eval(state)
+        if i % 100 == 0 or i == steps - 1:
+            last = loss.item()
+            small.log(f"{name} step {i}/{steps} loss {last:.3f} ({time.time() - t0:.0f}s)")
+    return last, steps
+
+
+def held_out_prompts(val: np.ndarray, tok, n: int, length: int, rng: np.random.Generator) -> list[str]:
+    """Prompt texts cut from validation windows (never trained on), each starting a line."""
+    out = []
+    while len(out) < n:
+        s = int(rng.integers(0, len(val) - 4 * length))
+        text = tok.decode(val[s:s + 4 * length].tolist())
+        cut = text.find("\n")
+        text = text[cut + 1:] if cut >= 0 else text
+        ids = tok.encode(text).ids[:length]
+        if len(ids) == length and 0 not in ids:
+            out.append(tok.decode(ids))
+    return out
+
+
+def acceptance(target_dir: Path, drafter_dir: Path, prompts: list[str], width: int,
+               tokens: int) -> dict:
+    from engine.decode import speculative
+    from engine.pair import load_pair
+
+    pair = load_pair(target_dir, drafter_dir)
+    drafted = accepted = 0
+    per = []
+    for p in prompts:
+        run = speculative(pair, pair.tokenizer.encode(p), tokens, width)
+        drafted += run.drafted
+        accepted += run.accepted
+        per.append(round(run.acceptance or 0.0, 3))
+    return {"width": width, "tokens": tokens, "pooled": round(accepted / max(drafted, 1), 3),
+            "per_prompt": per}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--shape", choices=tuple(SHAPES), default="1b")
+    ap.add_argument("--tokenizer", type=Path, default=Path(__file__).parent / "pair" / "target-bf16")
+    ap.add_argument("--stdlib", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
+    ap.add_argument("--target-seconds", type=float, default=210)
+    ap.add_argument("--drafter-seconds", type=float, default=75)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--prompts", type=int, default=8)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args(argv)
+
+    from tokenizers import Tokenizer
+
+    started = time.time()
+    mx.random.seed(args.seed)
+    rng = np.random.default_rng(args.seed)
+    tshape, dshape = SHAPES[args.shape]
+    tconf, dconf = dict(COMMON, **tshape), dict(COMMON, **dshape)
+    work = args.out / "_work"
+    tok_dir = work / "tokenizer"
+    tok_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
+        shutil.copy(args.tokenizer / name, tok_dir / name)
+    tok = Tokenizer.from_file(str(tok_dir / "tokenizer.json"))
+
+    texts = small.build_corpus(args.stdlib)
+    ids: list[int] = []
+    for enc in tok.encode_batch(texts):
+        ids.extend(enc.ids)
+        ids.append(0)
+    data = np.array(ids, dtype=np.int32)
+    split = int(len(data) * 0.98)
+    train_data, val_data = data[:split], data[split:]
+    small.log(f"corpus: {len(texts)} files from {args.stdlib}, {len(data)} tokens ({split} train)")
+
+    def ce(model, x, y):
+        return nn.losses.cross_entropy(model(x), y, reduction="mean")
+
+    target = small.make_model(tconf)
+    target.set_dtype(mx.bfloat16)
+    n_target = sum(v.size for _, v in tree_flatten(target.parameters()))
+    small.log(f"target: {n_target / 1e9:.3f}B parameters, bfloat16")
+    gen = small.batches(train_data, args.batch, args.seq, rng)
+    t_loss, t_steps = timed_train(target, ce, lambda: next(gen), args.target_seconds, 8e-4, "target")
+    target.eval()
+    vx, vy = next(small.batches(val_data, 32, args.seq, np.random.default_rng(1)))
+    t_val = ce(target, vx, vy).item()
+    small.log(f"target last loss {t_loss:.3f}, validation loss {t_val:.3f}")
+
+    pr = small.batches(train_data, 256, 64, np.random.default_rng(args.seed + 1))
+    generated = np.concatenate([np.array(small.greedy_continuations(target, next(pr)[0], args.seq - 64 + 1))
+                                for _ in range(2)])
+    small.log(f"generated {generated.shape[0]} greedy continuations")
+
+    drafter = small.make_model(dconf)
+    n_drafter = sum(v.size for _, v in tree_flatten(drafter.parameters()))
+    small.log(f"drafter: {n_drafter / 1e6:.1f}M parameters")
+    n_corpus = args.batch // 4
+    corpus_gen = small.batches(train_data, n_corpus, args.seq, rng)
+
+    def drafter_batch():
+        cx, _ = next(corpus_gen)
+        rows = rng.integers(0, generated.shape[0], size=args.batch - n_corpus)
+        x = mx.concatenate([cx, mx.array(generated[rows, : args.seq])], axis=0)
+        return x, mx.stop_gradient(mx.argmax(target(x), axis=-1))
+
+    d_loss, d_steps = timed_train(drafter, ce, drafter_batch, args.drafter_seconds, 3e-3, "drafter")
+    drafter.eval()
+    agree = (mx.argmax(drafter(vx), axis=-1) == mx.argmax(target(vx), axis=-1)).astype(mx.float32).mean().item()
+    small.log(f"drafter last loss {d_loss:.3f}; top-1 agreement with the target on validation {agree:.3f}")
+
+    small.save_checkpoint(target, tconf, args.out / "target-bf16", tok_dir, "bfloat16")
+    small.save_checkpoint(small.make_model_from(args.out / "target-bf16"), tconf, args.out / "target-4bit",
+                          tok_dir, "bfloat16", quantize=True)
+    small.save_checkpoint(drafter, dconf, args.out / "drafter", tok_dir, "bfloat16")
+    shutil.rmtree(work)
+    prompts = held_out_prompts(val_data, tok, args.prompts, 48, np.random.default_rng(7))
+    (args.out / "prompts.json").write_text(json.dumps(prompts, indent=1))
+    built_s = time.time() - started
+    small.log(f"built in {built_s:.0f}s; measuring acceptance on {len(prompts)} held-out prompts")
+    acc = {v: acceptance(args.out / f"target-{v}", args.out / "drafter", prompts, 4, 128)
+           for v in ("bf16", "4bit")}
+    summary = {
+        "python": sys.version.split()[0], "mlx": mx.__version__, "device": str(mx.default_device()),
+        "build_seconds": round(built_s, 1), "seconds": round(time.time() - started, 1),
+        "shape": args.shape, "target_params": int(n_target), "drafter_params": int(n_drafter),
+        "target_steps": t_steps, "drafter_steps": d_steps, "tokens_per_step": args.batch * args.seq,
+        "target_last_loss": round(t_loss, 3), "target_val_loss": round(t_val, 3),
+        "drafter_last_loss": round(d_loss, 3), "drafter_val_agreement": round(agree, 3),
+        "acceptance_held_out_width4": acc,
+        "target_config": tconf, "drafter_config": dconf,
+    }
+    (args.out / "build.json").write_text(json.dumps(summary, indent=2))
+    small.log(json.dumps({k: summary[k] for k in ("build_seconds", "target_val_loss",
+                                                   "drafter_val_agreement", "acceptance_held_out_width4")}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
