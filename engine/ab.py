@@ -228,10 +228,18 @@ class Session:
         out = []
         cold = self.cold_arms()
         if cold:
-            out.append("first (warm-up) pass was slower: " + ", ".join(
-                f"{k} {v:.1f}x" for k, v in cold.items()) + ". The table is warm: a width that "
-                "meets new positions in service may pay this every round (on CUDA: cuDNN attention "
-                "plans per KV length, cached up to MLX_CUDA_SDPA_CACHE_SIZE).")
+            listed = ", ".join(f"{k} {v:.1f}x" for k, v in cold.items())
+            if self.warmup_shift:
+                out.append(f"first (warm-up) pass was slower: {listed}. It ran at other positions, "
+                           "so this is first-use work (kernels compiled, memory allocated) that a "
+                           "server pays once; the check that matters per request is the first "
+                           "measured run against its repeats.")
+            else:
+                out.append(f"first (warm-up) pass was slower: {listed}. The warm-up shared the "
+                           "session's positions (no room in the model's context to move it), so the "
+                           "table may be warm: a width that meets new positions in service may pay "
+                           "this every round (on CUDA: cuDNN attention plans per KV length, cached up "
+                           "to MLX_CUDA_SDPA_CACHE_SIZE).")
         replay = self.replayed_arms()
         if replay:
             out.append("first run at the session's positions was slower than the repeats: " + ", ".join(
