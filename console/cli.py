@@ -88,6 +88,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except CheckpointError as e:
         params, params_note = None, str(e)
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+    arch_words = [a if isinstance(a, str) else json.dumps(a) for a in archs]  # [1, null] is not text
     looks = (info.kind is not DrafterKind.MODEL or info.declared_width is not None
              or "draft" in path.name.lower())
     data = {
@@ -110,7 +111,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         p = f"{d['parameters'] / 1e6:.2f}M" if d["parameters"] else "unknown"
         return "\n".join([
             f"{d['path']}",
-            f"  model        {d['model_type']} {', '.join(d['architectures'])}",
+            f"  model        {d['model_type']} {', '.join(arch_words)}",
             f"  parameters   {p}" + (f" ({params_note})" if params_note else ""),
             f"  quantization {quant.describe()}  ({quant.detail})",
             f"  dtype        {d['dtype']}",
