@@ -54,7 +54,7 @@ def test_sweep_save_saves_or_refuses_honestly(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (("--widths", "1,4"), "width 1 is out of range"),
     (("--widths", "4,x"), "'x' is not an integer"),
-    (("--max-tokens", "0"), "--max-tokens 0"),
+    (("--max-tokens", "0"), "--max-tokens: 0 is out of range"),
     (("--prompt", ""), "prompt: empty"),
     (("--prompt-file", "/nope/prompt.txt"), "--prompt-file /nope/prompt.txt"),
     (("--target", "/nope"), "--target /nope: no such file"),
