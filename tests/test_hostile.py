@@ -150,3 +150,24 @@ def test_odd_architectures_and_a_directory_for_weights(tmp_path):
     assert p.returncode == 0 and "is a directory" in json.loads(p.stdout)["parameters_note"]
     p = run_cli("resolve", "--device", "cpu", "--target", str(d))
     assert p.returncode == 2 and "is a directory" in p.stderr and "Traceback" not in p.stderr
+
+
+# --- records ---------------------------------------------------------------------------
+
+
+def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
+    from engine import record
+
+    rec = {"created": "2026-11-29T10:00:00Z", "prompt": {"sha256": "ab" * 32}, "x": 1}
+    first = record.write(rec, tmp_path)
+    second = record.write(dict(rec, x=2), tmp_path)  # same second, prompt and pid
+    assert first != second and record.load(first)["x"] == 1 and record.load(second)["x"] == 2
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
+                          text=True).stdout.strip()
+    leftover = tmp_path / f".record.{dead}.abc.tmp"
+    leftover.write_text('{"half": ')
+    mine = tmp_path / f".record.{os.getpid()}.live.tmp"  # a live writer's: kept
+    mine.write_text("{")
+    record.write(rec, tmp_path)
+    assert not leftover.exists() and mine.exists()
+    assert len(list(tmp_path.glob("session-*.json"))) == 3
