@@ -166,6 +166,9 @@ def resolve(
                 reason += "; output NOT byte-identical to classic (saved explicitly)"
             if stale:
                 reason += f"; stale: measured under MLX {entry.mlx}, running {mlx_version}"
+            note = entry.match_note(device)
+            if note:
+                reason += f"; {note}"
             return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry)
         n = len(profile.entries)
         where = str(profile.path) if profile.exists else f"{profile.path} (not present)"
