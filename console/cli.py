@@ -186,6 +186,9 @@ def _console(args: argparse.Namespace) -> int:
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)
+    from console.measure import record_dir
+
+    record_dir(args.record_dir)  # where sessions will be written: checked before it opens
     from console.app import Options, run_app  # Textual loads only here
 
     return run_app(Options(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,

@@ -590,11 +590,11 @@ def _current_text(path: Path, shown: Path, must_exist: bool) -> str | None:
         raise ProfileError(shown, [str(e)]) from None
 
 
-def save(path: Path | None, entry: Override, *, wait_s: float = LOCK_WAIT_S) -> Profile:
+def save(path: Path | None, entry: Override, *, wait_s: float | None = None) -> Profile:
     """Add ``entry`` (replacing one in the same slot) to what is on disk now."""
     shown = Path(path) if path is not None else default_path()
     real = real_path(shown)
-    with _locked(real, shown, wait_s):
+    with _locked(real, shown, LOCK_WAIT_S if wait_s is None else wait_s):
         _clean_leftovers(real)
         text = _current_text(real, shown, must_exist=False)
         if text is not None:
@@ -603,11 +603,11 @@ def save(path: Path | None, entry: Override, *, wait_s: float = LOCK_WAIT_S) -> 
     return load(shown)
 
 
-def delete(path: Path | None, entry: Override, *, wait_s: float = LOCK_WAIT_S) -> Profile:
+def delete(path: Path | None, entry: Override, *, wait_s: float | None = None) -> Profile:
     """Remove the entry in ``entry``'s slot from what is on disk now."""
     shown = Path(path) if path is not None else default_path()
     real = real_path(shown)
-    with _locked(real, shown, wait_s):
+    with _locked(real, shown, LOCK_WAIT_S if wait_s is None else wait_s):
         _clean_leftovers(real)
         text = _current_text(real, shown, must_exist=True) or ""
         parse(text, shown)

@@ -171,3 +171,165 @@ def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
     record.write(rec, tmp_path)
     assert not leftover.exists() and mine.exists()
     assert len(list(tmp_path.glob("session-*.json"))) == 3
+
+
+# --- the command line --------------------------------------------------------------------
+
+
+def one_line_exit(p: subprocess.CompletedProcess, code: int = 2) -> str:
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr, p.stderr
+    return p.stderr
+
+
+def test_options_before_the_subcommand_are_honoured_or_refused(tmp_path):
+    # honoured: the subcommand takes them
+    p = run_cli("--target", "/nope", "--draft-block-size", "9", "resolve", "--device", "cpu")
+    assert "--target /nope: no such file" in one_line_exit(p)
+    d = json.loads(run_cli("--draft-block-size", "9", "resolve", "--device", "cpu", "--json").stdout)
+    assert (d["width"], d["source"]) == (9, "flag")
+    # refused: the subcommand does not take them, or they disagree
+    for args, needle in ((("--record-dir", str(tmp_path), "resolve"), "--record-dir given before 'resolve'"),
+                         (("--profile", str(tmp_path / "p.toml"), "inspect", str(DEMO / "drafter")),
+                          "--profile given before 'inspect'"),
+                         (("--draft-block-size", "9", "resolve", "--draft-block-size", "5"), "both before and after")):
+        assert needle in one_line_exit(run_cli(*args))
+    assert not list(tmp_path.iterdir())
+
+
+def test_profile_and_record_dir_before_sweep_are_where_it_writes(tmp_path):
+    prof, rec = tmp_path / "p.toml", tmp_path / "rec"
+    p = run_cli("--profile", str(prof), "--record-dir", str(rec), "sweep", "--widths", "2", "-n", "1",
+                "--max-tokens", "4", "--save", env={"XDG_DATA_HOME": str(tmp_path / "xdg-data"),
+                                                    "XDG_CONFIG_HOME": str(tmp_path / "xdg-config")})
+    assert p.returncode in (0, 1), p.stderr
+    assert len(list(rec.glob("session-*.json"))) == 1
+    assert not (tmp_path / "xdg-data").exists() and not (tmp_path / "xdg-config").exists()
+    assert prof.exists() == (p.returncode == 0)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (("resolve", "--profile", ""), "--profile '': an empty path"),
+    (("sweep", "--record-dir", ""), "--record-dir '': an empty path"),
+    (("resolve", "--target", ""), "--target '': an empty path"),
+    (("resolve", "--target", str(DEMO / "target-bf16"), "--draft", ""), "--draft '': an empty path"),
+    (("sweep", "--prompt-file", ""), "--prompt-file '': an empty path"),
+    (("inspect", ""), "inspect '': an empty path"),
+    (("resolve", "--profile", "~nosuchuser1234/p.toml"), "cannot expand '~'"),
+    (("costcurve", "--repeats", "0"), "--repeats: 0 is out of range 1..1000"),
+    (("costcurve", "--context", "20000"), "exceeds the target's context of 1024"),
+    (("costcurve", "--context", "200000"), "exceeds the target's context of 1024"),
+    (("sweep", "-n", "99999999999999999999999"), "-n: 99999999999999999999999 is out of range 1..100"),
+    (("sweep", "--max-tokens", "5000"), "exceeds the target's context of 1024"),
+    (("resolve", "--draft-block-size", "1_0"), "'1_0' is not an integer"),
+    (("resolve", "--draft-block-size", "\u0664"), "is not an integer"),
+    (("sweep", "-n", "\u0661"), "-n: '\u0661' is not an integer"),
+    (("sweep", "--wait-quiet", "-1"), "--wait-quiet: '-1'"),
+    (("sweep", "--wait-quiet", "nan"), "--wait-quiet: 'nan'"),
+    (("sweep", "--max-seconds", "nan"), "--max-seconds: 'nan'"),
+    (("sweep", "--max-seconds", "0"), "--max-seconds: '0'"),
+    (("sweep", "--max-reps", "-3"), "--max-reps: -3 is out of range"),
+    (("sweep", "--allow-nonidentical"), "--allow-nonidentical only applies with --save"),
+    (("sweep", "--pair-specific"), "--pair-specific only applies with --save"),
+    (("sweep", "--record-dir", "/proc/blockwidth-records"), "--record-dir /proc/blockwidth-records"),
+    (("sweep", "--prompt-file", "/dev/zero"), "is a character device"),
+    (("resolve", "--profile", "/dev/zero"), "is a character device"),
+    (("resolve", "--bogus"), "unrecognized arguments: --bogus"),
+    (("sweep", "--widths"), "--widths: expected one argument"),
+    (("frobnicate",), "invalid choice: 'frobnicate'"),
+])
+def test_careless_arguments_are_one_line_exit_2(tmp_path, args, needle):
+    p = run_cli(*args, "--device", "cpu") if args[0] == "resolve" else run_cli(*args)
+    assert needle in one_line_exit(p)
+
+
+def test_what_sweep_writes_is_checked_before_any_model_loads(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    bad_default = tmp_path / "config" / "blockwidth" / "profile.toml"
+    bad_default.parent.mkdir(parents=True)
+    bad_default.write_text("schema = 2\n")
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    cases = [
+        (("--record-dir", str(f)), "is a file, not a directory"),
+        (("--record-dir", str(f / "sub")), "--record-dir"),
+        (("--save", "--profile", str(f / "p.toml")), "its parent"),
+        (("--save",), "schema = 2"),  # the bad default profile: before the sweep, not after
+        (("--save", "--profile", str(fifo)), "is a FIFO"),
+        (("--prompt-file", str(fifo)), "is a FIFO"),
+        (("--target", "/nope"), "no such file"),
+    ]
+    for args, needle in cases:
+        p = run_cli("sweep", "--widths", "2", "-n", "1", "--max-tokens", "4", *args,
+                    env={"XDG_CONFIG_HOME": str(tmp_path / "config"), "XDG_DATA_HOME": str(tmp_path / "data")})
+        assert needle in one_line_exit(p) and "[warmup]" not in p.stderr, args
+        assert not list(tmp_path.rglob("session-*.json")), args
+    assert bad_default.read_text() == "schema = 2\n"
+
+
+def _held(lock: Path) -> subprocess.Popen:
+    from tests.test_profile import HOLDER
+
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(lock)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout.readline().strip() == "held"
+    return holder
+
+
+def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
+    """save_session on a real session of the demo pair, its outcome made decided so that it
+    reaches the profile (at n = 1 the session cannot tell drift from noise)."""
+    import dataclasses
+
+    from console.inputs import pair_paths
+    from console.measure import save_session
+    from engine.ab import AbConfig, run_session
+    from engine.pair import load_pair
+    from policy import profile
+
+    paths = pair_paths(None, None)
+    pair = load_pair(paths.target, paths.drafter)
+    session = run_session(pair, AbConfig(widths=(2,), prompt="def f(x):", n=1, max_tokens=4,
+                                         exactness=False, predict=False))
+    decided = dataclasses.replace(session, drift=False, recommendation=2)
+    prof = tmp_path / "p.toml"
+    holder = _held(Path(str(prof) + ".lock"))
+    try:
+        with pytest.raises(profile.ProfileBusy) as e:
+            old, profile.LOCK_WAIT_S = profile.LOCK_WAIT_S, 0.5
+            try:
+                save_session(decided, pair, tmp_path / "record.json", str(prof))
+            finally:
+                profile.LOCK_WAIT_S = old
+    finally:
+        holder.kill()
+        holder.wait()
+    assert f"pid {holder.pid}" in str(e.value) and not prof.exists()
+    saved, refusal = save_session(decided, pair, tmp_path / "record.json", str(prof))
+    assert saved and refusal is None and profile.load(prof).entries[0].width == 2
+
+
+def test_sweep_save_with_a_held_lock_exits_1_and_keeps_the_record(tmp_path):
+    prof = tmp_path / "p.toml"
+    holder = _held(Path(str(prof) + ".lock"))
+    try:
+        p = run_cli("sweep", "--widths", "2", "-n", "1", "--max-tokens", "4", "--save", "--profile", str(prof),
+                    "--record-dir", str(tmp_path / "rec"))
+    finally:
+        holder.kill()
+        holder.wait()
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert len(list((tmp_path / "rec").glob("session-*.json"))) == 1 and not prof.exists()
+    # n = 1 never reaches the profile (it cannot tell drift from noise); when a session does,
+    # the test above shows the lock is named
+    assert f"pid {holder.pid}" in p.stderr or "not saved" in p.stderr
+
+
+def test_interrupt_while_starting_is_one_line():
+    """The handler that covers the imports: deterministic, by signalling ourselves once the
+    module is imported as the program (argv[0] 'blockwidth')."""
+    code = ("import os, signal, sys, time\nsys.argv[0] = 'blockwidth'\nimport console.cli\n"
+            "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\nprint('survived')\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+    assert p.returncode == 130 and p.stderr.strip() == "blockwidth: interrupted" and not p.stdout
