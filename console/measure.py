@@ -106,14 +106,27 @@ def _widths(text: str) -> tuple[int, ...]:
     out = []
     for part in text.split(","):
         part = part.strip()
-        try:
-            w = int(part)
-        except ValueError:
-            raise InputError(f"--widths {text!r}: {part!r} is not an integer") from None
+        if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
+            raise InputError(f"--widths {text!r}: {part!r} is not an integer")
+        w = int(part)
         if not 2 <= w <= MAX_WIDTH:
             raise InputError(f"--widths {text!r}: width {w} is out of range; each width is 2..{MAX_WIDTH}")
         out.append(w)
     return tuple(dict.fromkeys(out))
+
+
+def _rows(text: str) -> tuple[int, ...]:
+    import re
+
+    from engine import costcurve
+
+    # parse_rows uses int(), which also reads '1_0' and non-ASCII digits
+    if not re.fullmatch(r"[0-9,\- ]*", text):
+        raise InputError(f"--rows {text!r}: expected ASCII numbers and ranges like 1-16,24,32")
+    try:
+        return costcurve.parse_rows(text)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
@@ -148,11 +161,15 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         profile_for_save(args.profile)
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
     n_prompt = len(pair.tokenizer.encode(prompt))
+    if n_prompt == 0:
+        raise InputError("prompt: empty (it must hold at least one token)")
     # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
     extra = max(0, 7 - args.max_tokens)
     _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
                    f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
                    + (f" + {extra} cost-curve steps" if extra else ""))
+    if args.wait_quiet > 0 and not args.json:
+        print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
     for w in gate.warnings:
         print(f"blockwidth: warning: {w}", file=sys.stderr)

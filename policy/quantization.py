@@ -302,11 +302,11 @@ def _modelopt(qc: Mapping[str, Any], dtype: str | None, where: str,
     if algo == "MIXED_PRECISION":
         how = f"ModelOpt {where}"
         layers = qc.get("quantized_layers")
-        if isinstance(layers, Mapping) and layers:
-            by_algo: dict[str, list[str]] = {}
-            for name, v in layers.items():
-                if isinstance(v, Mapping):
-                    by_algo.setdefault(str(v.get("quant_algo", "?")).upper(), []).append(str(name))
+        by_algo: dict[str, list[str]] = {}
+        for name, v in (layers.items() if isinstance(layers, Mapping) else ()):
+            if isinstance(v, Mapping):
+                by_algo.setdefault(str(v.get("quant_algo", "?")).upper(), []).append(str(name))
+        if by_algo:
             groups = []
             for a, names in sorted(by_algo.items()):
                 g = next((_int(layers[n].get("group_size")) for n in names), None)
@@ -319,7 +319,7 @@ def _modelopt(qc: Mapping[str, Any], dtype: str | None, where: str,
         if q is not None:
             return q
         return Quantization(Scheme.UNKNOWN, None, group, dtype,
-                            f"{how}: MIXED_PRECISION without quantized_layers or config_groups")
+                            f"{how}: MIXED_PRECISION without readable quantized_layers or config_groups")
     detail = f"ModelOpt {where} quant_algo {algo or '?'}"
     if algo == "NVFP4" or algo.startswith("NVFP4"):
         return Quantization(Scheme.NVFP4, 4, group or 16, dtype, detail)

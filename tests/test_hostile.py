@@ -235,6 +235,11 @@ def test_profile_and_record_dir_before_sweep_are_where_it_writes(tmp_path):
     (("sweep", "--prompt-file", "/dev/zero"), "is a character device"),
     (("resolve", "--profile", "/dev/zero"), "is a character device"),
     (("resolve", "--bogus"), "unrecognized arguments: --bogus"),
+    (("sweep", "--widths", "1_0"), "'1_0' is not an integer"),
+    (("sweep", "--widths", "\u0664"), "is not an integer"),
+    (("costcurve", "--rows", "1_0"), "--rows '1_0'"),
+    (("costcurve", "--rows", "\u0664"), "--rows"),
+    (("sweep", "--prompt", ""), "prompt: empty"),
     (("sweep", "--widths"), "--widths: expected one argument"),
     (("frobnicate",), "invalid choice: 'frobnicate'"),
 ])

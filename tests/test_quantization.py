@@ -56,6 +56,8 @@ CASES = [
             "model.layers.1.mlp.down_proj": {"quant_algo": "NVFP4", "group_size": 16},
             "model.layers.2.mlp.down_proj": {"quant_algo": "NVFP4", "group_size": 16}}}},
      None, "nvfp4", 4, 16),
+    ("modelopt mixed, layers not tables", {"quantization_config": {"quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION", "quantized_layers": {"a": 1, "b": [2]}}}, None, "unknown", None, None),
     ("gpt-oss mxfp4", {"quantization_config": {"quant_method": "mxfp4"}}, None, "mxfp4", 4, 32),
     ("text_config nesting", {"model_type": "gemma3", "text_config": {
         "quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": 32}}},
@@ -81,7 +83,7 @@ def test_mixed_precision_is_named():
     q = classify({"quantization": {"group_size": 64, "bits": 4,
                                    "model.embed_tokens": {"group_size": 64, "bits": 8}}})
     assert "mixed" in q.detail and "8-bit" in q.detail
-    hybrid = classify(CASES[21][1])
+    hybrid = classify(next(c for c in CASES if c[0] == 'modelopt hybrid fp8 + nvfp4')[1])
     assert "FP8 on 1 layers" in hybrid.detail and "NVFP4 on 2 layers" in hybrid.detail
 
 
