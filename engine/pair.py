@@ -21,6 +21,7 @@ from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP)
+_READ_BY_LOADERS = {".json", ".model", ".jinja", ".txt", ".tiktoken", ".jsonl", ".safetensors"}
 
 
 class PairError(Exception):
@@ -59,7 +60,15 @@ def _check_folder(path: Path, what: str) -> dict:
         config = read_config(path)
     except ConfigError as e:
         raise PairError(f"{what} {e}") from None
-    files = weight_files(path)
+    # mlx-lm and transformers open these without asking what they are: a FIFO would block
+    # the load forever, /dev/zero would never end.
+    for f in sorted(path.iterdir()):
+        if f.suffix in _READ_BY_LOADERS and not f.is_file():
+            raise PairError(f"{what} {f}: is not a regular file")
+    try:
+        files = weight_files(path)
+    except CheckpointError as e:
+        raise PairError(f"{what} {e}") from None
     if not files:
         raise PairError(f"{what} {path}: no *.safetensors weights")
     for f in files:

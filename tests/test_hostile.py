@@ -338,3 +338,12 @@ def test_interrupt_while_starting_is_one_line():
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
                        env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
     assert p.returncode == 130 and p.stderr.strip() == "blockwidth: interrupted" and not p.stdout
+
+
+def test_a_fifo_among_the_tokenizer_files_is_refused_not_waited_on(tmp_path):
+    d = _copy(DEMO / "drafter", tmp_path / "drafter")
+    (d / "tokenizer.json").unlink()
+    os.mkfifo(d / "tokenizer.json")
+    p = run_cli("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "-n", "1",
+                "--max-tokens", "4", "--widths", "2", "--record-dir", str(tmp_path / "rec"))
+    assert "tokenizer.json: is not a regular file" in one_line_exit(p)
