@@ -4,7 +4,6 @@ parameter count, and a content fingerprint. No MLX import."""
 from __future__ import annotations
 
 import hashlib
-import json
 import math
 import os
 import struct
