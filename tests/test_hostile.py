@@ -347,3 +347,10 @@ def test_a_fifo_among_the_tokenizer_files_is_refused_not_waited_on(tmp_path):
     p = run_cli("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "-n", "1",
                 "--max-tokens", "4", "--widths", "2", "--record-dir", str(tmp_path / "rec"))
     assert "tokenizer.json: is not a regular file" in one_line_exit(p)
+
+
+def test_the_console_checks_its_record_directory_before_it_opens(tmp_path):
+    f = tmp_path / "file"
+    f.write_text("x")
+    for value, needle in ((str(f), "is a file, not a directory"), ("", "an empty path")):
+        assert needle in one_line_exit(run_cli("--device", "cpu", "--record-dir", value))
