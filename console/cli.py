@@ -6,16 +6,72 @@ exit code 2, never a traceback. Nothing here imports Textual.
 
 from __future__ import annotations
 
-import argparse
-import json
+import os
+import signal
 import sys
-from typing import Any, Callable, Sequence
 
-from console.inputs import ExitCode, InputError, chain_lines, resolution
-from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileError
-from policy.resolve import WidthError
+
+def _interrupted_while_starting(signum: int, frame: object) -> None:
+    # Ctrl-C while the imports below run would print a traceback from inside some library;
+    # main() puts the ordinary handler back once it is running.
+    sys.stderr.write("blockwidth: interrupted\n")
+    os._exit(130)
+
+
+_PROGRAM = __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "blockwidth"
+if _PROGRAM and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+    signal.signal(signal.SIGINT, _interrupted_while_starting)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
+
+from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
+from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileBusy, ProfileError  # noqa: E402
+from policy.resolve import WidthError  # noqa: E402
 
 KINDS = ("model", "lookup", "dflash", "mtp", "eagle")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse that fails in one line, exit 2: the usage block is what --help is for."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(ExitCode.USAGE, f"blockwidth: error: {' '.join(message.split())} "
+                                  f"(see {self.prog} --help)\n")
+
+
+def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
+    """An argparse type: ASCII digits only (int() also reads '1_0' and Arabic-Indic digits),
+    within [lo, hi]; ``why`` says where the bound comes from."""
+    def parse(text: str) -> int:
+        t = text.strip()
+        digits = t[1:] if t[:1] in "+-" else t
+        if not digits or not digits.isascii() or not digits.isdigit():
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits only)")
+        v = int(t)
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
+        return v
+    return parse
+
+
+def seconds(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite number of seconds in [lo, hi] (or (lo, hi] with open_low)."""
+    def parse(text: str) -> float:
+        t = text.strip()
+        try:
+            if not t.isascii() or "_" in t:  # float() also reads '1_0' and non-ASCII digits
+                raise ValueError
+            v = float(t)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+        if not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
+            low = f"more than {lo:g}" if open_low else f"at least {lo:g}"
+            raise argparse.ArgumentTypeError(f"{text!r}: expected {low} and at most {hi:g} seconds")
+        return v
+    return parse
 
 
 def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str]) -> None:
@@ -88,6 +144,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     except CheckpointError as e:
         params, params_note = None, str(e)
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
+    arch_words = [a if isinstance(a, str) else json.dumps(a) for a in archs]  # [1, null] is not text
     looks = (info.kind is not DrafterKind.MODEL or info.declared_width is not None
              or "draft" in path.name.lower())
     data = {
@@ -110,7 +167,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         p = f"{d['parameters'] / 1e6:.2f}M" if d["parameters"] else "unknown"
         return "\n".join([
             f"{d['path']}",
-            f"  model        {d['model_type']} {', '.join(d['architectures'])}",
+            f"  model        {d['model_type']} {', '.join(arch_words)}",
             f"  parameters   {p}" + (f" ({params_note})" if params_note else ""),
             f"  quantization {quant.describe()}  ({quant.detail})",
             f"  dtype        {d['dtype']}",
@@ -129,6 +186,9 @@ def _console(args: argparse.Namespace) -> int:
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)
+    from console.measure import record_dir
+
+    record_dir(args.record_dir)  # where sessions will be written: checked before it opens
     from console.app import Options, run_app  # Textual loads only here
 
     return run_app(Options(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
@@ -136,8 +196,43 @@ def _console(args: argparse.Namespace) -> int:
                            record_dir=args.record_dir))
 
 
+_BEFORE = "before:"  # dest prefix of an option given before the subcommand
+
+
+def _mark_before(ap: argparse.ArgumentParser) -> None:
+    """Options given before a subcommand land in their own dests (only when given), so that
+    ``_apply_before`` can honour them for the subcommand or refuse them, never drop them."""
+    defaults = {}
+    for a in ap._actions:
+        if a.option_strings and not isinstance(a, argparse._HelpAction):
+            defaults[a.dest] = a.default
+            a.dest, a.default = _BEFORE + a.dest, argparse.SUPPRESS
+    ap.set_defaults(**defaults)  # the console (no subcommand) reads the plain names
+
+
+def _apply_before(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    before = {k: v for k, v in vars(args).items() if k.startswith(_BEFORE)}
+    for k in before:
+        delattr(args, k)
+    top = {a.dest: a for a in ap._actions if a.dest.startswith(_BEFORE)}
+    sub = next((a for a in ap._actions if isinstance(a, argparse._SubParsersAction)), None)
+    command = getattr(args, "command", None)
+    accepted = ({a.dest: a for a in sub.choices[command]._actions if a.option_strings}
+                if command and sub else {})
+    for key, value in before.items():
+        name, flag = key[len(_BEFORE):], top[key].option_strings[-1]
+        if command is None:
+            setattr(args, name, value)
+        elif name not in accepted:
+            ap.error(f"{flag} given before '{command}', which does not take it")
+        elif getattr(args, name) not in (accepted[name].default, value):
+            ap.error(f"{flag} given both before and after '{command}', with different values")
+        else:
+            setattr(args, name, value)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(
+    ap = Parser(
         prog="blockwidth",
         description="Operator console for the draft block width of speculative decoding on MLX. "
                     "With no COMMAND it opens the console (on the demo pair unless --target).",
@@ -145,6 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pair_args(ap)
     _resolution_args(ap)
     ap.add_argument("--record-dir", help="where A/B session records go (default: user data dir)")
+    _mark_before(ap)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
     p = sub.add_parser("resolve", help="the width this pair would use, its source and why")
@@ -165,13 +261,20 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = build_parser()
-    args = ap.parse_args(argv)
+    if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
+        argv = list(sys.argv[1:] if argv is None else argv)
+        ap = build_parser()
+        args = ap.parse_args(argv)
+        _apply_before(ap, args)
         if not getattr(args, "func", None):
             return _console(args)
         return int(args.func(args))
+    except ProfileBusy as e:  # a check failed (the lock stayed held), not bad input
+        for line in str(e).splitlines():
+            print(f"blockwidth: error: {line}", file=sys.stderr)
+        return ExitCode.CHECK_FAILED
     except (InputError, WidthError, ProfileError) as e:
         for line in str(e).splitlines():
             print(f"blockwidth: error: {line}", file=sys.stderr)
@@ -179,6 +282,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("blockwidth: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `blockwidth ... | head`: the reader left; say nothing more
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

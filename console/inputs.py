@@ -13,11 +13,12 @@ from pathlib import Path
 from typing import Mapping
 
 from engine import demo
-from engine.checkpoint import pair_id
+from engine.checkpoint import CheckpointError, pair_id
+from policy import files
 from policy import profile as profiles
 from policy.device import Device, DeviceSpecError, parse_device_spec
 from policy.drafter import DrafterInfo, DrafterKind, read_drafter
-from policy.quantization import ConfigError, Quantization, Scheme, read_quantization
+from policy.quantization import ConfigError, Quantization, read_quantization
 from policy.resolve import Resolution, Step, resolve
 
 
@@ -38,8 +39,20 @@ def mlx_version() -> str | None:
         return None
 
 
+def user_path(value: str | os.PathLike | None, what: str) -> Path | None:
+    """An optional path option: None when not given; an empty one or ``~nouser`` is an error
+    (an empty path must never fall back to a default)."""
+    if value is None:
+        return None
+    try:
+        return files.user_path(value, what)
+    except files.FileProblem as e:
+        raise InputError(str(e)) from None
+
+
 def checkpoint_dir(value: str | os.PathLike, what: str) -> Path:
-    path = Path(value).expanduser()
+    path = user_path(value, what)
+    assert path is not None
     if not path.exists():
         raise InputError(f"{what} {path}: no such file or directory")
     if not path.is_dir():
@@ -48,11 +61,13 @@ def checkpoint_dir(value: str | os.PathLike, what: str) -> Path:
 
 
 def target_quantization(path: Path) -> Quantization:
-    """The target's quantization; an unreadable config is ``unknown`` with the reason."""
+    """The target's quantization. A folder without a readable config.json is not a checkpoint:
+    an error, as it is for a drafter (a config that parses but names an odd scheme is
+    ``unknown``, with the reason)."""
     try:
         return read_quantization(path)
     except ConfigError as e:
-        return Quantization(Scheme.UNKNOWN, None, None, None, f"config unreadable: {e}")
+        raise InputError(f"--target {e}") from None
 
 
 def device_for(spec: str | None) -> Device:
@@ -68,8 +83,9 @@ def device_for(spec: str | None) -> Device:
 
 def load_profile(path: str | None, missing_ok: bool = False) -> profiles.Profile:
     """The profile to resolve with; a named one must exist unless ``missing_ok`` (a save creates it)."""
-    if path:
-        return profiles.load(Path(path).expanduser(), missing_ok=missing_ok)
+    named = user_path(path, "--profile")
+    if named is not None:
+        return profiles.load(named, missing_ok=missing_ok)
     return profiles.load(None, missing_ok=True)
 
 
@@ -89,7 +105,7 @@ def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
         drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTER
         return PairPaths(demo.target(variant), drafter, True)
     return PairPaths(checkpoint_dir(target, "--target"),
-                     checkpoint_dir(draft, "--draft") if draft else None, False)
+                     checkpoint_dir(draft, "--draft") if draft is not None else None, False)
 
 
 def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
@@ -117,11 +133,15 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
     quant = target_quantization(paths.target)
     dev = device_for(device)
     prof = load_profile(profile, profile_missing_ok)
+    try:
+        pid = pair_id(paths.target, paths.drafter)
+    except CheckpointError as e:
+        raise InputError(str(e)) from None
     res = resolve(
         drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
         env=os.environ if env is None else env, profile=prof,
         declared_width=info.declared_width, declared_detail=info.detail,
-        pair=pair_id(paths.target, paths.drafter), mlx_version=mlx_version(),
+        pair=pid, mlx_version=mlx_version(),
     )
     return res, paths, info
 

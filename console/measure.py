@@ -4,28 +4,100 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from console import cli
-from console.inputs import ExitCode, InputError, mlx_version, pair_paths
+from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
+
+MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
+UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
+
 
 def _prompt(args) -> str:
     from engine.demo.prompts import DEFAULT_PROMPT
+    from policy import files
 
     if args.prompt is not None and args.prompt_file is not None:
         raise InputError("give --prompt or --prompt-file, not both")
     if args.prompt_file is not None:
-        p = Path(args.prompt_file)
+        p = user_path(args.prompt_file, "--prompt-file")
         try:
-            return p.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as e:
-            raise InputError(f"--prompt-file {p}: cannot be read ({getattr(e, 'strerror', e)})") from None
+            return files.read_text(p, MAX_PROMPT_BYTES)
+        except files.FileProblem as e:
+            raise InputError(f"--prompt-file {e}") from None
     if args.prompt is not None:
         return args.prompt
     return DEFAULT_PROMPT
+
+
+def record_dir(value: str | None) -> Path:
+    """The record directory, checked before any model loads: it exists (or is created) and a
+    file can be written in it. Raises InputError naming it."""
+    import tempfile
+
+    from engine import record
+
+    d = user_path(value, "--record-dir") or record.default_dir()
+    what = f"--record-dir {d}" if value is not None else f"record directory {d}"
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=d, prefix=".record.probe.", suffix=".tmp"):
+            pass
+    except FileExistsError:
+        raise InputError(f"{what}: is a file, not a directory") from None
+    except OSError as e:
+        raise InputError(f"{what}: cannot be written ({e.strerror})") from None
+    return d
+
+
+def profile_for_save(value: str | None):
+    """The profile a --save will write, validated before any model loads."""
+    from policy import profile as profiles
+
+    profiles.check_writable(user_path(value, "--profile"))
+
+
+def _memory_bytes() -> int | None:
+    """What the device can hold: its own memory where MLX reports it, else physical RAM."""
+    from policy.device import probe
+
+    mem = probe().memory_bytes
+    if mem:
+        return mem
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
+
+
+def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
+    """Refuse a run the target cannot take (its context) or the machine cannot hold (the KV
+    cache plus one prefill's attention scores, which a 1024-context model asked for 200,000
+    tokens turned into a segfault)."""
+    ctx = pair.context_length
+    limit = ctx or UNKNOWN_CONTEXT
+    if tokens > limit:
+        whose = (f"the target's context of {ctx} tokens (max_position_embeddings)" if ctx
+                 else f"{UNKNOWN_CONTEXT} tokens (the target's config states no context length)")
+        raise InputError(f"{what}: {detail} = {tokens} tokens exceeds {whose}")
+    c = pair.target_config
+    ints = {k: c.get(k) for k in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+                                   "hidden_size", "head_dim")}
+    layers, heads, hidden = ints["num_hidden_layers"], ints["num_attention_heads"], ints["hidden_size"]
+    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
+        return
+    kv = ints["num_key_value_heads"] if isinstance(ints["num_key_value_heads"], int) else heads
+    head_dim = ints["head_dim"] if isinstance(ints["head_dim"], int) else hidden // heads
+    need = 2 * layers * kv * head_dim * tokens * 2 + heads * tokens * tokens * 4
+    mem = _memory_bytes()
+    if mem and need > mem // 2:
+        raise InputError(f"{what}: {detail} = {tokens} tokens needs about {need / 2**30:.1f} GiB "
+                         f"(KV cache and attention scores), over half of this device's "
+                         f"{mem / 2**30:.1f} GiB")
 
 
 def _widths(text: str) -> tuple[int, ...]:
@@ -34,14 +106,27 @@ def _widths(text: str) -> tuple[int, ...]:
     out = []
     for part in text.split(","):
         part = part.strip()
-        try:
-            w = int(part)
-        except ValueError:
-            raise InputError(f"--widths {text!r}: {part!r} is not an integer") from None
+        if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
+            raise InputError(f"--widths {text!r}: {part!r} is not an integer")
+        w = int(part)
         if not 2 <= w <= MAX_WIDTH:
             raise InputError(f"--widths {text!r}: width {w} is out of range; each width is 2..{MAX_WIDTH}")
         out.append(w)
     return tuple(dict.fromkeys(out))
+
+
+def _rows(text: str) -> tuple[int, ...]:
+    import re
+
+    from engine import costcurve
+
+    # parse_rows uses int(), which also reads '1_0' and non-ASCII digits
+    if not re.fullmatch(r"[0-9,\- ]*", text):
+        raise InputError(f"--rows {text!r}: expected ASCII numbers and ranges like 1-16,24,32")
+    try:
+        return costcurve.parse_rows(text)
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
@@ -63,14 +148,28 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     widths = _widths(args.widths)
     prompt = _prompt(args)
-    if args.n < 1:
-        raise InputError(f"-n {args.n}: at least one repetition per arm")
-    if args.max_tokens < 1:
-        raise InputError(f"--max-tokens {args.max_tokens}: must be at least 1")
-    if args.save and args.profile:
-        from policy import profile as profiles
-        profiles.load(Path(args.profile), missing_ok=True)  # a bad profile stops us before measuring
+    for flag, given in (("--allow-nonidentical", args.allow_nonidentical),
+                        ("--pair-specific", args.pair_specific)):
+        if given and not args.save:
+            raise InputError(f"{flag} only applies with --save")
+    if args.max_reps < args.n and args.sequential:
+        raise InputError(f"--max-reps {args.max_reps}: below -n {args.n}; the budget must allow the "
+                         f"first n repetitions")
+    # Everything this command will write is checked before any model loads.
+    records = record_dir(args.record_dir)
+    if args.save:
+        profile_for_save(args.profile)
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
+    n_prompt = len(pair.tokenizer.encode(prompt))
+    if n_prompt == 0:
+        raise InputError("prompt: empty (it must hold at least one token)")
+    # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
+    extra = max(0, 7 - args.max_tokens)
+    _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
+                   f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
+                   + (f" + {extra} cost-curve steps" if extra else ""))
+    if args.wait_quiet > 0 and not args.json:
+        print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
     for w in gate.warnings:
         print(f"blockwidth: warning: {w}", file=sys.stderr)
@@ -107,13 +206,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cancel.set()
         raise
     rec = record.build(session, pair, host.identity(), gate.to_dict())
-    path = record.write(rec, Path(args.record_dir) if args.record_dir else None)
+    try:
+        path = record.write(rec, records)
+    except OSError as e:
+        raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
 
     saved, refusal = None, None
     if args.save:
-        saved, refusal = save_session(session, pair, path, args.profile,
-                                      allow_nonidentical=args.allow_nonidentical,
-                                      pair_specific=args.pair_specific)
+        from policy.profile import ProfileBusy
+
+        try:
+            saved, refusal = save_session(session, pair, path, args.profile,
+                                          allow_nonidentical=args.allow_nonidentical,
+                                          pair_specific=args.pair_specific)
+        except ProfileBusy as e:  # the record stays; the operator can save from it later
+            refusal = f"{e} (the record is kept: {path})"
 
     if args.json:
         out = dict(rec)
@@ -203,12 +310,13 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
         evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
     entry = profiles.Override(
         backend=dev.backend, drafter_kind=pair.kind, width=width, decline=width is None,
-        compute_capability=dev.compute_capability, quant_scheme=q.scheme.value, quant_bits=q.bits,
+        compute_capability=dev.compute_capability, device_name=dev.name or None,
+        quant_scheme=q.scheme.value, quant_bits=q.bits,
         quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
         mlx=mlx_version(), measured_at=profiles.now_iso(), byte_identical=identical,
         evidence=evidence,
     )
-    path = Path(profile_path).expanduser() if profile_path else None
+    path = user_path(profile_path, "--profile") if profile_path is not None else None
     prof = profiles.save(path, entry)
     what = f"width {width}" if width is not None else "decline (no width beat classic)"
     return f"{what} for {entry.describe_keys()} in {prof.path}", None
@@ -217,20 +325,17 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
 def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
-    try:
-        rows = costcurve.parse_rows(args.rows)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-    if args.context < 1:
-        raise InputError(f"--context {args.context}: must be at least 1")
+    rows = _rows(args.rows)
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
+    # each cold forward runs one position past the last: warm-up 2 + repeats of them
+    steps = args.repeats + 2
+    _context_bound(pair, "costcurve", args.context + max(rows) + steps,
+                   f"--context {args.context} + {max(rows)} rows + {steps} cold steps")
 
     def progress(i, n):
         if not args.json:
             print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
 
-    if args.repeats < 1:
-        raise InputError(f"--repeats {args.repeats}: must be at least 1")
     curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
                               attention=args.verify_attention, on_progress=progress)
     if not args.json:
@@ -267,16 +372,21 @@ def register(sub) -> None:
     p = sub.add_parser("sweep", help="A/B session: widths against classic, with a record")
     cli._pair_args(p)
     p.add_argument("--widths", default="2,3,4,6,8", help="comma-separated widths (default 2,3,4,6,8)")
-    p.add_argument("-n", type=int, default=3, help="repetitions per arm (default 3)")
-    p.add_argument("--max-tokens", type=int, default=64, help="new tokens per run (default 64)")
+    p.add_argument("-n", type=cli.integer(1, 100, "repetitions per arm"), default=3,
+                   help="repetitions per arm, 1..100 (default 3)")
+    p.add_argument("--max-tokens", type=cli.integer(1, 65536, "then bounded by the target's context"),
+                   default=64, help="new tokens per run (default 64; prompt + tokens + width must fit "
+                                    "the target's context)")
     p.add_argument("--prompt", help="prompt text (default: a demo prompt)")
     p.add_argument("--prompt-file", help="read the prompt from a file")
     p.add_argument("--sequential", action="store_true",
                    help="keep adding repetitions until every arm is decided or the budget runs out")
-    p.add_argument("--max-reps", type=int, default=12, help="sequential budget: repetitions (default 12)")
-    p.add_argument("--max-seconds", type=float, default=600, help="sequential budget: seconds (default 600)")
-    p.add_argument("--wait-quiet", type=float, default=0, metavar="S",
-                   help="wait up to S seconds for a quiet host before timing")
+    p.add_argument("--max-reps", type=cli.integer(1, 1000, "sequential repetitions"), default=12,
+                   help="sequential budget: repetitions, 1..1000 (default 12)")
+    p.add_argument("--max-seconds", type=cli.seconds(0, 86400, open_low=True), default=600,
+                   help="sequential budget: seconds, up to 86400 (default 600)")
+    p.add_argument("--wait-quiet", type=cli.seconds(0, 3600), default=0, metavar="S",
+                   help="wait up to S seconds (0..3600) for a quiet host before timing")
     p.add_argument("--record-dir", help="where the session record goes (default: user data dir)")
     p.add_argument("--save", action="store_true", help="store the measured winner (or decline) in the profile")
     p.add_argument("--allow-nonidentical", action="store_true",
@@ -292,8 +402,11 @@ def register(sub) -> None:
     p.add_argument("--target", metavar="T", help="target checkpoint folder (default: the demo target)")
     p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16")
     p.add_argument("--rows", default="1-16,24,32", help="row counts, e.g. 1-16,24,32 (default)")
-    p.add_argument("--context", type=int, default=128, help="prefix tokens before the timed rows")
-    p.add_argument("--repeats", type=int, default=7, help="timed repeats per row count (median)")
+    p.add_argument("--context", type=cli.integer(1, 1 << 20, "then bounded by the target's context"),
+                   default=128, help="prefix tokens before the timed rows (context + rows must fit "
+                                     "the target's context)")
+    p.add_argument("--repeats", type=cli.integer(1, 1000, "timed repeats"), default=7,
+                   help="timed repeats per row count (median), 1..1000")
     attention_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)

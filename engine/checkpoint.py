@@ -4,8 +4,8 @@ parameter count, and a content fingerprint. No MLX import."""
 from __future__ import annotations
 
 import hashlib
-import json
 import math
+import os
 import struct
 from pathlib import Path
 from typing import Any
@@ -17,27 +17,76 @@ class CheckpointError(Exception):
     """A weights file that is missing or unreadable; the message names the file."""
 
 
+# Bytes per element of the safetensors dtypes; a header naming another is corrupt.
+_DTYPE_BYTES = {"BOOL": 1, "U8": 1, "I8": 1, "F8_E4M3": 1, "F8_E5M2": 1, "F8_E8M0": 1,
+                "F4": 0.5, "F6_E2M3": 0.75, "F6_E3M2": 0.75,
+                "I16": 2, "U16": 2, "F16": 2, "BF16": 2, "I32": 4, "U32": 4, "F32": 4,
+                "I64": 8, "U64": 8, "F64": 8, "C64": 8}
+MAX_HEADER_BYTES = 100_000_000
+
+
 def weight_files(path: Path) -> list[Path]:
-    return sorted(Path(path).glob("*.safetensors"))
+    """The folder's ``*.safetensors``; one that is not a regular file is an error, not skipped."""
+    files = sorted(Path(path).glob("*.safetensors"))
+    for f in files:
+        if not f.is_file():
+            kind = "a directory" if f.is_dir() else "not a regular file"
+            raise CheckpointError(f"{f}: is {kind}, not a safetensors file")
+    return files
+
+
+def _tensor_problem(name: str, meta: Any) -> str | None:
+    if not isinstance(meta, dict):
+        return f"tensor {name!r} is not described by an object"
+    shape = meta.get("shape")
+    if not isinstance(shape, list) or not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0
+                                              for d in shape):
+        return f"tensor {name!r} has shape {str(shape)[:40]}, not a list of sizes"
+    if meta.get("dtype") not in _DTYPE_BYTES:
+        return f"tensor {name!r} has dtype {str(meta.get('dtype'))[:20]!r}, not a safetensors dtype"
+    off = meta.get("data_offsets")
+    if (not isinstance(off, list) or len(off) != 2
+            or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in off)
+            or off[0] > off[1]):
+        return f"tensor {name!r} has data_offsets {str(off)[:40]}, not [begin, end]"
+    return None
 
 
 def read_header(file: Path) -> dict[str, Any]:
+    """The safetensors header, checked: every tensor has a shape of sizes, a known dtype and
+    offsets inside the file (a truncated file is an error, not a smaller model)."""
+    from policy import files as _files
+
     try:
         with open(file, "rb") as fh:
+            size = os.fstat(fh.fileno()).st_size
             raw = fh.read(8)
             if len(raw) != 8:
                 raise CheckpointError(f"{file}: truncated safetensors file (no header)")
             (n,) = struct.unpack("<Q", raw)
-            if n > 100_000_000:
-                raise CheckpointError(f"{file}: not a safetensors file (header length {n})")
+            if n > MAX_HEADER_BYTES or n > size - 8:
+                raise CheckpointError(f"{file}: not a safetensors file (header length {n}, "
+                                      f"file {size} bytes)")
             body = fh.read(n)
-        header = json.loads(body)
     except OSError as e:
         raise CheckpointError(f"{file}: cannot be read ({e.strerror})") from None
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        raise CheckpointError(f"{file}: corrupt safetensors header") from None
+    try:
+        header = _files.loads_json(body, file)
+    except _files.FileProblem as e:
+        raise CheckpointError(f"corrupt safetensors header: {e}") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{file}: corrupt safetensors header")
+    end = 0
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        problem = _tensor_problem(name, meta)
+        if problem:
+            raise CheckpointError(f"{file}: corrupt safetensors header: {problem}")
+        end = max(end, meta["data_offsets"][1])
+    if 8 + n + end > size:
+        raise CheckpointError(f"{file}: truncated: the header describes {8 + n + end} bytes, "
+                              f"the file has {size}")
     return header
 
 
@@ -51,11 +100,11 @@ def parameter_count(path: Path, bits: int | None = None) -> int | None:
         header = read_header(f)
         names = set(header)
         for name, meta in header.items():
-            if name == "__metadata__" or not isinstance(meta, dict):
+            if name == "__metadata__":
                 continue
             if name.endswith(".scales") or name.endswith(".biases"):
                 continue
-            n = math.prod(meta.get("shape", []))
+            n = math.prod(meta["shape"])
             base = name[: -len(".weight")] if name.endswith(".weight") else None
             if base and f"{base}.scales" in names and meta.get("dtype") == "U32" and bits:
                 n = n * 32 // bits
@@ -69,14 +118,22 @@ def fingerprint(path: Path) -> str:
     h = hashlib.sha256()
     cfg = path / "config.json"
     if cfg.is_file():
-        h.update(cfg.read_bytes())
-    for f in weight_files(path):
-        size = f.stat().st_size
-        h.update(f"{f.name}:{size}".encode())
-        with open(f, "rb") as fh:
-            for off in (0, max(size // 2 - _SAMPLE // 2, 0), max(size - _SAMPLE, 0)):
-                fh.seek(off)
-                h.update(fh.read(_SAMPLE))
+        from policy import files as _files
+
+        try:
+            h.update(_files.read_bytes(cfg, _files.MAX_JSON_BYTES))
+        except _files.FileProblem as e:
+            raise CheckpointError(str(e)) from None
+    try:
+        for f in weight_files(path):
+            size = f.stat().st_size
+            h.update(f"{f.name}:{size}".encode())
+            with open(f, "rb") as fh:
+                for off in (0, max(size // 2 - _SAMPLE // 2, 0), max(size - _SAMPLE, 0)):
+                    fh.seek(off)
+                    h.update(fh.read(_SAMPLE))
+    except OSError as e:
+        raise CheckpointError(f"{e.filename or path}: cannot be read ({e.strerror})") from None
     return h.hexdigest()[:16]
 
 

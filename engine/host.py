@@ -57,13 +57,13 @@ class GateReport:
 
 
 def _gpu_state() -> dict:
-    from policy.device import nvml
+    from policy.device import nvml, nvml_handle
 
     with nvml() as lib:
         if lib is None:
             return {}
         try:
-            h = lib.nvmlDeviceGetHandleByIndex(0)
+            h = nvml_handle(lib)  # the GPU MLX runs on, not NVML's first
             util = lib.nvmlDeviceGetUtilizationRates(h)
             procs = lib.nvmlDeviceGetComputeRunningProcesses(h)
             others = [p.pid for p in procs if p.pid != os.getpid()]

@@ -1,7 +1,9 @@
 """Load a target and a drafter from local folders with mlx-lm.
 
 Never a hub download (paths are checked before mlx-lm sees them, and the hub is
-switched offline), never ``trust_remote_code``.
+switched offline), never checkpoint code: a folder that asks for it is refused
+before mlx-lm or transformers see it (``read_config``), and both are told
+``trust_remote_code=False`` so that nothing can prompt on stdin either.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP)
+_READ_BY_LOADERS = {".json", ".model", ".jinja", ".txt", ".tiktoken", ".jsonl", ".safetensors"}
 
 
 class PairError(Exception):
@@ -57,7 +60,15 @@ def _check_folder(path: Path, what: str) -> dict:
         config = read_config(path)
     except ConfigError as e:
         raise PairError(f"{what} {e}") from None
-    files = weight_files(path)
+    # mlx-lm and transformers open these without asking what they are: a FIFO would block
+    # the load forever, /dev/zero would never end.
+    for f in sorted(path.iterdir()):
+        if f.suffix in _READ_BY_LOADERS and not f.is_file():
+            raise PairError(f"{what} {f}: is not a regular file")
+    try:
+        files = weight_files(path)
+    except CheckpointError as e:
+        raise PairError(f"{what} {e}") from None
     if not files:
         raise PairError(f"{what} {path}: no *.safetensors weights")
     for f in files:
@@ -68,13 +79,19 @@ def _check_folder(path: Path, what: str) -> dict:
     return config
 
 
+def _one_line(e: Exception, limit: int = 300) -> str:
+    """An exception from mlx-lm or transformers as one bounded line (theirs span several)."""
+    text = " ".join(f"{type(e).__name__}: {e}".split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _load_model(path: Path, what: str):
     from mlx_lm.utils import load_model
 
     try:
         model, _ = load_model(path, lazy=False, trust_remote_code=False)
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
-        raise PairError(f"{what} {path}: mlx-lm cannot load it ({type(e).__name__}: {e})") from None
+        raise PairError(f"{what} {path}: mlx-lm cannot load it ({_one_line(e)})") from None
     return model
 
 
@@ -82,9 +99,11 @@ def _load_tokenizer(path: Path, what: str, config: dict):
     from mlx_lm.utils import load_tokenizer
 
     try:
-        return load_tokenizer(path, eos_token_ids=config.get("eos_token_id"))
+        # An explicit False makes transformers refuse custom code instead of asking on stdin.
+        return load_tokenizer(path, tokenizer_config_extra={"trust_remote_code": False},
+                              eos_token_ids=config.get("eos_token_id"))
     except Exception as e:
-        raise PairError(f"{what} {path}: tokenizer cannot be loaded ({type(e).__name__}: {e})") from None
+        raise PairError(f"{what} {path}: tokenizer cannot be loaded ({_one_line(e)})") from None
 
 
 def _vocab(tokenizer) -> dict:

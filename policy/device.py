@@ -11,7 +11,7 @@ import re
 import warnings
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, Iterator
+from typing import Any, Iterator, Mapping
 
 
 class Backend(str, Enum):
@@ -130,16 +130,50 @@ def nvml() -> Iterator[Any]:
             pynvml.nvmlShutdown()
 
 
+def visible_device(env: Mapping[str, str]) -> str | None:
+    """The NVML selector of the GPU that CUDA (and so MLX) calls device 0.
+
+    NVML numbers every GPU on the host and ignores CUDA_VISIBLE_DEVICES: with
+    ``CUDA_VISIBLE_DEVICES=3`` the device MLX runs on is NVML's index 3 (or a
+    ``GPU-``/``MIG-`` UUID when the variable names one). ``None``: unset, so index 0.
+    An empty value hides every GPU: ``""``.
+    """
+    raw = env.get("CUDA_VISIBLE_DEVICES")
+    if raw is None:
+        return None
+    return raw.split(",")[0].strip()
+
+
+def nvml_handle(lib: Any, env: Mapping[str, str] | None = None) -> Any:
+    """NVML's handle for the GPU MLX runs on (see ``visible_device``); raises where none."""
+    import os
+
+    first = visible_device(os.environ if env is None else env)
+    if first is None:
+        return lib.nvmlDeviceGetHandleByIndex(0)
+    if first.isdigit():
+        # CUDA orders by speed unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML by bus. probe()
+        # cross-checks the name with MLX's own when they could differ.
+        return lib.nvmlDeviceGetHandleByIndex(int(first))
+    if first.upper().startswith(("GPU-", "MIG-")):
+        return lib.nvmlDeviceGetHandleByUUID(first)
+    raise LookupError(f"CUDA_VISIBLE_DEVICES={first!r} names no GPU NVML can find")
+
+
 def _nvml(fallback_name: str) -> tuple[str, str | None]:
     with nvml() as lib:
         if lib is None:
             return fallback_name, None
         try:
-            h = lib.nvmlDeviceGetHandleByIndex(0)
+            h = nvml_handle(lib)
             name = lib.nvmlDeviceGetName(h)
             driver = lib.nvmlSystemGetDriverVersion()
         except Exception:
             return fallback_name, None
         name = name.decode() if isinstance(name, bytes) else name
         driver = driver.decode() if isinstance(driver, bytes) else driver
+        if fallback_name and name and fallback_name.lower() not in name.lower() \
+                and name.lower() not in fallback_name.lower():
+            # NVML picked another GPU than MLX runs on (device order differs): trust MLX's name.
+            return fallback_name, driver
         return name or fallback_name, driver

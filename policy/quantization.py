@@ -8,7 +8,6 @@ thin file reader.
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from dataclasses import dataclass
 from enum import Enum
@@ -149,20 +148,105 @@ def _mlx_block(q: Any, dtype: str | None, where: str) -> Quantization:
     return Quantization(scheme, bits, group, dtype, detail)
 
 
-def _compressed_tensors(qc: Mapping[str, Any], dtype: str | None) -> Quantization:
-    fmt = str(qc.get("format") or "")
-    groups = qc.get("config_groups")
-    weights: Mapping[str, Any] = {}
-    if isinstance(groups, Mapping):
-        for g in groups.values():
-            if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping):
-                weights = g["weights"]
-                fmt = str(g.get("format") or fmt)
-                break
+def _dims(config: Mapping[str, Any] | None) -> dict[str, int]:
+    """The sizes that set how many weights each module holds (text_config for multimodal)."""
+    if not isinstance(config, Mapping):
+        return {}
+    src: Mapping[str, Any] = config
+    if not isinstance(config.get("hidden_size"), int) and isinstance(config.get("text_config"), Mapping):
+        src = config["text_config"]
+    keys = {"hidden": "hidden_size", "inter": "intermediate_size", "moe_inter": "moe_intermediate_size",
+            "heads": "num_attention_heads", "kv": "num_key_value_heads", "head_dim": "head_dim",
+            "vocab": "vocab_size", "layers": "num_hidden_layers"}
+    d = {k: v for k, name in keys.items() if isinstance(v := src.get(name), int) and v > 0}
+    if "hidden" in d and "heads" in d:
+        d.setdefault("head_dim", d["hidden"] // d["heads"])
+        d.setdefault("kv", d["heads"])
+    return d
+
+
+def _module_weights(name: str, d: Mapping[str, int]) -> int:
+    """Weights in a module, from its name and the config's sizes: q/k/v/o projections, MLP
+    projections (expert ones at moe_intermediate_size), lm_head. 1 where the sizes are unknown,
+    which makes the share a count of modules."""
+    h = d.get("hidden")
+    if not h:
+        return 1
+    leaf = name.rsplit(".", 1)[-1]
+    q = d.get("heads", 1) * d.get("head_dim", h)
+    kv = d.get("kv", 1) * d.get("head_dim", h)
+    inter = d.get("moe_inter" if "expert" in name else "inter", 4 * h)
+    sizes = {"q_proj": h * q, "k_proj": h * kv, "v_proj": h * kv, "o_proj": q * h,
+             "qkv_proj": h * (q + 2 * kv), "gate_proj": h * inter, "up_proj": h * inter,
+             "down_proj": inter * h, "gate_up_proj": 2 * h * inter, "w1": h * inter, "w2": inter * h,
+             "w3": h * inter, "fc1": h * inter, "fc2": inter * h,
+             "lm_head": h * d.get("vocab", h), "embed_tokens": h * d.get("vocab", h)}
+    return sizes.get(leaf, h * h)
+
+
+_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _model_modules(d: Mapping[str, int]) -> list[str]:
+    """The linear modules of a decoder of these sizes, named as HF names them."""
+    n = d.get("layers", 1)
+    attn = [f"model.layers.{i}.self_attn.{m}" for i in range(n) for m in _LINEAR[:4]]
+    mlp = [f"model.layers.{i}.mlp.{m}" for i in range(n) for m in _LINEAR[4:]]
+    return attn + mlp + ["lm_head"]
+
+
+def _claims(target: str, module: str) -> bool:
+    import re
+
+    if target.startswith("re:"):
+        try:
+            return re.fullmatch(target[3:], module) is not None or re.search(target[3:], module) is not None
+        except re.error:
+            return False
+    return module == target or module.endswith("." + target) or module.startswith(target + ".")
+
+
+def _dominant(groups: list[tuple[Quantization, list[str]]], config: Mapping[str, Any] | None,
+              ignore: list[str], how: str) -> tuple[Quantization, str]:
+    """The group that stores most of the weights, and the mix in words.
+
+    The verify kernel that moves most of the weights sets the width, so a few FP8 attention
+    projections beside NVFP4 MLPs and lm_head is an NVFP4 checkpoint. Each group's targets
+    are module names, ``re:`` patterns, or a class name such as ``Linear`` (every linear
+    module no other group names); modules are sized from the config (``_module_weights``).
+    """
+    d = _dims(config)
+    named = [t for _, targets in groups for t in targets if "." in t or t.startswith("re:")]
+    modules = list(dict.fromkeys(_model_modules(d) + [t for t in named if not t.startswith("re:")]))
+    modules = [m for m in modules if not any(_claims(i, m) for i in ignore)]
+    owner: dict[str, int] = {}
+    for gi, (_, targets) in enumerate(groups):  # specific targets first
+        for m in modules:
+            if m not in owner and any(("." in t or t.startswith("re:")) and _claims(t, m) for t in targets):
+                owner[m] = gi
+    for gi, (_, targets) in enumerate(groups):  # then class names take what is left
+        if any("." not in t and not t.startswith("re:") for t in targets):
+            for m in modules:
+                if m not in owner and (m != "lm_head" or "lm_head" in targets):
+                    owner[m] = gi
+    weight = [0] * len(groups)
+    for m, gi in owner.items():
+        weight[gi] += _module_weights(m, d)
+    total = sum(weight)
+    if total == 0:  # nothing sized: the groups as given, first one
+        weight = [1] * len(groups)
+        total = len(groups)
+    top = max(range(len(groups)), key=lambda i: (weight[i], -(groups[i][0].bits or 99)))
+    basis = "weights sized from config.json" if d.get("hidden") else "modules counted (no sizes in config.json)"
+    mix = ", ".join(f"{q.describe()} {100 * w / total:.0f}%" for (q, _), w in
+                    sorted(zip(groups, weight), key=lambda gw: -gw[1]))
+    return groups[top][0], f"{how}, mixed: {mix} of quantized weights ({basis})"
+
+
+def _weights_scheme(weights: Mapping[str, Any], fmt: str, dtype: str | None, detail: str) -> Quantization:
     bits = _int(weights.get("num_bits"))
     group = _int(weights.get("group_size"))
     wtype = str(weights.get("type") or "int")
-    detail = f"compressed-tensors format {fmt or '?'}"
     if "nvfp4" in fmt:
         return Quantization(Scheme.NVFP4, 4, group or 16, dtype, detail)
     if "mxfp4" in fmt:
@@ -176,31 +260,66 @@ def _compressed_tensors(qc: Mapping[str, Any], dtype: str | None) -> Quantizatio
     return Quantization(Scheme.UNKNOWN, None, None, dtype, detail + " without weight bits")
 
 
-def _modelopt(qc: Mapping[str, Any], dtype: str | None, where: str) -> Quantization:
+def _config_groups(qc: Mapping[str, Any], dtype: str | None, detail: str,
+                   config: Mapping[str, Any] | None) -> Quantization | None:
+    """compressed-tensors style ``config_groups`` (also what ModelOpt writes into config.json):
+    one scheme per group; with several, the one that stores most weights."""
+    groups = qc.get("config_groups")
+    if not isinstance(groups, Mapping):
+        return None
+    fmt = str(qc.get("format") or "")
+    found: list[tuple[Quantization, list[str]]] = []
+    for g in groups.values():
+        if isinstance(g, Mapping) and isinstance(g.get("weights"), Mapping):
+            targets = g.get("targets")
+            targets = [str(t) for t in targets] if isinstance(targets, list) else ["Linear"]
+            gfmt = str(g.get("format") or fmt)
+            found.append((_weights_scheme(g["weights"], gfmt, dtype, detail), targets))
+    if not found:
+        return None
+    if len({q.key() for q, _ in found}) == 1:
+        return found[0][0]
+    ignore = qc.get("ignore")
+    ignore = [str(i) for i in ignore] if isinstance(ignore, list) else []
+    q, mix = _dominant(found, config, ignore, detail)
+    return Quantization(q.scheme, q.bits, q.group_size, dtype, mix)
+
+
+def _compressed_tensors(qc: Mapping[str, Any], dtype: str | None,
+                        config: Mapping[str, Any] | None = None) -> Quantization:
+    fmt = str(qc.get("format") or "")
+    detail = f"compressed-tensors format {fmt or '?'}"
+    q = _config_groups(qc, dtype, detail, config)
+    if q is not None:
+        return q
+    return _weights_scheme({}, fmt, dtype, detail)
+
+
+def _modelopt(qc: Mapping[str, Any], dtype: str | None, where: str,
+              config: Mapping[str, Any] | None = None) -> Quantization:
     algo = str(qc.get("quant_algo") or "").upper()
     group = _int(qc.get("group_size"))
     if algo == "MIXED_PRECISION":
+        how = f"ModelOpt {where}"
         layers = qc.get("quantized_layers")
-        if not isinstance(layers, Mapping) or not layers:
-            return Quantization(Scheme.UNKNOWN, None, group, dtype,
-                                f"ModelOpt {where}: MIXED_PRECISION without quantized_layers")
-        algos = Counter(str(v.get("quant_algo", "?")).upper()
-                        for v in layers.values() if isinstance(v, Mapping))
-        parts = []
-        for name, n in sorted(algos.items()):
-            parts.append(f"{name} on {n} layers")
-        # The scheme that covers most layers decides the kernel for most of the
-        # verify; on a tie, the narrower one.
-        def narrow(a: str) -> int:
-            q = _modelopt({"quant_algo": a}, dtype, where)
-            return q.bits or 99
-        top = sorted(algos.items(), key=lambda kv: (-kv[1], narrow(kv[0])))[0][0]
-        group_of_top = next((_int(v.get("group_size")) for v in layers.values()
-                             if isinstance(v, Mapping)
-                             and str(v.get("quant_algo", "")).upper() == top), None)
-        base = _modelopt({"quant_algo": top, "group_size": group_of_top}, dtype, where)
-        return Quantization(base.scheme, base.bits, base.group_size, dtype,
-                            f"ModelOpt {where}: mixed precision, " + ", ".join(parts))
+        by_algo: dict[str, list[str]] = {}
+        for name, v in (layers.items() if isinstance(layers, Mapping) else ()):
+            if isinstance(v, Mapping):
+                by_algo.setdefault(str(v.get("quant_algo", "?")).upper(), []).append(str(name))
+        if by_algo:
+            groups = []
+            for a, names in sorted(by_algo.items()):
+                g = next((_int(layers[n].get("group_size")) for n in names), None)
+                base = _modelopt({"quant_algo": a, "group_size": g}, dtype, where)
+                groups.append((base, names))
+            q, mix = _dominant(groups, config, [], f"{how} mixed precision, "
+                               + ", ".join(f"{a} on {len(n)} layers" for a, n in sorted(by_algo.items())))
+            return Quantization(q.scheme, q.bits, q.group_size, dtype, mix)
+        q = _config_groups(qc, dtype, f"{how} mixed precision", config)
+        if q is not None:
+            return q
+        return Quantization(Scheme.UNKNOWN, None, group, dtype,
+                            f"{how}: MIXED_PRECISION without readable quantized_layers or config_groups")
     detail = f"ModelOpt {where} quant_algo {algo or '?'}"
     if algo == "NVFP4" or algo.startswith("NVFP4"):
         return Quantization(Scheme.NVFP4, 4, group or 16, dtype, detail)
@@ -219,7 +338,8 @@ def _modelopt(qc: Mapping[str, Any], dtype: str | None, where: str) -> Quantizat
     return Quantization(Scheme.UNKNOWN, None, group, dtype, f"{detail} is not one this tool knows")
 
 
-def _quantization_config(qc: Any, dtype: str | None, where: str) -> Quantization:
+def _quantization_config(qc: Any, dtype: str | None, where: str,
+                         config: Mapping[str, Any] | None = None) -> Quantization:
     if not isinstance(qc, Mapping):
         if isinstance(qc, str):
             return _mlx_block(qc, dtype, where)
@@ -230,7 +350,7 @@ def _quantization_config(qc: Any, dtype: str | None, where: str) -> Quantization
     group = _int(qc.get("group_size"))
     if not method:
         if "quant_algo" in qc:
-            return _modelopt(qc, dtype, where)
+            return _modelopt(qc, dtype, where, config)
         if bits is not None or "mode" in qc:
             return _mlx_block(qc, dtype, where)  # mlx-lm mirrors its block here
         return Quantization(Scheme.UNKNOWN, None, None, dtype, f"{where} has no quant_method")
@@ -261,9 +381,9 @@ def _quantization_config(qc: Any, dtype: str | None, where: str) -> Quantization
             g = _int(block[-1])
         return Quantization(Scheme.FP8, 8, g, dtype, detail)
     if method == "compressed-tensors":
-        return _compressed_tensors(qc, dtype)
+        return _compressed_tensors(qc, dtype, config)
     if method == "modelopt":
-        return _modelopt(qc, dtype, where)
+        return _modelopt(qc, dtype, where, config)
     if method == "mxfp4":
         return Quantization(Scheme.MXFP4, 4, 32, dtype, detail)
     if method in ("quanto", "optimum-quanto"):
@@ -286,7 +406,7 @@ def classify(config: Any, sidecar: Any = None) -> Quantization:
     if "quantization" in config and config["quantization"] is not None:
         return _mlx_block(config["quantization"], dtype, "quantization")
     if config.get("quantization_config") is not None:
-        return _quantization_config(config["quantization_config"], dtype, "quantization_config")
+        return _quantization_config(config["quantization_config"], dtype, "quantization_config", config)
     text = config.get("text_config")
     if isinstance(text, Mapping):
         inner = classify(text)
@@ -296,7 +416,7 @@ def classify(config: Any, sidecar: Any = None) -> Quantization:
     if isinstance(sidecar, Mapping):
         block = sidecar.get("quantization", sidecar)
         if isinstance(block, Mapping) and "quant_algo" in block:
-            return _modelopt(block, dtype, "hf_quant_config.json")
+            return _modelopt(block, dtype, "hf_quant_config.json", config)
     if dtype is None:
         return Quantization(Scheme.NONE, None, None, None, "no quantization block; dtype not stated")
     bits = _DTYPE_BITS.get(dtype)
@@ -304,35 +424,87 @@ def classify(config: Any, sidecar: Any = None) -> Quantization:
 
 
 class ConfigError(Exception):
-    """A checkpoint folder whose config.json is missing or unreadable."""
+    """A checkpoint folder whose config.json is missing or unreadable, or that asks to run
+    its own code."""
+
+
+# Files of a checkpoint folder that transformers (through mlx-lm) reads, and the keys in
+# them that make it import Python shipped with the checkpoint.
+_CODE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json",
+               "preprocessor_config.json", "generation_config.json")
+_CODE_KEYS = ("auto_map", "model_file", "custom_pipelines")
+
+
+def remote_code(path: Path, config: Mapping[str, Any] | None = None) -> str | None:
+    """'<file>: <key> ...' when the folder asks to run its own code, else None.
+
+    blockwidth never runs checkpoint code: transformers would ask on stdin (and run it on
+    'y'), mlx-lm would import ``model_file``. Checked here, before anything reaches them.
+    """
+    from policy import files
+
+    path = Path(path)
+    for name in _CODE_FILES:
+        f = path / name
+        if name == "config.json" and config is not None:
+            data: Any = config
+        elif not f.exists() and not f.is_symlink():
+            continue
+        else:
+            try:
+                data = files.read_json(f)
+            except files.FileProblem as e:
+                # transformers would still try to read it: unreadable is not proof of no code
+                return f"{e}; cannot check it for auto_map"
+        if not isinstance(data, Mapping):
+            continue
+        nested = [("", data)] + [(f"{k}.", v) for k, v in data.items()
+                                 if k.endswith("_config") and isinstance(v, Mapping)]
+        for prefix, block in nested:
+            for key in _CODE_KEYS:
+                if block.get(key):
+                    return (f"{f}: has {prefix}{key}, which asks to run code shipped with the "
+                            f"checkpoint; blockwidth never runs checkpoint code")
+    return None
 
 
 def read_config(path: Path) -> dict[str, Any]:
-    """Read ``PATH/config.json``; ConfigError names the path and what is wrong."""
+    """Read ``PATH/config.json``; ConfigError names the path and what is wrong.
+
+    Every reader of a checkpoint folder comes through here (the engine, ``inspect``,
+    ``resolve``, the console), so a folder that asks to run its own code is refused here.
+    """
+    from policy import files
+
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such file or directory")
     if not path.is_dir():
         raise ConfigError(f"{path}: is a file, not a checkpoint folder")
     cfg = path / "config.json"
-    if not cfg.is_file():
-        raise ConfigError(f"{path}: has no config.json")
+    if not cfg.exists():
+        raise ConfigError(f"{path}: has no config.json (not a checkpoint folder)")
     try:
-        data = json.loads(cfg.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(f"{cfg}: not valid JSON ({e})") from None
+        data = files.read_json(cfg)
+    except files.FileProblem as e:
+        raise ConfigError(str(e)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{cfg}: top level is a {type(data).__name__}, not an object")
+    refusal = remote_code(path, data)
+    if refusal:
+        raise ConfigError(refusal)
     return data
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
+    from policy import files
+
     side = Path(path) / "hf_quant_config.json"
     if not side.is_file():
         return None
     try:
-        data = json.loads(side.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = files.read_json(side)
+    except files.FileProblem:
         return None
     return data if isinstance(data, dict) else None
 

@@ -90,10 +90,12 @@ def parse_width(value: Any, origin: str) -> int:
     """A width from an operator: an integer MIN_WIDTH..MAX_WIDTH, else WidthError."""
     text = str(value).strip()
     rng = f"an integer from {MIN_WIDTH} to {MAX_WIDTH} (rows per verify: drafted tokens + 1)"
-    try:
-        width = int(text, 10)
-    except ValueError:
-        raise WidthError(f"{origin} = {value!r} is not an integer; expected {rng}") from None
+    digits = text[1:] if text[:1] in "+-" else text
+    # int() also reads '1_0' and non-ASCII digits ('٤'): an operator typo, not a width.
+    if not digits or not digits.isascii() or not digits.isdigit():
+        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
+        raise WidthError(f"{origin} = {shown} is not an integer; expected {rng}")
+    width = int(text)
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         why = " (width 1 is classic decoding)" if width in (0, 1) else ""
         raise WidthError(f"{origin} = {width} is out of range{why}; expected {rng}")
@@ -164,6 +166,9 @@ def resolve(
                 reason += "; output NOT byte-identical to classic (saved explicitly)"
             if stale:
                 reason += f"; stale: measured under MLX {entry.mlx}, running {mlx_version}"
+            note = entry.match_note(device)
+            if note:
+                reason += f"; {note}"
             return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry)
         n = len(profile.entries)
         where = str(profile.path) if profile.exists else f"{profile.path} (not present)"

@@ -50,8 +50,21 @@ def test_bad_target_paths(tmp_path):
         assert p.returncode == 2 and str(path) in p.stderr and msg in p.stderr
 
 
-def test_resolve_with_unreadable_config_says_unknown(tmp_path):
-    (tmp_path / "config.json").write_text("{not json")
+@pytest.mark.parametrize("config", [None, "{not json", "[1, 2]"])
+def test_target_and_drafter_without_a_readable_config_are_refused_alike(tmp_path, config):
+    """Issue 7: a target without config.json resolved with exit 0 while a drafter exited 2."""
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    if config is not None:
+        (bad / "config.json").write_text(config)
+    good = ROOT / "engine/demo/pair/target-bf16"
+    for args in (("--target", str(bad)), ("--target", str(good), "--draft", str(bad))):
+        p = run_cli("resolve", "--device", "cpu", *args)
+        assert p.returncode == 2 and str(bad) in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
+
+
+def test_resolve_with_an_odd_quantization_says_unknown(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"quantization": {"mode": "future-fp3"}}))
     p = run_cli("resolve", "--device", "cpu", "--target", str(tmp_path), "--json")
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)

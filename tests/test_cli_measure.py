@@ -44,6 +44,7 @@ def test_sweep_save_saves_or_refuses_honestly(tmp_path):
         e = profile.load(prof).entries
         assert len(e) == 1 and e[0].decline and e[0].quant_scheme == "affine" and e[0].quant_bits == 4
         assert e[0].evidence["record"].startswith(str(tmp_path))
+        assert e[0].device_name  # issue 7: the device it was measured on is recorded
     else:
         # a noisy host can leave it undecided, or drift: then nothing is saved, and it says why
         assert p.returncode == 1 and "not saved" in p.stderr, p.stdout + p.stderr
@@ -54,7 +55,7 @@ def test_sweep_save_saves_or_refuses_honestly(tmp_path):
 @pytest.mark.parametrize("args,needle", [
     (("--widths", "1,4"), "width 1 is out of range"),
     (("--widths", "4,x"), "'x' is not an integer"),
-    (("--max-tokens", "0"), "--max-tokens 0"),
+    (("--max-tokens", "0"), "--max-tokens: 0 is out of range"),
     (("--prompt", ""), "prompt: empty"),
     (("--prompt-file", "/nope/prompt.txt"), "--prompt-file /nope/prompt.txt"),
     (("--target", "/nope"), "--target /nope: no such file"),

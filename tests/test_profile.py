@@ -1,5 +1,6 @@
 """The TOML profile: round trip, concurrent writers, corrupt files left alone."""
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -114,3 +115,142 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     pairs = {e.pair for e in profile.load(p).entries}
     assert pairs == {f"{t}-{i}" for t in "ab" for i in range(15)}
     assert not list(tmp_path.glob(".profile.toml.*.tmp"))
+
+
+# --- hostile and careless input (issue 7) and style-preserving writes (issue 8) ---
+
+ONE = 'schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 3\n'
+
+
+def test_save_and_delete_keep_comments_and_layout(tmp_path):
+    p = tmp_path / "profile.toml"
+    p.write_text("# my notes: do not lose me\nschema = 1\n\n"
+                 "# measured by hand on the lab box\n[[override]]\nbackend = \"cpu\"   # the 2-core CI\n"
+                 "drafter_kind = \"lookup\"\nwidth = 3\n")
+    profile.save(p, entry())
+    text = p.read_text()
+    assert "# my notes: do not lose me" in text and "# measured by hand on the lab box" in text
+    assert 'backend = "cpu"   # the 2-core CI' in text and text.count("[[override]]") == 2
+    profile.delete(p, entry())
+    text = p.read_text()
+    assert "# my notes: do not lose me" in text and 'backend = "cpu"   # the 2-core CI' in text
+    assert text.count("[[override]]") == 1 and len(profile.load(p).entries) == 1
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("schema = true\n", "schema = true"),
+    ("schema = 1.0\n", "schema = 1.0"),
+    (ONE + ONE.replace("schema = 1\n", "").replace("width = 3", "width = 5"), "same slot"),
+    (ONE.replace("width = 3", "width = 3\ntarget_quantization = { scheme = 'affine', bitz = 4 }"),
+     "unknown keys ['bitz']"),
+    ("schema = 1\nx = " + "[" * 5000 + "]" * 5000 + "\n", "nested"),
+    (ONE.replace("width = 3", "width = [" + "1," * 100000 + "1]"), "width = [1, 1,"),
+    (ONE.replace("width = 3", "width = 3\ntarget_quantization = { scheme = [1] }"), "scheme = [1]"),
+])
+def test_accepted_but_wrong_profiles_are_refused(tmp_path, text, needle):
+    p = tmp_path / "profile.toml"
+    p.write_text(text)
+    with pytest.raises(ProfileError) as e:
+        profile.load(p)
+    assert needle in str(e.value) and len(str(e.value).splitlines()) == 1
+    assert len(str(e.value)) < 400
+    before = p.read_bytes()
+    with pytest.raises(ProfileError):
+        profile.save(p, entry())
+    assert p.read_bytes() == before
+
+
+def test_many_problems_are_capped_with_a_count(tmp_path):
+    p = tmp_path / "profile.toml"
+    p.write_text("schema = 1\n" + "[[override]]\nbackend = 'x'\ndrafter_kind = 'model'\nwidth = 4\n" * 40000)
+    with pytest.raises(ProfileError) as e:
+        profile.load(p)
+    lines = str(e.value).splitlines()
+    assert len(e.value.problems) == 40000 and len(lines) == profile.SHOW_PROBLEMS + 1
+    assert lines[-1].endswith("... and 39,990 more problems")
+
+
+def test_symlinked_profile_is_written_through(tmp_path):
+    real = tmp_path / "real.toml"
+    link = tmp_path / "link.toml"
+    real.write_text(ONE)
+    link.symlink_to(real)
+    profile.save(link, entry())
+    assert link.is_symlink() and len(profile.load(real).entries) == 2
+    assert (tmp_path / "real.toml.lock").exists() and not (tmp_path / "link.toml.lock").exists()
+
+
+def test_concurrent_writers_through_link_and_target_lose_nothing(tmp_path):
+    real, link = tmp_path / "real.toml", tmp_path / "link.toml"
+    link.symlink_to(real)
+    env = {"PYTHONPATH": str(ROOT)}
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), tag, "8"], env=env)
+             for path, tag in ((real, "r"), (link, "l"))]
+    assert all(proc.wait(timeout=120) == 0 for proc in procs)
+    assert link.is_symlink()
+    assert {e.pair for e in profile.load(real).entries} == {f"{t}-{i}" for t in "rl" for i in range(8)}
+
+
+def test_bad_lock_and_parent_paths_are_one_line_errors(tmp_path):
+    p = tmp_path / "p.toml"
+    (tmp_path / "p.toml.lock").symlink_to(tmp_path / "victim")
+    with pytest.raises(ProfileError, match="symbolic link to a missing file"):
+        profile.save(p, entry())
+    assert not (tmp_path / "victim").exists() and not p.exists()
+    q = tmp_path / "q.toml"
+    (tmp_path / "q.toml.lock").mkdir()
+    with pytest.raises(ProfileError, match="is a directory"):
+        profile.save(q, entry())
+    with pytest.raises(ProfileError, match="is a directory"):
+        profile.check_writable(q)
+    f = tmp_path / "file"
+    f.write_text("x")
+    for call in (lambda: profile.load(f / "p.toml"), lambda: profile.save(f / "p.toml", entry()),
+                 lambda: profile.check_writable(f / "p.toml")):
+        with pytest.raises(ProfileError, match="is a file, not a directory|is not a directory"):
+            call()
+
+
+def test_fifo_and_devices_do_not_hang(tmp_path):
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    for path in (fifo, Path("/dev/zero"), Path("/dev/null")):
+        with pytest.raises(ProfileError, match="not a TOML file"):
+            profile.load(path)
+
+
+HOLDER = textwrap.dedent("""
+    import fcntl, sys, time
+    fh = open(sys.argv[1], "a+")
+    fcntl.flock(fh.fileno(), fcntl.LOCK_EX)
+    print("held", flush=True)
+    time.sleep(60)
+""")
+
+
+def test_a_held_lock_is_waited_for_a_bounded_time_and_named(tmp_path):
+    p = tmp_path / "p.toml"
+    p.write_text(ONE)
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(p) + ".lock"], stdout=subprocess.PIPE,
+                              text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(profile.ProfileBusy) as e:
+            profile.save(p, entry(), wait_s=0.3)
+        assert f"pid {holder.pid}" in str(e.value) and "nothing was written" in str(e.value)
+        assert p.read_text() == ONE
+    finally:
+        holder.kill()
+        holder.wait()
+    profile.save(p, entry(), wait_s=0.3)  # released: the save goes through
+    assert len(profile.load(p).entries) == 2
+
+
+def test_leftover_temp_files_are_cleaned_and_ignored(tmp_path):
+    p = tmp_path / "p.toml"
+    p.write_text(ONE)
+    left = tmp_path / ".p.toml.abc123.tmp"
+    left.write_text("half a profile [[")
+    assert len(profile.load(p).entries) == 1  # a read ignores it
+    profile.save(p, entry())
+    assert not left.exists()

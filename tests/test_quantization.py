@@ -56,6 +56,8 @@ CASES = [
             "model.layers.1.mlp.down_proj": {"quant_algo": "NVFP4", "group_size": 16},
             "model.layers.2.mlp.down_proj": {"quant_algo": "NVFP4", "group_size": 16}}}},
      None, "nvfp4", 4, 16),
+    ("modelopt mixed, layers not tables", {"quantization_config": {"quant_method": "modelopt",
+        "quant_algo": "MIXED_PRECISION", "quantized_layers": {"a": 1, "b": [2]}}}, None, "unknown", None, None),
     ("gpt-oss mxfp4", {"quantization_config": {"quant_method": "mxfp4"}}, None, "mxfp4", 4, 32),
     ("text_config nesting", {"model_type": "gemma3", "text_config": {
         "quantization_config": {"quant_method": "gptq", "bits": 8, "group_size": 32}}},
@@ -81,7 +83,7 @@ def test_mixed_precision_is_named():
     q = classify({"quantization": {"group_size": 64, "bits": 4,
                                    "model.embed_tokens": {"group_size": 64, "bits": 8}}})
     assert "mixed" in q.detail and "8-bit" in q.detail
-    hybrid = classify(CASES[21][1])
+    hybrid = classify(next(c for c in CASES if c[0] == 'modelopt hybrid fp8 + nvfp4')[1])
     assert "FP8 on 1 layers" in hybrid.detail and "NVFP4 on 2 layers" in hybrid.detail
 
 
@@ -109,3 +111,39 @@ def test_reader_errors_name_the_path(tmp_path, setup, msg):
     with pytest.raises(ConfigError) as e:
         read_quantization(target)
     assert msg in str(e.value) and str(target) in str(e.value)
+
+
+LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+            "num_key_value_heads": 8, "num_hidden_layers": 4, "vocab_size": 128256}
+
+
+def test_mixed_precision_is_classified_by_what_stores_most_weights():
+    """Issue 7: FP8 on the attention projections (more modules) beside NVFP4 on the MLP and
+    lm_head (most of the weights) is an NVFP4 checkpoint, with the mix in detail."""
+    layers = {}
+    for i in range(4):
+        for m in ("q_proj", "k_proj", "v_proj", "o_proj"):
+            layers[f"model.layers.{i}.self_attn.{m}"] = {"quant_algo": "FP8"}
+        for m in ("gate_proj", "up_proj", "down_proj"):
+            layers[f"model.layers.{i}.mlp.{m}"] = {"quant_algo": "NVFP4", "group_size": 16}
+    layers["lm_head"] = {"quant_algo": "NVFP4", "group_size": 16}
+    sidecar = {"quantization": {"quant_algo": "MIXED_PRECISION", "quantized_layers": layers}}
+    q = classify(dict(LLAMA_8B, torch_dtype="bfloat16"), sidecar)
+    assert (q.scheme.value, q.bits, q.group_size) == ("nvfp4", 4, 16), q.detail
+    assert "FP8 on 16 layers" in q.detail and "fp8 8-bit" in q.detail and "%" in q.detail
+
+    # The config.json form ModelOpt writes: config_groups, the FP8 group first.
+    groups = {"group_0": {"weights": {"num_bits": 8, "type": "float"},
+                          "targets": ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj"]},
+              "group_1": {"weights": {"num_bits": 4, "type": "float", "group_size": 16},
+                          "targets": ["Linear", "lm_head"]}}
+    for method in ("modelopt", "compressed-tensors"):
+        qc = {"quant_method": method, "quant_algo": "MIXED_PRECISION", "config_groups": groups}
+        q = classify(dict(LLAMA_8B, quantization_config=qc))
+        assert (q.scheme.value, q.bits) == ("nvfp4", 4), (method, q.detail)
+        assert "fp8 8-bit" in q.detail and "nvfp4 4-bit g16" in q.detail
+
+    # Without sizes in config.json the share is a count of modules, and it says so.
+    q = classify({"quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                                          "quantized_layers": layers}})
+    assert q.scheme.value == "fp8" and "modules counted" in q.detail

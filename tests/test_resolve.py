@@ -1,5 +1,7 @@
 """The resolver per arm, without any device."""
 
+from pathlib import Path
+
 import pytest
 
 from policy.device import Backend, parse_device_spec, DeviceSpecError
@@ -176,3 +178,44 @@ def test_policy_imports_no_mlx():
     code = ("import sys; import policy.resolve, policy.profile, policy.quantization, policy.device, "
             "policy.drafter, policy.table; assert 'mlx' not in sys.modules, 'mlx imported'")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_entries_record_and_match_the_device_name():
+    """Issue 7: an H200 measurement must not silently match an H100 of the same compute capability."""
+    from policy.device import Device
+    from policy.quantization import Quantization, Scheme
+
+    q = Quantization(Scheme.AFFINE, 4, 64)
+    h200 = Override(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=8, compute_capability="9.0",
+                    device_name="NVIDIA H200")
+    generic = Override(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=5, compute_capability="9.0")
+    prof = Profile(Path("p.toml"), (h200,), True)
+    on = lambda name: Device(Backend.CUDA, name=name, architecture="sm_90", compute_capability="9.0",  # noqa: E731
+                             probed=bool(name))
+    kw = dict(drafter_kind=DrafterKind.MODEL, quantization=q)
+    r = resolve(device=on("NVIDIA H200"), profile=prof, **kw)
+    assert (r.width, r.source) == (8, Source.PROFILE) and "matched only" not in r.reason
+    r = resolve(device=on("NVIDIA H100 80GB HBM3"), profile=prof, **kw)
+    assert r.source is not Source.PROFILE
+    r = resolve(device=on(""), profile=prof, **kw)  # --device cuda:9.0 names no GPU
+    assert r.width == 8 and "matched only by compute capability" in r.reason and "NVIDIA H200" in r.reason
+    r = resolve(device=on("NVIDIA H100 80GB HBM3"), profile=Profile(Path("p.toml"), (generic,), True), **kw)
+    assert r.width == 5 and "matched only by compute capability 9.0" in r.reason
+
+
+def test_nvml_describes_the_gpu_cuda_visible_devices_selects():
+    from policy.device import nvml_handle, visible_device
+
+    class Lib:  # records which NVML lookup was asked for; not an engine stand-in
+        def nvmlDeviceGetHandleByIndex(self, i):
+            return ("index", i)
+
+        def nvmlDeviceGetHandleByUUID(self, u):
+            return ("uuid", u)
+
+    assert nvml_handle(Lib(), {}) == ("index", 0)
+    assert nvml_handle(Lib(), {"CUDA_VISIBLE_DEVICES": "3,1"}) == ("index", 3)
+    assert nvml_handle(Lib(), {"CUDA_VISIBLE_DEVICES": "GPU-8a9b,GPU-1"}) == ("uuid", "GPU-8a9b")
+    assert visible_device({"CUDA_VISIBLE_DEVICES": ""}) == ""
+    with pytest.raises(LookupError):
+        nvml_handle(Lib(), {"CUDA_VISIBLE_DEVICES": ""})

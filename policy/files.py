@@ -1,0 +1,135 @@
+"""Reading an operator's files without hanging, without unbounded memory, without tracebacks.
+
+Every file the tool reads (profile, config.json, tokenizer_config.json, prompt
+file) goes through here: it must be a regular file (a FIFO would block forever,
+``/dev/zero`` never ends), it has a size bound, and JSON is strict (no NaN, no
+nesting deep enough to exhaust the interpreter's stack).
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import re
+import stat
+from pathlib import Path
+from typing import Any
+
+MiB = 1 << 20
+MAX_JSON_BYTES = 64 * MiB  # configs and tokenizer configs; tokenizer.json is not read here
+MAX_NESTING = 200  # deeper JSON than any real config; deeper TOML than any real profile
+
+
+class FileProblem(ValueError):
+    """A file that cannot be read as asked; str() is '<path>: <what is wrong>'."""
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a directory"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode):
+        return "a character device"
+    if stat.S_ISBLK(mode):
+        return "a block device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def read_bytes(path: Path, limit: int) -> bytes:
+    """A regular file's bytes, at most ``limit`` of them, or FileProblem."""
+    path = Path(path)
+    try:
+        # O_NONBLOCK: opening a FIFO with no writer would otherwise block here.
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            raise FileProblem(f"{path}: no such file") from None
+        if e.errno == errno.EISDIR:
+            raise FileProblem(f"{path}: is a directory, not a file") from None
+        raise FileProblem(f"{path}: cannot be read ({e.strerror})") from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise FileProblem(f"{path}: is {_kind(st.st_mode)}, not a regular file")
+        if st.st_size > limit:
+            raise FileProblem(f"{path}: {st.st_size / MiB:.1f} MiB is over the {limit / MiB:g} MiB limit")
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(limit + 1)
+    except OSError as e:
+        raise FileProblem(f"{path}: cannot be read ({e.strerror})") from None
+    finally:
+        os.close(fd)
+    if len(data) > limit:  # grew while we read
+        raise FileProblem(f"{path}: over the {limit / MiB:g} MiB limit")
+    return data
+
+
+def read_text(path: Path, limit: int) -> str:
+    data = read_bytes(path, limit)
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise FileProblem(f"{Path(path)}: not UTF-8 text (byte {e.start})") from None
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+_JSON_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[\]{}]')
+_TOML_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]')
+
+
+def nesting_depth(text: str, toml: bool = False) -> int:
+    """Bracket depth outside strings (and comments, for TOML). It runs before any
+    recursive parser could exhaust the stack, and visits only strings and brackets."""
+    if text.count("[") + text.count("{") <= MAX_NESTING:
+        return 0  # cannot be deeper than the bound: skip the scan
+    depth = deepest = 0
+    for m in (_TOML_TOKENS if toml else _JSON_TOKENS).finditer(text):
+        ch = m.group()
+        if ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth -= 1
+    return deepest
+
+
+def loads_json(text: str | bytes, where: str | Path) -> Any:
+    """Strict JSON: NaN/Infinity refused, nesting bounded; FileProblem names ``where``."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FileProblem(f"{where}: not UTF-8 (byte {e.start})") from None
+    if nesting_depth(text) > MAX_NESTING:
+        raise FileProblem(f"{where}: nested deeper than {MAX_NESTING} levels")
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except json.JSONDecodeError as e:
+        raise FileProblem(f"{where}: not valid JSON ({e})") from None
+    except (ValueError, RecursionError) as e:
+        raise FileProblem(f"{where}: not valid JSON ({e})") from None
+
+
+def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
+    return loads_json(read_bytes(path, limit), path)
+
+
+def user_path(value: str | os.PathLike, what: str) -> Path:
+    """An operator-given path: never empty, ``~`` expanded; FileProblem names the option."""
+    text = os.fspath(value)
+    if not str(text).strip():
+        raise FileProblem(f"{what} {text!r}: an empty path; name a file or leave the option out")
+    if "\0" in str(text):
+        raise FileProblem(f"{what} {text!r}: a path cannot contain a NUL byte")
+    try:
+        return Path(text).expanduser()
+    except RuntimeError:  # ~nouser: no such user, or no home directory
+        raise FileProblem(f"{what} {text}: cannot expand '~' (no such user or no home directory)") from None
