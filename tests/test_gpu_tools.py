@@ -1,0 +1,48 @@
+"""The tools behind the H200 evidence (engine.soak, engine.coldcheck, engine.bench --fresh),
+run on the demo pair on this CPU so that what the GPU host runs is known to work."""
+
+import json
+import subprocess
+import sys
+
+from engine import demo
+from tests.conftest import ROOT
+
+
+def _run(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", *args], capture_output=True, text=True, cwd=ROOT,
+                          timeout=600)
+
+
+def test_soak_counts_rounds_across_decodes_and_reports_survival():
+    out = _run("engine.soak", "--target", str(demo.target("bf16")), "--draft", str(demo.DRAFTER),
+               "--rounds", "60", "--width", "3", "--verify-attention", "plain", "--json")
+    assert out.returncode == 0, out.stderr
+    res = json.loads(out.stdout)
+    assert res["survived"] and res["error"] is None
+    assert res["rounds_done"] == 60 and res["verify_attention"] == "plain"
+    assert res["median_ms_per_round_by_250"]
+
+
+def test_coldcheck_sets_a_session_beside_fresh_processes(tmp_path):
+    dest = tmp_path / "cold.json"
+    out = _run("engine.coldcheck", "--target", str(demo.target("bf16")), "--draft", str(demo.DRAFTER),
+               "--widths", "2", "--n", "1", "--max-tokens", "12", "--out", str(dest))
+    assert out.returncode == 0, out.stderr
+    res = json.loads(dest.read_text())
+    assert [a["arm"] for a in res["arms"]] == ["classic", "w2"]
+    for arm in res["arms"]:
+        assert arm["error"] is None and arm["fresh_process_tok_s"] > 0
+        assert arm["fresh_over_session"] is not None
+
+
+def test_bench_fresh_uses_a_new_prompt_each_repetition(tmp_path):
+    prompts = tmp_path / "p.json"
+    prompts.write_text(json.dumps(["def f(x):\n    return", "class A:\n    def", "import os\nimport"]))
+    dest = tmp_path / "bench.json"
+    out = _run("engine.bench", "--prompts-file", str(prompts), "--fresh", "--n", "2", "--tokens", "8",
+               "--widths", "2", "--json-out", str(dest))
+    res = json.loads(dest.read_text())
+    assert res["fresh"] and set(res["modes"]) == {"classic", "w2"}
+    assert all(m["identical"] for m in res["modes"].values()), out.stdout  # same arithmetic on a CPU
+    assert len(res["modes"]["w2"]["ratios"]) == 2
