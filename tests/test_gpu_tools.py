@@ -27,13 +27,14 @@ def test_soak_counts_rounds_across_decodes_and_reports_survival():
 def test_coldcheck_sets_a_session_beside_fresh_processes(tmp_path):
     dest = tmp_path / "cold.json"
     out = _run("engine.coldcheck", "--target", str(demo.target("bf16")), "--draft", str(demo.DRAFTER),
-               "--widths", "2", "--n", "1", "--max-tokens", "12", "--out", str(dest))
+               "--widths", "2", "--n", "1", "--max-tokens", "12", "--fresh-runs", "2",
+               "--out", str(dest))
     assert out.returncode == 0, out.stderr
     res = json.loads(dest.read_text())
     assert [a["arm"] for a in res["arms"]] == ["classic", "w2"]
     for arm in res["arms"]:
         assert arm["error"] is None and arm["fresh_process_tok_s"] > 0
-        assert arm["fresh_over_session"] is not None
+        assert arm["fresh_over_session"] is not None and len(arm["fresh_runs_tok_s"]) == 2
 
 
 def test_bench_fresh_uses_a_new_prompt_each_repetition(tmp_path):

@@ -44,7 +44,7 @@ cold)
         log "coldcheck $a"
         timeout 200 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" \
             --widths "${WIDTHS:-4,8}" --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 \
-            --verify-attention $a --out "$R/coldcheck-$a.json" > /dev/null 2> "$R/coldcheck-$a.err"
+            --verify-attention $a --fresh-runs "${FRESH:-1}" --out "$R/coldcheck-$a.json" > /dev/null 2> "$R/coldcheck-$a.err"
     done
     for t in bf16 4bit; do
         log "bench $t"
