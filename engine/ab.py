@@ -157,6 +157,7 @@ class Session:
     warmup: dict[str, DecodeRun] = field(default_factory=dict)  # discarded from the statistics
     warmup_shift: int = 0  # positions the warm-up ran ahead of the session's (0: same positions)
     attention: str = ""  # the verify attention in effect (auto resolved for this backend)
+    backend: str = ""  # cuda, metal or cpu
     reps: int = 0
     elapsed_s: float = 0.0
     cancelled: bool = False
@@ -244,7 +245,8 @@ class Session:
         if replay:
             out.append("first run at the session's positions was slower than the repeats: " + ", ".join(
                 f"{k} {v:.1f}x" for k, v in replay.items()) + ". The repeats replayed what it built for "
-                "those exact positions, which a new request cannot; such a width cannot win here"
+                "those exact positions, which a new request cannot; a win is still judged on the "
+                "slowest run, which is the first"
                 + (f" (verify attention {self.attention}; try plain)" if self.attention == "fused" else "")
                 + ".")
         slow = self.verify_overhead()
@@ -305,14 +307,19 @@ def disjoint_by_chance(a: int, b: int) -> float:
 
 def decide(session: Session) -> None:
     """Verdicts, drift and the recommendation, from the samples in ``session``."""
-    replayed = session.replayed_arms()
+    # A win needs its slowest run to beat classic, and the first run at these positions is
+    # cold (the warm-up ran elsewhere), so a replay-flattered arm cannot win by itself. Only
+    # when the warm-up had to share the positions, under fused attention on CUDA, could
+    # every run be warm: no win is taken from such a session.
+    blind = (session.warmup_shift == 0 and session.attention == "fused"
+             and session.backend == "cuda")
     for arm in session.arms:
         judge(session.classic, arm)
-        if arm.name in replayed and arm.verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS):
-            # Cold-honest: a win that only repeats can have is not a win a request sees.
+        if blind and arm.verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS):
             arm.verdict = Verdict.UNDECIDED
-            arm.why = (f"its first run here was {replayed[arm.name]:.1f}x slower than its repeats, "
-                       f"which replayed work built for these positions; " + arm.why)
+            arm.why = ("the warm-up shared this session's positions (no room in the model's context) "
+                       "under fused attention on CUDA, so every run may replay cuDNN plans a new "
+                       "request would build; " + arm.why)
     opening, closing = session.opening_closing()
     session.drift, session.drift_chance, session.drift_why = False, None, ""
     if opening and closing and not opening.overlaps(closing):
@@ -358,14 +365,17 @@ def _all_decided(session: Session) -> bool:
 
 def warmup_prompt(ids: list[int], max_tokens: int, width: int,
                   context: int | None) -> tuple[list[int], int]:
-    """The warm-up's prompt: the session's, led by enough repeats of its first token that
-    the warm-up decodes at positions the session never visits (so it warms kernels, not
-    anything keyed on the exact KV length). Returns (prompt, shift); shift 0 when the
-    model's context has no room and the warm-up must share the session's positions."""
-    shift = max_tokens + width + 1
-    if context is not None and len(ids) + shift + max_tokens + width > context:
-        return list(ids), 0
-    return [ids[0]] * shift + list(ids), shift
+    """The warm-up's prompt, at positions the session never visits, so the warm-up compiles
+    kernels without building anything keyed on the session's exact KV lengths: the session's
+    prompt led by filler (its first token) when the model's context has room above, else the
+    prompt cut short enough that the warm-up ends before the session starts. Returns
+    (prompt, shift): positions moved (+ above, - below), 0 when neither fits."""
+    need = max_tokens + width + 1
+    if context is None or len(ids) + need + max_tokens + width <= context:
+        return [ids[0]] * need + list(ids), need
+    if len(ids) > need:
+        return list(ids[:len(ids) - need]), -need
+    return list(ids), 0
 
 
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
@@ -386,7 +396,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     ids = pair.tokenizer.encode(config.prompt)
     session = Session(config, ids, Arm(None, verdict=Verdict.CONTROL),
                       [Arm(w) for w in widths])
-    session.attention = attention.effective(config.verify_attention).value
+    session.backend = attention.current_backend()
+    session.attention = attention.effective(config.verify_attention, session.backend).value
     warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, max(widths),
                                                    pair.context_length)
     t_start = time.monotonic()
@@ -451,7 +462,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         for w in widths:
             block = reference[:w]
             if len(block) == w:
-                session.exactness[w] = probe(pair.target, ids, block)
+                session.exactness[w] = probe(pair.target, ids, block, session.attention)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
 
     if not cancel.is_set():
@@ -464,9 +475,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             ex = session.exactness.get(arm.width)
             if ex is None:
                 block = reference[:arm.width] if reference else []
-                ex = probe(pair.target, ids, block) if len(block) == arm.width else None
-            margin = divergence_margin(pair, ids, arm.width, ident.first_divergence,
-                                       ex.max_abs_diff if ex else 0.0, session.attention)
+                ex = probe(pair.target, ids, block, session.attention) if len(block) == arm.width else None
+            differing = next((r for r in arm.runs if r.tokens != reference), arm.runs[0])  # as identity
+            margin = divergence_margin(pair, ids, arm.width, reference, differing.tokens,
+                                       ident.first_divergence, ex.max_abs_diff if ex else 0.0,
+                                       session.attention)
             arm.identity = dataclasses.replace(ident, margin=margin)
 
     if config.predict and not cancel.is_set():
@@ -475,8 +488,9 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             rows = sorted({1, *widths})
             # Past every position the session visited, so no cold forward replays its work
             # (where the model's context leaves room for that).
-            ctx = len(ids) + config.max_tokens + max(widths)
-            if pair.context_length is not None and ctx + 16 > pair.context_length:
+            ctx = max(len(ids), len(warm_ids)) + config.max_tokens + max(widths)
+            room = 5 + 2 + max(widths) + 1  # the curve's cold forwards grow the cache by one each
+            if pair.context_length is not None and ctx + room > pair.context_length:
                 ctx = len(ids)
             session.curve = costcurve.measure(pair.target, rows, repeats=5, context=ctx,
                                               attention=session.attention)

@@ -87,11 +87,12 @@ class Routing:
     mode: VerifyAttention
     routed: int = 0  # verify-shaped calls handled by ``mode``
     passed: int = 0  # calls left to the fused kernel (1 row, prefill, no cache)
+    unrouted: int = 0  # verify-shaped calls with arguments the dispatcher does not know (fused)
     buckets: set[int] = field(default_factory=set)
 
     def summary(self) -> dict:
         return {"mode": self.mode.value, "routed_calls": self.routed, "fused_calls": self.passed,
-                "buckets": sorted(self.buckets)}
+                "unrouted_calls": self.unrouted, "buckets": sorted(self.buckets)}
 
 
 _active: ContextVar[Routing | None] = ContextVar("blockwidth_verify_attention", default=None)
@@ -133,6 +134,7 @@ def plain_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask
         add = _additive(mask, scores.dtype)
         if reps > 1 and add.ndim == 4:
             if add.shape[1] == n_q and n_q != 1:
+                add = mx.broadcast_to(add, (add.shape[0], n_q, L, S))  # rows may be broadcast
                 add = add.reshape(add.shape[0], n_kv, reps, L, S)
             else:
                 add = mx.expand_dims(add, 2)
@@ -184,6 +186,8 @@ def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
         # Not a verify shape (1-row decode, prefill, no cache) or nothing to route.
         if routing is not None:
             routing.passed += 1
+            if (args or kwargs) and q.ndim == 4 and MIN_ROWS <= q.shape[2] <= MAX_ROWS:
+                routing.unrouted += 1  # e.g. stream=: left on the stock kernel, and counted
         kw = dict(kwargs)
         if sinks is not None:
             kw["sinks"] = sinks

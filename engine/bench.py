@@ -61,6 +61,16 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--fresh needs n + 1 = {args.n + 1} prompts; {len(texts)} given")
     prompts = [pair.tokenizer.encode(t) for t in texts]
     modes: list[int | None] = [None] + [int(w) for w in args.widths.split(",")]
+    if args.fresh:
+        # New text is not enough: plans are keyed on shapes, and equal-length prompts visit
+        # the same KV lengths. Lead repetition r's prompt with filler so that its positions
+        # are disjoint from every other repetition's (and the warm-up's).
+        step = args.tokens + max(m or 1 for m in modes) + 1
+        prompts = [[p[0]] * (r * step) + p for r, p in enumerate(prompts[:args.n + 1])]
+        longest = max(len(p) for p in prompts) + step
+        if pair.context_length is not None and longest > pair.context_length:
+            ap.error(f"--fresh: {args.n} repetitions of {args.tokens} tokens at disjoint positions need "
+                     f"{longest} positions; the target has {pair.context_length}")
     current = [prompts[0]]
 
     def ours(width):

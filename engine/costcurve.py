@@ -117,9 +117,10 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     advances), so nothing keyed on the length is ever replayed; the first
     ``warmup`` are dropped (the very first is kept apart as ``first_ms``).
     Warm (``warm=True``): the same forward repeated at one length."""
-    from mlx_lm.models.cache import make_prompt_cache, trim_prompt_cache
+    from mlx_lm.models.cache import make_prompt_cache
 
     from engine.attention import verify_attention
+    from engine.kvcache import rewind as trim_prompt_cache
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")

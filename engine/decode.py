@@ -16,6 +16,7 @@ import mlx.core as mx
 
 from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache
+from engine.kvcache import RewindError, rewind
 
 
 class DecodeError(ValueError):
@@ -215,16 +216,17 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
         y = prefill_cache(model, cache, ids, 512)
         t1 = perf()
         with verify_attention(attention) as routing:
-            _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
-                    on_progress, cancel, on_logits)
+            try:
+                _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
+                        on_progress, cancel, on_logits)
+            except RewindError as e:
+                raise DecodeError(str(e)) from None
         t2 = perf()
     return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, routing.summary())
 
 
 def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
             on_progress, cancel, on_logits) -> None:
-    from mlx_lm.models.cache import trim_prompt_cache
-
     perf = time.perf_counter
     while len(tokens) < max_tokens:
         ta = perf()
@@ -250,7 +252,7 @@ def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_e
             n += 1
         emit = verified[: n + 1] if n < room else verified[:n]
         tokens.extend(emit)
-        trim_prompt_cache(cache, len(drafted) - n)
+        rewind(cache, len(drafted) - n)
         nxt = verified[n]
         drafter.commit(drafted, n, nxt)
         y = mx.array([nxt], mx.uint32)

@@ -70,11 +70,11 @@ class ModelDrafter:
         return mx.concatenate(ys) if ys else mx.array([], mx.uint32)
 
     def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
-        from mlx_lm.models.cache import trim_prompt_cache
+        from engine.kvcache import rewind
 
         k = len(drafted)
         # The cache holds the pending tokens and drafts 1..k-1; keep those accepted.
-        trim_prompt_cache(self.cache, max(k - accepted - 1, 0))
+        rewind(self.cache, max(k - accepted - 1, 0), "the drafter")
         if k and accepted == k:
             # The last draft was never fed to the drafter: feed it with the next one.
             self.pending = mx.array([drafted[-1], next_token], mx.uint32)

@@ -64,24 +64,32 @@ def compare(classic: list[int], width: list[int], tokenizer) -> Identity:
 
 NEAR_TIE = "near-tie flip"
 REAL = "real divergence"
-# A flip needs the top-1/top-2 gap to change sign. The exactness probe bounds how far a
-# verify moves each logit on its block (max |diff|), so the gap moves by at most twice
-# that there; the threshold doubles it again because the probe sees one block, not every
-# position. On a CPU the probe is bitwise (max |diff| 0): any divergence is a real one.
+NOT_REPRODUCED = "not reproduced"
+# Classic's 1-row step chose token c over the width's w by gap_c = l[c] - l[w]; the width's
+# verify row chose w by gap_w = l'[w] - l'[c]. Between the two paths l[c] - l[w] moved by
+# gap_c + gap_w. The exactness probe bounds how far a verify moves any one logit on its
+# block (max |diff|), so l[c] - l[w] can move by 2 x max |diff| from rounding alone; the
+# threshold doubles that again because the probe sees one block, not every position. On a
+# CPU the probe is bitwise (max |diff| 0): any divergence there is a real one.
 MARGIN_FACTOR = 4.0
 
 
 @dataclass(frozen=True)
 class Margin:
     position: int
-    classic_margin: float  # top-1 minus top-2 logit of the 1-row step classic took there
-    width_margin: float  # the same from the width's verify forward
+    classic_token: int
+    width_token: int
+    classic_gap: float  # classic's logit of its token minus its logit of the width's token
+    width_gap: float  # the width's verify row: its token's logit minus classic's token's
     threshold: float
-    kind: str  # NEAR_TIE or REAL
+    kind: str  # NEAR_TIE, REAL or NOT_REPRODUCED
 
     def describe(self) -> str:
-        why = (f"top-2 margin {self.classic_margin:.3g} (classic) / {self.width_margin:.3g} (width) "
+        why = (f"the two tokens' logit gap moved by {self.classic_gap + self.width_gap:.3g} "
+               f"({self.classic_gap:.3g} in classic's step, {self.width_gap:.3g} in the verify) "
                f"vs threshold {self.threshold:.3g}")
+        if self.kind == NOT_REPRODUCED:
+            return f"{NOT_REPRODUCED}: the replay did not choose the same tokens at {self.position}"
         if self.kind == NEAR_TIE:
             return f"{NEAR_TIE}: {why}, within the verify's measured error; still not byte-identical"
         return f"{REAL}: {why}, beyond the verify's measured error — a bug, not rounding"
@@ -90,39 +98,47 @@ class Margin:
         return asdict(self)
 
 
-def classify_margin(position: int, classic_margin: float, width_margin: float,
-                    max_abs_diff: float) -> Margin:
+def classify_margin(position: int, classic_token: int, width_token: int, classic_gap: float,
+                    width_gap: float, max_abs_diff: float, reproduced: bool = True) -> Margin:
     threshold = MARGIN_FACTOR * max_abs_diff
-    kind = NEAR_TIE if min(classic_margin, width_margin) <= threshold else REAL
-    return Margin(position, classic_margin, width_margin, threshold, kind)
+    if not reproduced:
+        kind = NOT_REPRODUCED
+    else:
+        kind = NEAR_TIE if classic_gap + width_gap <= threshold else REAL
+    return Margin(position, classic_token, width_token, classic_gap, width_gap, threshold, kind)
 
 
-def _top2_margin(row: mx.array) -> float:
-    top = mx.topk(row.astype(mx.float32), 2)
-    return float(mx.abs(top[1] - top[0]).item())
-
-
-def divergence_margin(pair, prompt: list[int], width: int, position: int, max_abs_diff: float,
+def divergence_margin(pair, prompt: list[int], width: int, classic_tokens: list[int],
+                      width_tokens: list[int], position: int, max_abs_diff: float,
                       attention=None) -> Margin:
-    """Replay classic and the width up to ``position`` (their first divergence) and read the
-    target's top-2 logit margin there from each: the 1-row step's and the verify forward's."""
+    """Replay classic and the width (same length, so every round has the session's shape)
+    until ``position``, their first divergence, and read the two tokens' logits there from
+    classic's 1-row step and from the verify row that emitted the width's token."""
     from engine.decode import classic, speculative
 
+    c, w = classic_tokens[position], width_tokens[position]
     seen: dict[str, mx.array] = {}
+    past = [False]
 
     def on_classic(pos: int, logits: mx.array) -> None:
         if pos == position:
-            seen["classic"] = logits.reshape(-1, logits.shape[-1])[-1]
+            seen["classic"] = logits.reshape(-1, logits.shape[-1])[-1].astype(mx.float32)
 
     def on_width(start: int, rows: mx.array) -> None:
         # The last round to cover ``position`` is the one that emitted it.
         if start <= position < start + rows.shape[0]:
-            seen["width"] = rows[position - start]
+            seen["width"] = rows[position - start].astype(mx.float32)
 
-    classic(pair, prompt, position + 1, on_logits=on_classic)
-    speculative(pair, prompt, position + 1, width, attention=attention, on_logits=on_width)
-    return classify_margin(position, _top2_margin(seen["classic"]), _top2_margin(seen["width"]),
-                           max_abs_diff)
+    def on_progress(done: int, _total: int) -> None:
+        past[0] = done > position
+
+    classic(pair, prompt, len(classic_tokens), on_logits=on_classic, cancel=lambda: "classic" in seen)
+    speculative(pair, prompt, len(width_tokens), width, attention=attention, on_logits=on_width,
+                on_progress=on_progress, cancel=lambda: past[0])
+    cl, wl = seen["classic"], seen["width"]
+    reproduced = int(mx.argmax(cl).item()) == c and int(mx.argmax(wl).item()) == w
+    return classify_margin(position, c, w, float((cl[c] - cl[w]).item()), float((wl[w] - wl[c]).item()),
+                           max_abs_diff, reproduced)
 
 
 @dataclass(frozen=True)
@@ -146,10 +162,12 @@ class Exactness:
         return d
 
 
-def probe(model, prefix: list[int], block: list[int]) -> Exactness:
-    """One ``len(block)``-row forward against ``len(block)`` single-row steps, both after ``prefix``."""
+def probe(model, prefix: list[int], block: list[int], attention=None) -> Exactness:
+    """One ``len(block)``-row forward (with the session's verify ``attention``) against
+    ``len(block)`` single-row steps, both after ``prefix``."""
     from mlx_lm.models.cache import make_prompt_cache
 
+    from engine.attention import verify_attention
     from engine.drafters import prefill_cache
 
     if not prefix or not block:
@@ -164,7 +182,8 @@ def probe(model, prefix: list[int], block: list[int]) -> Exactness:
         return cache
 
     cache = prepared()
-    wide = model(mx.array(block, mx.uint32)[None], cache=cache)[0]
+    with verify_attention(attention):
+        wide = model(mx.array(block, mx.uint32)[None], cache=cache)[0]
     cache = prepared()
     rows = [model(mx.array([t], mx.uint32)[None], cache=cache)[0, -1] for t in block]
     narrow = mx.stack(rows)

@@ -139,12 +139,44 @@ def test_costcurve_reports_cold_and_warm():
 
 
 def test_divergence_margin_reads_both_paths_at_one_position(pair, ids):
-    from engine.identity import NEAR_TIE, REAL, classify_margin, divergence_margin
+    from engine.identity import NEAR_TIE, NOT_REPRODUCED, REAL, classify_margin, divergence_margin
 
-    m = divergence_margin(pair, ids, 4, 9, max_abs_diff=0.0)
-    # On a CPU the verify row is bitwise the 1-row step's: the same margin from both.
-    assert m.classic_margin == m.width_margin > 0
-    assert m.kind == REAL and m.threshold == 0.0  # a bitwise probe leaves no room for a tie
-    assert classify_margin(3, 0.05, 0.4, max_abs_diff=0.02).kind == NEAR_TIE
-    assert classify_margin(3, 0.5, 0.4, max_abs_diff=0.02).kind == REAL
-    assert "still not byte-identical" in classify_margin(3, 0.01, 0.01, 0.02).describe()
+    ref = classic(pair, ids, 24).tokens
+    # Pretend the width chose classic's own token at 9: on a CPU both paths agree bitwise,
+    # so the replay reproduces classic's choice in both and the gaps are zero.
+    m = divergence_margin(pair, ids, 4, ref, ref, 9, max_abs_diff=0.0)
+    assert (m.classic_gap, m.width_gap) == (0.0, 0.0) and m.kind == NEAR_TIE
+    # A width token the replay does not choose is reported as such, not classified.
+    other = list(ref)
+    other[9] = (ref[9] + 1) % 2048
+    assert divergence_margin(pair, ids, 4, ref, other, 9, max_abs_diff=0.0).kind == NOT_REPRODUCED
+    assert classify_margin(3, 1, 2, 0.05, 0.02, max_abs_diff=0.02).kind == NEAR_TIE
+    assert classify_margin(3, 1, 2, 0.5, 0.4, max_abs_diff=0.02).kind == REAL
+    assert classify_margin(3, 1, 2, 0.0, 0.01, max_abs_diff=0.0).kind == REAL  # bitwise probe
+    assert "still not byte-identical" in classify_margin(3, 1, 2, 0.01, 0.01, 0.02).describe()
+
+
+def test_a_cache_that_cannot_rewind_is_refused_not_silently_kept():
+    from mlx_lm.models.cache import KVCache, RotatingKVCache
+
+    from engine.kvcache import RewindError, rewind
+
+    rot = RotatingKVCache(max_size=4)
+    k = mx.zeros((1, 1, 6, 8))
+    rot.update_and_fetch(k, k)  # past its window: it can no longer trim
+    plain = KVCache()
+    plain.update_and_fetch(k, k)
+    with pytest.raises(RewindError, match="dropped 0 of 2 rejected positions"):
+        rewind([plain, rot], 2)
+    rewind([plain], 2)
+    assert plain.offset == 4
+
+
+def test_plain_takes_a_mask_whose_rows_broadcast():
+    attention.install()
+    q = mx.random.normal((1, 8, 4, 32))
+    k = mx.random.normal((1, 2, 24, 32))
+    m = mx.random.normal((1, 8, 1, 24))
+    ref = attention._fused(q, k, k, scale=0.2, mask=m)
+    got = plain_attention(q, k, k, scale=0.2, mask=m)
+    assert np.allclose(np.array(ref), np.array(got), atol=1e-5)
