@@ -220,9 +220,9 @@ class BlockwidthApp(App):
 
     # ---- A/B
     def _ab_inputs(self) -> tuple[tuple[int, ...], int, int]:
-        from console.measure import _widths
+        from console.request import parse_widths
 
-        widths = _widths(self.query_one("#widths", Input).value)
+        widths = parse_widths(self.query_one("#widths", Input).value)
         try:
             n = int(self.query_one("#n", Input).value)
             tokens = int(self.query_one("#tokens", Input).value)

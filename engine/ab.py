@@ -327,7 +327,7 @@ def decide(session: Session) -> None:
             session.drift_why = (f"classic's opening and closing runs do not overlap ({span}), which "
                                  f"noise alone does {chance:.0%} of the time with this few runs: drift "
                                  f"or noise, it cannot tell; nothing here can be saved until more "
-                                 f"repetitions (-n 7 or --sequential) settle it")
+                                 f"repetitions (n 7, or sequential mode) settle it")
     winners = [a for a in session.arms if a.verdict is Verdict.WINS]
     undecided = [a for a in session.arms if a.verdict is Verdict.UNDECIDED]
     if winners:
