@@ -155,7 +155,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             # one redrawn line: a bar over all runs, and where this run is
             frac = e.fraction
             fill = int(frac * 30)
-            where = f"{e.arm} {'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
+            where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<16}", end="",
                   file=sys.stderr, flush=True)
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
