@@ -39,8 +39,6 @@ _REMEDY = {
                                           "(sweep --save --allow-nonidentical can store it, marked so)",
     (RefusalKind.UNDECIDED, Front.CLI): "run more repetitions (-n, or --sequential)",
     (RefusalKind.UNDECIDED, Front.CONSOLE): "run more repetitions (raise n, or turn on sequential)",
-    (RefusalKind.DRIFT, Front.CLI): "run again, with more repetitions (-n 7, or --sequential)",
-    (RefusalKind.DRIFT, Front.CONSOLE): "run again, with more repetitions (n 7, or sequential)",
 }
 
 
