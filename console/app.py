@@ -28,12 +28,18 @@ from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input,
 from textual.worker import Worker, WorkerState
 
 from console.inputs import InputError, chain_lines
+from console.outcome import Tone
 from console.render import arm_rows, bars
 from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits, session_request
 from policy.profile import ProfileError
 from policy.resolve import WidthError, keyed_on
 
 DEFAULT_WIDTHS = (2, 4, 8)
+_TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yellow", Tone.BAD: "bold red",
+               Tone.STOPPED: "bold yellow"}
+# The console's default session is sequential with this budget, so a first run on a
+# 2-core CPU ends in a decision (or says why not) within about 90 s, probe and curve included.
+BUDGET_S = 70
 
 
 @dataclass
@@ -324,7 +330,8 @@ class BlockwidthApp(App):
                     yield Input("3", id="n", compact=True)
                     yield Label("tokens")
                     yield Input("64", id="tokens", compact=True)
-                    yield Checkbox("sequential", id="sequential", compact=True)
+                    yield Checkbox("sequential", True, id="sequential", compact=True,
+                                   tooltip=f"add repetitions until decided (at most 12, {BUDGET_S} s)")
                     yield Button("Run (a)", id="start", variant="primary", compact=True)
                     yield Button("Cancel (c)", id="cancel", disabled=True, compact=True)
                 with Horizontal(id="prompt-row"):
@@ -533,7 +540,7 @@ class BlockwidthApp(App):
                              (" · STALE" if res.stale else "", "yellow"))
         note = self._in_effect()
         if note:
-            head.append(f"  {note[0]}", style="bold red" if note[1] else "green")
+            head.append(f"  {note[0]}", style=_TONE_STYLE[note[1]])
         keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
         self.query_one("#resolution", Static).update(Text.assemble(
             head, "\n", res.reason, *(() if narrow else ("\n", keyed))))
@@ -608,7 +615,7 @@ class BlockwidthApp(App):
             widths=self.query_one("#widths", Input).value, n=self.query_one("#n", Input).value,
             tokens=self.query_one("#tokens", Input).value,
             prompt=_unescape(self.query_one("#prompt", Input).value),
-            sequential=self.query_one("#sequential", Checkbox).value)
+            sequential=self.query_one("#sequential", Checkbox).value, max_seconds=BUDGET_S)
 
     @on(Input.Changed)
     def _field_changed(self, event: Input.Changed) -> None:
@@ -739,7 +746,7 @@ class BlockwidthApp(App):
     def show_session(self, session: Any, record_path: Path | None, gate_warnings: list[str],
                      request: SessionRequest | None = None) -> None:
         """The results of a finished (or cancelled) session."""
-        from console.outcome import Tone, headline
+        from console.outcome import headline
 
         if request is not None:
             self.request = request
@@ -768,10 +775,8 @@ class BlockwidthApp(App):
             plot = "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s"))
             self.query_one("#plot", Static).update(Text(plot))
         h = headline(s, self._planned or s.config.planned_runs)
-        style = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yellow",
-                 Tone.STOPPED: "bold yellow"}[h.tone]
         self.query_one("#headline", Static).update(Text.assemble(
-            (h.text, style), ("   s saves it" if h.saveable else "", "dim")))
+            (h.text, _TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim")))
         self._render_settings()
         self._render_details()
         if self.res is not None:
@@ -785,8 +790,7 @@ class BlockwidthApp(App):
         lines: list[Text] = []
         note = self._in_effect()
         if note:
-            lines.append(Text(("warning: " if note[1] else "") + note[0] + " (* in the table)",
-                              style="bold red" if note[1] else "green"))
+            lines.append(Text(note[0] + " (* in the table)", style=_TONE_STYLE[note[1]]))
         if not s.cancelled:
             lines.append(Text.assemble(("why: ", "bold"), s.why))
             if s.predicted:

@@ -106,6 +106,7 @@ class Tone(str, Enum):
     GOOD = "good"  # a width wins and can be saved
     PLAIN = "plain"  # classic wins; a decline can be saved
     WARN = "warn"  # nothing can be saved: undecided, differs, drift, not measured
+    BAD = "bad"  # the width in effect loses to classic
     STOPPED = "stopped"  # cancelled
 
 
@@ -139,19 +140,19 @@ def headline(session: Session, planned_runs: int | None = None) -> Headline:
     return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
 
 
-def in_effect_note(session: Session, width: int | None) -> tuple[str, bool] | None:
-    """What the session says about the width in effect: (text, whether it is a warning)."""
+def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | None:
+    """What the session says about the width in effect, and how loudly to say it."""
     if width is None or session.cancelled:
         return None
     try:
         arm = session.arm(width)
     except KeyError:
-        return (f"width {width} in effect was not measured in this session", True)
+        return (f"width {width} in effect was not measured in this session", Tone.WARN)
     v = arm.verdict
     if v is Verdict.WINS and session.recommendation == width:
-        return (f"width {width} in effect is the best measured here", False)
+        return (f"width {width} in effect is the best measured here", Tone.GOOD)
     if v is Verdict.WINS:
-        return (f"width {width} in effect beats classic, but w{session.recommendation} is faster", True)
+        return (f"width {width} in effect beats classic, but w{session.recommendation} is faster", Tone.WARN)
     if v is Verdict.SLOWER:
-        return (f"width {width} in effect is SLOWER than classic here", True)
-    return (f"width {width} in effect: {v.value} against classic", True)
+        return (f"width {width} in effect is SLOWER than classic here", Tone.BAD)
+    return (f"width {width} in effect: {v.value} against classic", Tone.WARN)

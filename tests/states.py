@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.app import BlockwidthApp, Options
+from console.app import BUDGET_S, BlockwidthApp, Options
 from console.request import SessionRequest
 from engine.ab import AbConfig, Arm, Event, Session, Verdict, decide
 from engine.decode import DecodeRun, Round
@@ -49,7 +49,8 @@ def fixture_session(*, drift: bool = False, cancelled: bool = False) -> Session:
     tok = pair.tokenizer
     ids = tok.encode(DEFAULT_PROMPT)
     out = tok.encode(CONTINUATION)[:TOKENS]
-    config = AbConfig(widths=(2, 4, 8), prompt=DEFAULT_PROMPT, n=3, max_tokens=TOKENS)
+    config = AbConfig(widths=(2, 4, 8), prompt=DEFAULT_PROMPT, n=3, max_tokens=TOKENS, sequential=True,
+                      max_seconds=BUDGET_S)
     classic_tok_s = [40.0, 41.0, 52.0, 53.0] if drift else [40.0, 41.5, 42.0, 40.5]
     speeds = {2: [44.0, 45.0, 46.0], 4: [60.0, 62.0, 63.0], 8: [30.0, 31.0, 33.0]}
     reps = 1 if cancelled else 3

@@ -27,9 +27,13 @@ def _text(app, selector) -> str:
     return str(app.query_one(selector).render())
 
 
-async def _type_fields(pilot, widths: str, n: str, tokens: str) -> None:
-    """w goes to the widths field; each field's text is selected on entry, so typing replaces it."""
-    await pilot.press("escape", "w", *widths, "tab", *n, "tab", *tokens)
+async def _type_fields(pilot, widths: str, n: str, tokens: str, sequential: bool = False) -> None:
+    """w goes to the widths field; each field's text is selected on entry, so typing replaces it.
+    Tab on to the sequential box (on by default) and space toggles it."""
+    await pilot.press("escape", "w", *widths, "tab", *n, "tab", *tokens, "tab")
+    if pilot.app.query_one("#sequential").value != sequential:
+        await pilot.press("space")
+    await pilot.press("shift+tab")  # back in the tokens field, where Enter runs
 
 
 def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):

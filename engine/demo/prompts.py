@@ -13,17 +13,14 @@ DEMO_PROMPTS: tuple[str, ...] = (
 )
 DEFAULT_PROMPT = DEMO_PROMPTS[0]
 
-# A request whose answer repeats its prompt (the second copy of a function, renamed):
-# the model-free lookup drafter finds its drafts in the prompt here, and nowhere else.
-REPEAT_PROMPT = (
-    'def read_config(path):\n    """Return the settings stored in *path* as a dict."""\n'
-    "    result = {}\n    with open(path) as f:\n        for line in f:\n"
-    '            key, _, value = line.partition("=")\n'
-    "            result[key.strip()] = value.strip()\n    return result\n\n\n"
-    "# The same function, renamed to load_config:\n"
-    'def load_config(path):\n    """Return the settings stored in *path* as a dict."""\n'
-    "    result = {}\n    with open(path) as f:\n        for"
-)
+# A request whose answer repeats its prompt: main() written out, then asked for once more.
+# The first copy's body is the demo target's own greedy continuation of DEMO_PROMPTS[3],
+# so the answer is (nearly) that text again and the model-free lookup drafter finds its
+# drafts in the prompt: on this prompt lookup can win; on the others it has nothing to find.
+_MAIN_BODY = (" argparse.ArgumentParser()\n    parser.add_argument('--file', default=False, "
+              "action='store_true',\n            help='the file to store the output file to store them.')\n"
+              "    parser.add_argument('--main', default=")
+REPEAT_PROMPT = DEMO_PROMPTS[3] + _MAIN_BODY + "\n\n\n# The same, once more:\n" + DEMO_PROMPTS[3]
 
 # The console's prompt presets (p cycles them): name, text.
 PRESETS: tuple[tuple[str, str], ...] = (
@@ -31,5 +28,5 @@ PRESETS: tuple[tuple[str, str], ...] = (
     ("__repr__", DEMO_PROMPTS[1]),
     ("read_config", DEMO_PROMPTS[2]),
     ("main()", DEMO_PROMPTS[3]),
-    ("repeat: the answer repeats the prompt (lookup can win)", REPEAT_PROMPT),
+    ("repeat: main() once more (its answer repeats the prompt; lookup can win)", REPEAT_PROMPT),
 )
