@@ -125,8 +125,8 @@ class HelpScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
     CSS = """
     HelpScreen { align: center middle; }
-    #help { width: auto; max-width: 90%; height: auto; max-height: 90%; border: round $primary;
-            padding: 0 1; background: $surface; }
+    #help { width: 90%; max-width: 100; height: 90%; border: round $primary; padding: 0 1;
+            background: $surface; }
     """
 
     def __init__(self, rows: list[tuple[str, str]]) -> None:
@@ -136,7 +136,7 @@ class HelpScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         t = Text.assemble(("keys", "bold"), "  (Escape, ? or q closes)\n")
         for key, what in self.rows:
-            t.append(f"{key:>10}  ", style="bold")
+            t.append(f"{key:>7}  ", style="bold")
             t.append(f"{what}\n")
         yield VerticalScroll(Static(t), id="help")
 
@@ -145,7 +145,7 @@ class ConfirmScreen(ModalScreen[bool]):
     BINDINGS = [Binding("y", "answer(True)", "Yes"), Binding("n,escape", "answer(False)", "No")]
     CSS = """
     ConfirmScreen { align: center middle; }
-    #confirm { width: auto; max-width: 90%; height: auto; border: thick $error; padding: 0 1;
+    #confirm { width: 90%; max-width: 100; height: auto; border: thick $error; padding: 0 1;
                background: $surface; }
     """
 
@@ -165,8 +165,7 @@ class TextScreen(ModalScreen[None]):
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
     CSS = """
     TextScreen { align: center middle; }
-    #text { width: auto; max-width: 95%; height: auto; max-height: 90%; border: round $primary;
-            padding: 0 1; background: $surface; }
+    #text { width: 95%; height: 70%; border: round $primary; padding: 0 1; background: $surface; }
     """
 
     def __init__(self, text: Text) -> None:
@@ -465,9 +464,7 @@ class BlockwidthApp(App):
     def key_rows(self) -> list[tuple[str, str]]:
         rows = []
         for b in self.BINDINGS:
-            key = b.key_display or b.key.replace("question_mark", "?")
-            if b.action.startswith("tab(") and b.key != "1":
-                key = b.key
+            key = b.key if b.action.startswith("tab(") else b.key_display or b.key
             rows.append((key, self.HELP.get(b.action, b.description)))
         rows += [("Enter", "in a field: run the A/B session"), ("Tab", "next field or table"),
                  ("ctrl+p", "command palette: every action above by name")]
