@@ -596,7 +596,7 @@ class BlockwidthApp(App):
         from engine.pair import load_pair
 
         o = self.options
-        paths = pair_paths(o.target, o.draft, o.variant, o.kind)
+        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True)
         self.post_message(PairReady(load_pair(paths.target, paths.drafter, o.kind)))
 
     def on_pair_ready(self, message: PairReady) -> None:

@@ -141,8 +141,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _console(args: argparse.Namespace) -> int:
     """The Textual console. Bad input is checked first, so it fails like the headless commands."""
-    from console.inputs import resolution
+    from console.inputs import pair_paths, resolution
 
+    # A hub id is fetched here, with progress on the terminal, before the console takes it over.
+    pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)

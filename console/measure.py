@@ -96,9 +96,9 @@ def _rows(text: str) -> tuple[int, ...]:
 
 
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
+    paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
     from engine.pair import PairError, load_pair
 
-    paths = pair_paths(target, draft, variant, kind)
     try:
         return load_pair(paths.target, paths.drafter, kind)
     except PairError as e:

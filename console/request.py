@@ -137,9 +137,9 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
 
 
 def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> None:
-    p.add_argument("--target", metavar="T", help="target checkpoint folder (default: the demo pair)")
+    p.add_argument("--target", metavar="T", help="target checkpoint folder or Hugging Face repo id (default: the demo pair)")
     p.add_argument("--draft", metavar="D", required=draft_required,
-                   help="drafter checkpoint folder (none: the model-free lookup drafter)")
+                   help="drafter checkpoint folder or repo id (none: the model-free lookup drafter)")
     p.add_argument("--kind", choices=KINDS, help="drafter kind; wins over detection")
     p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16",
                    help="which demo target when --target is not given (default bf16)")
