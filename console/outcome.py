@@ -36,7 +36,7 @@ class RefusalKind(str, Enum):
 _REMEDY = {
     (RefusalKind.DIFFERS, Front.CLI): "--allow-nonidentical saves it, recorded as not byte-identical",
     (RefusalKind.DIFFERS, Front.CONSOLE): "the console saves only byte-identical widths "
-                                          "(sweep --save --allow-nonidentical can store it, marked so)",
+                                          "(the headless sweep can store it, marked not byte-identical)",
     (RefusalKind.UNDECIDED, Front.CLI): "run more repetitions (-n, or --sequential)",
     (RefusalKind.UNDECIDED, Front.CONSOLE): "run more repetitions (raise n, or turn on sequential)",
 }
