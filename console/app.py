@@ -215,10 +215,10 @@ class BlockwidthApp(App):
     #controls Label, #prompt-row Label { padding: 0 0 0 1; }
     #controls Input { margin: 0 0 0 1; }
     #controls Input { width: 6; }
-    #controls #widths { width: 12; }
+    #controls #widths { width: 14; }
     #prompt { width: 1fr; margin: 0 0 0 1; }
     #controls Checkbox { border: none; height: 1; padding: 0 1; }
-    #controls Button { margin: 0 1; min-width: 10; }
+    #prompt-row Button { margin: 0 0 0 1; min-width: 0; width: auto; }
     #stage { height: 1; margin: 0 1; }
     #progress { width: 34; }
     #progress.-idle { display: none; }
@@ -331,12 +331,13 @@ class BlockwidthApp(App):
                     yield Input("64", id="tokens", compact=True)
                     yield Checkbox("sequential", True, id="sequential", compact=True,
                                    tooltip=f"add repetitions until decided (at most 12, {BUDGET_S} s)")
-                    yield Button("Run (a)", id="start", variant="primary", compact=True)
-                    yield Button("Cancel (c)", id="cancel", disabled=True, compact=True)
                 with Horizontal(id="prompt-row"):
                     yield Label("prompt")
                     yield Input(_escape(PRESETS[0][1]), id="prompt", compact=True,
                                 tooltip="\\n is a newline; p puts the next preset here")
+                    # On the prompt row, where the field gives way, so both fit at 80 columns.
+                    yield Button("Run (a)", id="start", variant="primary", compact=True)
+                    yield Button("Cancel (c)", id="cancel", disabled=True, compact=True)
                 with Horizontal(id="stage"):
                     yield ProgressBar(id="progress", total=1000, show_eta=False, classes="-idle")
                     yield Static("", id="status")
