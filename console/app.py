@@ -176,6 +176,39 @@ class TextScreen(ModalScreen[None]):
         yield VerticalScroll(Static(self.text), id="text")
 
 
+class PairScreen(ModalScreen[tuple[str, str, str] | None]):
+    """Open another pair: target and drafter as folders or cached hub ids, and the drafter kind."""
+
+    AUTO_FOCUS = "#open-target"
+    BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
+    CSS = """
+    PairScreen { align: center middle; }
+    #open { width: 90%; max-width: 100; height: auto; border: round $primary; padding: 0 1;
+            background: $surface; }
+    #open Input { margin: 0 0 1 0; }
+    """
+
+    def __init__(self, target: str, draft: str, kind: str) -> None:
+        super().__init__()
+        self.values = (target, draft, kind)
+
+    def compose(self) -> ComposeResult:
+        with Vertical(id="open"):
+            yield Static(Text.assemble(("open another pair", "bold"), "  (Enter opens, Escape cancels; "
+                                       "empty target: the demo pair; empty drafter: prompt lookup)"))
+            yield Label("target: folder or Hugging Face repo id in the local cache")
+            yield Input(self.values[0], id="open-target", compact=True)
+            yield Label("drafter: folder or repo id")
+            yield Input(self.values[1], id="open-draft", compact=True)
+            yield Label("kind (model, lookup; empty: detected)")
+            yield Input(self.values[2], id="open-kind", compact=True)
+
+    @on(Input.Submitted)
+    def _open(self) -> None:
+        self.dismiss(tuple(self.query_one(f"#open-{k}", Input).value.strip()  # type: ignore[arg-type]
+                           for k in ("target", "draft", "kind")))
+
+
 def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else words or word + 's'}"
 
@@ -255,6 +288,7 @@ class BlockwidthApp(App):
         Binding("d", "delete", "Delete entry"),
         Binding("y", "copy_command", "Copy cmd"),
         Binding("w", "edit_fields", "Edit fields", show=False),
+        Binding("o", "open_pair", "Open pair", show=False),
         Binding("m", "export_markdown", "Markdown", show=False),
         Binding("p", "next_prompt", "Prompt preset", show=False),
         Binding("r", "refresh", "Re-resolve", show=False),
@@ -276,6 +310,7 @@ class BlockwidthApp(App):
         "save": "save the session's winner (or decline) to the profile",
         "delete": "delete the highlighted profile entry (Profile tab; asks first)",
         "copy_command": "copy the resolution as an mlx_lm.server command line (and show the env var)",
+        "open_pair": "open another pair (target and drafter: folders or cached repo ids)",
         "edit_fields": "go to the A/B fields (Tab moves between them, Escape leaves)",
         "export_markdown": "export the session (or the highlighted record) as Markdown",
         "next_prompt": "put the next prompt preset in the prompt field",
@@ -597,7 +632,8 @@ class BlockwidthApp(App):
         from engine.pair import load_pair
 
         o = self.options
-        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True)
+        # No download from inside the console (its progress would have nowhere to go).
+        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False)
         self.post_message(PairReady(load_pair(paths.target, paths.drafter, o.kind)))
 
     def on_pair_ready(self, message: PairReady) -> None:
@@ -606,6 +642,34 @@ class BlockwidthApp(App):
     def set_pair(self, pair: Any) -> None:
         self.pair = pair
         self._show_phase(Phase.READY, f"{pair.describe()} · a (or Enter in a field) runs the A/B")
+
+    def action_open_pair(self) -> None:
+        if self.phase.busy:
+            self._error("a session is running: cancel it (c) before opening another pair")
+            return
+        o = self.options
+        self.push_screen(PairScreen(o.target or "", o.draft or "", o.kind or ""), self._open_pair)
+
+    def _open_pair(self, values: tuple[str, str, str] | None) -> None:
+        if values is None:
+            return
+        from console.request import KINDS
+
+        target, draft, kind = values
+        if kind and kind not in KINDS:
+            self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
+            return
+        self.options.target, self.options.draft, self.options.kind = target or None, draft or None, kind or None
+        self.pair = self.res = self.session = self.request = self.record_path = None
+        self.query_one("#arms", DataTable).clear()
+        for wid in ("#plot", "#details", "#headline", "#settings"):
+            self.query_one(wid, Static).update("")
+        self.query_one("#resolution", Static).update("resolving…")
+        self.query_one("#pair", Static).update("loading the pair…")
+        self._error("")
+        self._show_phase(Phase.LOADING, target or "the demo pair")
+        self.resolve_in_background()
+        self.load_pair()
 
     # ---- the A/B fields
     def _read_request(self) -> SessionRequest:

@@ -66,7 +66,7 @@ def looks_like_repo_id(value: str | os.PathLike) -> bool:
             and not any(c.isspace() for c in text))
 
 
-def hub_checkpoint(repo: str, what: str, weights: bool) -> Path:
+def hub_checkpoint(repo: str, what: str, weights: bool, download: bool = True) -> Path:
     """A Hugging Face repo id from the local cache; downloaded (with progress on stderr, Ctrl-C
     cancels) only when missing there and the operator has not set HF_HUB_OFFLINE."""
     import sys
@@ -86,6 +86,9 @@ def hub_checkpoint(repo: str, what: str, weights: bool) -> Path:
     if _USER_OFFLINE:
         raise InputError(f"{what} {repo}: no such folder, and not in the Hugging Face cache "
                          f"({constants.HF_HUB_CACHE}); HF_HUB_OFFLINE is set, so it is not downloaded")
+    if not download:
+        raise InputError(f"{what} {repo}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
+                         f"`blockwidth --target {repo}` downloads it, with progress")
     print(f"blockwidth: {what} {repo}: downloading {'the checkpoint' if weights else 'its configs'} "
           f"from the Hugging Face Hub into {constants.HF_HUB_CACHE} (Ctrl-C cancels)", file=sys.stderr)
     offline, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, False  # named by the operator
@@ -97,12 +100,13 @@ def hub_checkpoint(repo: str, what: str, weights: bool) -> Path:
         constants.HF_HUB_OFFLINE = offline
 
 
-def checkpoint_dir(value: str | os.PathLike, what: str, weights: bool = False) -> Path:
+def checkpoint_dir(value: str | os.PathLike, what: str, weights: bool = False,
+                   download: bool = True) -> Path:
     """A checkpoint folder: a path, or a Hugging Face repo id (``owner/name``) as mlx-lm takes."""
     path = user_path(value, what)
     assert path is not None
     if not path.exists() and looks_like_repo_id(value):
-        return hub_checkpoint(str(value), what, weights)
+        return hub_checkpoint(str(value), what, weights, download)
     if not path.exists():
         raise InputError(f"{what} {path}: no such file or directory")
     if not path.is_dir():
@@ -147,7 +151,7 @@ class PairPaths:
 
 
 def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
-               kind: str | None = None, weights: bool = False) -> PairPaths:
+               kind: str | None = None, weights: bool = False, download: bool = True) -> PairPaths:
     """The pair's folders; the demo pair without --target (its drafter unless --kind lookup).
     ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
     if target is None:
@@ -155,8 +159,9 @@ def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
             raise InputError("--draft given without --target: name the target too")
         drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTER
         return PairPaths(demo.target(variant), drafter, True)
-    return PairPaths(checkpoint_dir(target, "--target", weights),
-                     checkpoint_dir(draft, "--draft", weights) if draft is not None else None, False)
+    return PairPaths(checkpoint_dir(target, "--target", weights, download),
+                     checkpoint_dir(draft, "--draft", weights, download) if draft is not None else None,
+                     False)
 
 
 def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:

@@ -258,3 +258,27 @@ def test_palette_has_every_action(tmp_path):
                     assert b.description in titles, b.description
 
     run(go())
+
+
+def test_open_another_pair_from_the_console(tmp_path):
+    from engine import demo
+
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _settle(app, pilot)
+            await pilot.press("o")
+            await pilot.pause()
+            await pilot.press("ctrl+a", *str(demo.target("4bit")), "tab", "tab", "ctrl+a", *"lookup", "enter")
+            await _settle(app, pilot)
+            assert app.phase is Phase.READY, _text(app, "#status")
+            assert app.pair.kind.value == "lookup" and app.pair.quantization.scheme.value == "affine"
+            assert "affine" in _text(app, "#resolution")
+            await pilot.press("o")
+            await pilot.pause()
+            await pilot.press("ctrl+a", *"/nope/target", "enter")
+            await _settle(app, pilot)
+            assert app.phase is Phase.LOAD_FAILED and "/nope/target" in _text(app, "#error")
+            assert app.query_one("#progress").has_class("-idle")
+
+    run(go())
