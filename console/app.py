@@ -111,6 +111,12 @@ class AbDone(Message):
         self.session, self.record_path, self.gate_warnings = session, record_path, gate_warnings
 
 
+class Saved(Message):
+    def __init__(self, saved: str | None, refusal: str | None) -> None:
+        super().__init__()
+        self.saved, self.refusal = saved, refusal
+
+
 class RecordsRead(Message):
     def __init__(self, rows: list[tuple[Path, dict]]) -> None:
         super().__init__()
@@ -250,6 +256,7 @@ class BlockwidthApp(App):
     #controls Input { width: 6; }
     #controls #widths { width: 14; }
     #prompt { width: 1fr; margin: 0 0 0 1; }
+    Input.-bad { background: $error 40%; }
     #controls Checkbox { border: none; height: 1; padding: 0 1; }
     #prompt-row Button { margin: 0 0 0 1; min-width: 0; width: auto; }
     #stage { height: 1; margin: 0 1; }
@@ -681,6 +688,7 @@ class BlockwidthApp(App):
 
     @on(Input.Changed)
     def _field_changed(self, event: Input.Changed) -> None:
+        event.input.remove_class("-bad")
         if event.input.id == "widths":
             self._widths_touched = True
         self._mark_stale()
@@ -740,11 +748,10 @@ class BlockwidthApp(App):
             check_fits(req, len(self.pair.tokenizer.encode(req.prompt)), self.pair.context_length)
         except FieldError as e:
             self._error(e.say(CONSOLE_NAMES))
-            # The operator fixes it next: put them in that field (its text selected).
+            # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
             field = {"widths": "#widths", "n": "#n", "tokens": "#tokens", "prompt": "#prompt"}.get(e.field.value)
             if field:
-                self.query_one(TabbedContent).active = "tab-ab"
-                self.set_focus(self.query_one(field, Input))
+                self.query_one(field, Input).add_class("-bad")
             return
         except InputError as e:
             self._error(str(e))
@@ -940,26 +947,33 @@ class BlockwidthApp(App):
 
     # ---- profile actions
     def action_save(self) -> None:
-        from console.measure import save_session
-        from console.outcome import Front
-
         if self.session is None:
             self._error("nothing to save: run an A/B session first")
             return
         if self.query_one("#results").has_class("-stale"):
             self._error("not saved: the fields changed since this run; run it again (a) first")
             return
+        self.save_in_background(self.session, self.record_path)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="save", name="save")
+    def save_in_background(self, session: Any, record_path: Path | None) -> None:
+        """The device probe and the locked profile write stay off the UI thread."""
+        from console.measure import save_session
+        from console.outcome import Front
+
         try:
-            saved, refusal = save_session(self.session, self.pair, self.record_path, self.options.profile,
+            saved, refusal = save_session(session, self.pair, record_path, self.options.profile,
                                           front=Front.CONSOLE)
         except ProfileError as e:
-            self._error(str(e))
-            return
-        if refusal:
-            self._error(f"not saved: {refusal}")
+            saved, refusal = None, str(e)
+        self.post_message(Saved(saved, refusal))
+
+    def on_saved(self, message: "Saved") -> None:
+        if message.refusal:
+            self._error(f"not saved: {message.refusal}")
             return
         self._error("")
-        self.notify(f"saved {saved}", timeout=6)
+        self.notify(f"saved {message.saved}", timeout=6)
         self.resolve_in_background()
 
     def action_delete(self) -> None:

@@ -112,6 +112,7 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
         if state == "refused":
             await pilot.pause()
             await pilot.press("s")
+            await app.workers.wait_for_complete()
     await pilot.pause()
 
 

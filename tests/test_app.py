@@ -107,7 +107,7 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             await pilot.press("a")
             await _settle(app, pilot)
             await pilot.press("s")
-            await pilot.pause()
+            await _settle(app, pilot)
             p = tmp_path / "p.toml"
             if p.exists():
                 assert len(profile.load(p).entries) == 1
@@ -160,7 +160,7 @@ def test_field_errors_name_the_console_field(tmp_path):
             await pilot.press("enter")
             err = _text(app, "#error")
             assert "widths field '1,4': width 1 is out of range" in err and "--" not in err
-            assert app.focused is app.query_one("#widths")  # the field to fix
+            assert app.query_one("#widths").has_class("-bad")  # the field to fix is marked
             await _type_fields(pilot, "2", "x", "64")
             await pilot.press("enter")
             assert "n field x: must be a whole number" in _text(app, "#error")
@@ -223,7 +223,7 @@ def test_console_cancel_stops_the_session_and_says_so(tmp_path):
             assert "cancelled after" in _text(app, "#headline")
             assert "no width beats classic" not in _text(app, "#details")
             await pilot.press("s")
-            await pilot.pause()
+            await _settle(app, pilot)
             assert "cancelled" in _text(app, "#error")
 
     run(go())
