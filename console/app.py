@@ -779,7 +779,7 @@ class BlockwidthApp(App):
         for wid in ("#plot", "#details", "#headline"):
             self.query_one(wid, Static).update("")
         self._render_settings()
-        self._show_phase(Phase.WARMUP, f"0/{planned} runs", 0.0)
+        self._show_phase(Phase.WARMUP, f"stage 1/3 · run 0/{planned}", 0.0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
@@ -801,13 +801,13 @@ class BlockwidthApp(App):
             where = "closing classic" if e.closing else f"{e.arm} warm-up" if e.rep == 0 else f"{e.arm} rep {e.rep}"
             phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
-            self._show_phase(phase, f"run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
+            self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
         elif e.kind == "phase":
             phase = Phase.EXACTNESS if e.phase == "exactness" else Phase.COSTCURVE
             what = f"{e.arm} " if e.arm else ""
             unit = "widths" if phase is Phase.EXACTNESS else "row counts"
-            self._show_phase(phase, f"{what}{e.run}/{e.runs} {unit} (after the runs; the bar restarts per stage)",
-                             e.run / max(e.runs, 1))
+            stage = 2 if phase is Phase.EXACTNESS else 3
+            self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
 
     def on_ab_done(self, message: AbDone) -> None:
         self.show_session(message.session, message.record_path, message.gate_warnings)
@@ -958,7 +958,7 @@ class BlockwidthApp(App):
     @work(thread=True, exclusive=True, exit_on_error=False, group="save", name="save")
     def save_in_background(self, session: Any, record_path: Path | None) -> None:
         """The device probe and the locked profile write stay off the UI thread."""
-        from console.measure import save_session
+        from console.save import save_session
         from console.outcome import Front
 
         try:

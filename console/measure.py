@@ -11,6 +11,7 @@ from pathlib import Path
 from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
+from console.save import save_session
 
 UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
 
@@ -235,25 +236,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if session.cancelled:
         return 130
     return ExitCode.CHECK_FAILED if refusal else ExitCode.OK
-
-
-def save_session(session, pair, record_path: Path, profile_path: str | Path | None, *,
-                 allow_nonidentical: bool = False, pair_specific: bool = False,
-                 front=None) -> tuple[str | None, str | None]:
-    """Store a session's outcome in the profile: (what was saved, None) or (None, why not)."""
-    from console.outcome import Front, PairFacts, Refusal, profile_entry
-    from policy import profile as profiles
-    from policy.device import probe
-
-    entry = profile_entry(session, PairFacts(pair.kind, pair.quantization, pair.pair_id), probe(),
-                          mlx=mlx_version(), measured_at=profiles.now_iso(), record=str(record_path),
-                          allow_nonidentical=allow_nonidentical, pair_specific=pair_specific)
-    if isinstance(entry, Refusal):
-        return None, entry.say(front or Front.CLI)
-    path = user_path(profile_path, "--profile") if profile_path is not None else None
-    prof = profiles.save(path, entry)
-    what = f"width {entry.width}" if entry.width is not None else "decline (no width beat classic)"
-    return f"{what} for {entry.describe_keys()} in {prof.path}", None
 
 
 def cmd_costcurve(args: argparse.Namespace) -> int:
