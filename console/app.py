@@ -294,6 +294,7 @@ class BlockwidthApp(App):
         Binding("s", "save", "Save"),
         Binding("d", "delete", "Delete entry"),
         Binding("y", "copy_command", "Copy cmd"),
+        Binding("Y", "copy_env", "Copy env var", key_display="Y", show=False),
         Binding("w", "edit_fields", "Edit fields", show=False),
         Binding("o", "open_pair", "Open pair", show=False),
         Binding("m", "export_markdown", "Markdown", show=False),
@@ -319,6 +320,7 @@ class BlockwidthApp(App):
         "copy_command": "copy the resolution as an mlx_lm.server command line (and show the env var)",
         "open_pair": "open another pair (target and drafter: folders or cached repo ids)",
         "edit_fields": "go to the A/B fields (Tab moves between them, Escape leaves)",
+        "copy_env": "copy the resolution as BLOCKWIDTH_DRAFT_BLOCK_SIZE=N",
         "export_markdown": "export the session (or the highlighted record) as Markdown",
         "next_prompt": "put the next prompt preset in the prompt field",
         "refresh": "re-resolve the width (re-reads the profile and environment)",
@@ -1033,7 +1035,16 @@ class BlockwidthApp(App):
         self.push_screen(TextScreen(Text.assemble(
             ("copied to the clipboard (where the terminal allows it):\n\n", "bold"), cmd[0],
             "\n\n", ("the same width for blockwidth and CI, as the environment variable:\n\n", "bold"),
-            f"export {cmd[1]}", "\n\n", ("num_draft_tokens = width - 1.  Escape closes.", "dim"))))
+            f"export {cmd[1]}", "  (Y copies it)\n\n",
+            ("num_draft_tokens = width - 1.  Escape closes.", "dim"))))
+
+    def action_copy_env(self) -> None:
+        cmd = self.server_command()
+        if cmd is None:
+            self._error("no width to copy: the resolution is classic (or not ready)")
+            return
+        self.copy_to_clipboard(f"export {cmd[1]}")
+        self.notify(f"copied: export {cmd[1]}", timeout=5)
 
     # ---- records
     def _record_dir(self) -> Path:

@@ -73,6 +73,9 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             assert "mlx_lm.server --model" in shown and "--num-draft-tokens 3" in shown
             assert "BLOCKWIDTH_DRAFT_BLOCK_SIZE=4" in shown
             await pilot.press("escape")
+            assert app.clipboard.startswith("mlx_lm.server --model")
+            await pilot.press("Y")
+            assert app.clipboard == "export BLOCKWIDTH_DRAFT_BLOCK_SIZE=4"
 
             await pilot.press("m")
             await pilot.pause()
