@@ -11,7 +11,7 @@ moves it to the results, Escape leaves a field, Enter in a field runs the A/B.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Iterable
@@ -42,7 +42,7 @@ _TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yel
 BUDGET_S = 70
 
 
-@dataclass
+@dataclass(frozen=True)
 class Options:
     target: str | None = None
     draft: str | None = None
@@ -353,7 +353,7 @@ class BlockwidthApp(App):
         self._profile_entries: list = []
         self._records: list[tuple[Path, dict]] = []
         self._planned = 0
-        self._where = ""
+        self._added_width: int | None = None  # the width in effect, added to a run that lacked it
 
     # ---- layout
     def compose(self) -> ComposeResult:
@@ -498,12 +498,12 @@ class BlockwidthApp(App):
     def action_tab(self, tab: str) -> None:
         self.query_one(TabbedContent).active = tab
         self._focus_results()
-        if tab == "tab-records":
-            self.read_records()
         self.refresh_bindings()
 
     @on(TabbedContent.TabActivated)
-    def _tab_changed(self) -> None:
+    def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "tab-records":  # by key or by mouse: read them fresh
+            self.read_records()
         self.refresh_bindings()
 
     def key_rows(self) -> list[tuple[str, str]]:
@@ -668,7 +668,7 @@ class BlockwidthApp(App):
         if kind and kind not in KINDS:
             self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
             return
-        self.options.target, self.options.draft, self.options.kind = target or None, draft or None, kind or None
+        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
         self.pair = self.res = self.session = self.request = self.record_path = None
         self.query_one("#arms", DataTable).clear()
         for wid in ("#plot", "#details", "#headline", "#settings"):
@@ -769,8 +769,6 @@ class BlockwidthApp(App):
         self.begin(req, config.planned_runs)
         self._cancel = threading.Event()
         self.run_ab(config)
-
-    _added_width: int | None = None
 
     def begin(self, req: SessionRequest, planned: int) -> None:
         """Clear the last results and show a session starting (the worker's events follow)."""
