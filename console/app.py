@@ -39,7 +39,7 @@ _TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yel
                Tone.STOPPED: "bold yellow"}
 # The console's default session is sequential with this budget, so a first run on a
 # 2-core CPU ends in a decision (or says why not) within about 90 s, probe and curve included.
-BUDGET_S = 70
+BUDGET_S = 60
 
 
 @dataclass(frozen=True)
