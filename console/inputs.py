@@ -95,7 +95,8 @@ def hub_checkpoint(repo: str, what: str, weights: bool, download: bool = True) -
     try:
         return Path(snapshot_download(repo, allow_patterns=patterns))
     except Exception as e:  # the hub raises many kinds: not found, gated, no network
-        raise InputError(f"{what} {repo}: download failed ({type(e).__name__}: {e})") from None
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""  # the hub's are paragraphs
+        raise InputError(f"{what} {repo}: download failed ({type(e).__name__}: {first})") from None
     finally:
         constants.HF_HUB_OFFLINE = offline
 
