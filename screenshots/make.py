@@ -43,7 +43,7 @@ async def console_shot(name: str, state: str, size: tuple[int, int], tab: str) -
 
     from tests.states import enter, make_app
 
-    app = make_app(Path(tempfile.mkdtemp()))
+    app = make_app(Path(tempfile.gettempdir()) / "blockwidth-screenshot-state")  # one fixed path: the chain shows it
     async with app.run_test(size=size) as pilot:
         await enter(app, pilot, state)
         app.query_one("TabbedContent").active = tab
