@@ -210,7 +210,8 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
             yield Input(self.values[2], id="open-kind", compact=True)
 
     @on(Input.Submitted)
-    def _open(self) -> None:
+    def _open(self, event: Input.Submitted) -> None:
+        event.stop()  # Enter here opens the pair; it must not also run an A/B session
         self.dismiss(tuple(self.query_one(f"#open-{k}", Input).value.strip()  # type: ignore[arg-type]
                            for k in ("target", "draft", "kind")))
 
@@ -726,7 +727,7 @@ class BlockwidthApp(App):
                               t)
         self.query_one("#settings", Static).update(t)
 
-    @on(Input.Submitted)
+    @on(Input.Submitted, "#controls Input, #prompt-row Input")
     def _submitted(self) -> None:
         self.action_start_ab()
 
