@@ -355,6 +355,7 @@ class BlockwidthApp(App):
         self._records: list[tuple[Path, dict]] = []
         self._planned = 0
         self._added_width: int | None = None  # the width in effect, added to a run that lacked it
+        self._resolve_failed = False
 
     # ---- layout
     def compose(self) -> ComposeResult:
@@ -546,7 +547,7 @@ class BlockwidthApp(App):
         self.post_message(Resolved(res, paths, info))
 
     def on_resolve_failed(self, message: ResolveFailed) -> None:
-        self.res = None
+        self.res, self._resolve_failed = None, True
         self.query_one("#resolution", Static).update(Text("no resolution", style="bold red"))
         self._error(message.error)
         self.refresh_profile()
@@ -555,9 +556,9 @@ class BlockwidthApp(App):
         self.set_resolution(message.res, message.paths, message.info)
 
     def set_resolution(self, res: Any, paths: Any, info: Any) -> None:
-        first = self.res is None
         self.res, self.paths, self.info = res, paths, info
-        if not first or not self.query_one("#error", Static).has_class("-empty"):
+        if self._resolve_failed:  # that error is answered now; others (a failed load) stay
+            self._resolve_failed = False
             self._error("")
         # The width in effect is always among the measured arms; add it while the operator
         # has not typed their own widths (a run adds it anyway).
@@ -599,7 +600,7 @@ class BlockwidthApp(App):
         t.no_wrap, t.overflow = True, "ellipsis"  # a path is cut at the edge, never broken mid-word
         self.query_one("#pair", Static).update(t)
 
-    def _in_effect(self) -> tuple[str, bool] | None:
+    def _in_effect(self) -> tuple[str, Tone] | None:
         from console.outcome import in_effect_note
 
         if self.session is None or self.res is None:
