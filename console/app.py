@@ -693,7 +693,7 @@ class BlockwidthApp(App):
     @on(Input.Changed)
     def _field_changed(self, event: Input.Changed) -> None:
         event.input.remove_class("-bad")
-        if event.input.id == "widths":
+        if event.input.id == "widths" and event.input.has_focus:  # typed by the operator
             self._widths_touched = True
         self._mark_stale()
 

@@ -285,3 +285,21 @@ def test_open_another_pair_from_the_console(tmp_path):
             assert app.query_one("#progress").has_class("-idle")
 
     run(go())
+
+
+def test_the_width_in_effect_is_always_measured(tmp_path):
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", flag="6", profile=str(tmp_path / "p.toml"),
+                                    record_dir=str(tmp_path / "rec")))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _settle(app, pilot)
+            assert app.query_one("#widths", Input).value == "2,4,6,8"  # the default widths gain it
+            await _type_fields(pilot, "2", "1", "8")
+            await pilot.press("enter")
+            await _settle(app, pilot)
+            assert [a.width for a in app.session.arms] == [2, 6]  # and a run adds it
+            assert "(+ w6: the width in effect)" in _text(app, "#settings")
+            assert "width 6 in effect" in _text(app, "#details")
+            assert "w6 *" in str(app.query_one("#arms").get_row("w6")[0])
+
+    run(go())
