@@ -159,6 +159,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<16}", end="",
                   file=sys.stderr, flush=True)
+        elif tty and e.kind == "phase":
+            # after the runs: say which stage is working instead of leaving the bar at 100 %
+            stage = "exactness probe" if e.phase == "exactness" else "cost curve"
+            print(f"\r  {stage} {e.run}/{e.runs} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
             print(f"\r  {e.kind}: {e.message}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
