@@ -228,9 +228,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  probe {ex.describe()}")
         if session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
-            print(f"predicted (cost curve + acceptance): best width {session.predicted_best}  [{pred}]")
+            print(f"model prediction (cost curve x acceptance, not a measurement): best width "
+                  f"{session.predicted_best}  [{pred}]")
         for warning in session.warnings():
             print(f"warning: {warning}")
+        from console.outcome import headline
+
+        print(f"verdict: {headline(session).text}")  # the same words as the console's headline
         print(f"decision: {session.decision} — {session.why}")
         print(f"record: {path}")
         if saved:
