@@ -59,6 +59,16 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             assert list((tmp_path / "rec").glob("session-*.json"))
 
             # every key, from the results
+            await pilot.press("c")  # nothing runs: c does nothing, and says nothing wrong
+            assert app.phase is Phase.DONE and app.query_one("#error").has_class("-empty")
+            await pilot.press("o")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "PairScreen"
+            await pilot.press("escape")
+            assert app.phase is Phase.DONE and app.session is s  # Escape opened nothing
+            await pilot.press("w")
+            assert app.focused is app.query_one("#widths")
+            await pilot.press("escape")
             await pilot.press("?")
             assert isinstance(app.screen, HelpScreen)
             help_text = str(app.screen.query_one("#help Static").render())
