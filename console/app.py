@@ -27,7 +27,7 @@ from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input,
                              TabbedContent, TabPane)
 from textual.worker import Worker, WorkerState
 
-from console.inputs import InputError, chain_lines
+from console.inputs import CLI_PAIR_NAMES, InputError, chain_lines
 from console.outcome import Tone
 from console.render import arm_rows, bars
 from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits, session_request
@@ -356,6 +356,9 @@ class BlockwidthApp(App):
         self._planned = 0
         self._added_width: int | None = None  # the width in effect, added to a run that lacked it
         self._resolve_failed = False
+        # Pair errors name the flags the console was started with, until the operator opens a
+        # pair in the console's own fields.
+        self._pair_names: Any = CLI_PAIR_NAMES
 
     # ---- layout
     def compose(self) -> ComposeResult:
@@ -540,7 +543,7 @@ class BlockwidthApp(App):
         try:
             res, paths, info = resolution(target=o.target, draft=o.draft, kind=o.kind, flag=o.flag,
                                           device=o.device, profile=o.profile, variant=o.variant,
-                                          profile_missing_ok=True)
+                                          profile_missing_ok=True, download=False, names=self._pair_names)
         except (InputError, WidthError, ProfileError) as e:
             self.post_message(ResolveFailed(str(e)))
             return
@@ -644,7 +647,8 @@ class BlockwidthApp(App):
 
         o = self.options
         # No download from inside the console (its progress would have nowhere to go).
-        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False)
+        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False,
+                           names=self._pair_names)
         self.post_message(PairReady(load_pair(paths.target, paths.drafter, o.kind)))
 
     def on_pair_ready(self, message: PairReady) -> None:
@@ -670,7 +674,10 @@ class BlockwidthApp(App):
         if kind and kind not in KINDS:
             self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
             return
+        from console.inputs import CONSOLE_PAIR_NAMES
+
         self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
+        self._pair_names = CONSOLE_PAIR_NAMES
         self.pair = self.res = self.session = self.request = self.record_path = None
         self.query_one("#arms", DataTable).clear()
         for wid in ("#plot", "#details", "#headline", "#settings"):

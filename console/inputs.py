@@ -144,6 +144,12 @@ def load_profile(path: str | None, missing_ok: bool = False) -> profiles.Profile
     return profiles.load(None, missing_ok=True)
 
 
+# How each front end names the pair's inputs in an error: the command line's flags, or the
+# console's open-pair fields.
+CLI_PAIR_NAMES: Mapping[str, str] = {"target": "--target", "draft": "--draft"}
+CONSOLE_PAIR_NAMES: Mapping[str, str] = {"target": "target field", "draft": "drafter field"}
+
+
 @dataclass(frozen=True)
 class PairPaths:
     target: Path
@@ -152,16 +158,17 @@ class PairPaths:
 
 
 def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
-               kind: str | None = None, weights: bool = False, download: bool = True) -> PairPaths:
+               kind: str | None = None, weights: bool = False, download: bool = True,
+               names: Mapping[str, str] = CLI_PAIR_NAMES) -> PairPaths:
     """The pair's folders; the demo pair without --target (its drafter unless --kind lookup).
     ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
     if target is None:
         if draft is not None:
-            raise InputError("--draft given without --target: name the target too")
+            raise InputError(f"{names['draft']} given without {names['target']}: name the target too")
         drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTER
         return PairPaths(demo.target(variant), drafter, True)
-    return PairPaths(checkpoint_dir(target, "--target", weights, download),
-                     checkpoint_dir(draft, "--draft", weights, download) if draft is not None else None,
+    return PairPaths(checkpoint_dir(target, names["target"], weights, download),
+                     checkpoint_dir(draft, names["draft"], weights, download) if draft is not None else None,
                      False)
 
 
@@ -184,8 +191,9 @@ def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
 def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str = "bf16",
-               profile_missing_ok: bool = False) -> tuple[Resolution, PairPaths, DrafterInfo]:
-    paths = pair_paths(target, draft, variant, kind)
+               profile_missing_ok: bool = False, download: bool = True,
+               names: Mapping[str, str] = CLI_PAIR_NAMES) -> tuple[Resolution, PairPaths, DrafterInfo]:
+    paths = pair_paths(target, draft, variant, kind, download=download, names=names)
     info = drafter_info(paths, kind)
     quant = target_quantization(paths.target)
     dev = device_for(device)

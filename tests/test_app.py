@@ -292,6 +292,7 @@ def test_open_another_pair_from_the_console(tmp_path):
             await pilot.press("ctrl+a", *"/nope/target", "enter")
             await _settle(app, pilot)
             assert app.phase is Phase.LOAD_FAILED and "/nope/target" in _text(app, "#error")
+            assert "target field /nope/target" in _text(app, "#error")  # the dialog's words
             assert app.query_one("#progress").has_class("-idle")
 
     run(go())
