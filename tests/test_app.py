@@ -4,7 +4,8 @@ import asyncio
 
 from textual.widgets import Input
 
-from console.app import BlockwidthApp, ConfirmScreen, HelpScreen, Options, Phase, TextScreen
+from console.app import BlockwidthApp, Options, Phase
+from console.screens import ConfirmScreen, HelpScreen, TextScreen
 from policy import profile
 
 
