@@ -1009,8 +1009,6 @@ class BlockwidthApp(App):
             self.query_one("#record-preview", Static).update(Text(record.markdown(self._records[i][1])))
 
     def action_export_markdown(self) -> None:
-        from engine import record
-
         if self.query_one(TabbedContent).active == "tab-records":
             i = self.query_one("#records-table", DataTable).cursor_row
             if not self._records or i is None or i >= len(self._records):
@@ -1022,13 +1020,20 @@ class BlockwidthApp(App):
         else:
             self._error("nothing to export: run an A/B session first (or pick one on the Records tab)")
             return
+        self.export_in_background(path)
+
+    @work(thread=True, exit_on_error=False, group="export", name="export Markdown")
+    def export_in_background(self, path: Path) -> None:
+        """A record can hold every round of every run: read and render it off the UI thread."""
+        from engine import record
+
         try:
             out = path.with_suffix(".md")
             out.write_text(record.markdown(record.load(path)), encoding="utf-8")
         except (OSError, ValueError, KeyError) as e:
-            self._error(f"record {path}: cannot be exported ({e})")
+            self.call_from_thread(self._error, f"record {path}: cannot be exported ({e})")
             return
-        self.notify(f"wrote {out}", timeout=6)
+        self.call_from_thread(self.notify, f"wrote {out}", timeout=6)
 
     # ---- failures and shutdown
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

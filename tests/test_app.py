@@ -89,7 +89,7 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             assert app.clipboard == "export BLOCKWIDTH_DRAFT_BLOCK_SIZE=4"
 
             await pilot.press("m")
-            await pilot.pause()
+            await _settle(app, pilot)
             assert list((tmp_path / "rec").glob("session-*.md"))
 
             before = app.query_one("#prompt", Input).value
