@@ -335,7 +335,7 @@ class BlockwidthApp(App):
         self.query_one("#profile-table", DataTable).add_columns(
             "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair")
         self.query_one("#records-table", DataTable).add_columns(
-            "created", "target", "widths", "n", "tokens", "decision", "saveable")
+            "created", "widths", "n", "tokens", "verdict")
         self._layout_for(self.size.width, self.size.height)
         self._show_phase(Phase.LOADING if self._load else Phase.READY)
         self.query_one("#settings", Static).update(Text("no session yet: press a (or Enter in a field)",
@@ -992,10 +992,12 @@ class BlockwidthApp(App):
         table.clear()
         for path, rec in message.rows:
             cfg, dec = rec.get("config", {}), rec.get("decision", {})
-            table.add_row(rec.get("created", "?"), Path(rec.get("pair", {}).get("target", "?")).name,
-                          ",".join(map(str, cfg.get("widths", []))), str(cfg.get("n", "?")),
-                          str(cfg.get("max_tokens", "?")), dec.get("decision", "?"),
-                          "yes" if dec.get("saveable") else "no")
+            # The verdict says whether it could be saved, so a drifted "win" never reads as one.
+            verdict = (Text(dec.get("decision", "?"), style="green") if dec.get("saveable")
+                       else Text(f"not saveable ({'cancelled' if rec.get('cancelled') else 'drift'}): "
+                                 f"{dec.get('decision', '?')}", style="yellow"))
+            table.add_row(rec.get("created", "?"), ",".join(map(str, cfg.get("widths", []))),
+                          str(cfg.get("n", "?")), str(cfg.get("max_tokens", "?")), verdict)
         self.query_one("#records-head", Static).update(Text(
             f"{plural(len(message.rows), 'session')} for this pair and device in {self._record_dir()}"
             "   (m exports the highlighted one as Markdown)"))
