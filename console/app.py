@@ -1,34 +1,49 @@
 """The Textual console: the pair and device, the resolved width with its chain,
-live A/B sessions with progress, table and plot, the identity diff, and the profile.
+live A/B sessions with progress, table and plot, the identity diff, the profile
+and past session records.
 
-Slow work (loading the pair, A/B sessions) runs in thread workers that post
-messages; the widgets are only touched on the app's thread.
+Slow work (resolution with its fingerprints, loading the pair, A/B sessions,
+reading records) runs in thread workers that post messages; widgets are only
+touched on the app's thread. The app never leaves focus in a field: a run
+moves it to the results, Escape leaves a field, Enter in a field runs the A/B.
 """
 
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 from rich.text import Text
 from textual import on, work
-from textual.app import App, ComposeResult
+from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
 from textual.containers import Horizontal, VerticalScroll
 from textual.message import Message
-from textual.widgets import (Button, DataTable, Footer, Header, Input, Label, ProgressBar, Static,
+from textual.screen import Screen
+from textual.widgets import (Button, Checkbox, DataTable, Footer, Header, Input, Label, ProgressBar, Static,
                              TabbedContent, TabPane)
 from textual.worker import Worker, WorkerState
 
-from console.inputs import InputError, chain_lines, resolution
+from console.inputs import CLI_PAIR_NAMES, InputError, chain_lines
+from console.outcome import Tone
 from console.render import arm_rows, bars
+from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits, session_request
+from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
 from policy.profile import ProfileError
 from policy.resolve import WidthError, keyed_on
 
+DEFAULT_WIDTHS = (2, 4, 8)
+_TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yellow", Tone.BAD: "bold red",
+               Tone.STOPPED: "bold yellow"}
+# The console's default session is sequential with this budget, so a first run on a
+# 2-core CPU ends in a decision (or says why not) within about 90 s, probe and curve included.
+BUDGET_S = 60
 
-@dataclass
+
+@dataclass(frozen=True)
 class Options:
     target: str | None = None
     draft: str | None = None
@@ -38,6 +53,40 @@ class Options:
     profile: str | None = None
     variant: str = "bf16"
     record_dir: str | None = None
+
+
+class Phase(str, Enum):
+    """What the console is doing; the status line and the bar show exactly this."""
+
+    LOADING = "loading the pair"
+    LOAD_FAILED = "pair not loaded"
+    READY = "ready"
+    WARMUP = "warm-up"
+    RUNS = "runs"
+    EXACTNESS = "exactness probe"
+    COSTCURVE = "cost curve"
+    CANCELLING = "cancelling"
+    DONE = "done"
+    CANCELLED = "cancelled"
+    FAILED = "failed"
+
+    @property
+    def busy(self) -> bool:
+        return self in (Phase.WARMUP, Phase.RUNS, Phase.EXACTNESS, Phase.COSTCURVE, Phase.CANCELLING)
+
+
+# ---- messages from workers
+
+class Resolved(Message):
+    def __init__(self, res: Any, paths: Any, info: Any) -> None:
+        super().__init__()
+        self.res, self.paths, self.info = res, paths, info
+
+
+class ResolveFailed(Message):
+    def __init__(self, error: str) -> None:
+        super().__init__()
+        self.error = error
 
 
 class PairReady(Message):
@@ -52,129 +101,424 @@ class AbEvent(Message):
         self.event = event
 
     def can_replace(self, message: Message) -> bool:
-        # Progress ticks coalesce; the arm/rep/done events must all arrive.
+        # Token ticks coalesce; stage changes must all arrive.
         return (isinstance(message, AbEvent) and message.event.kind == "progress"
                 and self.event.kind == "progress")
 
 
 class AbDone(Message):
-    def __init__(self, session: Any, record_path: Path) -> None:
+    def __init__(self, session: Any, record_path: Path, gate_warnings: list[str]) -> None:
         super().__init__()
-        self.session = session
-        self.record_path = record_path
+        self.session, self.record_path, self.gate_warnings = session, record_path, gate_warnings
+
+
+class Saved(Message):
+    def __init__(self, saved: str | None, refusal: str | None) -> None:
+        super().__init__()
+        self.saved, self.refusal = saved, refusal
+
+
+class RecordsRead(Message):
+    def __init__(self, rows: list[tuple[Path, dict]]) -> None:
+        super().__init__()
+        self.rows = rows
+
+
+def plural(n: int, word: str, words: str | None = None) -> str:
+    return f"{n} {word if n == 1 else words or word + 's'}"
+
+
+def _short_path(path: Path | None, demo: bool) -> str:
+    if path is None:
+        return "(prompt lookup: no checkpoint)"
+    if demo:
+        return f"demo pair: {path.name}"
+    home = str(Path.home())
+    s = str(path)
+    return "~" + s[len(home):] if s.startswith(home + "/") else s
+
+
+def quant_label(scheme: str | None, bits: int | None) -> str:
+    if scheme is None:
+        return "any"
+    if scheme == "none":
+        return "unquantized"
+    return f"{scheme} {bits}-bit" if bits else scheme
 
 
 class BlockwidthApp(App):
     TITLE = "blockwidth"
     SUB_TITLE = "draft block width for speculative decoding on MLX"
+    AUTO_FOCUS = "#results"
     CSS = """
+    TabbedContent { height: 1fr; }
+    TabbedContent > ContentSwitcher { height: 1fr; }
+    TabPane { height: 1fr; padding: 0; }
     #top { height: auto; }
     #pair, #resolution { width: 1fr; height: auto; border: round $primary; padding: 0 1; }
-    #controls { height: auto; }
-    #controls Input { width: 16; }
-    #controls Label { padding: 1 0 0 1; }
-    #progress { margin: 0 1; }
-    #status, #decision, #error { padding: 0 1; }
-    #error { color: $error; }
-    #arms { height: auto; max-height: 12; }
-    #plot { padding: 0 1; height: auto; }
+    #error { padding: 0 1; color: $error; height: auto; }
+    #error.-empty { display: none; }
+    #controls, #prompt-row { height: 1; margin: 1 0 0 0; }
+    #prompt-row { margin: 0; }
+    #controls Label, #prompt-row Label { padding: 0 0 0 1; }
+    #controls Input { margin: 0 0 0 1; }
+    #controls Input { width: 6; }
+    #controls #widths { width: 14; }
+    #prompt { width: 1fr; margin: 0 0 0 1; }
+    Input.-bad { background: $error 40%; }
+    #controls Checkbox { border: none; height: 1; padding: 0 1; }
+    #prompt-row Button { margin: 0 0 0 1; min-width: 0; width: auto; }
+    #stage { height: 1; margin: 0 1; }
+    #progress { width: 34; }
+    #progress.-idle { display: none; }
+    #status { width: 1fr; padding: 0 1; }
+    #ab-main { height: 1fr; }
+    #results { height: 1fr; width: 1fr; }
+    #side { display: none; width: 1fr; height: 1fr; border-left: vkey $secondary; padding: 0 1; }
+    .wide.tall #side { display: block; }
+    #side-chain { margin: 1 0 0 0; }
+    #results:focus { background: $boost; }
+    #settings, #headline, #details { padding: 0 1; height: auto; }
+    #body { height: auto; layout: vertical; }
+    #arms { height: auto; max-height: 14; width: auto; }
+    #plot { padding: 0 1; height: auto; width: auto; }
+    #results.-stale #arms, #results.-stale #plot { opacity: 60%; }
     .diffcol { width: 1fr; border: round $secondary; padding: 0 1; }
-    #profile-table { height: auto; max-height: 16; }
+    #profile-table, #records-table { height: auto; max-height: 16; }
+    #record-preview { padding: 0 1; height: auto; }
+    /* narrow terminals (under 100 columns): one column, no borders on the top panels */
+    .narrow #top { layout: vertical; }
+    .narrow #pair, .narrow #resolution { border: none; padding: 0 1; }
+    /* wide terminals (170 columns and more): the table and the plot side by side */
+    .wide #body { layout: horizontal; }
+    .wide.tall #body { layout: vertical; }
+    .narrow #progress { width: 20; }
+    .short Header { display: none; }
+    .short #controls { margin: 0; }
+    .short #error { max-height: 3; }
     """
     BINDINGS = [
-        Binding("a", "start_ab", "Run A/B"),
-        Binding("c", "cancel_ab", "Cancel"),
-        Binding("s", "save", "Save winner"),
+        Binding("a", "start_ab", "Run A/B", tooltip="run the A/B session with the fields above"),
+        Binding("c", "cancel_ab", "Cancel", tooltip="stop the session after the current round"),
+        Binding("s", "save", "Save"),
         Binding("d", "delete", "Delete entry"),
-        Binding("r", "refresh", "Re-resolve"),
+        Binding("y", "copy_command", "Copy cmd"),
+        Binding("Y", "copy_env", "Copy env var", key_display="Y", show=False),
+        Binding("w", "edit_fields", "Edit fields", show=False),
+        Binding("o", "open_pair", "Open pair", show=False),
+        Binding("m", "export_markdown", "Markdown", show=False),
+        Binding("p", "next_prompt", "Prompt preset", show=False),
+        Binding("r", "refresh", "Re-resolve", show=False),
+        Binding("left_square_bracket", "pick_width(-1)", "Prev width", key_display="[", show=False),
+        Binding("right_square_bracket", "pick_width(1)", "Next width", key_display="]", show=False),
+        Binding("1", "tab('tab-ab')", "A/B tab", key_display="1-5", show=False),
+        Binding("2", "tab('tab-identity')", "Identity tab", show=False),
+        Binding("3", "tab('tab-chain')", "Chain tab", show=False),
+        Binding("4", "tab('tab-profile')", "Profile tab", show=False),
+        Binding("5", "tab('tab-records')", "Records tab", show=False),
+        Binding("escape", "leave_field", "Leave field", show=False),
+        Binding("question_mark", "help", "Help", key_display="?"),
         Binding("q", "quit", "Quit"),
     ]
+    # What each action does, in the help screen and the command palette.
+    HELP = {
+        "start_ab": "run the A/B session (also: Enter in any field)",
+        "cancel_ab": "cancel the running session after the current round",
+        "save": "save the session's winner (or decline) to the profile",
+        "delete": "delete the highlighted profile entry (Profile tab; asks first)",
+        "copy_command": "copy the resolution as an mlx_lm.server command line (and show the env var)",
+        "open_pair": "open another pair (target and drafter: folders or cached repo ids)",
+        "edit_fields": "go to the A/B fields (Tab moves between them, Escape leaves)",
+        "copy_env": "copy the resolution as BLOCKWIDTH_DRAFT_BLOCK_SIZE=N",
+        "export_markdown": "export the session (or the highlighted record) as Markdown",
+        "next_prompt": "put the next prompt preset in the prompt field",
+        "refresh": "re-resolve the width (re-reads the profile and environment)",
+        "pick_width(-1)": "Identity tab: the previous width",
+        "pick_width(1)": "Identity tab: the next width",
+        "tab('tab-ab')": "A/B tab", "tab('tab-identity')": "Identity tab", "tab('tab-chain')": "Chain tab",
+        "tab('tab-profile')": "Profile tab", "tab('tab-records')": "Records tab",
+        "leave_field": "leave a field (focus goes to the results)",
+        "help": "this screen",
+        "quit": "quit",
+    }
 
-    def __init__(self, options: Options | None = None) -> None:
+    def __init__(self, options: Options | None = None, *, load: bool = True) -> None:
         super().__init__()
         self.options = options or Options()
+        self._load = load  # False: tests and screenshots feed the pair and sessions themselves
         self.pair: Any = None
+        self.res: Any = None
+        self.paths: Any = None
+        self.info: Any = None
         self.session: Any = None
         self.record_path: Path | None = None
+        self.request: SessionRequest | None = None  # what the shown results were run with
+        self.gate_warnings: list[str] = []
+        self.phase = Phase.LOADING
         self._cancel = threading.Event()
         self._selected_width: int | None = None
+        self._widths_touched = False
+        self._prompt_index = 0
+        self._profile_entries: list = []
+        self._records: list[tuple[Path, dict]] = []
+        self._planned = 0
+        self._added_width: int | None = None  # the width in effect, added to a run that lacked it
+        self._resolve_failed = False
+        # Pair errors name the flags the console was started with, until the operator opens a
+        # pair in the console's own fields.
+        self._pair_names: Any = CLI_PAIR_NAMES
 
     # ---- layout
     def compose(self) -> ComposeResult:
+        from engine.demo.prompts import PRESETS
+
         yield Header()
         with Horizontal(id="top"):
-            yield Static("loading the pair…", id="pair")
             yield Static("resolving…", id="resolution")
-        yield Static("", id="error")
+            yield Static("loading the pair…", id="pair")
+        yield Static("", id="error", classes="-empty")
         with TabbedContent(initial="tab-ab"):
-            with TabPane("A/B", id="tab-ab"):
+            with TabPane("1 A/B", id="tab-ab"):
                 with Horizontal(id="controls"):
                     yield Label("widths")
-                    yield Input("2,4,8", id="widths")
+                    yield Input(",".join(map(str, DEFAULT_WIDTHS)), id="widths", compact=True)
                     yield Label("n")
-                    yield Input("3", id="n")
+                    yield Input("3", id="n", compact=True)
                     yield Label("tokens")
-                    yield Input("64", id="tokens")
-                    yield Button("Run A/B (a)", id="start", variant="primary")
-                    yield Button("Cancel (c)", id="cancel", disabled=True)
-                yield ProgressBar(id="progress", show_eta=False)
-                yield Static("", id="status")
-                yield DataTable(id="arms", cursor_type="row", zebra_stripes=True)
-                yield Static("", id="plot")
-                yield Static("", id="decision")
-            with TabPane("Identity", id="tab-identity"):
-                yield Static("run an A/B session; pick a width row to compare its output", id="identity-head")
+                    yield Input("64", id="tokens", compact=True)
+                    yield Checkbox("sequential", True, id="sequential", compact=True,
+                                   tooltip=f"add repetitions until decided (at most 12, {BUDGET_S} s)")
+                with Horizontal(id="prompt-row"):
+                    yield Label("prompt")
+                    yield Input(_escape(PRESETS[0][1]), id="prompt", compact=True,
+                                tooltip="\\n is a newline; p puts the next preset here")
+                    # On the prompt row, where the field gives way, so both fit at 80 columns.
+                    yield Button("Run (a)", id="start", variant="primary", compact=True)
+                    yield Button("Cancel (c)", id="cancel", disabled=True, compact=True)
+                with Horizontal(id="stage"):
+                    yield ProgressBar(id="progress", total=1000, show_eta=False, classes="-idle")
+                    yield Static("", id="status")
+                with Horizontal(id="ab-main"):
+                    with VerticalScroll(id="results", can_focus=True):
+                        yield Static("", id="settings")
+                        yield Static("", id="headline")
+                        with Horizontal(id="body"):
+                            yield DataTable(id="arms", cursor_type="row", zebra_stripes=True)
+                            yield Static("", id="plot")
+                        yield Static("", id="details")
+                    # Only on wide terminals: the identity diff and the chain beside the results.
+                    with VerticalScroll(id="side"):
+                        yield Static("", id="side-identity")
+                        yield Static("", id="side-chain")
+            with TabPane("2 Identity", id="tab-identity"):
+                yield Static("run an A/B session; [ and ] pick the width to compare", id="identity-head")
                 with Horizontal():
                     with VerticalScroll(classes="diffcol"):
                         yield Static("", id="classic-text")
                     with VerticalScroll(classes="diffcol"):
                         yield Static("", id="width-text")
-            with TabPane("Chain", id="tab-chain"):
-                yield Static("", id="chain")
-            with TabPane("Profile", id="tab-profile"):
+            with TabPane("3 Chain", id="tab-chain"):
+                yield VerticalScroll(Static("", id="chain"))
+            with TabPane("4 Profile", id="tab-profile"):
                 yield Static("", id="profile-path")
                 yield DataTable(id="profile-table", cursor_type="row")
+            with TabPane("5 Records", id="tab-records"):
+                yield Static("past sessions for this pair and device", id="records-head")
+                with VerticalScroll():
+                    yield DataTable(id="records-table", cursor_type="row")
+                    yield Static("", id="record-preview")
         yield Footer()
 
     def on_mount(self) -> None:
-        table = self.query_one("#arms", DataTable)
-        table.add_columns("arm", "decode min", "median", "max", "e2e median", "accept", "identity", "verdict")
-        ptable = self.query_one("#profile-table", DataTable)
-        ptable.add_columns("backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair")
-        self.refresh_resolution()
-        self.load_pair()
+        self.query_one("#arms", DataTable).add_columns(
+            "arm", "decode min", "median", "max", "e2e med", "accept", "identity", "verdict")
+        self.query_one("#profile-table", DataTable).add_columns(
+            "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair")
+        self.query_one("#records-table", DataTable).add_columns(
+            "created", "widths", "n", "tokens", "verdict")
+        self._layout_for(self.size.width, self.size.height)
+        self._show_phase(Phase.LOADING if self._load else Phase.READY)
+        self.query_one("#settings", Static).update(Text("no session yet: press a (or Enter in a field)",
+                                                        style="dim"))
+        if self._load:
+            self.resolve_in_background()
+            self.load_pair()
 
-    # ---- resolution and profile (fast; on the app thread)
+    def on_resize(self, event) -> None:
+        self._layout_for(event.size.width, event.size.height)
+
+    def _layout_for(self, width: int, height: int) -> None:
+        self.set_class(width < 100, "narrow")
+        self.set_class(width >= 170, "wide")
+        self.set_class(height < 30, "short")
+        self.set_class(height >= 40, "tall")
+        if self.res is not None:
+            self._render_top()
+
+    # ---- the status line and the bar: one place decides both
+    def _show_phase(self, phase: Phase, detail: str = "", fraction: float | None = None) -> None:
+        self.phase = phase
+        bar = self.query_one("#progress", ProgressBar)
+        # The bar is shown only while a stage with a known size runs; idle or failed, no animation.
+        bar.set_class(not phase.busy or fraction is None, "-idle")
+        if fraction is not None:
+            bar.update(total=1000, progress=round(fraction * 1000))
+        style = {Phase.FAILED: "bold red", Phase.LOAD_FAILED: "bold red", Phase.CANCELLED: "yellow",
+                 Phase.CANCELLING: "yellow", Phase.DONE: "green"}.get(phase, "")
+        status = Text.assemble((phase.value, style or "bold"), f"  {detail}" if detail else "")
+        status.no_wrap, status.overflow = True, "ellipsis"
+        self.query_one("#status", Static).update(status)
+        self.query_one("#start", Button).disabled = phase.busy or self.pair is None
+        self.query_one("#cancel", Button).disabled = not phase.busy or phase is Phase.CANCELLING
+        self.refresh_bindings()
+
     def _error(self, text: str) -> None:
-        self.query_one("#error", Static).update(Text(text))
+        err = self.query_one("#error", Static)
+        err.update(Text(text))
+        err.set_class(not text, "-empty")
         if text:
             self.notify(text, severity="error", timeout=8)
 
-    def refresh_resolution(self) -> None:
+    # ---- keys: focus, tabs, help, palette
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        tab = self.query_one(TabbedContent).active if self.is_mounted else ""
+        if action == "cancel_ab":
+            return self.phase.busy and self.phase is not Phase.CANCELLING
+        if action == "start_ab":
+            return True if not self.phase.busy else None
+        if action == "delete":
+            return tab == "tab-profile"
+        if action == "pick_width":
+            return tab == "tab-identity"
+        return True
+
+    def action_edit_fields(self) -> None:
+        self.query_one(TabbedContent).active = "tab-ab"
+        self.set_focus(self.query_one("#widths", Input))
+
+    def action_leave_field(self) -> None:
+        if isinstance(self.focused, Input):
+            self._focus_results()
+
+    def _focus_results(self) -> None:
+        tab = self.query_one(TabbedContent).active
+        target = {"tab-profile": "#profile-table", "tab-records": "#records-table"}.get(tab, "#results")
+        if tab == "tab-ab" or tab in ("tab-profile", "tab-records"):
+            self.set_focus(self.query_one(target))
+        else:
+            self.set_focus(None)
+
+    def action_tab(self, tab: str) -> None:
+        self.query_one(TabbedContent).active = tab
+        self._focus_results()
+        self.refresh_bindings()
+
+    @on(TabbedContent.TabActivated)
+    def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
+        if event.pane.id == "tab-records":  # by key or by mouse: read them fresh
+            self.read_records()
+        self.refresh_bindings()
+
+    def key_rows(self) -> list[tuple[str, str]]:
+        rows = []
+        for b in self.BINDINGS:
+            key = b.key if b.action.startswith("tab(") else b.key_display or b.key
+            rows.append((key, self.HELP.get(b.action, b.description)))
+        rows += [("Enter", "in a field: run the A/B session"), ("Tab", "next field or table"),
+                 ("ctrl+p", "command palette: every action above by name")]
+        return rows
+
+    def action_help(self) -> None:
+        self.push_screen(HelpScreen(self.key_rows()))
+
+    def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        seen = set()
+        for b in self.BINDINGS:
+            if b.action in ("quit", "help") or b.action in seen:
+                continue
+            seen.add(b.action)
+            yield SystemCommand(f"{b.description} ({b.key_display or b.key})", self.HELP.get(b.action, ""),
+                                lambda action=b.action: self.run_action(action))
+        yield SystemCommand("Keys (?)", "every key the console answers", self.action_help)
+
+    # ---- resolution (a worker: it probes the device and fingerprints checkpoints)
+    @work(thread=True, exclusive=True, exit_on_error=False, group="resolve", name="resolve")
+    def resolve_in_background(self) -> None:
+        from console.inputs import resolution
+
         o = self.options
         try:
             res, paths, info = resolution(target=o.target, draft=o.draft, kind=o.kind, flag=o.flag,
                                           device=o.device, profile=o.profile, variant=o.variant,
-                                          profile_missing_ok=True)
+                                          profile_missing_ok=True, download=False, names=self._pair_names)
         except (InputError, WidthError, ProfileError) as e:
-            self.query_one("#resolution", Static).update(Text("no resolution", style="bold red"))
-            self._error(str(e))
+            self.post_message(ResolveFailed(str(e)))
             return
-        self._error("")
+        self.post_message(Resolved(res, paths, info))
+
+    def on_resolve_failed(self, message: ResolveFailed) -> None:
+        self.res, self._resolve_failed = None, True
+        self.query_one("#resolution", Static).update(Text("no resolution", style="bold red"))
+        self._error(message.error)
+        self.refresh_profile()
+
+    def on_resolved(self, message: Resolved) -> None:
+        self.set_resolution(message.res, message.paths, message.info)
+
+    def set_resolution(self, res: Any, paths: Any, info: Any) -> None:
+        self.res, self.paths, self.info = res, paths, info
+        if self._resolve_failed:  # that error is answered now; others (a failed load) stay
+            self._resolve_failed = False
+            self._error("")
+        # The width in effect is always among the measured arms; add it while the operator
+        # has not typed their own widths (a run adds it anyway).
+        if res.width is not None and not self._widths_touched:
+            field = self.query_one("#widths", Input)
+            ws = sorted({*DEFAULT_WIDTHS, res.width})
+            with self.prevent(Input.Changed):
+                field.value = ",".join(map(str, ws))
+        self._render_top()
+        chain = "\n".join(chain_lines(res.chain))
+        self.query_one("#chain", Static).update(Text(chain))
+        self.query_one("#side-chain", Static).update(Text.assemble(("the resolution's chain (tab 3)\n", "bold"),
+                                                                   chain))
+        self.refresh_profile()
+        if self.session is not None:
+            self._render_details()
+
+    def _render_top(self) -> None:
+        res, paths, info = self.res, self.paths, self.info
+        narrow = self.has_class("narrow")
         width = str(res.width) if res.width is not None else "classic"
         head = Text.assemble(("width ", "bold"), (width, "bold green"), f" · source {res.source.value}",
                              (" · STALE" if res.stale else "", "yellow"))
+        note = self._in_effect()
+        if note:
+            head.append(f"  {note[0]}", style=_TONE_STYLE[note[1]])
+        keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
         self.query_one("#resolution", Static).update(Text.assemble(
-            head, "\n", res.reason, "\n", f"keyed on {keyed_on(res.device, res.quantization)} "
-            f"({res.quantization.detail})"))
-        pair_text = Text.assemble(
-            ("target  ", "bold"), f"{paths.target}\n", ("drafter ", "bold"),
-            f"{paths.drafter or '(prompt lookup)'}  [{info.kind.value}]\n", ("device  ", "bold"),
-            res.device.describe())
-        self.query_one("#pair", Static).update(pair_text)
-        self.query_one("#chain", Static).update(Text("\n".join(chain_lines(res.chain))))
-        self.refresh_profile()
+            head, "\n", res.reason, *(() if narrow else ("\n", keyed))))
+        drafter = _short_path(paths.drafter, paths.demo)
+        lines = [Text.assemble(("target  ", "bold"), _short_path(paths.target, paths.demo)),
+                 Text.assemble(("drafter ", "bold"), f"{drafter}  ({info.kind.value})"),
+                 Text.assemble(("device  ", "bold"), res.device.describe())]
+        if narrow:
+            d = paths.drafter.name if paths.drafter else "prompt lookup"
+            lines = [Text.assemble(("pair ", "bold"), f"{'demo: ' if paths.demo else ''}{paths.target.name}"
+                                   f" + {d} ({info.kind.value}) · {res.device.describe()}")]
+        t = Text("\n").join(lines)
+        t.no_wrap, t.overflow = True, "ellipsis"  # a path is cut at the edge, never broken mid-word
+        self.query_one("#pair", Static).update(t)
 
+    def _in_effect(self) -> tuple[str, Tone] | None:
+        from console.outcome import in_effect_note
+
+        if self.session is None or self.res is None:
+            return None
+        return in_effect_note(self.session, self.res.width)
+
+    # ---- the profile
     def _profile_path(self) -> Path:
         from policy import profile as profiles
 
@@ -189,103 +533,216 @@ class BlockwidthApp(App):
         try:
             prof = profiles.load(path, missing_ok=True)
         except ProfileError as e:
+            self._profile_entries = []
             self.query_one("#profile-path", Static).update(Text(str(e), style="red"))
             return
         self._profile_entries = list(prof.entries)
         where = f"{path}" + ("" if prof.exists else " (not created yet)")
         self.query_one("#profile-path", Static).update(Text(
-            f"{where}: {len(prof.entries)} entries   (s: save the session's winner, d: delete the selected)"))
+            f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
+            f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
         for e in prof.entries:
-            q = e.quant_scheme or "any"
-            if e.quant_bits:
-                q += f" {e.quant_bits}-bit"
-            table.add_row(e.backend.value, e.compute_capability or "-", q, e.drafter_kind.value,
-                          "decline" if e.decline else str(e.width), e.mlx or "-",
+            table.add_row(e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
+                          e.drafter_kind.value, "decline" if e.decline else str(e.width), e.mlx or "-",
                           (e.measured_at or "-")[:19], "yes" if e.byte_identical else "NO",
                           (e.pair or "any")[:12])
 
-    # ---- the pair (slow: a worker)
+    # ---- the pair (a worker)
     @work(thread=True, exclusive=True, exit_on_error=False, group="pair", name="load pair")
     def load_pair(self) -> None:
         from console.inputs import pair_paths
         from engine.pair import load_pair
 
         o = self.options
-        paths = pair_paths(o.target, o.draft, o.variant, o.kind)
+        # No download from inside the console (its progress would have nowhere to go).
+        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False,
+                           names=self._pair_names)
         self.post_message(PairReady(load_pair(paths.target, paths.drafter, o.kind)))
 
     def on_pair_ready(self, message: PairReady) -> None:
-        self.pair = message.pair
-        self.query_one("#status", Static).update(Text(f"pair loaded: {self.pair.describe()}"))
+        self.set_pair(message.pair)
+
+    def set_pair(self, pair: Any) -> None:
+        self.pair = pair
+        self._show_phase(Phase.READY, f"{pair.describe()} · a (or Enter in a field) runs the A/B")
+
+    def action_open_pair(self) -> None:
+        if self.phase.busy:
+            self._error("a session is running: cancel it (c) before opening another pair")
+            return
+        o = self.options
+        self.push_screen(PairScreen(o.target or "", o.draft or "", o.kind or ""), self._open_pair)
+
+    def _open_pair(self, values: tuple[str, str, str] | None) -> None:
+        if values is None:
+            return
+        from console.request import KINDS
+
+        target, draft, kind = values
+        if kind and kind not in KINDS:
+            self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
+            return
+        from console.inputs import CONSOLE_PAIR_NAMES
+
+        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
+        self._pair_names = CONSOLE_PAIR_NAMES
+        self.pair = self.res = self.session = self.request = self.record_path = None
+        self.query_one("#arms", DataTable).clear()
+        for wid in ("#plot", "#details", "#headline", "#settings"):
+            self.query_one(wid, Static).update("")
+        self.query_one("#resolution", Static).update("resolving…")
+        self.query_one("#pair", Static).update("loading the pair…")
+        self._error("")
+        self._show_phase(Phase.LOADING, target or "the demo pair")
+        self.resolve_in_background()
+        self.load_pair()
+
+    # ---- the A/B fields
+    def _read_request(self) -> SessionRequest:
+        return session_request(
+            widths=self.query_one("#widths", Input).value, n=self.query_one("#n", Input).value,
+            tokens=self.query_one("#tokens", Input).value,
+            prompt=_unescape(self.query_one("#prompt", Input).value),
+            sequential=self.query_one("#sequential", Checkbox).value, max_seconds=BUDGET_S)
+
+    @on(Input.Changed)
+    def _field_changed(self, event: Input.Changed) -> None:
+        event.input.remove_class("-bad")
+        if event.input.id == "widths" and event.input.has_focus:  # typed by the operator
+            self._widths_touched = True
+        self._mark_stale()
+
+    @on(Checkbox.Changed)
+    def _box_changed(self) -> None:
+        self._mark_stale()
+
+    def _mark_stale(self) -> None:
+        """Results belong to the inputs they were run with: say so when the fields moved on."""
+        if self.request is None:
+            return
+        try:
+            now = self._read_request()
+        except InputError:
+            now = None
+        stale = now != self.request and not self.phase.busy
+        self.query_one("#results").set_class(stale, "-stale")
+        self._render_settings(stale)
+
+    def _render_settings(self, stale: bool = False) -> None:
+        req = self.request
+        if req is None:
+            return
+        said = ("running with " if self.phase.busy else "failed with " if self.phase is Phase.FAILED
+                else "measured with ")
+        t = Text.assemble((said, "dim"), req.settings())
+        added = self._added_width
+        if added:
+            t.append(f" (+ w{added}: the width in effect)", style="dim")
+        if stale:
+            t = Text.assemble(("STALE ", "bold yellow reverse"), " fields changed since this run; a runs them. ",
+                              t)
+        self.query_one("#settings", Static).update(t)
+
+    @on(Input.Submitted, "#controls Input, #prompt-row Input")
+    def _submitted(self) -> None:
+        self.action_start_ab()
+
+    def action_next_prompt(self) -> None:
+        from engine.demo.prompts import PRESETS
+
+        self._prompt_index = (self._prompt_index + 1) % len(PRESETS)
+        name, text = PRESETS[self._prompt_index]
+        self.query_one("#prompt", Input).value = _escape(text)
+        self.notify(f"prompt preset: {name}", timeout=4)
 
     # ---- A/B
-    def _ab_inputs(self) -> tuple[tuple[int, ...], int, int]:
-        from console.measure import _widths
-
-        widths = _widths(self.query_one("#widths", Input).value)
-        try:
-            n = int(self.query_one("#n", Input).value)
-            tokens = int(self.query_one("#tokens", Input).value)
-        except ValueError:
-            raise InputError("n and tokens must be integers") from None
-        if n < 1 or tokens < 1:
-            raise InputError(f"n = {n}, tokens = {tokens}: each must be at least 1")
-        return widths, n, tokens
-
     def action_start_ab(self) -> None:
-        if self.pair is None:
-            self._error("the pair is still loading (or failed to load)")
+        if self.phase.busy:
             return
-        if any(w.is_running for w in self.workers if w.group == "ab"):
+        if self.pair is None:
+            self._error("the pair is not loaded yet (or failed to load): nothing to run")
             return
         try:
-            widths, n, tokens = self._ab_inputs()
+            req = self._read_request()
+            check_fits(req, len(self.pair.tokenizer.encode(req.prompt)), self.pair.context_length)
+        except FieldError as e:
+            self._error(e.say(CONSOLE_NAMES))
+            # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
+            field = {"widths": "#widths", "n": "#n", "tokens": "#tokens", "prompt": "#prompt"}.get(e.field.value)
+            if field:
+                self.query_one(field, Input).add_class("-bad")
+            return
         except InputError as e:
             self._error(str(e))
             return
         self._error("")
+        widths, self._added_width = req.widths, None
+        if self.res is not None and self.res.width is not None and self.res.width not in widths:
+            widths, self._added_width = (*widths, self.res.width), self.res.width
+        from engine.ab import AbConfig
+
+        config = AbConfig(widths=widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
+                          sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds)
+        self.begin(req, config.planned_runs)
         self._cancel = threading.Event()
-        bar = self.query_one("#progress", ProgressBar)
-        bar.update(total=1000, progress=0)
+        self.run_ab(config)
+
+    def begin(self, req: SessionRequest, planned: int) -> None:
+        """Clear the last results and show a session starting (the worker's events follow)."""
+        self._focus_results()  # before the buttons change: focus must not fall into a field
+        self.request, self.session, self.record_path, self._planned = req, None, None, planned
+        self.query_one("#results").remove_class("-stale")
         self.query_one("#arms", DataTable).clear()
-        self.query_one("#plot", Static).update("")
-        self.query_one("#decision", Static).update("")
-        self.query_one("#start", Button).disabled = True
-        self.query_one("#cancel", Button).disabled = False
-        self.run_ab(widths, n, tokens)
+        for wid in ("#plot", "#details", "#headline"):
+            self.query_one(wid, Static).update("")
+        self._render_settings()
+        self._show_phase(Phase.WARMUP, f"stage 1/3 · run 0/{planned}", 0.0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
-    def run_ab(self, widths: tuple[int, ...], n: int, tokens: int) -> None:
+    def run_ab(self, config: Any) -> None:
         from engine import host, record
-        from engine.ab import AbConfig, run_session
-        from engine.demo.prompts import DEFAULT_PROMPT
+        from engine.ab import run_session
 
         gate = host.gate()
-        cfg = AbConfig(widths=widths, prompt=DEFAULT_PROMPT, n=n, max_tokens=tokens)
-        session = run_session(self.pair, cfg, on_event=lambda e: self.post_message(AbEvent(e)),
+        session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
                               cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
         path = record.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
-        self.post_message(AbDone(session, path))
+        self.post_message(AbDone(session, path, list(gate.warnings)))
 
     def on_ab_event(self, message: AbEvent) -> None:
         e = message.event
-        bar = self.query_one("#progress", ProgressBar)
-        if e.kind == "arm":
-            self._current = f"{e.arm} rep {e.rep}" if e.rep else f"{e.arm} warm-up"
-        elif e.kind == "progress":
-            bar.update(progress=round(e.fraction * 1000))
-        if e.kind in ("arm", "rep"):
-            label = getattr(self, "_current", "")
-            self.query_one("#status", Static).update(Text(f"running {label}  {e.message}".strip()))
-        elif e.kind in ("exactness", "costcurve"):
-            self.query_one("#status", Static).update(Text(f"{e.kind}: {e.message}"))
+        if self.phase is Phase.CANCELLING or not self.phase.busy:
+            return  # the stage text stays "cancelling" until the worker returns
+        if e.kind in ("arm", "progress"):
+            where = "closing classic" if e.closing else f"{e.arm} warm-up" if e.rep == 0 else f"{e.arm} rep {e.rep}"
+            phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
+            tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
+            self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
+        elif e.kind == "phase":
+            phase = Phase.EXACTNESS if e.phase == "exactness" else Phase.COSTCURVE
+            what = f"{e.arm} " if e.arm else ""
+            unit = "widths" if phase is Phase.EXACTNESS else "row counts"
+            stage = 2 if phase is Phase.EXACTNESS else 3
+            self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
 
     def on_ab_done(self, message: AbDone) -> None:
-        self.session, self.record_path = message.session, message.record_path
-        s = self.session
-        bar = self.query_one("#progress", ProgressBar)
-        bar.update(total=bar.total, progress=bar.total)
+        self.show_session(message.session, message.record_path, message.gate_warnings)
+
+    def show_session(self, session: Any, record_path: Path | None, gate_warnings: list[str],
+                     request: SessionRequest | None = None) -> None:
+        """The results of a finished (or cancelled) session."""
+        from console.outcome import headline
+
+        if request is not None:
+            self.request = request
+        self.session, self.record_path, self.gate_warnings = session, record_path, gate_warnings
+        s = session
+        runs = sum(len(a.runs) for a in [s.classic, *s.arms]) + len(s.warmup)
+        if s.cancelled:
+            self._show_phase(Phase.CANCELLED, f"after {runs} of {self._planned or s.config.planned_runs} runs")
+        else:
+            self._show_phase(Phase.DONE, f"{runs} runs, {s.reps} repetitions, {s.elapsed_s:.0f} s")
         table = self.query_one("#arms", DataTable)
         table.clear()
         for arm in [s.classic, *s.arms]:
@@ -295,31 +752,55 @@ class BlockwidthApp(App):
             acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
             ident = "-" if arm.identity is None else (
                 "identical" if arm.identity.identical_ids else f"differs @ {arm.identity.first_divergence}")
-            style = {"wins": "bold green", "slower": "red", "faster, output differs": "yellow"}.get(
-                arm.verdict.value, "")
-            table.add_row(arm.name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{e.median:.1f}",
-                          acc, ident, Text(arm.verdict.value, style=style), key=arm.name)
-        plot = "decode tok/s by width (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s"))
-        self.query_one("#plot", Static).update(Text(plot))
-        lines = [Text.assemble(("decision: ", "bold"), (s.decision, "bold green" if s.recommendation else "bold"),
-                               f" — {s.why}")]
-        if s.predicted_best:
-            lines.append(Text(f"predicted best width from the cost curve and acceptance: {s.predicted_best}"))
-        for warning in s.warnings():
-            lines.append(Text(f"warning: {warning}", style="yellow"))
-        lines.append(Text(f"record: {self.record_path}", style="dim"))
-        if s.cancelled:
-            lines.insert(0, Text("cancelled: nothing from this session can be saved", style="yellow"))
-        self.query_one("#decision", Static).update(Text("\n").join(lines))
-        self.query_one("#start", Button).disabled = False
-        self.query_one("#cancel", Button).disabled = True
-        first = next((a.width for a in s.arms if a.runs), None)
-        if first is not None:
-            self.show_identity(first)
+            verdict = "(cancelled)" if s.cancelled and arm.width is not None else arm.verdict.value
+            style = {"wins": "bold green", "slower": "red", "faster, output differs": "yellow"}.get(verdict, "")
+            name = arm.name + (" *" if self.res is not None and arm.width == self.res.width else "")
+            table.add_row(name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{e.median:.1f}",
+                          acc, ident, Text(verdict, style=style), key=arm.name)
+        if not s.cancelled:
+            plot = "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s"))
+            self.query_one("#plot", Static).update(Text(plot))
+        h = headline(s, self._planned or s.config.planned_runs)
+        self.query_one("#headline", Static).update(Text.assemble(
+            (h.text, _TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim")))
+        self._render_settings()
+        self._render_details()
+        if self.res is not None:
+            self._render_top()
+        pick = s.recommendation or next((a.width for a in s.arms if a.runs), None)
+        if pick is not None:
+            self.show_identity(pick)
 
+    def _render_details(self) -> None:
+        s = self.session
+        lines: list[Text] = []
+        note = self._in_effect()
+        if note:
+            lines.append(Text(note[0] + " (* in the table)", style=_TONE_STYLE[note[1]]))
+        if not s.cancelled:
+            lines.append(Text.assemble(("why: ", "bold"), s.why))
+            if s.predicted:
+                pred = "  ".join(f"w{k} {v:.2f}x" for k, v in sorted(s.predicted.items()))
+                lines.append(Text.assemble(("model prediction ", "bold"),
+                                           "(cost curve x acceptance; not a measurement): ",
+                                           f"best w{s.predicted_best}  [{pred}]"))
+            for ex in s.exactness.values():
+                lines.append(Text(f"exactness {ex.describe()}", style="" if ex.bitwise_equal else "yellow"))
+            for arm in s.arms:
+                if arm.identity and not arm.identity.identical_ids:
+                    lines.append(Text(f"{arm.name}: {arm.identity.describe()}", style="yellow"))
+            for w in s.warnings():
+                lines.append(Text(f"warning: {w}", style="yellow"))
+        for w in self.gate_warnings:
+            lines.append(Text(f"host: {w} (timings may be noisy)", style="yellow"))
+        if self.record_path is not None:
+            lines.append(Text(f"record: {self.record_path.name}  (m exports it as Markdown)", style="dim"))
+        self.query_one("#details", Static).update(Text("\n").join(lines))
+
+    # ---- identity
     def show_identity(self, width: int) -> None:
         s = self.session
-        if s is None or not s.classic.runs:
+        if s is None or not s.classic.runs or self.pair is None:
             return
         try:
             arm = s.arm(width)
@@ -333,19 +814,33 @@ class BlockwidthApp(App):
         width_ids = next((r.tokens for r in arm.runs if r.tokens != classic_ids), arm.runs[0].tokens)
         ident = arm.identity
         n = ident.first_divergence if ident and not ident.identical_ids else None
-
         prompt = Text(s.config.prompt, style="dim")
 
         def render(ids: list[int], colour: str) -> Text:
             if n is None:
                 return prompt + Text(tok.decode(ids))
-            return prompt + Text.assemble(tok.decode(ids[:n]),
-                                          (tok.decode(ids[n:]), f"bold {colour} reverse"))
+            return prompt + Text.assemble(tok.decode(ids[:n]), (tok.decode(ids[n:]), f"bold {colour} reverse"))
 
+        measured = [a.width for a in s.arms if a.runs]
         self.query_one("#identity-head", Static).update(Text(
-            f"classic (left) vs {arm.name} (right): {ident.describe() if ident else 'no identity'}"))
+            f"classic (left) vs {arm.name} (right), width {measured.index(width) + 1} of {len(measured)} "
+            f"([ and ] pick): {ident.describe() if ident else 'no identity'}"))
         self.query_one("#classic-text", Static).update(render(classic_ids, "green"))
         self.query_one("#width-text", Static).update(render(width_ids, "red"))
+        self.query_one("#side-identity", Static).update(Text.assemble(
+            (f"identity (tab 2): classic vs {arm.name}\n", "bold"), ident.describe() if ident else "", "\n\n",
+            ("classic\n", "bold"), render(classic_ids, "green"), "\n\n", (f"{arm.name}\n", "bold"),
+            render(width_ids, "red")))
+
+    def action_pick_width(self, step: int) -> None:
+        s = self.session
+        if s is None:
+            return
+        measured = [a.width for a in s.arms if a.runs]
+        if not measured:
+            return
+        i = measured.index(self._selected_width) if self._selected_width in measured else 0
+        self.show_identity(measured[(i + step) % len(measured)])
 
     @on(DataTable.RowHighlighted, "#arms")
     def _arm_row(self, event: DataTable.RowHighlighted) -> None:
@@ -354,8 +849,10 @@ class BlockwidthApp(App):
             self.show_identity(int(key[1:]))
 
     def action_cancel_ab(self) -> None:
+        if not self.phase.busy or self.phase is Phase.CANCELLING:
+            return
         self._cancel.set()
-        self.query_one("#status", Static).update("cancelling after the current round…")
+        self._show_phase(Phase.CANCELLING, "stops after the current round; nothing from it can be saved")
 
     @on(Button.Pressed, "#start")
     def _start_pressed(self) -> None:
@@ -367,54 +864,222 @@ class BlockwidthApp(App):
 
     # ---- profile actions
     def action_save(self) -> None:
-        from console.measure import save_session
-
         if self.session is None:
             self._error("nothing to save: run an A/B session first")
             return
+        if self.query_one("#results").has_class("-stale"):
+            self._error("not saved: the fields changed since this run; run it again (a) first")
+            return
+        self.save_in_background(self.session, self.record_path)
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="save", name="save")
+    def save_in_background(self, session: Any, record_path: Path | None) -> None:
+        """The device probe and the locked profile write stay off the UI thread."""
+        from console.save import save_session
+        from console.outcome import Front
+
         try:
-            saved, refusal = save_session(self.session, self.pair, self.record_path, self.options.profile)
+            saved, refusal = save_session(session, self.pair, record_path, self.options.profile,
+                                          front=Front.CONSOLE)
         except ProfileError as e:
-            self._error(str(e))
+            saved, refusal = None, str(e)
+        self.post_message(Saved(saved, refusal))
+
+    def on_saved(self, message: "Saved") -> None:
+        if message.refusal:
+            self._error(f"not saved: {message.refusal}")
             return
-        if refusal:
-            self._error(f"not saved: {refusal}")
-            return
-        self.notify(f"saved {saved}", timeout=6)
-        self.refresh_resolution()
+        self._error("")
+        self.notify(f"saved {message.saved}", timeout=6)
+        self.resolve_in_background()
 
     def action_delete(self) -> None:
-        from policy import profile as profiles
-
         table = self.query_one("#profile-table", DataTable)
-        entries = getattr(self, "_profile_entries", [])
+        entries = self._profile_entries
         if not entries or table.cursor_row is None or table.cursor_row >= len(entries):
-            self._error("no profile entry selected (open the Profile tab and pick one)")
+            self._error("no profile entry to delete: the profile is empty")
             return
         entry = entries[table.cursor_row]
+
+        def answer(yes: bool | None) -> None:
+            if yes:
+                self._delete(entry)
+            else:
+                self.notify("kept the entry", timeout=3)
+
+        self.push_screen(ConfirmScreen(f"Delete the profile entry\n  {entry.describe_keys()}"
+                                       f" -> {'decline' if entry.decline else entry.width}\n"
+                                       f"from {self._profile_path()}?"), answer)
+
+    def _delete(self, entry: Any) -> None:
+        from policy import profile as profiles
+
         try:
             profiles.delete(self._profile_path(), entry)
         except ProfileError as e:
             self._error(str(e))
             return
         self.notify(f"deleted {entry.describe_keys()}", timeout=6)
-        self.refresh_resolution()
+        self.resolve_in_background()
 
     def action_refresh(self) -> None:
-        self.refresh_resolution()
+        self.notify("re-resolving: reading the profile and environment again", timeout=3)
+        self.resolve_in_background()
+
+    # ---- use the answer
+    def server_command(self) -> tuple[str, str] | None:
+        """The resolution as an mlx_lm.server command line, and as the environment variable."""
+        import shlex
+
+        res, paths = self.res, self.paths
+        if res is None or res.width is None:
+            return None
+        env = f"BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width}"
+        if paths.drafter is None:
+            return (f"# mlx_lm.server has no prompt-lookup drafter; width {res.width} applies to "
+                    f"blockwidth's engine only", env)
+        return (f"mlx_lm.server --model {shlex.quote(str(paths.target))} --draft-model "
+                f"{shlex.quote(str(paths.drafter))} --num-draft-tokens {res.width - 1}", env)
+
+    def action_copy_command(self) -> None:
+        cmd = self.server_command()
+        if cmd is None:
+            self._error("no width to copy: the resolution is classic (or not ready)")
+            return
+        self.copy_to_clipboard(cmd[0])
+        self.push_screen(TextScreen(Text.assemble(
+            ("copied to the clipboard (where the terminal allows it):\n\n", "bold"), cmd[0],
+            "\n\n", ("the same width for blockwidth and CI, as the environment variable:\n\n", "bold"),
+            f"export {cmd[1]}", "  (Y copies it)\n\n",
+            ("num_draft_tokens = width - 1.  Escape closes.", "dim"))))
+
+    def action_copy_env(self) -> None:
+        cmd = self.server_command()
+        if cmd is None:
+            self._error("no width to copy: the resolution is classic (or not ready)")
+            return
+        self.copy_to_clipboard(f"export {cmd[1]}")
+        self.notify(f"copied: export {cmd[1]}", timeout=5)
+
+    # ---- records
+    def _record_dir(self) -> Path:
+        from engine import record
+
+        return Path(self.options.record_dir).expanduser() if self.options.record_dir else record.default_dir()
+
+    @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
+    def read_records(self) -> None:
+        import json
+
+        pair_id = self.pair.pair_id if self.pair is not None else None
+        backend = self.res.device.backend.value if self.res is not None else None
+        rows = []
+        for path in sorted(self._record_dir().glob("session-*.json"), reverse=True)[:200]:
+            try:
+                rec = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                continue
+            if pair_id and rec.get("pair", {}).get("pair_id") != pair_id:
+                continue
+            if backend and rec.get("host", {}).get("device", {}).get("backend") != backend:
+                continue
+            rows.append((path, rec))
+        self.post_message(RecordsRead(rows))
+
+    def on_records_read(self, message: RecordsRead) -> None:
+        self._records = message.rows
+        table = self.query_one("#records-table", DataTable)
+        table.clear()
+        for path, rec in message.rows:
+            cfg, dec = rec.get("config", {}), rec.get("decision", {})
+            # The verdict says whether it could be saved, so a drifted "win" never reads as one.
+            verdict = (Text(dec.get("decision", "?"), style="green") if dec.get("saveable")
+                       else Text(f"not saveable ({'cancelled' if rec.get('cancelled') else 'drift'}): "
+                                 f"{dec.get('decision', '?')}", style="yellow"))
+            table.add_row(rec.get("created", "?"), ",".join(map(str, cfg.get("widths", []))),
+                          str(cfg.get("n", "?")), str(cfg.get("max_tokens", "?")), verdict)
+        self.query_one("#records-head", Static).update(Text(
+            f"{plural(len(message.rows), 'session')} for this pair and device in {self._record_dir()}"
+            "   (m exports the highlighted one as Markdown)"))
+
+    @on(DataTable.RowHighlighted, "#records-table")
+    def _record_row(self, event: DataTable.RowHighlighted) -> None:
+        from engine import record
+
+        i = event.cursor_row
+        if 0 <= i < len(self._records):
+            self.query_one("#record-preview", Static).update(Text(record.markdown(self._records[i][1])))
+
+    def action_export_markdown(self) -> None:
+        if self.query_one(TabbedContent).active == "tab-records":
+            i = self.query_one("#records-table", DataTable).cursor_row
+            if not self._records or i is None or i >= len(self._records):
+                self._error("no record highlighted")
+                return
+            path = self._records[i][0]
+        elif self.record_path is not None:
+            path = self.record_path
+        else:
+            self._error("nothing to export: run an A/B session first (or pick one on the Records tab)")
+            return
+        self.export_in_background(path)
+
+    @work(thread=True, exit_on_error=False, group="export", name="export Markdown")
+    def export_in_background(self, path: Path) -> None:
+        """A record can hold every round of every run: read and render it off the UI thread."""
+        from engine import record
+
+        try:
+            out = path.with_suffix(".md")
+            out.write_text(record.markdown(record.load(path)), encoding="utf-8")
+        except (OSError, ValueError, KeyError) as e:
+            self.call_from_thread(self._error, f"record {path}: cannot be exported ({e})")
+            return
+        self.call_from_thread(self.notify, f"wrote {out}", timeout=6)
 
     # ---- failures and shutdown
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
-        if event.state is WorkerState.ERROR:
-            err = event.worker.error
+        if event.state is not WorkerState.ERROR:
+            return
+        err = event.worker.error
+        group = event.worker.group
+        if group == "pair":
+            self.query_one("#pair", Static).update(Text(f"pair not loaded: {err}", style="red"))
+            self._error(f"loading the pair failed: {err}")
+            self._show_phase(Phase.LOAD_FAILED, str(err))
+        elif group == "ab":
+            self.session_failed(err)
+        else:
             self._error(f"{event.worker.name} failed: {err}")
-            self.query_one("#start", Button).disabled = False
-            self.query_one("#cancel", Button).disabled = True
-            if event.worker.group == "pair":
-                self.query_one("#pair", Static).update(Text(f"pair not loaded: {err}", style="red"))
+
+    def session_failed(self, err: BaseException) -> None:
+        from engine.decode import DecodeError
+
+        what = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+        self._error(f"the A/B session failed: {what}")
+        self._show_phase(Phase.FAILED, f"{what}; nothing was measured or saved")
+        self._render_settings()
 
     def on_unmount(self) -> None:
         self._cancel.set()  # a session stops at its next round instead of keeping the process alive
+        self.workers.cancel_all()
+
+
+def _escape(prompt: str) -> str:
+    return prompt.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def _unescape(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in "n\\":
+            out.append("\n" if text[i + 1] == "n" else "\\")
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
 
 
 def run_app(options: Options) -> int:

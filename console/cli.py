@@ -24,14 +24,15 @@ if _PROGRAM and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-import math  # noqa: E402
 from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
 from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileBusy, ProfileError  # noqa: E402
 from policy.resolve import WidthError  # noqa: E402
 
-KINDS = ("model", "lookup", "dflash", "mtp", "eagle")
+from console.request import KINDS, add_pair_args, integer, seconds  # noqa: E402,F401 (one home: request.py)
+
+_pair_args = add_pair_args
 
 
 class Parser(argparse.ArgumentParser):
@@ -42,52 +43,11 @@ class Parser(argparse.ArgumentParser):
                                   f"(see {self.prog} --help)\n")
 
 
-def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
-    """An argparse type: ASCII digits only (int() also reads '1_0' and Arabic-Indic digits),
-    within [lo, hi]; ``why`` says where the bound comes from."""
-    def parse(text: str) -> int:
-        t = text.strip()
-        digits = t[1:] if t[:1] in "+-" else t
-        if not digits or not digits.isascii() or not digits.isdigit():
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits only)")
-        v = int(t)
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{v} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
-        return v
-    return parse
-
-
-def seconds(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str], float]:
-    """An argparse type: a finite number of seconds in [lo, hi] (or (lo, hi] with open_low)."""
-    def parse(text: str) -> float:
-        t = text.strip()
-        try:
-            if not t.isascii() or "_" in t:  # float() also reads '1_0' and non-ASCII digits
-                raise ValueError
-            v = float(t)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-        if not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
-            low = f"more than {lo:g}" if open_low else f"at least {lo:g}"
-            raise argparse.ArgumentTypeError(f"{text!r}: expected {low} and at most {hi:g} seconds")
-        return v
-    return parse
-
-
 def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str]) -> None:
     if as_json:
         print(json.dumps(data, indent=2, sort_keys=False))
     else:
         print(text(data))
-
-
-def _pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> None:
-    p.add_argument("--target", metavar="T", help="target checkpoint folder (default: the demo pair)")
-    p.add_argument("--draft", metavar="D", required=draft_required,
-                   help="drafter checkpoint folder (none: the model-free lookup drafter)")
-    p.add_argument("--kind", choices=KINDS, help="drafter kind; wins over detection")
-    p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16",
-                   help="which demo target when --target is not given (default bf16)")
 
 
 def _resolution_args(p: argparse.ArgumentParser) -> None:
@@ -181,8 +141,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _console(args: argparse.Namespace) -> int:
     """The Textual console. Bad input is checked first, so it fails like the headless commands."""
-    from console.inputs import resolution
+    from console.inputs import pair_paths, resolution
 
+    # A hub id is fetched here, with progress on the terminal, before the console takes it over.
+    pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)

@@ -22,6 +22,14 @@ from policy.quantization import ConfigError, Quantization, read_quantization
 from policy.resolve import Resolution, Step, resolve
 
 
+# The operator's own offline setting, read before engine.pair switches the hub off for
+# mlx-lm: a hub id that the operator names may be downloaded unless they said offline.
+_USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
+
+# What a checkpoint needs: the configs and tokenizer files, and the weights when it is loaded.
+_HUB_FILES = ["*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
+
+
 class ExitCode(IntEnum):
     OK = 0
     CHECK_FAILED = 1
@@ -50,9 +58,56 @@ def user_path(value: str | os.PathLike | None, what: str) -> Path | None:
         raise InputError(str(e)) from None
 
 
-def checkpoint_dir(value: str | os.PathLike, what: str) -> Path:
+def looks_like_repo_id(value: str | os.PathLike) -> bool:
+    """``owner/name``, as mlx-lm takes it: one slash, no path-like start, no spaces."""
+    text = str(value)
+    parts = text.split("/")
+    return (len(parts) == 2 and all(parts) and not text.startswith((".", "~"))
+            and not any(c.isspace() for c in text))
+
+
+def hub_checkpoint(repo: str, what: str, weights: bool, download: bool = True) -> Path:
+    """A Hugging Face repo id from the local cache; downloaded (with progress on stderr, Ctrl-C
+    cancels) only when missing there and the operator has not set HF_HUB_OFFLINE."""
+    import sys
+
+    from huggingface_hub import constants, snapshot_download
+    from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError
+
+    patterns = _HUB_FILES + (["*.safetensors"] if weights else [])
+    try:
+        path = Path(snapshot_download(repo, local_files_only=True, allow_patterns=patterns))
+        if (path / "config.json").is_file() and (not weights or any(path.glob("*.safetensors"))):
+            return path
+    except HFValidationError as e:
+        raise InputError(f"{what} {repo}: no such folder, and not a Hugging Face repo id ({e})") from None
+    except LocalEntryNotFoundError:
+        pass
+    if _USER_OFFLINE:
+        raise InputError(f"{what} {repo}: no such folder, and not in the Hugging Face cache "
+                         f"({constants.HF_HUB_CACHE}); HF_HUB_OFFLINE is set, so it is not downloaded")
+    if not download:
+        raise InputError(f"{what} {repo}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
+                         f"`blockwidth --target {repo}` downloads it, with progress")
+    print(f"blockwidth: {what} {repo}: downloading {'the checkpoint' if weights else 'its configs'} "
+          f"from the Hugging Face Hub into {constants.HF_HUB_CACHE} (Ctrl-C cancels)", file=sys.stderr)
+    offline, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, False  # named by the operator
+    try:
+        return Path(snapshot_download(repo, allow_patterns=patterns))
+    except Exception as e:  # the hub raises many kinds: not found, gated, no network
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""  # the hub's are paragraphs
+        raise InputError(f"{what} {repo}: download failed ({type(e).__name__}: {first})") from None
+    finally:
+        constants.HF_HUB_OFFLINE = offline
+
+
+def checkpoint_dir(value: str | os.PathLike, what: str, weights: bool = False,
+                   download: bool = True) -> Path:
+    """A checkpoint folder: a path, or a Hugging Face repo id (``owner/name``) as mlx-lm takes."""
     path = user_path(value, what)
     assert path is not None
+    if not path.exists() and looks_like_repo_id(value):
+        return hub_checkpoint(str(value), what, weights, download)
     if not path.exists():
         raise InputError(f"{what} {path}: no such file or directory")
     if not path.is_dir():
@@ -89,6 +144,12 @@ def load_profile(path: str | None, missing_ok: bool = False) -> profiles.Profile
     return profiles.load(None, missing_ok=True)
 
 
+# How each front end names the pair's inputs in an error: the command line's flags, or the
+# console's open-pair fields.
+CLI_PAIR_NAMES: Mapping[str, str] = {"target": "--target", "draft": "--draft"}
+CONSOLE_PAIR_NAMES: Mapping[str, str] = {"target": "target field", "draft": "drafter field"}
+
+
 @dataclass(frozen=True)
 class PairPaths:
     target: Path
@@ -97,15 +158,18 @@ class PairPaths:
 
 
 def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
-               kind: str | None = None) -> PairPaths:
-    """The pair's folders; the demo pair without --target (its drafter unless --kind lookup)."""
+               kind: str | None = None, weights: bool = False, download: bool = True,
+               names: Mapping[str, str] = CLI_PAIR_NAMES) -> PairPaths:
+    """The pair's folders; the demo pair without --target (its drafter unless --kind lookup).
+    ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
     if target is None:
         if draft is not None:
-            raise InputError("--draft given without --target: name the target too")
+            raise InputError(f"{names['draft']} given without {names['target']}: name the target too")
         drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTER
         return PairPaths(demo.target(variant), drafter, True)
-    return PairPaths(checkpoint_dir(target, "--target"),
-                     checkpoint_dir(draft, "--draft") if draft is not None else None, False)
+    return PairPaths(checkpoint_dir(target, names["target"], weights, download),
+                     checkpoint_dir(draft, names["draft"], weights, download) if draft is not None else None,
+                     False)
 
 
 def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
@@ -127,8 +191,9 @@ def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
 def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str = "bf16",
-               profile_missing_ok: bool = False) -> tuple[Resolution, PairPaths, DrafterInfo]:
-    paths = pair_paths(target, draft, variant, kind)
+               profile_missing_ok: bool = False, download: bool = True,
+               names: Mapping[str, str] = CLI_PAIR_NAMES) -> tuple[Resolution, PairPaths, DrafterInfo]:
+    paths = pair_paths(target, draft, variant, kind, download=download, names=names)
     info = drafter_info(paths, kind)
     quant = target_quantization(paths.target)
     dev = device_for(device)

@@ -7,31 +7,13 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
 
-from console import cli
 from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
+from console.request import add_pair_args, integer, read_prompt, seconds, session_request
+from console.save import save_session
 
-MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
 UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
-
-
-def _prompt(args) -> str:
-    from engine.demo.prompts import DEFAULT_PROMPT
-    from policy import files
-
-    if args.prompt is not None and args.prompt_file is not None:
-        raise InputError("give --prompt or --prompt-file, not both")
-    if args.prompt_file is not None:
-        p = user_path(args.prompt_file, "--prompt-file")
-        try:
-            return files.read_text(p, MAX_PROMPT_BYTES)
-        except files.FileProblem as e:
-            raise InputError(f"--prompt-file {e}") from None
-    if args.prompt is not None:
-        return args.prompt
-    return DEFAULT_PROMPT
 
 
 def record_dir(value: str | None) -> Path:
@@ -100,21 +82,6 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
                          f"{mem / 2**30:.1f} GiB")
 
 
-def _widths(text: str) -> tuple[int, ...]:
-    from policy.profile import MAX_WIDTH
-
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
-            raise InputError(f"--widths {text!r}: {part!r} is not an integer")
-        w = int(part)
-        if not 2 <= w <= MAX_WIDTH:
-            raise InputError(f"--widths {text!r}: width {w} is out of range; each width is 2..{MAX_WIDTH}")
-        out.append(w)
-    return tuple(dict.fromkeys(out))
-
-
 def _rows(text: str) -> tuple[int, ...]:
     import re
 
@@ -130,9 +97,9 @@ def _rows(text: str) -> tuple[int, ...]:
 
 
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
+    paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
     from engine.pair import PairError, load_pair
 
-    paths = pair_paths(target, draft, variant, kind)
     try:
         return load_pair(paths.target, paths.drafter, kind)
     except PairError as e:
@@ -146,8 +113,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
 
-    widths = _widths(args.widths)
-    prompt = _prompt(args)
+    req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
+                          prompt=read_prompt(args.prompt, args.prompt_file),
+                          sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
+    widths, prompt = req.widths, req.prompt
     for flag, given in (("--allow-nonidentical", args.allow_nonidentical),
                         ("--pair-specific", args.pair_specific)):
         if given and not args.save:
@@ -187,9 +156,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             # one redrawn line: a bar over all runs, and where this run is
             frac = e.fraction
             fill = int(frac * 30)
-            where = f"{e.arm} {'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
+            where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<16}", end="",
                   file=sys.stderr, flush=True)
+        elif tty and e.kind == "phase":
+            # after the runs: say which stage is working instead of leaving the bar at 100 %
+            stage = "exactness probe" if e.phase == "exactness" else "cost curve"
+            print(f"\r  {stage} {e.run}/{e.runs} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
             print(f"\r  {e.kind}: {e.message}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
@@ -255,9 +228,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  probe {ex.describe()}")
         if session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
-            print(f"predicted (cost curve + acceptance): best width {session.predicted_best}  [{pred}]")
+            print(f"model prediction (cost curve x acceptance, not a measurement): best width "
+                  f"{session.predicted_best}  [{pred}]")
         for warning in session.warnings():
             print(f"warning: {warning}")
+        from console.outcome import headline
+
+        print(f"verdict: {headline(session).text}")  # the same words as the console's headline
         print(f"decision: {session.decision} — {session.why}")
         print(f"record: {path}")
         if saved:
@@ -267,59 +244,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if session.cancelled:
         return 130
     return ExitCode.CHECK_FAILED if refusal else ExitCode.OK
-
-
-def save_session(session, pair, record_path: Path, profile_path: str | Path | None, *,
-                 allow_nonidentical: bool = False,
-                 pair_specific: bool = False) -> tuple[str | None, str | None]:
-    """Store a session's outcome in the profile: (what was saved, None) or (None, why not)."""
-    from engine.ab import Verdict
-    from policy import profile as profiles
-    from policy.device import probe
-
-    if session.cancelled:
-        return None, "the session was cancelled"
-    if session.drift:
-        return None, session.drift_why
-    arms = session.arms
-    width, identical = None, True
-    if session.recommendation is not None:
-        width = session.recommendation
-    else:
-        faster = [a for a in arms if a.verdict is Verdict.FASTER_DIFFERS]
-        if faster and allow_nonidentical:
-            best = max(faster, key=lambda a: a.decode_range().median)
-            width, identical = best.width, False
-        elif faster:
-            return None, (f"{', '.join(a.name for a in faster)} faster but output differs from classic; "
-                          f"--allow-nonidentical saves it, recorded as not byte-identical")
-        elif any(a.verdict is Verdict.UNDECIDED for a in arms):
-            return None, "undecided: ranges overlap; run more repetitions (--sequential)"
-        elif any(a.verdict is Verdict.NOT_MEASURED for a in arms) and not any(
-                a.verdict is Verdict.SLOWER for a in arms):
-            return None, "no width was measured (the drafter declined every round)"
-    dev = probe()
-    q = pair.quantization
-    c = session.classic.decode_range()
-    evidence: dict[str, Any] = {
-        "n": session.reps, "classic_tok_s": c.to_list(), "prompt_sha256": session.prompt_sha256,
-        "prompt_tokens": len(session.prompt_ids), "new_tokens": session.config.max_tokens,
-        "record": str(record_path), "decision": session.decision,
-    }
-    if width is not None:
-        evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
-    entry = profiles.Override(
-        backend=dev.backend, drafter_kind=pair.kind, width=width, decline=width is None,
-        compute_capability=dev.compute_capability, device_name=dev.name or None,
-        quant_scheme=q.scheme.value, quant_bits=q.bits,
-        quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
-        mlx=mlx_version(), measured_at=profiles.now_iso(), byte_identical=identical,
-        evidence=evidence,
-    )
-    path = user_path(profile_path, "--profile") if profile_path is not None else None
-    prof = profiles.save(path, entry)
-    what = f"width {width}" if width is not None else "decline (no width beat classic)"
-    return f"{what} for {entry.describe_keys()} in {prof.path}", None
 
 
 def cmd_costcurve(args: argparse.Namespace) -> int:
@@ -370,22 +294,22 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
 
 def register(sub) -> None:
     p = sub.add_parser("sweep", help="A/B session: widths against classic, with a record")
-    cli._pair_args(p)
+    add_pair_args(p)
     p.add_argument("--widths", default="2,3,4,6,8", help="comma-separated widths (default 2,3,4,6,8)")
-    p.add_argument("-n", type=cli.integer(1, 100, "repetitions per arm"), default=3,
+    p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=3,
                    help="repetitions per arm, 1..100 (default 3)")
-    p.add_argument("--max-tokens", type=cli.integer(1, 65536, "then bounded by the target's context"),
+    p.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
                    default=64, help="new tokens per run (default 64; prompt + tokens + width must fit "
                                     "the target's context)")
     p.add_argument("--prompt", help="prompt text (default: a demo prompt)")
     p.add_argument("--prompt-file", help="read the prompt from a file")
     p.add_argument("--sequential", action="store_true",
                    help="keep adding repetitions until every arm is decided or the budget runs out")
-    p.add_argument("--max-reps", type=cli.integer(1, 1000, "sequential repetitions"), default=12,
+    p.add_argument("--max-reps", type=integer(1, 1000, "sequential repetitions"), default=12,
                    help="sequential budget: repetitions, 1..1000 (default 12)")
-    p.add_argument("--max-seconds", type=cli.seconds(0, 86400, open_low=True), default=600,
+    p.add_argument("--max-seconds", type=seconds(0, 86400, open_low=True), default=600,
                    help="sequential budget: seconds, up to 86400 (default 600)")
-    p.add_argument("--wait-quiet", type=cli.seconds(0, 3600), default=0, metavar="S",
+    p.add_argument("--wait-quiet", type=seconds(0, 3600), default=0, metavar="S",
                    help="wait up to S seconds (0..3600) for a quiet host before timing")
     p.add_argument("--record-dir", help="where the session record goes (default: user data dir)")
     p.add_argument("--save", action="store_true", help="store the measured winner (or decline) in the profile")
@@ -402,10 +326,10 @@ def register(sub) -> None:
     p.add_argument("--target", metavar="T", help="target checkpoint folder (default: the demo target)")
     p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16")
     p.add_argument("--rows", default="1-16,24,32", help="row counts, e.g. 1-16,24,32 (default)")
-    p.add_argument("--context", type=cli.integer(1, 1 << 20, "then bounded by the target's context"),
+    p.add_argument("--context", type=integer(1, 1 << 20, "then bounded by the target's context"),
                    default=128, help="prefix tokens before the timed rows (context + rows must fit "
                                      "the target's context)")
-    p.add_argument("--repeats", type=cli.integer(1, 1000, "timed repeats"), default=7,
+    p.add_argument("--repeats", type=integer(1, 1000, "timed repeats"), default=7,
                    help="timed repeats per row count (median), 1..1000")
     attention_arg(p)
     p.add_argument("--json", action="store_true")

@@ -6,13 +6,15 @@ BAR = 40
 
 
 def bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[str]:
-    """A horizontal plot: label, min, median, max, note. '#' to the median, '-' out to max."""
+    """A horizontal plot: label, min, median, max, note. '=' up to the min, '#' on to the
+    median, '-' out to the max. The median's cell is always '#', even when min ≈ median."""
     top = max((r[3] for r in rows), default=1.0) or 1.0
     out = []
     for label, lo, med, hi, note in rows:
         a, m, b = (int(round(v / top * BAR)) for v in (lo, med, hi))
-        bar = "#" * m + "-" * max(b - m, 0)
-        bar = bar[:a].replace("#", "=") + bar[a:] if a else bar
+        m = max(m, 1)
+        a = min(a, m - 1)  # leave the median's own cell as '#'
+        bar = "=" * a + "#" * (m - a) + "-" * max(b - m, 0)
         out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.1f} {unit} {note}")
     return out
 

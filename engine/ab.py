@@ -100,7 +100,7 @@ class Arm:
 
 @dataclass
 class Event:
-    kind: str  # session, warmup, arm, progress, rep, exactness, costcurve, done, cancelled
+    kind: str  # session, warmup, arm, progress, rep, phase, exactness, costcurve, done, cancelled
     arm: str = ""
     rep: int = 0
     tokens: int = 0
@@ -108,6 +108,8 @@ class Event:
     message: str = ""
     run: int = 0  # runs finished before this one
     runs: int = 1  # runs planned (sequential mode may add more)
+    closing: bool = False  # the closing classic bracket, not a repetition
+    phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
 
     @property
     def fraction(self) -> float:
@@ -334,7 +336,7 @@ def decide(session: Session) -> None:
             session.drift_why = (f"classic's opening and closing runs do not overlap ({span}), which "
                                  f"noise alone does {chance:.0%} of the time with this few runs: drift "
                                  f"or noise, it cannot tell; nothing here can be saved until more "
-                                 f"repetitions (-n 7 or --sequential) settle it")
+                                 f"repetitions (n 7, or sequential mode) settle it")
     winners = [a for a in session.arms if a.verdict is Verdict.WINS]
     undecided = [a for a in session.arms if a.verdict is Verdict.UNDECIDED]
     if winners:
@@ -405,15 +407,15 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
 
     started = [0]  # runs begun so far
 
-    def one(arm: Arm, rep: int, keep: bool = True) -> DecodeRun:
+    def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun:
         index = started[0]
         started[0] += 1
         runs = max(config.planned_runs, started[0])
-        emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs))
+        emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
         kw = {} if arm.width is None else {"attention": session.attention}
         run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
-                                                         run=index, runs=runs)),
+                                                         run=index, runs=runs, closing=closing)),
                      cancel=cancel.is_set)
         if keep and not cancel.is_set():
             arm.runs.append(run)
@@ -450,7 +452,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         session.reps = rep
         emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
     if not cancel.is_set():
-        one(session.classic, session.reps + 1)  # the closing bracket
+        one(session.classic, session.reps + 1, closing=True)  # the closing bracket
 
     reference = session.classic.runs[0].tokens if session.classic.runs else None
     for arm in session.arms:
@@ -459,8 +461,12 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
 
     if config.exactness and not cancel.is_set() and reference:
-        for w in widths:
+        # A stage of its own (seconds on a large target): the bar must not sit at 100 % meanwhile.
+        for i, w in enumerate(widths):
+            if cancel.is_set():
+                break
             block = reference[:w]
+            emit(Event("phase", f"w{w}", run=i, runs=len(widths), phase="exactness"))
             if len(block) == w:
                 session.exactness[w] = probe(pair.target, ids, block, session.attention)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
@@ -492,8 +498,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             room = 5 + 2 + max(widths) + 1  # the curve's cold forwards grow the cache by one each
             if pair.context_length is not None and ctx + room > pair.context_length:
                 ctx = len(ids)
-            session.curve = costcurve.measure(pair.target, rows, repeats=5, context=ctx,
-                                              attention=session.attention)
+            emit(Event("phase", run=0, runs=len(rows), phase="costcurve"))
+            session.curve = costcurve.measure(
+                pair.target, rows, repeats=5, context=ctx, attention=session.attention,
+                on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
+                cancel=cancel.is_set)
             acc = statistics.median(a.per_token_acceptance for a in measured)
             drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
             draft_ms = statistics.median(drafts) if drafts else 0.0

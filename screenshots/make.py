@@ -1,6 +1,6 @@
 """Regenerate the screenshots in this folder from the real commands on the demo pair.
 
-    .venv/bin/python screenshots/make.py
+    .venv/bin/python screenshots/make.py [--console-only]
 
 Each SVG is the terminal output of one `blockwidth` command, rendered by Rich.
 """
@@ -26,34 +26,41 @@ SHOTS = {
 }
 
 
-async def console_shot() -> None:
-    """The console after an A/B session on the demo pair, saved with Textual's own screenshot."""
-    sys.path.insert(0, str(ROOT))
-    os.environ["XDG_CONFIG_HOME"] = "/tmp/blockwidth-screenshot-config"
-    from console.app import BlockwidthApp, Options
+CONSOLE_SHOTS = {  # name: (state, size, tab)
+    "console.svg": ("done", (140, 40), "tab-ab"),
+    "console-80x24.svg": ("done", (80, 24), "tab-ab"),
+    "console-200x50.svg": ("done", (200, 50), "tab-ab"),
+    "console-running.svg": ("running", (100, 30), "tab-ab"),
+    "console-refused.svg": ("refused", (100, 30), "tab-ab"),
+    "console-identity.svg": ("done", (120, 30), "tab-identity"),
+}
 
-    app = BlockwidthApp(Options(device="cpu", record_dir="/tmp/blockwidth-screenshot-records"))
-    async with app.run_test(size=(132, 44)) as pilot:
+
+async def console_shot(name: str, state: str, size: tuple[int, int], tab: str) -> None:
+    """The console in one of the snapshot tests' states (tests/states.py: fixed figures, so
+    the pictures change only when the console does), saved with Textual's own screenshot."""
+    import tempfile
+
+    from tests.states import enter, make_app
+
+    app = make_app(Path(tempfile.gettempdir()) / "blockwidth-screenshot-state")  # one fixed path: the chain shows it
+    async with app.run_test(size=size) as pilot:
+        await enter(app, pilot, state)
+        app.query_one("TabbedContent").active = tab
         await pilot.pause()
-        await app.workers.wait_for_complete()
-        app.query_one("#widths").value = "2,4,8"
-        app.query_one("#tokens").value = "64"
-        await pilot.press("a")
-        await pilot.pause()
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        app.save_screenshot("console.svg", str(HERE))
-        await pilot.press("right")  # the Identity tab
-        app.query_one("TabbedContent").active = "tab-identity"
-        await pilot.pause()
-        app.save_screenshot("console-identity.svg", str(HERE))
-    print(f"wrote {HERE / 'console.svg'}, {HERE / 'console-identity.svg'}")
+        app.save_screenshot(name, str(HERE))
+    print(f"wrote {HERE / name}")
 
 
 def main() -> int:
     import asyncio
 
-    asyncio.run(console_shot())
+    sys.path.insert(0, str(ROOT))
+    os.environ["XDG_CONFIG_HOME"] = "/tmp/blockwidth-screenshot-config"
+    for name, (state, size, tab) in CONSOLE_SHOTS.items():
+        asyncio.run(console_shot(name, state, size, tab))
+    if "--console-only" in sys.argv:
+        return 0
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="120",
                XDG_CONFIG_HOME="/tmp/blockwidth-screenshot-config")
     for name, args in SHOTS.items():

@@ -1,9 +1,11 @@
-"""The Textual console driven as a user would, on the demo pair (CPU)."""
+"""The Textual console driven from the keyboard only, as an operator would, on the demo pair (CPU)."""
 
 import asyncio
 
+from textual.widgets import Input
 
-from console.app import BlockwidthApp, Options
+from console.app import BlockwidthApp, Options, Phase
+from console.screens import ConfirmScreen, HelpScreen, TextScreen
 from policy import profile
 
 
@@ -17,64 +19,170 @@ async def _settle(app, pilot):
     await pilot.pause()
 
 
-def _ab_inputs(app, widths: str, n: int | None = None, tokens: int | None = None) -> None:
-    """Fill the A/B tab's fields as an operator would before pressing a."""
-    app.query_one("#widths").value = widths
-    if n is not None:
-        app.query_one("#n").value = str(n)
-    if tokens is not None:
-        app.query_one("#tokens").value = str(tokens)
-
-
 def _app(tmp_path):
     return BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"),
                                  record_dir=str(tmp_path / "rec")))
 
 
-def test_console_resolves_runs_ab_and_shows_identity(tmp_path):
+def _text(app, selector) -> str:
+    return str(app.query_one(selector).render())
+
+
+async def _type_fields(pilot, widths: str, n: str, tokens: str, sequential: bool = False) -> None:
+    """w goes to the widths field; each field's text is selected on entry, so typing replaces it.
+    Tab on to the sequential box (on by default) and space toggles it."""
+    await pilot.press("escape", "w", *widths, "tab", *n, "tab", *tokens, "tab")
+    if pilot.app.query_one("#sequential").value != sequential:
+        await pilot.press("space")
+    await pilot.press("shift+tab")  # back in the tokens field, where Enter runs
+
+
+def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
     async def go():
         app = _app(tmp_path)
-        async with app.run_test(size=(140, 48)) as pilot:
+        async with app.run_test(size=(140, 40)) as pilot:
             await _settle(app, pilot)
-            res = str(app.query_one("#resolution").render())
-            assert "width 4" in res and "kind-default" in res and "bfloat16" in res
-            assert app.pair is not None
-            _ab_inputs(app, "2,4", n=1, tokens=16)
-            await pilot.press("a")
+            assert app.phase is Phase.READY and not isinstance(app.focused, Input)
+            assert "width 4" in _text(app, "#resolution") and "kind-default" in _text(app, "#resolution")
+            await _type_fields(pilot, "2,4", "1", "16")
+            assert isinstance(app.focused, Input)
+            await pilot.press("enter")  # Enter in a field runs the A/B ...
+            assert not isinstance(app.focused, Input)  # ... and focus leaves the field
             await _settle(app, pilot)
             s = app.session
-            assert s is not None and [a.name for a in s.arms] == ["w2", "w4"]
+            assert app.phase is Phase.DONE and s is not None and [a.name for a in s.arms] == ["w2", "w4"]
             assert app.query_one("#arms").row_count == 3
-            assert "decision:" in str(app.query_one("#decision").render())
-            assert "tok/s" in str(app.query_one("#plot").render())
-            assert "identical" in str(app.query_one("#identity-head").render())
+            assert not isinstance(app.focused, Input)
+            assert "measured with widths 2,4 · n 1 · 16 tokens" in _text(app, "#settings")
+            assert "tok/s" in _text(app, "#plot")
+            assert "model prediction" in _text(app, "#details") or not s.predicted
+            assert "exactness width 2" in _text(app, "#details")
             assert list((tmp_path / "rec").glob("session-*.json"))
-            # save: either stored (and shown in the profile tab) or refused with a visible reason
-            await pilot.press("s")
+
+            # every key, from the results
+            await pilot.press("c")  # nothing runs: c does nothing, and says nothing wrong
+            assert app.phase is Phase.DONE and app.query_one("#error").has_class("-empty")
+            await pilot.press("o")
             await pilot.pause()
+            assert type(app.screen).__name__ == "PairScreen"
+            await pilot.press("escape")
+            assert app.phase is Phase.DONE and app.session is s  # Escape opened nothing
+            await pilot.press("w")
+            assert app.focused is app.query_one("#widths")
+            await pilot.press("escape")
+            await pilot.press("?")
+            assert isinstance(app.screen, HelpScreen)
+            help_text = str(app.screen.query_one("#help Static").render())
+            for b in app.BINDINGS:
+                assert app.HELP[b.action] in help_text
+            await pilot.press("escape")
+            assert not isinstance(app.screen, HelpScreen)
+
+            await pilot.press("y")
+            assert isinstance(app.screen, TextScreen)
+            shown = str(app.screen.query_one("#text Static").render())
+            assert "mlx_lm.server --model" in shown and "--num-draft-tokens 3" in shown
+            assert "BLOCKWIDTH_DRAFT_BLOCK_SIZE=4" in shown
+            await pilot.press("escape")
+            assert app.clipboard.startswith("mlx_lm.server --model")
+            await pilot.press("Y")
+            assert app.clipboard == "export BLOCKWIDTH_DRAFT_BLOCK_SIZE=4"
+
+            await pilot.press("m")
+            await _settle(app, pilot)
+            assert list((tmp_path / "rec").glob("session-*.md"))
+
+            before = app.query_one("#prompt", Input).value
+            await pilot.press("p")
+            assert app.query_one("#prompt", Input).value != before
+            assert "STALE" in _text(app, "#settings")  # the results no longer match the fields
+            await pilot.press("r")
+            await _settle(app, pilot)
+
+            await pilot.press("2")
+            assert app.query_one("TabbedContent").active == "tab-identity"
+            assert "identical" in _text(app, "#identity-head")
+            first = app._selected_width
+            await pilot.press("right_square_bracket")
+            assert app._selected_width != first
+            await pilot.press("left_square_bracket")
+            assert app._selected_width == first
+            await pilot.press("3")
+            assert app.query_one("TabbedContent").active == "tab-chain"
+            await pilot.press("5")
+            await _settle(app, pilot)
+            assert app.query_one("#records-table").row_count == 1
+            await pilot.press("1")
+            assert app.query_one("TabbedContent").active == "tab-ab"
+
+            # a stale session is not saved; run it again by key, then save
+            await pilot.press("s")
+            assert "fields changed" in _text(app, "#error")
+            await pilot.press("a")
+            await _settle(app, pilot)
+            await pilot.press("s")
+            await _settle(app, pilot)
             p = tmp_path / "p.toml"
             if p.exists():
                 assert len(profile.load(p).entries) == 1
-                assert app.query_one("#profile-table").row_count == 1
-                await pilot.press("d")
-                await pilot.pause()
-                assert profile.load(p).entries == ()
             else:
-                assert "not saved" in str(app.query_one("#error").render())
+                assert "not saved" in _text(app, "#error")
+                assert "--" not in _text(app, "#error")  # console words, not CLI flags
+                p.write_text('schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 3\n')
+                await pilot.press("r")
+            await _settle(app, pilot)
+
+            # d does nothing outside the Profile tab; there it asks, and n keeps the entry
+            await pilot.press("d")
+            assert not isinstance(app.screen, ConfirmScreen)
+            await pilot.press("4")
+            assert app.query_one("#profile-table").row_count == 1
+            await pilot.press("d")
+            assert isinstance(app.screen, ConfirmScreen)
+            await pilot.press("n")
+            assert len(profile.load(p).entries) == 1
+            await pilot.press("d", "y")
+            await _settle(app, pilot)
+            assert profile.load(p).entries == ()
+            await pilot.press("q")
+        assert app.return_code == 0
 
     run(go())
 
 
-def test_console_bad_width_input_is_visible(tmp_path):
+def test_escape_leaves_a_field_and_keys_act_again(tmp_path):
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            await pilot.press("w")
+            assert app.focused is app.query_one("#widths")
+            await pilot.press("escape")
+            assert not isinstance(app.focused, Input)
+            await pilot.press("3")
+            assert app.query_one("TabbedContent").active == "tab-chain"
+
+    run(go())
+
+
+def test_field_errors_name_the_console_field(tmp_path):
     async def go():
         app = _app(tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
             await _settle(app, pilot)
-            _ab_inputs(app, "1,4")
-            await pilot.press("a")
-            await pilot.pause()
-            assert "width 1 is out of range" in str(app.query_one("#error").render())
-            assert app.session is None
+            await _type_fields(pilot, "1,4", "3", "64")
+            await pilot.press("enter")
+            err = _text(app, "#error")
+            assert "widths field '1,4': width 1 is out of range" in err and "--" not in err
+            assert app.query_one("#widths").has_class("-bad")  # the field to fix is marked
+            await _type_fields(pilot, "2", "x", "64")
+            await pilot.press("enter")
+            assert "n field x: must be a whole number" in _text(app, "#error")
+            await _type_fields(pilot, "2", "1", "5000")
+            await pilot.press("enter")
+            err = _text(app, "#error")
+            assert "tokens field 5000" in err and "context of 1024" in err
+            assert app.session is None and app.phase is Phase.READY
 
     run(go())
 
@@ -88,8 +196,8 @@ def test_console_corrupt_profile_is_shown_and_untouched(tmp_path):
         app = BlockwidthApp(Options(device="cpu", profile=str(p)))
         async with app.run_test(size=(120, 40)) as pilot:
             await _settle(app, pilot)
-            assert "line 2" in str(app.query_one("#error").render())
-            assert "no resolution" in str(app.query_one("#resolution").render())
+            assert "line 2" in _text(app, "#error")
+            assert "no resolution" in _text(app, "#resolution")
 
     run(go())
     assert p.read_bytes() == before
@@ -107,25 +215,103 @@ def test_bracketed_text_is_not_eaten_as_markup(tmp_path):
         app = _app(tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
             await _settle(app, pilot)
-            assert "[unquantized bfloat16]" in str(app.query_one("#status").render())
+            assert "[unquantized bfloat16]" in _text(app, "#status")
 
     run(go())
 
 
-def test_console_cancel_stops_the_session(tmp_path):
+def test_console_cancel_stops_the_session_and_says_so(tmp_path):
     async def go():
         app = _app(tmp_path)
         async with app.run_test(size=(120, 40)) as pilot:
             await _settle(app, pilot)
-            _ab_inputs(app, "2,4,8", n=20, tokens=64)
-            await pilot.press("a")
+            await _type_fields(pilot, "2,4,8", "20", "64")
+            await pilot.press("enter")
             await pilot.pause(0.5)
-            await pilot.press("c")
+            await pilot.press("c")  # focus is not in a field, so c cancels
+            assert app.phase in (Phase.CANCELLING, Phase.CANCELLED)
             await _settle(app, pilot)
             assert app.session is not None and app.session.cancelled and not app.session.saveable
-            assert "cancelled" in str(app.query_one("#decision").render())
+            assert app.phase is Phase.CANCELLED
+            assert app.query_one("#progress").has_class("-idle")  # no bar at 100 %
+            assert "cancelled after" in _text(app, "#headline")
+            assert "no width beats classic" not in _text(app, "#details")
             await pilot.press("s")
+            await _settle(app, pilot)
+            assert "cancelled" in _text(app, "#error")
+
+    run(go())
+
+
+def test_failed_pair_load_shows_no_working_bar(tmp_path):
+    bad = tmp_path / "t"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"model_type": "llama"}')
+
+    async def go():
+        app = BlockwidthApp(Options(target=str(bad), device="cpu", profile=str(tmp_path / "p.toml")))
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _settle(app, pilot)
+            assert app.phase is Phase.LOAD_FAILED
+            assert app.query_one("#progress").has_class("-idle")
+            assert "no *.safetensors" in _text(app, "#status")
+            await pilot.press("a")
+            assert "not loaded" in _text(app, "#error")
+
+    run(go())
+
+
+def test_palette_has_every_action(tmp_path):
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await _settle(app, pilot)
+            titles = " ".join(c.title for c in app.get_system_commands(app.screen))
+            for b in app.BINDINGS:
+                if b.action not in ("quit", "help"):
+                    assert b.description in titles, b.description
+
+    run(go())
+
+
+def test_open_another_pair_from_the_console(tmp_path):
+    from engine import demo
+
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _settle(app, pilot)
+            await pilot.press("o")
             await pilot.pause()
-            assert "cancelled" in str(app.query_one("#error").render())
+            await pilot.press("ctrl+a", *str(demo.target("4bit")), "tab", "tab", "ctrl+a", *"lookup", "enter")
+            await _settle(app, pilot)
+            assert app.phase is Phase.READY, _text(app, "#status")
+            assert app.pair.kind.value == "lookup" and app.pair.quantization.scheme.value == "affine"
+            assert "affine" in _text(app, "#resolution")
+            await pilot.press("o")
+            await pilot.pause()
+            await pilot.press("ctrl+a", *"/nope/target", "enter")
+            await _settle(app, pilot)
+            assert app.phase is Phase.LOAD_FAILED and "/nope/target" in _text(app, "#error")
+            assert "target field /nope/target" in _text(app, "#error")  # the dialog's words
+            assert app.query_one("#progress").has_class("-idle")
+
+    run(go())
+
+
+def test_the_width_in_effect_is_always_measured(tmp_path):
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", flag="6", profile=str(tmp_path / "p.toml"),
+                                    record_dir=str(tmp_path / "rec")))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _settle(app, pilot)
+            assert app.query_one("#widths", Input).value == "2,4,6,8"  # the default widths gain it
+            await _type_fields(pilot, "2", "1", "8")
+            await pilot.press("enter")
+            await _settle(app, pilot)
+            assert [a.width for a in app.session.arms] == [2, 6]  # and a run adds it
+            assert "(+ w6: the width in effect)" in _text(app, "#settings")
+            assert "width 6 in effect" in _text(app, "#details")
+            assert "w6 *" in str(app.query_one("#arms").get_row("w6")[0])
 
     run(go())

@@ -123,7 +123,8 @@ GOOD_TENSOR = {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}
     ("truncated", {"model_type": "llama"}, {"w": {"dtype": "F32", "shape": [1000], "data_offsets": [0, 4000]}},
      16, "truncated"),
     ("deep-header", {"model_type": "llama"}, {"w": json.loads("[" * 300 + "]" * 300)}, 0, "nested deeper"),
-])
+], ids=lambda v: str(v)[:24])  # a 200,000-character id reaches PYTEST_CURRENT_TEST, and the CLI subprocess
+# then fails to start: the environment string exceeds the kernel's 128 KiB limit (E2BIG)
 def test_broken_checkpoints_are_one_line(tmp_path, name, config, header, data, needle):
     d = _folder(tmp_path, name, config, header, data)
     p = run_cli("inspect", str(d), "--json")

@@ -1,0 +1,158 @@
+"""What a finished A/B session means: the profile entry it may become, or why not,
+and the headline that says so. Pure: values in, values out (no files, no probes).
+
+The CLI and the console both ask these functions, so the words a session earns
+(and their colour in the console) follow whether it can be saved.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any
+
+from engine.ab import Session, Verdict
+from policy.device import Device
+from policy.drafter import DrafterKind
+from policy.profile import Override
+from policy.quantization import Quantization
+
+
+class Front(str, Enum):
+    """Which front end a refusal is worded for (each names its own controls)."""
+
+    CLI = "cli"
+    CONSOLE = "console"
+
+
+class RefusalKind(str, Enum):
+    CANCELLED = "cancelled"
+    DRIFT = "drift"
+    DIFFERS = "output differs"
+    UNDECIDED = "undecided"
+    NOT_MEASURED = "not measured"
+
+
+_REMEDY = {
+    (RefusalKind.DIFFERS, Front.CLI): "--allow-nonidentical saves it, recorded as not byte-identical",
+    (RefusalKind.DIFFERS, Front.CONSOLE): "the console saves only byte-identical widths "
+                                          "(the headless sweep can store it, marked not byte-identical)",
+    (RefusalKind.UNDECIDED, Front.CLI): "run more repetitions (-n, or --sequential)",
+    (RefusalKind.UNDECIDED, Front.CONSOLE): "run more repetitions (raise n, or turn on sequential)",
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    kind: RefusalKind
+    detail: str
+
+    def say(self, front: Front = Front.CLI) -> str:
+        remedy = _REMEDY.get((self.kind, front))
+        return self.detail + (f"; {remedy}" if remedy else "")
+
+
+@dataclass(frozen=True)
+class PairFacts:
+    """What the entry is keyed on, taken from the loaded pair (no model objects)."""
+
+    kind: DrafterKind
+    quantization: Quantization
+    pair_id: str
+
+
+def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str | None,
+                  measured_at: str, record: str, allow_nonidentical: bool = False,
+                  pair_specific: bool = False) -> Override | Refusal:
+    """The profile entry a session earns (a width, or a decline), or the refusal and why."""
+    if session.cancelled:
+        return Refusal(RefusalKind.CANCELLED, "the session was cancelled")
+    if session.drift:
+        return Refusal(RefusalKind.DRIFT, session.drift_why)
+    width, identical = session.recommendation, True
+    if width is None:
+        faster = [a for a in session.arms if a.verdict is Verdict.FASTER_DIFFERS]
+        if faster and allow_nonidentical:
+            best = max(faster, key=lambda a: a.decode_range().median)
+            width, identical = best.width, False
+        elif faster:
+            return Refusal(RefusalKind.DIFFERS, f"{', '.join(a.name for a in faster)} faster but "
+                                                f"output differs from classic")
+        elif any(a.verdict is Verdict.UNDECIDED for a in session.arms):
+            return Refusal(RefusalKind.UNDECIDED, "undecided: ranges overlap")
+        elif not any(a.verdict is Verdict.SLOWER for a in session.arms):
+            return Refusal(RefusalKind.NOT_MEASURED, "no width was measured (the drafter declined every round)")
+    q = pair.quantization
+    c = session.classic.decode_range()
+    evidence: dict[str, Any] = {
+        "n": session.reps, "classic_tok_s": c.to_list(), "prompt_sha256": session.prompt_sha256,
+        "prompt_tokens": len(session.prompt_ids), "new_tokens": session.config.max_tokens,
+        "record": record, "decision": session.decision,
+    }
+    if width is not None:
+        evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
+    return Override(
+        backend=device.backend, drafter_kind=pair.kind, width=width, decline=width is None,
+        compute_capability=device.compute_capability, device_name=device.name or None,
+        quant_scheme=q.scheme.value, quant_bits=q.bits,
+        quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
+        mlx=mlx, measured_at=measured_at, byte_identical=identical, evidence=evidence,
+    )
+
+
+class Tone(str, Enum):
+    """How a headline may look: only a result that can be saved as a win is GOOD."""
+
+    GOOD = "good"  # a width wins and can be saved
+    PLAIN = "plain"  # classic wins; a decline can be saved
+    WARN = "warn"  # nothing can be saved: undecided, differs, drift, not measured
+    BAD = "bad"  # the width in effect loses to classic
+    STOPPED = "stopped"  # cancelled
+
+
+@dataclass(frozen=True)
+class Headline:
+    text: str
+    tone: Tone
+    saveable: bool
+
+
+def headline(session: Session, planned_runs: int | None = None) -> Headline:
+    """One line for the top of the results; its tone follows whether the result can be saved."""
+    if session.cancelled:
+        done = sum(len(a.runs) for a in [session.classic, *session.arms])
+        of = f" of {planned_runs}" if planned_runs else ""
+        return Headline(f"cancelled after {done}{of} measured runs: no verdict, nothing to save",
+                        Tone.STOPPED, False)
+    if session.drift:
+        return Headline(f"not saveable: classic drifted (measured: {session.decision})", Tone.WARN, False)
+    if session.recommendation is not None:
+        return Headline(f"width {session.recommendation} beats classic", Tone.GOOD, True)
+    verdicts = {a.verdict for a in session.arms}
+    if Verdict.FASTER_DIFFERS in verdicts:
+        return Headline("a width is faster but its output differs from classic: not saveable", Tone.WARN,
+                        False)
+    if Verdict.UNDECIDED in verdicts:
+        return Headline("undecided: ranges overlap, more repetitions needed", Tone.WARN, False)
+    if Verdict.SLOWER in verdicts:
+        return Headline("classic wins: every measured width is slower (saves as a decline)", Tone.PLAIN,
+                        True)
+    return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
+
+
+def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | None:
+    """What the session says about the width in effect, and how loudly to say it."""
+    if width is None or session.cancelled:
+        return None
+    try:
+        arm = session.arm(width)
+    except KeyError:
+        return (f"width {width} in effect was not measured in this session", Tone.WARN)
+    v = arm.verdict
+    if v is Verdict.WINS and session.recommendation == width:
+        return (f"width {width} in effect is the best measured here", Tone.GOOD)
+    if v is Verdict.WINS:
+        return (f"width {width} in effect beats classic, but w{session.recommendation} is faster", Tone.WARN)
+    if v is Verdict.SLOWER:
+        return (f"width {width} in effect is SLOWER than classic here", Tone.BAD)
+    return (f"width {width} in effect: {v.value} against classic", Tone.WARN)

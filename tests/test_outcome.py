@@ -1,0 +1,68 @@
+"""Session -> profile entry or refusal, and the headline: pure functions on fixed sessions."""
+
+from console.outcome import Front, PairFacts, Refusal, RefusalKind, Tone, headline, in_effect_note, profile_entry
+from engine.ab import Verdict, decide
+from policy.device import parse_device_spec
+from policy.profile import Override
+from tests.states import demo_pair, fixture_session
+
+CPU = parse_device_spec("cpu")
+
+
+def _entry(session, **kw):
+    pair = demo_pair()
+    return profile_entry(session, PairFacts(pair.kind, pair.quantization, pair.pair_id), CPU, mlx="0.32.4",
+                         measured_at="2026-01-01T00:00:00Z", record="r.json", **kw)
+
+
+def test_a_win_becomes_an_entry_with_its_evidence():
+    e = _entry(fixture_session())
+    assert isinstance(e, Override) and e.width == 4 and not e.decline and e.byte_identical
+    assert e.backend.value == "cpu" and e.quant_scheme == "none" and e.pair is None
+    assert e.evidence["width_tok_s"] == [60.0, 62.0, 63.0] and e.evidence["record"] == "r.json"
+    assert _entry(fixture_session(), pair_specific=True).pair == demo_pair().pair_id
+    h = headline(fixture_session())
+    assert (h.tone, h.saveable) == (Tone.GOOD, True) and "width 4 beats classic" in h.text
+
+
+def test_refusals_are_worded_for_each_front_end():
+    r = _entry(fixture_session(cancelled=True))
+    assert isinstance(r, Refusal) and r.kind is RefusalKind.CANCELLED
+    assert headline(fixture_session(cancelled=True)).tone is Tone.STOPPED
+
+    drifted = fixture_session(drift=True)
+    r = _entry(drifted)
+    assert isinstance(r, Refusal) and r.kind is RefusalKind.DRIFT
+    h = headline(drifted)
+    assert not h.saveable and h.tone is Tone.WARN  # never green above a refusal
+
+    s = fixture_session()
+    for arm in s.arms:  # every faster width now differs from classic
+        arm.identity = type(arm.identity)(**{**arm.identity.to_dict(), "identical_ids": False,
+                                             "first_divergence": 3})
+    decide(s)
+    r = _entry(s)
+    assert isinstance(r, Refusal) and r.kind is RefusalKind.DIFFERS
+    assert "--allow-nonidentical" in r.say(Front.CLI) and "--" not in r.say(Front.CONSOLE)
+    kept = _entry(s, allow_nonidentical=True)
+    assert isinstance(kept, Override) and not kept.byte_identical
+
+
+def test_a_lost_width_in_effect_is_flagged():
+    s = fixture_session()
+    assert in_effect_note(s, 4)[1] is Tone.GOOD
+    assert in_effect_note(s, 8)[1] is Tone.BAD and "SLOWER" in in_effect_note(s, 8)[0]
+    assert in_effect_note(s, 6)[1] is Tone.WARN  # not measured
+    assert in_effect_note(fixture_session(cancelled=True), 4) is None
+
+
+def test_every_width_slower_saves_a_decline():
+    s = fixture_session()
+    for arm in s.arms:
+        for run in arm.runs:
+            run.decode_s *= 3
+    decide(s)
+    assert all(a.verdict is Verdict.SLOWER for a in s.arms)
+    e = _entry(s)
+    assert isinstance(e, Override) and e.decline and e.width is None
+    assert headline(s).tone is Tone.PLAIN
