@@ -53,6 +53,7 @@ class Options:
     profile: str | None = None
     variant: str = "bf16"
     record_dir: str | None = None
+    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed
 
 
 class Phase(str, Enum):
@@ -628,13 +629,23 @@ class BlockwidthApp(App):
         self.query_one("#results").set_class(stale, "-stale")
         self._render_settings(stale)
 
+    def _attention(self) -> str:
+        """The verify attention in effect: the session's, else what ``auto`` means here."""
+        if self.session is not None and getattr(self.session, "attention", ""):
+            return self.session.attention
+        from engine.attention import effective
+
+        mode = self.options.verify_attention
+        eff = effective(mode).value
+        return eff if mode == eff else f"{eff} ({mode})"
+
     def _render_settings(self, stale: bool = False) -> None:
         req = self.request
         if req is None:
             return
         said = ("running with " if self.phase.busy else "failed with " if self.phase is Phase.FAILED
                 else "measured with ")
-        t = Text.assemble((said, "dim"), req.settings())
+        t = Text.assemble((said, "dim"), req.settings(), f" · verify attention {self._attention()}")
         added = self._added_width
         if added:
             t.append(f" (+ w{added}: the width in effect)", style="dim")
@@ -682,7 +693,8 @@ class BlockwidthApp(App):
         from engine.ab import AbConfig
 
         config = AbConfig(widths=widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
-                          sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds)
+                          sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
+                          verify_attention=self.options.verify_attention)
         self.begin(req, config.planned_runs)
         self._cancel = threading.Event()
         self.run_ab(config)

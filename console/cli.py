@@ -155,7 +155,7 @@ def _console(args: argparse.Namespace) -> int:
 
     return run_app(Options(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                            device=args.device, profile=args.profile, variant=args.demo_target,
-                           record_dir=args.record_dir))
+                           record_dir=args.record_dir, verify_attention=args.verify_attention))
 
 
 _BEFORE = "before:"  # dest prefix of an option given before the subcommand
@@ -202,6 +202,9 @@ def build_parser() -> argparse.ArgumentParser:
     _pair_args(ap)
     _resolution_args(ap)
     ap.add_argument("--record-dir", help="where A/B session records go (default: user data dir)")
+    from console.measure import attention_arg
+
+    attention_arg(ap)
     _mark_before(ap)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 

@@ -281,10 +281,11 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
 
     points = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms, note(p)) for p in curve.points]
     print("\n".join(bars(points, "ms")))
-    replayed = [p for p in curve.points if p.cold_over_warm and p.cold_over_warm >= 1.5]
+    replayed = [p for p in curve.points if p.rows >= 2 and p.cold_over_warm and p.cold_over_warm >= 1.5]
     if replayed:
-        print("cold >> warm (work keyed on the KV length, rebuilt every round): " + ", ".join(
-            f"{p.rows} rows {p.cold_over_warm:.1f}x" for p in replayed))
+        print("cold >> warm: " + ", ".join(f"{p.rows} rows {p.cold_over_warm:.1f}x" for p in replayed)
+              + " (work keyed on the KV length is rebuilt every round, as fused attention's cuDNN "
+                "plans are on CUDA; on a busy host it can also be noise)")
     if curve.boundaries():
         print("kernel boundaries: " + ", ".join(f"{p.boundary} at {p.rows} rows" for p in curve.boundaries()))
     else:

@@ -315,3 +315,31 @@ def test_the_width_in_effect_is_always_measured(tmp_path):
             assert "w6 *" in str(app.query_one("#arms").get_row("w6")[0])
 
     run(go())
+
+
+def test_the_console_runs_and_shows_the_verify_attention_it_was_given(tmp_path):
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"),
+                                    record_dir=str(tmp_path / "rec"), verify_attention="plain"))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _settle(app, pilot)
+            await _type_fields(pilot, "2", "1", "8")
+            await pilot.press("enter")
+            await _settle(app, pilot)
+            assert app.session.attention == "plain"
+            assert all(r.attention["mode"] == "plain" for a in app.session.arms for r in a.runs)
+            assert "verify attention plain" in _text(app, "#settings")
+
+    asyncio.run(go())
+
+
+def test_verify_attention_is_a_console_option_and_a_bad_one_is_refused():
+    from console.cli import _apply_before, build_parser
+    from tests.conftest import run_cli
+
+    ap = build_parser()
+    args = ap.parse_args(["--verify-attention", "bucketed"])
+    _apply_before(ap, args)
+    assert args.command is None and args.verify_attention == "bucketed"  # the console takes it
+    out = run_cli("--verify-attention", "cudnn", "resolve")
+    assert out.returncode == 2 and "cudnn" in out.stderr and len(out.stderr.strip().splitlines()) == 1
