@@ -26,6 +26,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
+from console import check  # noqa: E402
 from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
 from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileBusy, ProfileError  # noqa: E402
 from policy.resolve import WidthError  # noqa: E402
@@ -205,6 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     from console.measure import attention_arg
 
     attention_arg(ap)
+    check.add_arguments(ap)
     _mark_before(ap)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -233,6 +235,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap = build_parser()
         args = ap.parse_args(argv)
         _apply_before(ap, args)
+        code = check.dispatch(args)  # --check, or its options refused without it
+        if code is not None:
+            return code
         if not getattr(args, "func", None):
             return _console(args)
         return int(args.func(args))

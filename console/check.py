@@ -1,0 +1,713 @@
+"""The ``--check`` mode for CI: is the profile still true for this runner?
+
+Static checks read the profile, the records it names and the configured pairs,
+and never run a model. Measured checks (``--measure``) run a short A/B with the
+engine's method and decision rules. One profile serves every machine a team
+has: entries for another device are skipped, never failed.
+
+No Textual here (a test proves it), and MLX loads only when a measurement runs,
+so the console's Profile tab and the headless command share this module.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from console.inputs import ExitCode
+from policy.device import Backend, Device
+from policy.profile import Override, Profile
+from policy.resolve import Resolution, Source
+
+
+class Status(str, Enum):
+    PASS = "pass"
+    WARN = "warn"  # allowed, unless --strict
+    FAIL = "fail"
+    SKIP = "skip"  # not this runner's business: another machine's entry, a kind the engine cannot run
+    INCONCLUSIVE = "inconclusive"  # a measurement that decided nothing; never a pass
+
+
+class Mark(str, Enum):
+    """What the console's Profile tab shows beside each entry, for this device."""
+
+    PASS = "pass"
+    WARN = "warn"
+    STALE = "stale"
+    SKIP = "skip"
+    FAIL = "fail"
+
+
+class Category(str, Enum):
+    PROFILE = "profile"  # the file as a whole
+    ENTRY = "entry"  # one entry, on this device
+    RESOLVE = "resolve"  # a configured pair's resolution
+    MEASURE = "measure"  # a short A/B on this machine
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    status: Status
+    detail: str
+    category: Category = Category.PROFILE
+    figures: Mapping[str, Any] = field(default_factory=dict)
+    entry: int | None = None  # 1-based index of the profile entry it is about
+    line: int | None = None
+    stale: bool = False  # a warning because the entry was measured under another MLX
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "status": self.status.value, "detail": self.detail,
+                "category": self.category.value, "entry": self.entry, "line": self.line,
+                "figures": dict(self.figures)}
+
+
+def exit_code(checks: Sequence[Check], *, strict: bool = False,
+              allow_inconclusive: bool = False) -> ExitCode:
+    """0 when all pass (warnings too, unless strict); 1 when any check failed."""
+    statuses = {c.status for c in checks}
+    if Status.FAIL in statuses:
+        return ExitCode.CHECK_FAILED
+    if Status.INCONCLUSIVE in statuses and not allow_inconclusive:
+        return ExitCode.CHECK_FAILED
+    if Status.WARN in statuses and strict:
+        return ExitCode.CHECK_FAILED
+    return ExitCode.OK
+
+
+# ---- the entries, read statically -------------------------------------------------------------
+
+def entry_label(i: int, e: Override) -> str:
+    """``entry 3 (line 12)``: how every check names an entry, so one grep finds it in the file."""
+    return f"entry {i}" + (f" (line {e.line})" if e.line else "")
+
+
+def for_device(e: Override, device: Device) -> tuple[bool, str]:
+    """Whether an entry describes this device at all (quantization, kind and pair aside)."""
+    if e.backend is not device.backend:
+        return False, f"for {e.backend.value}; this device is {device.describe()}"
+    if e.compute_capability and e.compute_capability != device.compute_capability:
+        return False, (f"for compute capability {e.compute_capability}; this device has "
+                       f"{device.compute_capability or 'none known'}")
+    if e.device_name and e.device_name.lower() != (device.name or "").lower():
+        named = (repr(device.name) if device.name else
+                 "not known (named by --device)" if not device.probed else "not known")
+        return False, f"for device {e.device_name!r}; this device's name is {named}"
+    return True, f"applies to {device.describe()}"
+
+
+def _constraints(e: Override) -> dict[str, Any]:
+    """The keys an entry matches on, normalised as the matcher compares them."""
+    keys = {"backend": e.backend.value, "drafter_kind": e.drafter_kind.value,
+            "compute_capability": e.compute_capability,
+            "device_name": e.device_name.lower() if e.device_name else None,
+            "quant_scheme": e.quant_scheme, "quant_bits": e.quant_bits,
+            "quant_group_size": e.quant_group_size, "pair": e.pair}
+    return {k: v for k, v in keys.items() if v is not None}
+
+
+def _compatible(a: Override, b: Override) -> bool:
+    """Some situation matches both: every key both set has the same value."""
+    ca, cb = _constraints(a), _constraints(b)
+    return all(ca[k] == cb[k] for k in ca.keys() & cb.keys())
+
+
+def _outcome(e: Override) -> str:
+    return "decline" if e.decline else f"width {e.width}"
+
+
+def duplicate_checks(profile: Profile) -> list[Check]:
+    """Entries with the same match keys: the resolver would pick one by date, silently.
+    A property of the file, so it fails on every runner, whichever device it names."""
+    groups: dict[tuple, list[int]] = {}
+    for i, e in enumerate(profile.entries, 1):
+        groups.setdefault(tuple(sorted(_constraints(e).items())), []).append(i)
+    out = []
+    for idx in (g for g in groups.values() if len(g) > 1):
+        es = [profile.entries[i - 1] for i in idx]
+        names = ", ".join(entry_label(i, e) for i, e in zip(idx, es))
+        out.append(Check(
+            f"duplicate match keys: entries {', '.join(map(str, idx))}", Status.FAIL,
+            f"{names} have the same match keys ({es[0].describe_keys()}): only the latest "
+            f"measured_at would apply; keep one", figures={"entries": idx,
+                                                          "outcomes": [_outcome(e) for e in es]},
+            entry=idx[0], line=es[0].line))
+    if not out:
+        out.append(Check("duplicate match keys", Status.PASS,
+                         f"no two of {len(profile.entries)} entries share their match keys"))
+    return out
+
+
+def shadow_checks(profile: Profile, device: Device) -> list[Check]:
+    """A more specific entry that overrides a broader one where both match, with another
+    width, must say why (a ``note``). Checked among the entries for this device: another
+    machine's are its runner's business."""
+    mine = [(i, e) for i, e in enumerate(profile.entries, 1) if for_device(e, device)[0]]
+    out = []
+    for i, broad in mine:
+        for j, narrow in mine:
+            if i == j or not _compatible(broad, narrow):
+                continue
+            if narrow.specificity() <= broad.specificity():
+                continue
+            if _constraints(narrow) == _constraints(broad):
+                continue  # a duplicate, reported as such
+            if _outcome(narrow) == _outcome(broad):
+                continue  # agrees where it wins: nothing hidden
+            said = narrow.note
+            head = (f"{entry_label(j, narrow)}, {_outcome(narrow)} for {narrow.describe_keys()}, wins over "
+                    f"{entry_label(i, broad)}, {_outcome(broad)} for {broad.describe_keys()}, wherever both match")
+            if said:
+                status, detail = Status.PASS, f"{head}; it says why: {said!r}"
+            else:
+                status, detail = Status.WARN, (f"{head}, and does not say why: add note = \"...\" to "
+                                               f"{entry_label(j, narrow)}")
+            out.append(Check(f"entry {i}: shadowed by entry {j}", status, detail, Category.ENTRY,
+                             figures={"shadowed": i, "by": j, "note": said}, entry=i, line=broad.line))
+    if not out:
+        out.append(Check("shadowing", Status.PASS,
+                         "no entry for this device is overridden by a more specific one with another width"))
+    return out
+
+
+def record_path(e: Override, profile: Profile) -> Path | None:
+    """The record an entry names; a relative path is read beside the profile (records
+    committed with it), an absolute one as written."""
+    rec = e.evidence.get("record") if isinstance(e.evidence, Mapping) else None
+    if not isinstance(rec, str) or not rec:
+        return None
+    p = Path(rec).expanduser()
+    return p if p.is_absolute() else profile.path.parent / p
+
+
+def record_check(i: int, e: Override, profile: Profile) -> Check:
+    name = f"entry {i}: record"
+    path = record_path(e, profile)
+    if path is None:
+        return Check(name, Status.WARN, "names no record (evidence.record): "
+                     "nothing shows what it was decided on", Category.ENTRY, entry=i, line=e.line)
+    figures = {"record": str(path)}
+    if path.is_file():
+        try:
+            rec = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as err:
+            return Check(name, Status.FAIL, f"record {path} cannot be read ({err})",
+                         Category.ENTRY, figures, entry=i, line=e.line)
+        host = rec.get("host", {}) if isinstance(rec, dict) else {}
+        dev = host.get("device", {}) if isinstance(host, dict) else {}
+        where = " ".join(str(x) for x in (dev.get("backend"), dev.get("name")) if x) or "unknown host"
+        return Check(name, Status.PASS, f"record {path} present (written on {where}, MLX {host.get('mlx')})",
+                     Category.ENTRY, figures, entry=i, line=e.line)
+    # A folder that exists here but lacks the file: deleted or moved on this machine. A folder
+    # that does not exist here: the record stayed on the machine that measured it.
+    if path.parent.is_dir():
+        return Check(name, Status.FAIL, f"record {path} is missing (its folder "
+                     "is here: deleted or moved?)", Category.ENTRY, figures, entry=i, line=e.line)
+    return Check(name, Status.WARN, f"record {path} is not on this machine "
+                 "(written on another machine); commit records beside the profile and name them "
+                 "relative to it", Category.ENTRY, figures, entry=i, line=e.line)
+
+
+def stale_check(i: int, e: Override, mlx: str | None) -> Check:
+    name = f"entry {i}: mlx version"
+    figures = {"entry_mlx": e.mlx, "running_mlx": mlx}
+    if not e.mlx:
+        return Check(name, Status.WARN, "records no MLX version: cannot tell "
+                     "whether it is stale", Category.ENTRY, figures, entry=i, line=e.line)
+    if mlx and e.mlx != mlx:
+        return Check(name, Status.WARN, f"stale: measured under MLX {e.mlx}, "
+                     f"running {mlx} (a failure with --strict; re-measure with sweep --save)",
+                     Category.ENTRY, figures, entry=i, line=e.line, stale=True)
+    return Check(name, Status.PASS, f"measured under MLX {e.mlx}, as running", Category.ENTRY,
+                 figures, entry=i, line=e.line)
+
+
+def entry_checks(profile: Profile, device: Device, mlx: str | None) -> list[Check]:
+    """Per entry: whether it applies here; if it does, its record and its MLX version."""
+    out = []
+    for i, e in enumerate(profile.entries, 1):
+        applies, why = for_device(e, device)
+        head = f"{_outcome(e)} for {e.describe_keys()}"
+        if not applies:
+            out.append(Check(f"entry {i}: device", Status.SKIP, f"another machine's entry ({why}): {head}",
+                             Category.ENTRY, {"outcome": _outcome(e)}, entry=i, line=e.line))
+            continue
+        out.append(Check(f"entry {i}: device", Status.PASS, f"{why}: {head}", Category.ENTRY,
+                         {"outcome": _outcome(e)}, entry=i, line=e.line))
+        out.append(record_check(i, e, profile))
+        out.append(stale_check(i, e, mlx))
+    return out
+
+
+# ---- configured pairs -------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class ConfiguredPair:
+    """A pair this runner uses: from the command line, or named by a record in the profile."""
+
+    label: str
+    target: Path
+    drafter: Path | None
+    kind: str  # the drafter kind it resolved with
+    pair_id: str
+    origin: str
+    resolution: Resolution
+    entry: int | None  # the profile entry that matches it here (1-based), whatever won
+
+    @property
+    def demo(self) -> bool:
+        from engine import demo
+
+        return self.target.parent == demo.PAIR_DIR
+
+
+def configure_pair(*, target: str | None, draft: str | None, kind: str | None, variant: str,
+                   flag: str | None, device: Device, profile: Profile, mlx: str | None,
+                   origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
+    """Resolve one pair against the loaded profile and device. Raises InputError/WidthError."""
+    from console.inputs import drafter_info, pair_paths, target_quantization
+    from engine.checkpoint import pair_id
+    from policy.resolve import resolve
+
+    paths = pair_paths(target, draft, variant, kind)
+    info = drafter_info(paths, kind)
+    quant = target_quantization(paths.target)
+    pid = pair_id(paths.target, paths.drafter)
+    res = resolve(drafter_kind=info.kind, device=device, quantization=quant, flag=flag,
+                  env=os.environ if env is None else env, profile=profile,
+                  declared_width=info.declared_width, declared_detail=info.detail, pair=pid,
+                  mlx_version=mlx)
+    entry = profile.match(device, quant, info.kind, pid)
+    index = next((i for i, e in enumerate(profile.entries, 1) if e is entry), None)
+    label = f"{paths.target.name} + {paths.drafter.name if paths.drafter else 'lookup'}"
+    return ConfiguredPair(label, paths.target, paths.drafter, info.kind.value, pid, origin, res, index)
+
+
+def recorded_pairs(profile: Profile, device: Device) -> list[tuple[int, str, str | None, str]]:
+    """Pairs the profile names through the records of this device's entries, where the
+    record and the pair's folders exist on this machine: (entry, target, drafter, kind)."""
+    out = []
+    for i, e in enumerate(profile.entries, 1):
+        if not for_device(e, device)[0]:
+            continue
+        path = record_path(e, profile)
+        if path is None or not path.is_file():
+            continue
+        try:
+            pair = json.loads(path.read_text(encoding="utf-8")).get("pair", {})
+        except (OSError, UnicodeDecodeError, ValueError, AttributeError):
+            continue  # the record check reports it
+        target, drafter = pair.get("target"), pair.get("drafter")
+        if not isinstance(target, str) or not Path(target).is_dir():
+            continue
+        if drafter is not None and not (isinstance(drafter, str) and Path(drafter).is_dir()):
+            continue
+        out.append((i, target, drafter, str(pair.get("drafter_kind") or "")))
+    return out
+
+
+def resolve_check(p: ConfiguredPair) -> Check:
+    r = p.resolution
+    figures = {"target": str(p.target), "drafter": str(p.drafter) if p.drafter else None,
+               "drafter_kind": p.kind, "pair": p.pair_id, "origin": p.origin, "width": r.width,
+               "source": r.source.value, "decline": r.decline, "stale": r.stale, "entry": p.entry}
+    detail = r.reason + ("" if p.origin == "command line" else f"; pair named by the {p.origin}")
+    if r.source in (Source.FLAG, Source.ENV) and p.entry is not None:
+        detail += f"; the operator override hides profile entry {p.entry}"
+    return Check(f"resolve: {p.label}", Status.PASS, detail, Category.RESOLVE, figures, entry=p.entry)
+
+
+def static_checks(profile: Profile, device: Device, mlx: str | None,
+                  pairs: Sequence[ConfiguredPair] = ()) -> list[Check]:
+    """Every check that needs no model run, in the order the summary prints them."""
+    n = len(profile.entries)
+    where = str(profile.path) if profile.exists else f"{profile.path} (not present: empty)"
+    checks = [Check("profile", Status.PASS, f"{where} parses and validates: schema 1, {n} "
+                    f"entr{'y' if n == 1 else 'ies'}", figures={"path": str(profile.path), "entry_count": n})]
+    checks += duplicate_checks(profile)
+    checks += entry_checks(profile, device, mlx)
+    checks += shadow_checks(profile, device)
+    checks += [resolve_check(p) for p in pairs]
+    return checks
+
+
+@dataclass(frozen=True)
+class EntryMark:
+    mark: Mark
+    why: str
+
+
+def marks(checks: Sequence[Check], count: int) -> list[EntryMark]:
+    """One mark per entry from the checks about it: fail, then skip (another machine's),
+    then stale, then warn, else pass."""
+    out = []
+    for i in range(1, count + 1):
+        mine = [c for c in checks if c.entry == i or i in c.figures.get("entries", ())]
+        for wanted, test in ((Mark.FAIL, lambda c: c.status is Status.FAIL),
+                             (Mark.SKIP, lambda c: c.status is Status.SKIP),
+                             (Mark.STALE, lambda c: c.stale),
+                             (Mark.WARN, lambda c: c.status is Status.WARN)):
+            hit = next((c for c in mine if test(c)), None)
+            if hit is not None:
+                out.append(EntryMark(wanted, hit.detail))
+                break
+        else:
+            out.append(EntryMark(Mark.PASS, "applies here; record present; measured under this MLX"))
+    return out
+
+
+def profile_marks(profile: Profile, device: Device, mlx: str | None = None) -> list[EntryMark]:
+    """The Profile tab's column: each entry's mark for this device, from the static checks."""
+    if mlx is None:
+        from console.inputs import mlx_version
+
+        mlx = mlx_version()
+    return marks(static_checks(profile, device, mlx), len(profile.entries))
+
+
+# ---- measured checks ------------------------------------------------------------------------
+
+DEFAULT_DECLINED = (2, 4, 8)  # widths a decline is re-tried at when it says none itself
+
+
+def declined_widths(e: Override, profile: Profile) -> tuple[tuple[int, ...], str]:
+    """The widths a decline declined: its evidence, else its record's session, else a default."""
+    ws = e.evidence.get("widths") if isinstance(e.evidence, Mapping) else None
+    if isinstance(ws, list) and ws and all(isinstance(w, int) and w >= 2 for w in ws):
+        return tuple(ws), "the entry's evidence"
+    path = record_path(e, profile)
+    if path is not None and path.is_file():
+        try:
+            ws = json.loads(path.read_text(encoding="utf-8"))["config"]["widths"]
+            if ws and all(isinstance(w, int) and w >= 2 for w in ws):
+                return tuple(ws), f"record {path.name}"
+        except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
+            pass
+    return DEFAULT_DECLINED, "no widths recorded; the default"
+
+
+def measured_status(e: Override, session: Any) -> tuple[Status, str]:
+    """The check's verdict on one entry from a finished A/B session (engine rules:
+    a width wins only with disjoint ranges and identical output).
+
+    A session whose classic drifted beyond what noise explains is inconclusive. When the
+    engine cannot tell drift from noise (few runs), a disjoint verdict stands: classic
+    opens and closes the session, so a steady drift widens classic's range over the
+    width's and shows up as overlap (undecided), not as a win or a loss."""
+    from engine.ab import DRIFT_CHANCE, Verdict
+
+    if session.cancelled:
+        return Status.INCONCLUSIVE, "the session was cancelled"
+    arms = session.arms
+    c = session.classic.decode_range()
+    broken = [a for a in arms if a.identity is not None and not a.identity.identical_ids]
+    drifted = session.drift and session.drift_chance is not None and session.drift_chance <= DRIFT_CHANCE
+    noise_note = ""
+    if session.drift and not drifted:
+        noise_note = (f"; classic's opening and closing runs do not overlap, which noise alone does "
+                      f"{session.drift_chance:.0%} of the time at this n: the verdict stands because "
+                      f"classic brackets the session")
+
+    def arms_text() -> str:
+        return "; ".join(f"{a.name} {a.verdict.value} ({a.why})" for a in arms)
+
+    if e.decline:
+        if broken:
+            return Status.FAIL, ("identity broke: " + "; ".join(f"{a.name} {a.identity.describe()}" for a in broken))
+        if drifted:
+            return Status.INCONCLUSIVE, session.drift_why
+        winners = [a for a in arms if a.verdict is Verdict.WINS]
+        if winners:
+            best = max(winners, key=lambda a: a.decode_range().median)
+            return Status.FAIL, (f"a declined width now wins clearly: {best.name} {best.why}; the profile "
+                                 f"leaves speed on the table (re-measure with sweep --save)")
+        open_ = [a for a in arms if a.verdict in (Verdict.UNDECIDED, Verdict.NOT_MEASURED)]
+        if open_:
+            return Status.INCONCLUSIVE, (f"{', '.join(a.name for a in open_)} not decided: {arms_text()}; "
+                                         f"more repetitions (-n) may decide")
+        return Status.PASS, f"every declined width still loses to classic ({c.min:.1f}-{c.max:.1f} tok/s): {arms_text()}{noise_note}"
+
+    arm = arms[0]
+    expects_identical = e.byte_identical
+    if broken and expects_identical:
+        return Status.FAIL, f"identity broke: {arm.name} {arm.identity.describe()}; the entry says byte-identical"
+    if drifted:
+        return Status.INCONCLUSIVE, session.drift_why
+    if arm.verdict is Verdict.WINS or (arm.verdict is Verdict.FASTER_DIFFERS and not expects_identical):
+        note = "" if expects_identical else "; output differs from classic, as the entry records"
+        return Status.PASS, f"{arm.name} still wins: {arm.why}{note}{noise_note}"
+    if arm.verdict is Verdict.SLOWER:
+        return Status.FAIL, f"width {arm.width} no longer wins: {arm.why}{noise_note}"
+    return Status.INCONCLUSIVE, f"{arm.name} {arm.verdict.value}: {arm.why}; more repetitions (-n) may decide"
+
+
+@dataclass(frozen=True)
+class MeasureOptions:
+    n: int = 3
+    max_tokens: int = 32
+    record_dir: Path | None = None
+
+
+def _prompt_for(e: Override) -> tuple[str, str]:
+    """The demo prompt the entry was measured on, when its hash names one; else the default."""
+    import hashlib
+
+    from engine.demo.prompts import DEFAULT_PROMPT, DEMO_PROMPTS
+
+    want = e.evidence.get("prompt_sha256") if isinstance(e.evidence, Mapping) else None
+    for p in DEMO_PROMPTS:
+        if want and hashlib.sha256(p.encode("utf-8")).hexdigest() == want:
+            return p, "the entry's prompt (a demo prompt)"
+    return DEFAULT_PROMPT, ("the default demo prompt" + (" (the entry's prompt is not known here)"
+                                                          if want else ""))
+
+
+def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
+                 on_event: Callable[[Any], None] | None = None) -> Check:
+    """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
+    from console.inputs import InputError
+    from engine import host, record
+    from engine.ab import AbConfig, run_session
+    from engine.decode import DecodeError
+    from engine.pair import RUNNABLE, PairError, load_pair
+    from policy.drafter import DrafterKind
+
+    name = f"measure: {p.label}"
+    if p.entry is None:
+        return Check(name, Status.SKIP, f"no profile entry applies to {p.label} here: nothing to confirm",
+                     Category.MEASURE)
+    e = profile.entries[p.entry - 1]
+    head = f"{entry_label(p.entry, e)} ({_outcome(e)})"
+    if DrafterKind(p.kind) not in RUNNABLE:
+        return Check(name, Status.SKIP, f"{head}: the embedded engine does not run {p.kind} drafters",
+                     Category.MEASURE, entry=p.entry, line=e.line)
+    if e.decline:
+        widths, widths_from = declined_widths(e, profile)
+    else:
+        widths, widths_from = (e.width,), "the entry"
+    prompt, prompt_from = _prompt_for(e)
+    try:
+        pair = load_pair(p.target, p.drafter, p.kind)
+    except PairError as err:
+        raise InputError(str(err)) from None
+    gate = host.gate()
+    config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
+                      predict=False)
+    try:
+        session = run_session(pair, config, on_event=on_event)
+    except DecodeError as err:
+        raise InputError(f"{p.label}: {err}") from None
+    rec = record.build(session, pair, host.identity(), gate.to_dict())
+    rec_path = record.write(rec, options.record_dir)
+    status, why = measured_status(e, session)
+    figures = {
+        "entry": p.entry, "outcome": _outcome(e), "widths": list(widths), "widths_from": widths_from,
+        "n": options.n, "reps": session.reps, "new_tokens": options.max_tokens,
+        "prompt": prompt_from, "prompt_sha256": session.prompt_sha256,
+        "classic_tok_s": session.classic.decode_range().to_list(),
+        "arms": {a.name: {"decode_tok_s": a.decode_range().to_list() if a.runs else None,
+                          "verdict": a.verdict.value,
+                          "identical": a.identity.identical_ids if a.identity else None}
+                 for a in session.arms},
+        "drift": session.drift, "drift_chance": session.drift_chance,
+        "host_warnings": list(gate.warnings), "record": str(rec_path),
+        "claimed": {k: e.evidence.get(k) for k in ("classic_tok_s", "width_tok_s")
+                    if isinstance(e.evidence, Mapping) and k in e.evidence},
+    }
+    return Check(name, status, f"{head}: {why}", Category.MEASURE, figures, entry=p.entry, line=e.line)
+
+
+def device_agrees(named: Device, probed: Device) -> bool:
+    """A --device that describes this machine (so measuring here is measuring it)."""
+    if named.backend is not probed.backend:
+        return False
+    return named.backend is not Backend.CUDA or named.compute_capability == probed.compute_capability
+
+
+# ---- the command --------------------------------------------------------------------------
+
+CHECK_ONLY = ("measure", "strict", "allow_inconclusive", "json", "junit", "n", "max_tokens")
+
+
+def add_arguments(ap: Any) -> None:
+    """``--check`` and its options, on the top-level parser (``blockwidth --check ...``)."""
+    g = ap.add_argument_group("--check (CI: is the profile still true for this runner?)")
+    g.add_argument("--check", action="store_true",
+                   help="check the profile for this device (or --device) and the configured pair; "
+                        "exit 0 all pass, 1 a check failed, 2 bad input")
+    g.add_argument("--measure", action="store_true", default=None,
+                   help="with --check: a short A/B of each matching entry's width (or declined widths)")
+    g.add_argument("--strict", action="store_true", default=None,
+                   help="with --check: warnings (stale MLX version, missing record...) fail")
+    g.add_argument("--allow-inconclusive", action="store_true", default=None,
+                   help="with --check --measure: an undecided or drifted measurement does not fail")
+    g.add_argument("--json", action="store_true", default=None,
+                   help="with --check: one JSON document, an object per check, on stdout")
+    g.add_argument("--junit", metavar="FILE", help="with --check: also write JUnit XML to FILE")
+    g.add_argument("-n", type=int, default=None, metavar="N",
+                   help="with --check --measure: repetitions per arm (default 3)")
+    g.add_argument("--max-tokens", type=int, default=None, metavar="T",
+                   help="with --check --measure: new tokens per run (default 32)")
+
+
+def stray_options(args: Any) -> list[str]:
+    """Check-only options given without --check: refused rather than ignored."""
+    return [f"--{k.replace('_', '-')}" if k != "n" else "-n"
+            for k in CHECK_ONLY if getattr(args, k, None) not in (None, False)]
+
+
+def _validate_output(path_text: str, profile_path: Path | None) -> tuple[Path | None, str | None]:
+    path = Path(path_text).expanduser()
+    if not path_text:
+        return None, "--junit '': give a file name"
+    if path.is_dir():
+        return None, f"--junit {path}: is a directory"
+    if not path.parent.is_dir():
+        return None, f"--junit {path}: folder {path.parent} does not exist"
+    if profile_path is not None and path.resolve() == profile_path.resolve():
+        return None, f"--junit {path}: is the profile; the check never writes the profile"
+    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        return None, f"--junit {path}: not writable"
+    return path, None
+
+
+def run(args: Any, out: Any = None, err: Any = None) -> int:
+    """``blockwidth --check``: problems with the input are all reported (exit 2) before
+    anything is checked or measured; the profile is only read."""
+    import sys
+
+    from console import check_report
+    from console.inputs import InputError, device_for, mlx_version
+    from policy import profile as profiles
+    from policy.device import probe
+    from policy.resolve import WidthError
+
+    out = out or sys.stdout
+    err = err or sys.stderr
+    problems: list[str] = []
+    n = 3 if args.n is None else args.n
+    max_tokens = 32 if args.max_tokens is None else args.max_tokens
+    measure, strict = bool(args.measure), bool(args.strict)
+    allow = bool(args.allow_inconclusive)
+    if args.n is not None and not args.measure:
+        problems.append("-n is for --check --measure (repetitions per arm)")
+    if args.max_tokens is not None and not args.measure:
+        problems.append("--max-tokens is for --check --measure (new tokens per run)")
+    if n < 1:
+        problems.append(f"-n {n}: at least one repetition per arm")
+    if max_tokens < 1:
+        problems.append(f"--max-tokens {max_tokens}: at least 1")
+    if args.allow_inconclusive and not args.measure:
+        problems.append("--allow-inconclusive is for --check --measure (only a measurement is inconclusive)")
+
+    device = None
+    try:
+        device = device_for(args.device)
+    except InputError as e:
+        problems.append(str(e))
+    if measure and device is not None and args.device:
+        here = probe()
+        if not device_agrees(device, here):
+            problems.append(f"--measure times this machine ({here.describe()}); --device {args.device} "
+                            f"names another: drop one")
+            device = None
+
+    prof_path = Path(args.profile).expanduser() if args.profile else profiles.default_path()
+    if args.profile == "":
+        problems.append("--profile '': give a file name")
+    prof = None
+    if args.profile != "":
+        try:
+            prof = profiles.load(prof_path, missing_ok=False)
+        except profiles.ProfileError as e:
+            problems += [f"profile {e.path}: {p}" for p in e.problems]
+            if not args.profile and "no such file" in " ".join(e.problems):
+                problems[-1] += " (the default profile; give --profile FILE)"
+
+    junit_path = None
+    if args.junit is not None:
+        junit_path, why = _validate_output(args.junit, prof_path)
+        if why:
+            problems.append(why)
+
+    mlx = mlx_version()
+    pairs: list[ConfiguredPair] = []
+    if prof is not None and device is not None:
+        try:
+            pairs.append(configure_pair(target=args.target, draft=args.draft, kind=args.kind,
+                                        variant=args.demo_target, flag=args.flag, device=device,
+                                        profile=prof, mlx=mlx, origin="command line"))
+        except (InputError, WidthError) as e:
+            problems.append(str(e))
+        seen = {(p.target.resolve(), p.drafter.resolve() if p.drafter else None) for p in pairs}
+        for i, target, drafter, kind in recorded_pairs(prof, device):
+            key = (Path(target).resolve(), Path(drafter).resolve() if drafter else None)
+            if key in seen or problems:
+                continue
+            seen.add(key)
+            try:
+                pairs.append(configure_pair(target=target, draft=drafter, kind=kind or None,
+                                            variant=args.demo_target, flag=args.flag, device=device,
+                                            profile=prof, mlx=mlx, origin=f"record of entry {i}"))
+            except (InputError, WidthError, ValueError) as e:
+                problems.append(f"entry {i}'s record names a pair that cannot be resolved: {e}")
+
+    meta: dict[str, Any] = {
+        "profile": str(prof_path), "device": device.describe() if device else args.device,
+        "device_named": bool(args.device), "mlx": mlx, "strict": strict,
+        "allow_inconclusive": allow, "measure": measure,
+    }
+    if problems:
+        for p in problems:
+            print(f"blockwidth: error: {p}", file=err)
+        if junit_path is not None:
+            junit_path.write_bytes(check_report.junit_input_error(problems, meta))
+        return ExitCode.USAGE
+
+    checks = static_checks(prof, device, mlx, pairs)
+    if measure:
+        options = MeasureOptions(n=n, max_tokens=max_tokens,
+                                 record_dir=Path(args.record_dir).expanduser() if args.record_dir else None)
+        for p in pairs:
+            def progress(e: Any, label: str = p.label) -> None:
+                if e.kind in ("warmup", "rep", "done"):
+                    print(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip(), file=err)
+            try:
+                checks.append(measure_pair(p, prof, options, progress))
+            except InputError as e:
+                print(f"blockwidth: error: {e}", file=err)
+                return ExitCode.USAGE
+    code = exit_code(checks, strict=strict, allow_inconclusive=allow)
+    meta["exit_code"] = int(code)
+    if args.json:
+        print(json.dumps(check_report.json_doc(checks, meta), indent=1), file=out)
+    else:
+        print(check_report.text(checks, meta), file=out)
+    if junit_path is not None:
+        try:
+            junit_path.write_bytes(check_report.junit(checks, meta))
+        except OSError as e:
+            print(f"blockwidth: error: --junit {junit_path}: cannot be written ({e.strerror})", file=err)
+            return ExitCode.USAGE
+    return code
+
+
+def dispatch(args: Any) -> int | None:
+    """The CLI's hook: run ``--check``; refuse its options without it (never ignore them).
+    None: not a check, carry on."""
+    from console.inputs import InputError
+
+    if getattr(args, "check", False):
+        if getattr(args, "command", None):
+            raise InputError(f"--check takes no COMMAND (got {args.command!r}): it is a mode of its own")
+        return run(args)
+    strays = stray_options(args)
+    if getattr(args, "command", None):  # json, -n and --max-tokens also belong to subcommands
+        strays = [s for s in strays if s not in ("--json", "-n", "--max-tokens")]
+    if strays:
+        raise InputError(f"{', '.join(strays)}: only with --check")
+    return None
