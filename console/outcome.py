@@ -88,6 +88,7 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         "n": session.reps, "classic_tok_s": c.to_list(), "prompt_sha256": session.prompt_sha256,
         "prompt_tokens": len(session.prompt_ids), "new_tokens": session.config.max_tokens,
         "record": record, "decision": session.decision,
+        "widths": list(session.config.widths),  # what a decline declined: --check re-tries them
     }
     if width is not None:
         evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
