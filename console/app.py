@@ -41,6 +41,8 @@ _TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yel
 # The console's default session is sequential with this budget, so a first run on a
 # 2-core CPU ends in a decision (or says why not) within about 90 s, probe and curve included.
 BUDGET_S = 60
+MARK_STYLE = {"pass": "green", "warn": "yellow", "stale": "yellow", "skip": "dim", "fail": "bold red",
+              "unchecked": "dim"}
 
 
 @dataclass(frozen=True)
@@ -334,7 +336,7 @@ class BlockwidthApp(App):
         self.query_one("#arms", DataTable).add_columns(
             "arm", "decode min", "median", "max", "e2e med", "accept", "identity", "verdict")
         self.query_one("#profile-table", DataTable).add_columns(
-            "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair")
+            "check", "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair", "why")
         self.query_one("#records-table", DataTable).add_columns(
             "created", "widths", "n", "tokens", "verdict")
         self._layout_for(self.size.width, self.size.height)
@@ -542,11 +544,22 @@ class BlockwidthApp(App):
         self.query_one("#profile-path", Static).update(Text(
             f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
             f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
-        for e in prof.entries:
-            table.add_row(e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
+        for e, mark in zip(prof.entries, self._entry_marks(prof)):
+            table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
+                          e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
                           e.drafter_kind.value, "decline" if e.decline else str(e.width), e.mlx or "-",
                           (e.measured_at or "-")[:19], "yes" if e.byte_identical else "NO",
-                          (e.pair or "any")[:12])
+                          (e.pair or "any")[:12], mark.why)
+
+    def _entry_marks(self, prof: Any) -> list[Any]:
+        """The static --check, read-only, for the resolved device: one mark per entry (none
+        until the resolution worker has probed the device)."""
+        from console.check import EntryMark, Mark, profile_marks
+
+        if self.res is None:
+            return [EntryMark(Mark.UNCHECKED, "no device yet: the resolution has not finished or failed")
+                    ] * len(prof.entries)
+        return profile_marks(prof, self.res.device)
 
     # ---- the pair (a worker)
     @work(thread=True, exclusive=True, exit_on_error=False, group="pair", name="load pair")

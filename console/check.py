@@ -40,6 +40,7 @@ class Mark(str, Enum):
     STALE = "stale"
     SKIP = "skip"
     FAIL = "fail"
+    UNCHECKED = "unchecked"  # no device to check against yet (the console is still resolving)
 
 
 class Category(str, Enum):
