@@ -133,8 +133,8 @@ def duplicate_checks(profile: Profile) -> list[Check]:
         names = ", ".join(entry_label(i, e) for i, e in zip(idx, es))
         out.append(Check(
             f"duplicate match keys: entries {', '.join(map(str, idx))}", Status.FAIL,
-            f"{names} have the same match keys ({es[0].describe_keys()}): only the latest "
-            f"measured_at would apply; keep one", figures={"entries": idx,
+            f"{names} have the same match keys ({es[0].describe_keys()}): the resolver would pick "
+            f"one silently (the latest measured_at, else the first); keep one", figures={"entries": idx,
                                                           "outcomes": [_outcome(e) for e in es]},
             entry=idx[0], line=es[0].line))
     if not out:

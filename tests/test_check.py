@@ -1,0 +1,382 @@
+"""``blockwidth --check`` as CI runs it: exit codes, statuses, JSON and JUnit, and the
+Profile tab's marks. Static checks run in-process through ``cli.main``; the measured
+ones run the engine on the demo pair (CPU) in a subprocess, as a runner would."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+import pytest
+
+from console import cli
+from console.check import Mark, profile_marks
+from console.inputs import ExitCode, mlx_version
+from policy import profile
+from policy.device import parse_device_spec
+from tests.conftest import ROOT, run_cli
+
+MLX = mlx_version()
+STATUSES = {"pass", "warn", "fail", "skip", "inconclusive"}
+
+# The 4-bit demo target with the model drafter: what a CPU runner checks.
+CPU_4BIT = ('backend = "cpu"\ndrafter_kind = "model"\n'
+            'target_quantization = { scheme = "affine", bits = 4, group_size = 64 }\n')
+H200 = ('backend = "cuda"\ncompute_capability = "9.0"\ndevice_name = "NVIDIA H200"\n'
+        'drafter_kind = "model"\nwidth = 8\n'
+        'target_quantization = { scheme = "affine", bits = 4, group_size = 64 }\n')
+
+
+def write_profile(tmp_path: Path, *entries: str, name: str = "p.toml") -> Path:
+    p = tmp_path / name
+    p.write_text("schema = 1\n" + "".join(f"\n[[override]]\n{e}" for e in entries))
+    return p
+
+
+def write_record(tmp_path: Path, name: str = "rec.json") -> Path:
+    """A record as a session writes one (the fields --check reads)."""
+    (tmp_path / "records").mkdir(exist_ok=True)
+    r = tmp_path / "records" / name
+    r.write_text(json.dumps({"schema": 1, "kind": "ab-session", "host": {"device": {"backend": "cpu"},
+                             "mlx": MLX}, "config": {"widths": [8]}, "pair": {}}))
+    return r
+
+
+def check(capsys, *args: str) -> tuple[int, str, str]:
+    code = cli.main(["--check", *args])
+    out, err = capsys.readouterr()
+    return int(code), out, err
+
+
+def check_json(capsys, *args: str) -> tuple[int, dict]:
+    code, out, err = check(capsys, *args, "--json")
+    assert "Traceback" not in err
+    return code, json.loads(out)
+
+
+def by_name(doc: dict) -> dict[str, dict]:
+    return {c["name"]: c for c in doc["checks"]}
+
+
+# ---- exit codes ---------------------------------------------------------------------------
+
+def test_exit_0_when_every_check_passes_even_strict(tmp_path, capsys):
+    write_record(tmp_path)
+    p = write_profile(tmp_path, CPU_4BIT + f'decline = true\nmlx = "{MLX}"\n'
+                      'evidence = { record = "records/rec.json" }\n')
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu", "--demo-target", "4bit", "--strict")
+    assert code == ExitCode.OK == doc["exit_code"], doc
+    assert {c["status"] for c in doc["checks"]} == {"pass"}
+    res = by_name(doc)["resolve: target-4bit + drafter"]
+    assert res["figures"]["source"] == "profile" and res["figures"]["decline"] is True
+    assert "no width beat classic" in res["detail"] and res["figures"]["entry"] == 1
+
+
+def test_stale_entry_warns_and_strict_fails(tmp_path, capsys):
+    p = write_profile(tmp_path, CPU_4BIT + 'width = 3\nmlx = "0.0.1"\n')
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu", "--demo-target", "4bit")
+    stale = by_name(doc)["entry 1: mlx version"]
+    assert code == ExitCode.OK and stale["status"] == "warn" and "stale" in stale["detail"]
+    assert stale["figures"] == {"entry_mlx": "0.0.1", "running_mlx": MLX} and stale["line"] == 3
+    code, out, _ = check(capsys, "--profile", str(p), "--device", "cpu", "--strict")
+    assert code == ExitCode.CHECK_FAILED and "measured under MLX 0.0.1" in out
+    assert out.strip().splitlines()[-1].endswith("exit 1; warnings fail (--strict)")
+
+
+def test_duplicate_entries_fail_naming_both(tmp_path, capsys):
+    p = write_profile(tmp_path, CPU_4BIT + f'width = 3\nmlx = "{MLX}"\n',
+                      CPU_4BIT + f'width = 5\nmlx = "{MLX}"\n')
+    before = p.read_bytes()
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu")
+    dup = [c for c in doc["checks"] if c["name"].startswith("duplicate")]
+    assert code == ExitCode.CHECK_FAILED and len(dup) == 1 and dup[0]["status"] == "fail"
+    assert "entry 1 (line 3)" in dup[0]["detail"] and "entry 2 (line 10)" in dup[0]["detail"]
+    assert dup[0]["figures"]["outcomes"] == ["width 3", "width 5"]
+    assert p.read_bytes() == before
+
+
+def test_duplicates_on_another_device_still_fail(tmp_path, capsys):
+    """A duplicate makes the file ambiguous on the runner it names: every runner says so."""
+    p = write_profile(tmp_path, H200, H200.replace('"NVIDIA H200"', '"nvidia h200"'))
+    code, out, _ = check(capsys, "--profile", str(p), "--device", "cpu")
+    assert code == ExitCode.CHECK_FAILED and "fail         duplicate match keys: entries 1, 2" in out
+
+
+def test_shadowed_entry_warns_unless_a_note_says_why(tmp_path, capsys):
+    generic = f'backend = "cpu"\ndrafter_kind = "model"\nwidth = 4\nmlx = "{MLX}"\n'
+    specific = CPU_4BIT + f'decline = true\nmlx = "{MLX}"\n'
+    p = write_profile(tmp_path, generic, specific)
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu")
+    sh = by_name(doc)["entry 1: shadowed by entry 2"]
+    assert sh["status"] == "warn" and "does not say why" in sh["detail"] and code == ExitCode.OK
+    assert check(capsys, "--profile", str(p), "--device", "cpu", "--strict")[0] == ExitCode.CHECK_FAILED
+    p = write_profile(tmp_path, generic, specific + 'note = "4-bit verify costs every row on a CPU"\n')
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu")
+    sh = by_name(doc)["entry 1: shadowed by entry 2"]
+    assert sh["status"] == "pass" and "4-bit verify costs every row" in sh["detail"]
+    # a more specific entry that agrees hides nothing
+    p = write_profile(tmp_path, generic, CPU_4BIT + f'width = 4\nmlx = "{MLX}"\n')
+    assert "shadowing" in by_name(check_json(capsys, "--profile", str(p), "--device", "cpu")[1])
+
+
+def test_other_devices_entries_are_skipped_never_failed(tmp_path, capsys):
+    """Stale, record-less, duplicate-free entries for an H200 and a Mac: a CPU runner skips them."""
+    mac = 'backend = "metal"\ndrafter_kind = "lookup"\nwidth = 6\nmlx = "0.1.0"\n'
+    p = write_profile(tmp_path, H200 + 'mlx = "0.1.0"\nevidence = { record = "/nowhere/h200.json" }\n', mac)
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu", "--strict")
+    assert code == ExitCode.OK, doc
+    entries = [c for c in doc["checks"] if c["category"] == "entry"]
+    assert [c["status"] for c in entries] == ["skip", "skip"]
+    assert "another machine's entry" in entries[0]["detail"] and "cuda" in entries[0]["detail"]
+    # the same profile on the H200 runner (named by its compute capability, so no device name):
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cuda:9.0")
+    assert "device 'NVIDIA H200'" in by_name(doc)["entry 1: device"]["detail"]
+
+
+def test_records_missing_here_or_written_elsewhere(tmp_path, capsys):
+    (tmp_path / "records").mkdir()
+    gone = CPU_4BIT + f'width = 3\nmlx = "{MLX}"\nevidence = {{ record = "records/gone.json" }}\n'
+    p = write_profile(tmp_path, gone)
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu")
+    rec = by_name(doc)["entry 1: record"]
+    assert code == ExitCode.CHECK_FAILED and rec["status"] == "fail" and "missing" in rec["detail"]
+    elsewhere = gone.replace("records/gone.json", "/Users/someone/Library/blockwidth/records/x.json")
+    p = write_profile(tmp_path, elsewhere)
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu")
+    rec = by_name(doc)["entry 1: record"]
+    assert code == ExitCode.OK and rec["status"] == "warn" and "another machine" in rec["detail"]
+
+
+@pytest.mark.parametrize("body,lines,needles", [
+    (None, 1, ["no such file"]),
+    ("schema = 1\n[[override]\n", 1, ["not valid TOML", "line 2"]),
+    ("schema = 1\n\n[[override]]\n" + CPU_4BIT + "width = 99\n", 1, ["entry 1 (line 3)", "width = 99"]),
+    ("schema = 1\n\n[[override]]\n" + CPU_4BIT + "width = 4\nwidht = 5\n", 1, ["entry 1 (line 3)", "widht"]),
+    ("schema = 1\n\n[[override]]\n" + CPU_4BIT + "width = 0\n\n[[override]]\nbackend = 'tpu'\n"
+     "drafter_kind = 'model'\nwidth = 4\n", 2, ["entry 1 (line 3)", "entry 2 (line 9)", "tpu"]),
+])
+def test_bad_profile_exit_2_one_line_per_problem_untouched(tmp_path, body, lines, needles):
+    p = tmp_path / "p.toml"
+    if body is not None:
+        p.write_text(body)
+    before = p.read_bytes() if p.exists() else None
+    r = run_cli("--check", "--profile", str(p), "--device", "cpu", "--junit", str(tmp_path / "r.xml"))
+    assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
+    got = r.stderr.strip().splitlines()
+    assert len(got) == lines and all(str(p) in line for line in got), r.stderr
+    for n in needles:
+        assert n in r.stderr
+    assert (p.read_bytes() if p.exists() else None) == before
+    # CI still gets a report saying why nothing ran
+    err = ET.parse(tmp_path / "r.xml").getroot().find("testsuite/testcase/error")
+    assert err is not None and str(p) in err.text
+
+
+def test_bad_inputs_are_all_reported_exit_2(tmp_path, capsys):
+    p = write_profile(tmp_path, CPU_4BIT + "width = 3\n")
+    code, out, err = check(capsys, "--profile", str(p), "--device", "tpu", "--target", "/nope", "-n", "0")
+    assert code == ExitCode.USAGE and out == ""
+    assert "--device 'tpu'" in err and "-n 0" in err and "-n is for --check --measure" in err
+    code, _, err = check(capsys, "--profile", str(p), "--device", "cpu", "--target", str(tmp_path / "nope"))
+    assert code == ExitCode.USAGE and "--target" in err and "no such file" in err
+    code, _, err = check(capsys, "--profile", str(p), "--device", "cpu", "--junit", str(p))
+    assert code == ExitCode.USAGE and "is the profile" in err
+
+
+def test_default_profile_missing_is_exit_2():
+    """A runner with no profile has nothing to check: that is a configuration error, not a pass."""
+    r = run_cli("--check", "--device", "cpu")
+    assert r.returncode == 2 and "no such file" in r.stderr and "give --profile FILE" in r.stderr
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--strict", "resolve", "--device", "cpu"], "--strict: only with --check"),
+    (["--junit", "x.xml", "resolve"], "--junit: only with --check"),
+    (["--check", "resolve"], "--check takes no COMMAND"),
+])
+def test_check_options_are_never_ignored(argv, needle, capsys):
+    assert cli.main(argv) == ExitCode.USAGE
+    assert needle in capsys.readouterr().err
+
+
+# ---- output -------------------------------------------------------------------------------
+
+def _mixed_profile(tmp_path: Path) -> Path:
+    return write_profile(tmp_path, H200, CPU_4BIT + 'width = 3\nmlx = "0.0.1"\n',
+                         f'backend = "cpu"\ndrafter_kind = "model"\nwidth = 4\nmlx = "{MLX}"\n')
+
+
+def test_json_shape(tmp_path, capsys):
+    _, doc = check_json(capsys, "--profile", str(_mixed_profile(tmp_path)), "--device", "cpu")
+    assert {"profile", "device", "mlx", "strict", "exit_code", "counts", "checks"} <= set(doc)
+    for c in doc["checks"]:
+        assert {"name", "status", "detail", "figures"} <= set(c)
+        assert c["status"] in STATUSES and isinstance(c["figures"], dict) and c["detail"]
+    assert len({c["name"] for c in doc["checks"]}) == len(doc["checks"])  # names are unique
+    assert sum(doc["counts"].values()) == len(doc["checks"])
+    assert doc["counts"]["skip"] == 1 and doc["counts"]["warn"] >= 2
+
+
+def test_junit_parses_and_matches_the_checks(tmp_path, capsys):
+    p = _mixed_profile(tmp_path)
+    out = tmp_path / "report.xml"
+    _, doc = check_json(capsys, "--profile", str(p), "--device", "cpu", "--strict", "--junit", str(out))
+    root = ET.parse(out).getroot()
+    suite = root.find("testsuite")
+    cases = suite.findall("testcase")
+    assert root.tag == "testsuites" and len(cases) == len(doc["checks"]) == int(suite.get("tests"))
+    failed = [c for c in cases if c.find("failure") is not None]
+    assert len(failed) == int(suite.get("failures")) == doc["counts"]["warn"] + doc["counts"]["fail"]
+    assert len([c for c in cases if c.find("skipped") is not None]) == int(suite.get("skipped")) == 1
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["strict"] == "True" and props["exit_code"] == "1"
+    # without --strict a warning is a note, not a failure
+    check(capsys, "--profile", str(p), "--device", "cpu", "--junit", str(out))
+    assert int(ET.parse(out).getroot().find("testsuite").get("failures")) == 0
+
+
+def test_text_summary(tmp_path, capsys):
+    code, out, err = check(capsys, "--profile", str(_mixed_profile(tmp_path)), "--device", "cpu")
+    lines = out.strip().splitlines()
+    assert lines[0].startswith("blockwidth --check: profile") and code == ExitCode.OK and err == ""
+    assert any(line.split()[0] == "skip" and "entry 1 (line 3): device" in line for line in lines[1:])
+    assert lines[-1].startswith("4 pass") or "exit 0" in lines[-1]
+
+
+def test_headless_check_never_imports_textual():
+    code = ("import sys, console.check, console.check_report, console.cli; "
+            "assert 'textual' not in sys.modules, 'textual imported'; "
+            "assert 'mlx.core' not in sys.modules, 'MLX imported before anything runs'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+# ---- the console's marks ------------------------------------------------------------------
+
+def test_profile_marks_for_this_device(tmp_path):
+    write_record(tmp_path)
+    p = write_profile(
+        tmp_path, H200,
+        CPU_4BIT + 'width = 3\nmlx = "0.0.1"\nevidence = { record = "records/rec.json" }\n',
+        f'backend = "cpu"\ndrafter_kind = "lookup"\nwidth = 4\nmlx = "{MLX}"\n',
+        f'backend = "cpu"\ndrafter_kind = "mtp"\ndecline = true\nmlx = "{MLX}"\n'
+        'evidence = { record = "records/rec.json" }\n')
+    marks = profile_marks(profile.load(p), parse_device_spec("cpu"), MLX)
+    assert [m.mark for m in marks] == [Mark.SKIP, Mark.STALE, Mark.WARN, Mark.PASS]
+    assert "no record" in marks[2].why
+    marks = profile_marks(profile.load(p), parse_device_spec("cuda:9.0"), MLX)
+    assert marks[0].mark is Mark.SKIP and "name" in marks[0].why  # named by cc: no device name
+
+
+def test_console_profile_tab_shows_marks(tmp_path):
+    import asyncio
+
+    from console.app import BlockwidthApp, Options
+
+    p = write_profile(tmp_path, H200, CPU_4BIT + 'width = 3\nmlx = "0.0.1"\n')
+
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", profile=str(p), record_dir=str(tmp_path / "rec")))
+        async with app.run_test(size=(160, 40)) as pilot:
+            await pilot.pause()
+            table = app.query_one("#profile-table")
+            cells = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+            whys = [str(table.get_row_at(i)[-1]) for i in range(table.row_count)]
+            assert cells == ["skip", "stale"], cells
+            assert "another machine's entry" in whys[0] and "0.0.1" in whys[1]
+            await app.workers.wait_for_complete()
+        assert p.read_text().count("[[override]]") == 2  # read-only
+
+    asyncio.run(go())
+
+
+# ---- measured: the engine on the demo pair (CPU) ------------------------------------------
+# On a CPU a 4-bit verify pays for every row, and the demo drafter keeps about half of its
+# drafts, so width 32 at 32 new tokens decodes at about a quarter of classic's speed (seen:
+# 3.5-4.0 against 10-12 tok/s on a loaded 2-core host, 7-8 against 27-30 on a quiet one).
+# A decline of width 32 is therefore what this CPU measures, and a claim that width 32 wins
+# is false by a factor of ~4: far beyond the run-to-run noise of a shared 2-core machine.
+
+MEASURE = ("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "2",
+           "--max-tokens", "32")
+
+
+def test_measured_decline_of_a_hopeless_width_passes(tmp_path):
+    p = write_profile(tmp_path, CPU_4BIT + f'decline = true\nmlx = "{MLX}"\nevidence = {{ widths = [32] }}\n')
+    before = p.read_bytes()
+    r = run_cli(*MEASURE, "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = by_name(json.loads(r.stdout))["measure: target-4bit + drafter"]
+    assert m["status"] == "pass" and "every declined width still loses" in m["detail"], m
+    assert m["figures"]["widths"] == [32] and m["figures"]["arms"]["w32"]["verdict"] == "slower"
+    assert m["figures"]["arms"]["w32"]["identical"] is True
+    assert Path(m["figures"]["record"]).is_file() and p.read_bytes() == before
+
+
+def test_measured_fabricated_win_fails(tmp_path):
+    p = write_profile(tmp_path, CPU_4BIT + f'width = 32\nmlx = "{MLX}"\n'
+                      'evidence = { classic_tok_s = [20.0, 21.0, 22.0], width_tok_s = [60.0, 61.0, 62.0] }\n')
+    xml = tmp_path / "report.xml"
+    r = run_cli(*MEASURE, "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--junit", str(xml))
+    assert r.returncode == 1, r.stdout + r.stderr
+    line = next(x for x in r.stdout.splitlines() if "measure: target-4bit + drafter" in x)
+    assert line.split()[0] == "fail" and "width 32 no longer wins" in line, r.stdout
+    case = next(c for c in ET.parse(xml).getroot().iter("testcase") if c.get("classname") == "blockwidth.measure")
+    assert case.find("failure") is not None and "no longer wins" in case.find("failure").get("message")
+
+
+# ---- measured verdicts from samples (the engine's decide() on chosen decode times) --------
+
+def _session(classic_tok_s, width_tok_s, width=8, identical=True):
+    """A finished session with these decode tok/s (16 tokens a run), judged by engine.ab.decide."""
+    from engine.ab import AbConfig, Arm, Session, Verdict, decide
+    from engine.decode import DecodeRun, Round
+    from engine.identity import Identity
+
+    def run(w, tok_s):
+        rounds = [] if w is None else [Round(w - 1, 1, 2, 0.0, 0.0, 0.0)] * 8
+        return DecodeRun(w, list(range(16)), 10, 0.01, 16 / tok_s, rounds)
+
+    arm = Arm(width, [run(width, t) for t in width_tok_s])
+    arm.identity = (Identity(True, True, None, 16, 16) if identical
+                    else Identity(False, False, 5, 16, 16, "a", "b", "c"))
+    s = Session(AbConfig(widths=(width,), prompt="x", n=len(width_tok_s)), [1], Arm(None, verdict=Verdict.CONTROL),
+                [arm])
+    s.classic.runs = [run(None, t) for t in classic_tok_s]
+    decide(s)
+    return s
+
+
+def _entry(**kw):
+    base = dict(backend=parse_device_spec("cpu").backend, drafter_kind=profile.DrafterKind.MODEL, width=8)
+    base.update(kw)
+    return profile.Override(**base)
+
+
+@pytest.mark.parametrize("entry,classic,width_runs,identical,status,needle", [
+    (dict(), [10, 11, 10.5], [20, 21], True, "pass", "still wins"),
+    (dict(), [10, 11, 10.5], [5, 6], True, "fail", "no longer wins"),
+    (dict(), [10, 11, 10.5], [10.2, 12], True, "inconclusive", "undecided"),
+    (dict(), [10, 11, 10.5], [20, 21], False, "fail", "identity broke"),
+    (dict(byte_identical=False), [10, 11, 10.5], [20, 21], False, "pass", "as the entry records"),
+    (dict(width=None, decline=True), [10, 11, 10.5], [5, 6], True, "pass", "still loses"),
+    (dict(width=None, decline=True), [10, 11, 10.5], [20, 21], True, "fail", "now wins clearly"),
+    (dict(width=None, decline=True), [10, 11, 10.5], [10.2, 12], True, "inconclusive", "not decided"),
+    # classic fell from 20 to 10 tok/s across 8 runs: drift beyond noise (2/C(8,4) < 5%)
+    (dict(), [20, 20.5, 21, 20.2, 10, 10.5, 11, 10.2], [30] * 7, True, "inconclusive", "drifted"),
+])
+def test_measured_status_follows_the_engine_rules(entry, classic, width_runs, identical, status, needle):
+    from console.check import Status, measured_status
+
+    got, why = measured_status(_entry(**entry), _session(classic, width_runs, identical=identical))
+    assert got is Status(status) and needle in why, why
+
+
+def test_noise_or_drift_keeps_a_disjoint_verdict_and_says_so():
+    """Few runs: the engine cannot tell drift from noise; a verdict clear of every classic run stands."""
+    from console.check import Status, measured_status
+
+    got, why = measured_status(_entry(width=None, decline=True), _session([30, 31, 25], [5, 6]))
+    assert got is Status.PASS and "noise alone does 67%" in why
