@@ -21,7 +21,8 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
     from policy.device import probe
 
     entry = profile_entry(session, PairFacts(pair.kind, pair.quantization, pair.pair_id), probe(),
-                          mlx=mlx_version(), measured_at=profiles.now_iso(), record=str(record_path),
+                          mlx=mlx_version(), measured_at=profiles.now_iso(),
+                          record=str(Path(record_path).resolve()),  # --check reads a relative one beside the profile
                           allow_nonidentical=allow_nonidentical, pair_specific=pair_specific)
     if isinstance(entry, Refusal):
         return None, entry.say(front or Front.CLI)

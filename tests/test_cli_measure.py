@@ -83,3 +83,17 @@ def test_pair_specific_save_is_matched_by_resolve(tmp_path):
                     f'pair = "{pid}"\n')
     d = json.loads(run_cli("resolve", "--device", "cpu", "--profile", str(prof), "--json").stdout)
     assert (d["width"], d["source"]) == (5, "profile")
+
+
+def test_sweep_save_refuses_a_corrupt_default_profile_before_measuring(tmp_path):
+    """The default profile is validated before any model loads, not after the sweep."""
+    import os
+
+    default = tmp_path / "config" / "blockwidth" / "profile.toml"
+    default.parent.mkdir(parents=True)
+    default.write_text("schema = 1\n[[override]\nwidth = 4\n")
+    before = default.read_bytes()
+    p = run_cli("sweep", "--widths", "2", "-n", "1", "--max-tokens", "4", "--save",
+                "--record-dir", str(tmp_path / "rec"), env={"XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"]})
+    assert p.returncode == 2 and str(default) in p.stderr and "not valid TOML" in p.stderr, p.stderr
+    assert not (tmp_path / "rec").exists() and default.read_bytes() == before
