@@ -285,6 +285,8 @@ def configure_pair(*, target: str | None, draft: str | None, kind: str | None, v
     entry = profile.match(device, quant, info.kind, pid)
     index = next((i for i, e in enumerate(profile.entries, 1) if e is entry), None)
     label = f"{paths.target.name} + {paths.drafter.name if paths.drafter else 'lookup'}"
+    if origin != "command line":
+        label += f" ({origin})"  # folder names alone can repeat across pairs
     return ConfiguredPair(label, paths.target, paths.drafter, info.kind.value, pid, origin, res, index)
 
 
@@ -316,7 +318,7 @@ def resolve_check(p: ConfiguredPair) -> Check:
     figures = {"target": str(p.target), "drafter": str(p.drafter) if p.drafter else None,
                "drafter_kind": p.kind, "pair": p.pair_id, "origin": p.origin, "width": r.width,
                "source": r.source.value, "decline": r.decline, "stale": r.stale, "entry": p.entry}
-    detail = r.reason + ("" if p.origin == "command line" else f"; pair named by the {p.origin}")
+    detail = r.reason + ("" if p.origin == "command line" else f"; {p.target} + {p.drafter or 'lookup'}")
     if r.source in (Source.FLAG, Source.ENV) and p.entry is not None:
         detail += f"; the operator override hides profile entry {p.entry}"
     return Check(f"resolve: {p.label}", Status.PASS, detail, Category.RESOLVE, figures, entry=p.entry)
