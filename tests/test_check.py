@@ -380,3 +380,15 @@ def test_noise_or_drift_keeps_a_disjoint_verdict_and_says_so():
 
     got, why = measured_status(_entry(width=None, decline=True), _session([30, 31, 25], [5, 6]))
     assert got is Status.PASS and "noise alone does 67%" in why
+
+
+def test_the_example_profile_checks_clean_on_a_cpu_runner(tmp_path, capsys):
+    """examples/: the CPU entry and its committed record pass; the CUDA entries are skipped."""
+    code, doc = check_json(capsys, "--profile", str(ROOT / "examples/profile.toml"), "--device", "cpu",
+                           "--demo-target", "4bit", "--junit", str(tmp_path / "report.xml"))
+    assert code == ExitCode.OK, doc
+    checks = by_name(doc)
+    assert checks["entry 1: record"]["status"] == "pass"
+    assert [checks[f"entry {i}: device"]["status"] for i in (1, 2, 3)] == ["pass", "skip", "skip"]
+    assert checks["resolve: target-4bit + drafter"]["figures"]["decline"] is True
+    assert (ROOT / "examples/ci/blockwidth-check.yml").read_text().count("blockwidth --check --strict --junit report.xml") == 1
