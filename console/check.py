@@ -504,6 +504,9 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         session = run_session(pair, config, on_event=on_event)
     except DecodeError as err:
         raise InputError(f"{p.label}: {err}") from None
+    except Exception as err:  # the engine broke on this runner: that is the check's answer
+        return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
+                     Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     rec_path = record.write(rec, options.record_dir)
     status, why = measured_status(e, session)
@@ -668,7 +671,10 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         for p in problems:
             print(f"blockwidth: error: {p}", file=err)
         if junit_path is not None:
-            junit_path.write_bytes(check_report.junit_input_error(problems, meta))
+            try:
+                junit_path.write_bytes(check_report.junit_input_error(problems, meta))
+            except OSError as e:
+                print(f"blockwidth: error: --junit {junit_path}: cannot be written ({e.strerror})", file=err)
         return ExitCode.USAGE
 
     checks = static_checks(prof, device, mlx, pairs)
