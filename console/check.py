@@ -5,8 +5,8 @@ and never run a model. Measured checks (``--measure``) run a short A/B with the
 engine's method and decision rules. One profile serves every machine a team
 has: entries for another device are skipped, never failed.
 
-No Textual here (a test proves it), and MLX loads only when a measurement runs,
-so the console's Profile tab and the headless command share this module.
+No Textual here (a test proves it), and MLX loads only to probe the device and to
+measure, so the console's Profile tab and the headless command share this module.
 """
 
 from __future__ import annotations
