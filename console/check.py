@@ -508,7 +508,11 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
     rec = record.build(session, pair, host.identity(), gate.to_dict())
-    rec_path = record.write(rec, options.record_dir)
+    try:
+        rec_path = record.write(rec, options.record_dir)
+    except OSError as err:
+        raise InputError(f"--record-dir {options.record_dir or record.default_dir()}: the record "
+                         f"cannot be written ({err.strerror or err})") from None
     status, why = measured_status(e, session)
     figures = {
         "entry": p.entry, "outcome": _outcome(e), "widths": list(widths), "widths_from": widths_from,
@@ -633,6 +637,13 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             problems += [f"profile {e.path}: {p}" for p in e.problems]
             if not args.profile and "no such file" in " ".join(e.problems):
                 problems[-1] += " (the default profile; give --profile FILE)"
+
+    if args.record_dir is not None and not measure:
+        problems.append("--record-dir is for --check --measure (where its session records go)")
+    if measure and args.record_dir is not None:
+        rd = Path(args.record_dir).expanduser()
+        if not args.record_dir or (rd.exists() and not rd.is_dir()):
+            problems.append(f"--record-dir {args.record_dir!r}: not a folder")
 
     junit_path = None
     if args.junit is not None:

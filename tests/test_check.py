@@ -392,3 +392,11 @@ def test_the_example_profile_checks_clean_on_a_cpu_runner(tmp_path, capsys):
     assert [checks[f"entry {i}: device"]["status"] for i in (1, 2, 3)] == ["pass", "skip", "skip"]
     assert checks["resolve: target-4bit + drafter"]["figures"]["decline"] is True
     assert (ROOT / "examples/ci/blockwidth-check.yml").read_text().count("blockwidth --check --strict --junit report.xml") == 1
+
+
+def test_measure_refuses_a_record_dir_that_is_a_file_before_measuring(tmp_path, capsys):
+    p = write_profile(tmp_path, CPU_4BIT + 'width = 3\n')
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, out, err = check(capsys, "--measure", "--profile", str(p), "--device", "cpu", "--record-dir", str(f))
+    assert code == ExitCode.USAGE and out == "" and f"--record-dir '{f}': not a folder" in err
