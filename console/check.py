@@ -259,12 +259,6 @@ class ConfiguredPair:
     resolution: Resolution
     entry: int | None  # the profile entry that matches it here (1-based), whatever won
 
-    @property
-    def demo(self) -> bool:
-        from engine import demo
-
-        return self.target.parent == demo.PAIR_DIR
-
 
 def configure_pair(*, target: str | None, draft: str | None, kind: str | None, variant: str,
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
@@ -301,9 +295,11 @@ def recorded_pairs(profile: Profile, device: Device) -> list[tuple[int, str, str
         if path is None or not path.is_file():
             continue
         try:
-            pair = json.loads(path.read_text(encoding="utf-8")).get("pair", {})
+            pair = json.loads(path.read_text(encoding="utf-8")).get("pair")
         except (OSError, UnicodeDecodeError, ValueError, AttributeError):
             continue  # the record check reports it
+        if not isinstance(pair, dict):
+            continue
         target, drafter = pair.get("target"), pair.get("drafter")
         if not isinstance(target, str) or not Path(target).is_dir():
             continue

@@ -400,3 +400,21 @@ def test_measure_refuses_a_record_dir_that_is_a_file_before_measuring(tmp_path, 
     f.write_text("x")
     code, out, err = check(capsys, "--measure", "--profile", str(p), "--device", "cpu", "--record-dir", str(f))
     assert code == ExitCode.USAGE and out == "" and f"--record-dir '{f}': not a folder" in err
+
+
+def test_a_pair_named_by_a_record_is_resolved_too(tmp_path, capsys):
+    """A record of this device's entry that names a pair present here adds that pair."""
+    from engine import demo
+
+    r = write_record(tmp_path)
+    doc = json.loads(r.read_text())
+    doc["pair"] = {"target": str(demo.target("bf16")), "drafter": None, "drafter_kind": "lookup"}
+    r.write_text(json.dumps(doc))
+    p = write_profile(tmp_path, f'backend = "cpu"\ndrafter_kind = "lookup"\nwidth = 6\nmlx = "{MLX}"\n'
+                      'evidence = { record = "records/rec.json" }\n')
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu", "--demo-target", "4bit")
+    res = [c for c in doc["checks"] if c["category"] == "resolve"]
+    assert code == ExitCode.OK and [c["figures"]["origin"] for c in res] == ["command line", "record of entry 1"]
+    assert res[1]["figures"]["width"] == 6 and res[1]["figures"]["source"] == "profile"
+    r.write_text(json.dumps({"pair": "not a table"}))  # a malformed record adds nothing and breaks nothing
+    assert check_json(capsys, "--profile", str(p), "--device", "cpu")[0] == ExitCode.OK
