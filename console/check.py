@@ -123,7 +123,9 @@ def _outcome(e: Override) -> str:
 
 def duplicate_checks(profile: Profile) -> list[Check]:
     """Entries with the same match keys: the resolver would pick one by date, silently.
-    A property of the file, so it fails on every runner, whichever device it names."""
+    policy.profile refuses two entries in one slot; this also catches device names that
+    differ only in case (matched case-blind). A property of the file, so it fails on
+    every runner, whichever device it names."""
     groups: dict[tuple, list[int]] = {}
     for i, e in enumerate(profile.entries, 1):
         groups.setdefault(tuple(sorted(_constraints(e).items())), []).append(i)
@@ -541,6 +543,8 @@ CHECK_ONLY = ("measure", "strict", "allow_inconclusive", "json", "junit", "n", "
 
 def add_arguments(ap: Any) -> None:
     """``--check`` and its options, on the top-level parser (``blockwidth --check ...``)."""
+    from console.cli import integer  # the CLI's bounded integers (cli imports this module first)
+
     g = ap.add_argument_group("--check (CI: is the profile still true for this runner?)")
     g.add_argument("--check", action="store_true",
                    help="check the profile for this device (or --device) and the configured pair; "
@@ -554,9 +558,10 @@ def add_arguments(ap: Any) -> None:
     g.add_argument("--json", action="store_true", default=None,
                    help="with --check: one JSON document, an object per check, on stdout")
     g.add_argument("--junit", metavar="FILE", help="with --check: also write JUnit XML to FILE")
-    g.add_argument("-n", type=int, default=None, metavar="N",
+    g.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=None, metavar="N",
                    help="with --check --measure: repetitions per arm (default 3)")
-    g.add_argument("--max-tokens", type=int, default=None, metavar="T",
+    g.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
+                   default=None, metavar="T",
                    help="with --check --measure: new tokens per run (default 32)")
 
 
@@ -603,10 +608,6 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         problems.append("-n is for --check --measure (repetitions per arm)")
     if args.max_tokens is not None and not args.measure:
         problems.append("--max-tokens is for --check --measure (new tokens per run)")
-    if n < 1:
-        problems.append(f"-n {n}: at least one repetition per arm")
-    if max_tokens < 1:
-        problems.append(f"--max-tokens {max_tokens}: at least 1")
     if args.allow_inconclusive and not args.measure:
         problems.append("--allow-inconclusive is for --check --measure (only a measurement is inconclusive)")
 
@@ -636,10 +637,14 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
     if args.record_dir is not None and not measure:
         problems.append("--record-dir is for --check --measure (where its session records go)")
-    if measure and args.record_dir is not None:
-        rd = Path(args.record_dir).expanduser()
-        if not args.record_dir or (rd.exists() and not rd.is_dir()):
-            problems.append(f"--record-dir {args.record_dir!r}: not a folder")
+    record_dir = None
+    if measure:  # where the sessions' records go, checked (and created) before anything runs
+        from console.measure import record_dir as checked_record_dir
+
+        try:
+            record_dir = checked_record_dir(args.record_dir)
+        except InputError as e:
+            problems.append(str(e))
 
     junit_path = None
     if args.junit is not None:
@@ -649,7 +654,14 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
     mlx = mlx_version()
     pairs: list[ConfiguredPair] = []
-    if prof is not None and device is not None:
+    if prof is None or device is None:  # the pair's paths are still worth a line of their own
+        from console.inputs import pair_paths
+
+        try:
+            pair_paths(args.target, args.draft, args.demo_target, args.kind)
+        except InputError as e:
+            problems.append(str(e))
+    else:
         try:
             pairs.append(configure_pair(target=args.target, draft=args.draft, kind=args.kind,
                                         variant=args.demo_target, flag=args.flag, device=device,
@@ -686,8 +698,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
     checks = static_checks(prof, device, mlx, pairs)
     if measure:
-        options = MeasureOptions(n=n, max_tokens=max_tokens,
-                                 record_dir=Path(args.record_dir).expanduser() if args.record_dir else None)
+        options = MeasureOptions(n=n, max_tokens=max_tokens, record_dir=record_dir)
         for p in pairs:
             def progress(e: Any, label: str = p.label) -> None:
                 if e.kind in ("warmup", "rep", "done"):

@@ -86,23 +86,26 @@ def test_stale_entry_warns_and_strict_fails(tmp_path, capsys):
     assert out.strip().splitlines()[-1].endswith("exit 1; warnings fail (--strict)")
 
 
-def test_duplicate_entries_fail_naming_both(tmp_path, capsys):
+def test_duplicate_entries_are_invalid_naming_both(tmp_path, capsys):
+    """policy.profile refuses two entries in one slot: bad input, exit 2, the file untouched."""
     p = write_profile(tmp_path, CPU_4BIT + f'width = 3\nmlx = "{MLX}"\n',
                       CPU_4BIT + f'width = 5\nmlx = "{MLX}"\n')
     before = p.read_bytes()
-    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu")
-    dup = [c for c in doc["checks"] if c["name"].startswith("duplicate")]
-    assert code == ExitCode.CHECK_FAILED and len(dup) == 1 and dup[0]["status"] == "fail"
-    assert "entry 1 (line 3)" in dup[0]["detail"] and "entry 2 (line 10)" in dup[0]["detail"]
-    assert dup[0]["figures"]["outcomes"] == ["width 3", "width 5"]
+    code, out, err = check(capsys, "--profile", str(p), "--device", "cpu")
+    assert code == ExitCode.USAGE and out == "" and len(err.strip().splitlines()) == 1
+    assert "entry 2 (line 10)" in err and "entry 1 (line 3)" in err and str(p) in err
     assert p.read_bytes() == before
 
 
-def test_duplicates_on_another_device_still_fail(tmp_path, capsys):
-    """A duplicate makes the file ambiguous on the runner it names: every runner says so."""
-    p = write_profile(tmp_path, H200, H200.replace('"NVIDIA H200"', '"nvidia h200"'))
-    code, out, _ = check(capsys, "--profile", str(p), "--device", "cpu")
-    assert code == ExitCode.CHECK_FAILED and "fail         duplicate match keys: entries 1, 2" in out
+def test_duplicates_by_device_name_case_fail_on_every_runner(tmp_path, capsys):
+    """Device names match case-blind, so these two entries match the same GPUs although their
+    slots differ: the file is ambiguous on the runner it names, and every runner says so."""
+    p = write_profile(tmp_path, H200, H200.replace('"NVIDIA H200"', '"nvidia h200"').replace("8", "4"))
+    code, doc = check_json(capsys, "--profile", str(p), "--device", "cpu")
+    dup = by_name(doc)["duplicate match keys: entries 1, 2"]
+    assert code == ExitCode.CHECK_FAILED and dup["status"] == "fail"
+    assert "entry 1 (line 3)" in dup["detail"] and "entry 2 (line 11)" in dup["detail"]
+    assert dup["figures"]["outcomes"] == ["width 8", "width 4"]
 
 
 def test_shadowed_entry_warns_unless_a_note_says_why(tmp_path, capsys):
@@ -177,9 +180,9 @@ def test_bad_profile_exit_2_one_line_per_problem_untouched(tmp_path, body, lines
 
 def test_bad_inputs_are_all_reported_exit_2(tmp_path, capsys):
     p = write_profile(tmp_path, CPU_4BIT + "width = 3\n")
-    code, out, err = check(capsys, "--profile", str(p), "--device", "tpu", "--target", "/nope", "-n", "0")
-    assert code == ExitCode.USAGE and out == ""
-    assert "--device 'tpu'" in err and "-n 0" in err and "-n is for --check --measure" in err
+    code, out, err = check(capsys, "--profile", str(p), "--device", "tpu", "--target", "/nope", "-n", "2")
+    assert code == ExitCode.USAGE and out == "" and len(err.strip().splitlines()) == 3
+    assert "--device 'tpu'" in err and "-n is for --check --measure" in err and "--target /nope" in err
     code, _, err = check(capsys, "--profile", str(p), "--device", "cpu", "--target", str(tmp_path / "nope"))
     assert code == ExitCode.USAGE and "--target" in err and "no such file" in err
     code, _, err = check(capsys, "--profile", str(p), "--device", "cpu", "--junit", str(p))
@@ -193,13 +196,20 @@ def test_default_profile_missing_is_exit_2():
 
 
 @pytest.mark.parametrize("argv,needle", [
-    (["--strict", "resolve", "--device", "cpu"], "--strict: only with --check"),
-    (["--junit", "x.xml", "resolve"], "--junit: only with --check"),
-    (["--check", "resolve"], "--check takes no COMMAND"),
+    (["--strict", "resolve", "--device", "cpu"], "--strict given before 'resolve', which does not take it"),
+    (["--junit", "x.xml", "resolve"], "--junit given before 'resolve'"),
+    (["--check", "resolve"], "--check given before 'resolve'"),
+    (["--measure", "--device", "cpu"], "--measure: only with --check"),  # the console takes none
+    (["-n", "3", "--strict"], "--strict, -n: only with --check"),
 ])
 def test_check_options_are_never_ignored(argv, needle, capsys):
-    assert cli.main(argv) == ExitCode.USAGE
-    assert needle in capsys.readouterr().err
+    try:
+        code = cli.main(argv)
+    except SystemExit as e:  # argparse's own refusal, one line
+        code = e.code
+    assert code == ExitCode.USAGE
+    err = capsys.readouterr().err
+    assert needle in err and len(err.strip().splitlines()) == 1, err
 
 
 # ---- output -------------------------------------------------------------------------------
@@ -399,7 +409,7 @@ def test_measure_refuses_a_record_dir_that_is_a_file_before_measuring(tmp_path, 
     f = tmp_path / "file"
     f.write_text("x")
     code, out, err = check(capsys, "--measure", "--profile", str(p), "--device", "cpu", "--record-dir", str(f))
-    assert code == ExitCode.USAGE and out == "" and f"--record-dir '{f}': not a folder" in err
+    assert code == ExitCode.USAGE and out == "" and f"--record-dir {f}: is a file" in err
 
 
 def test_a_pair_named_by_a_record_is_resolved_too(tmp_path, capsys):
