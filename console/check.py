@@ -94,11 +94,11 @@ def for_device(e: Override, device: Device) -> tuple[bool, str]:
     if e.compute_capability and e.compute_capability != device.compute_capability:
         return False, (f"for compute capability {e.compute_capability}; this device has "
                        f"{device.compute_capability or 'none known'}")
-    if e.device_name and e.device_name.lower() != (device.name or "").lower():
-        named = (repr(device.name) if device.name else
-                 "not known (named by --device)" if not device.probed else "not known")
-        return False, f"for device {e.device_name!r}; this device's name is {named}"
-    return True, f"applies to {device.describe()}"
+    # As the resolver: a device without a name (named by --device) is not told apart by name.
+    if e.device_name and device.name and e.device_name.lower() != device.name.lower():
+        return False, f"for device {e.device_name!r}; this device is {device.name!r}"
+    note = e.match_note(device)
+    return True, f"applies to {device.describe()}" + (f" ({note})" if note else "")
 
 
 def _constraints(e: Override) -> dict[str, Any]:
