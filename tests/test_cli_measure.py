@@ -96,4 +96,4 @@ def test_sweep_save_refuses_a_corrupt_default_profile_before_measuring(tmp_path)
     p = run_cli("sweep", "--widths", "2", "-n", "1", "--max-tokens", "4", "--save",
                 "--record-dir", str(tmp_path / "rec"), env={"XDG_CONFIG_HOME": os.environ["XDG_CONFIG_HOME"]})
     assert p.returncode == 2 and str(default) in p.stderr and "not valid TOML" in p.stderr, p.stderr
-    assert not (tmp_path / "rec").exists() and default.read_bytes() == before
+    assert not list((tmp_path / "rec").glob("session-*.json")) and default.read_bytes() == before
