@@ -266,14 +266,17 @@ def configure_pair(*, target: str | None, draft: str | None, kind: str | None, v
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
                    origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
     """Resolve one pair against the loaded profile and device. Raises InputError/WidthError."""
-    from console.inputs import drafter_info, pair_paths, target_quantization
-    from engine.checkpoint import pair_id
+    from console.inputs import InputError, drafter_info, pair_paths, target_quantization
+    from engine.checkpoint import CheckpointError, pair_id
     from policy.resolve import resolve
 
     paths = pair_paths(target, draft, variant, kind)
     info = drafter_info(paths, kind)
     quant = target_quantization(paths.target)
-    pid = pair_id(paths.target, paths.drafter)
+    try:
+        pid = pair_id(paths.target, paths.drafter)
+    except CheckpointError as e:
+        raise InputError(str(e)) from None
     res = resolve(drafter_kind=info.kind, device=device, quantization=quant, flag=flag,
                   env=os.environ if env is None else env, profile=profile,
                   declared_width=info.declared_width, declared_detail=info.detail, pair=pid,
