@@ -454,6 +454,7 @@ class MeasureOptions:
     n: int = 3
     max_tokens: int = 32
     record_dir: Path | None = None
+    verify_attention: str = "auto"  # the engine's choice of verify attention (--verify-attention)
 
 
 def _prompt_for(e: Override) -> tuple[str, str]:
@@ -500,7 +501,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         raise InputError(str(err)) from None
     gate = host.gate()
     config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
-                      predict=False)
+                      predict=False, verify_attention=options.verify_attention)
     try:
         session = run_session(pair, config, on_event=on_event)
     except DecodeError as err:
@@ -518,6 +519,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     figures = {
         "entry": p.entry, "outcome": _outcome(e), "widths": list(widths), "widths_from": widths_from,
         "n": options.n, "reps": session.reps, "new_tokens": options.max_tokens,
+        "verify_attention": session.attention,
         "prompt": prompt_from, "prompt_sha256": session.prompt_sha256,
         "classic_tok_s": session.classic.decode_range().to_list(),
         "arms": {a.name: {"decode_tok_s": a.decode_range().to_list() if a.runs else None,
@@ -638,6 +640,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             if not args.profile and "no such file" in " ".join(e.problems):
                 problems[-1] += " (the default profile; give --profile FILE)"
 
+    if getattr(args, "verify_attention", "auto") not in (None, "auto") and not measure:
+        problems.append("--verify-attention is for --check --measure (the attention its sessions verify with)")
     if args.record_dir is not None and not measure:
         problems.append("--record-dir is for --check --measure (where its session records go)")
     record_dir = None
@@ -701,7 +705,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
     checks = static_checks(prof, device, mlx, pairs)
     if measure:
-        options = MeasureOptions(n=n, max_tokens=max_tokens, record_dir=record_dir)
+        options = MeasureOptions(n=n, max_tokens=max_tokens, record_dir=record_dir,
+                                 verify_attention=getattr(args, "verify_attention", None) or "auto")
         for p in pairs:
             def progress(e: Any, label: str = p.label) -> None:
                 if e.kind in ("warmup", "rep", "done"):
