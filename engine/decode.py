@@ -15,7 +15,7 @@ from typing import Callable
 import mlx.core as mx
 
 from engine.attention import VerifyAttention, verify_attention
-from engine.drafters import Drafter, greedy, make_drafter, prefill_cache
+from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from engine.kvcache import RewindError, rewind
 
 
@@ -213,7 +213,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
     with mx.stream(_stream()):
         t0 = perf()
         drafter.prefill(ids)
-        y = prefill_cache(model, cache, ids, 512)
+        with watching(drafter, model):  # DFlash / MTP read the hidden states of this forward
+            y = prefill_cache(model, cache, ids, 512)
         t1 = perf()
         with verify_attention(attention) as routing:
             try:
@@ -238,7 +239,8 @@ def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_e
         tb = perf()
         block = mx.concatenate([y, drafts]) if drafts.size else y
         k = block.size
-        logits = model(block[None], cache=cache)[:, -k:, :]
+        with watching(drafter, model):  # ... and of the verify: no second target forward
+            logits = model(block[None], cache=cache)[:, -k:, :]
         if on_logits is not None:
             on_logits(len(tokens), logits.squeeze(0))
         verified = greedy(logits.squeeze(0))

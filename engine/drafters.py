@@ -1,13 +1,17 @@
-"""Drafters: one protocol, two implementations (a draft model and prompt lookup).
+"""Drafters: one protocol; a draft model, prompt lookup, DFlash and MTP heads.
 
 A drafter proposes up to ``width - 1`` tokens after the last committed token;
 the verify is shared (engine.decode). ``propose`` may return a lazy array so a
-model drafter's steps are never synchronised one by one.
+model drafter's steps are never synchronised one by one. A drafter that reads
+the target's hidden states (DFlash, MTP) has ``watch(model)``: a context the
+engine opens around its own prefill and verify forwards, which hands it the
+hidden states of those same forwards (``watching`` is a no-op for the others).
 """
 
 from __future__ import annotations
 
-from typing import Protocol
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any, Protocol
 
 import mlx.core as mx
 
@@ -114,9 +118,23 @@ class LookupDrafter:
         self.context.append(next_token)
 
 
+def watching(drafter: Drafter, model: Any) -> AbstractContextManager:
+    """The drafter's capture around a target forward, or nothing when it reads no hidden state."""
+    watch = getattr(drafter, "watch", None)
+    return watch(model) if watch is not None else nullcontext()
+
+
 def make_drafter(pair) -> Drafter:
     if pair.kind is DrafterKind.MODEL:
         return ModelDrafter(pair.drafter)
     if pair.kind is DrafterKind.LOOKUP:
         return LookupDrafter()
+    if pair.kind is DrafterKind.DFLASH:
+        from engine.dflash import DFlashDrafter
+
+        return DFlashDrafter(pair.drafter, pair.target)
+    if pair.kind is DrafterKind.MTP:
+        from engine.mtp import MTPDrafter
+
+        return MTPDrafter(pair.drafter, pair.target)
     raise ValueError(f"drafter kind {pair.kind.value} is not runnable here")

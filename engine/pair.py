@@ -20,7 +20,7 @@ from engine.checkpoint import CheckpointError, fingerprint, pair_key, read_heade
 from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
-RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP)
+RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
 _READ_BY_LOADERS = {".json", ".model", ".jinja", ".txt", ".tiktoken", ".jsonl", ".safetensors"}
 
 
@@ -36,7 +36,7 @@ class Pair:
     target_config: dict
     quantization: Quantization
     kind: DrafterKind
-    drafter: Any | None = None  # mlx_lm model for kind=model
+    drafter: Any | None = None  # mlx_lm model (model), DFlashModel (dflash), MTPModel (mtp)
     drafter_path: Path | None = None
     fingerprints: dict[str, str] = field(default_factory=dict)
 
@@ -50,7 +50,10 @@ class Pair:
         return v if isinstance(v, int) else None
 
     def describe(self) -> str:
-        d = self.drafter_path.name if self.drafter_path else "prompt lookup"
+        if self.kind is DrafterKind.MTP and self.drafter_path is None:
+            d = "the target's own MTP layers"
+        else:
+            d = self.drafter_path.name if self.drafter_path else "prompt lookup"
         return f"{self.target_path.name} [{self.quantization.describe()}] + {d} ({self.kind.value})"
 
 
@@ -128,10 +131,10 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         kind = kind or detect_drafter(dconfig).kind
     if kind not in RUNNABLE:
         raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
-                        f"{' and '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
+                        f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
                         f"resolves a width for {kind.value}")
-    if kind is DrafterKind.MODEL and drafter is None:
-        raise PairError("drafter kind model needs --draft (a draft model folder)")
+    if kind in (DrafterKind.MODEL, DrafterKind.DFLASH) and drafter is None:
+        raise PairError(f"drafter kind {kind.value} needs --draft (a drafter checkpoint folder)")
     if kind is DrafterKind.LOOKUP and drafter is not None:
         raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
 
@@ -154,4 +157,18 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         pair.drafter = _load_model(drafter, "drafter")
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)
+    elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):
+        from engine import dflash, mtp
+        from engine.hidden import TargetShapeError
+
+        try:
+            if kind is DrafterKind.DFLASH:
+                pair.drafter = dflash.load(drafter, model, tconfig)
+            else:
+                pair.drafter = mtp.load(drafter, model, target, tconfig)
+        except (dflash.DrafterFormatError, TargetShapeError) as e:
+            raise PairError(str(e)) from None
+        if drafter is not None:
+            pair.drafter_path = drafter
+            pair.fingerprints["drafter"] = fingerprint(drafter)
     return pair

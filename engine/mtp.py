@@ -1,0 +1,317 @@
+"""MTP: multi-token-prediction heads, chained, on the target's last hidden state.
+
+A head predicts the token after next from the target's final-normed hidden
+state ``h[t]`` and the embedding of the token ``x[t+1]``:
+``logits = lm_head(norm(block(proj(concat(enorm(embed(x[t+1])), hnorm(h[t]))))))``,
+where ``block`` is one decoder layer of the target's own kind with its own KV
+cache. Wider widths chain: the next step feeds the head's own output back as
+the hidden state (head ``s mod k`` for step ``s`` with ``k`` heads), so the
+drafting cost is linear in width.
+
+Three published layouts, read from the target checkpoint itself (mlx-lm drops
+these tensors when it loads the target) or from a separate head checkpoint:
+
+- DeepSeek-V3 / GLM (``num_nextn_predict_layers``): ``model.layers.{N+i}.`` with
+  ``enorm``, ``hnorm``, ``eh_proj``, ``shared_head.norm`` and the block's own
+  tensors, N the target's layer count; concat(embedding, hidden); the chained
+  hidden is the block output before ``shared_head.norm``.
+- Qwen3.5 / Qwen3-Next (``mtp_num_hidden_layers``): ``mtp.`` with
+  ``pre_fc_norm_embedding``, ``pre_fc_norm_hidden``, ``fc``, ``layers.{j}.``, ``norm``;
+  concat(embedding, hidden); the chained hidden is the normed output.
+- MiMo (``num_nextn_predict_layers``): ``model.mtp_layers.{i}.`` with
+  ``token_layernorm``, ``hidden_layernorm``, ``input_proj``, ``final_layernorm``;
+  concat(hidden, embedding); the chained hidden is the normed output.
+
+A head's own copies of the embedding and LM head (``embed_tokens``,
+``shared_head.head``) are the target's and are not loaded: the target's are used.
+With k > 1 heads, every head's cache is fed the target's hidden states (a
+shortcut: strictly, head i reads head i-1's outputs).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import re
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any
+
+import mlx.core as mx
+import mlx.nn as nn
+
+from engine import hidden
+from engine.dflash import DrafterFormatError
+from policy.drafter import DrafterKind
+
+# Target families whose decoder block this engine can build for a head (mlx-lm's TransformerBlock).
+BLOCK_FAMILIES = ("llama", "qwen2", "qwen3", "mimo", "mistral")
+
+
+class Layout(str, Enum):
+    DEEPSEEK = "deepseek-v3"
+    QWEN35 = "qwen3.5"
+    MIMO = "mimo"
+
+
+# internal name <- published name, per layout (the rest of a head's tensors are its block's)
+_NAMES = {
+    Layout.DEEPSEEK: {"enorm": "enorm", "hnorm": "hnorm", "eh_proj": "proj", "shared_head.norm": "norm"},
+    Layout.QWEN35: {"pre_fc_norm_embedding": "enorm", "pre_fc_norm_hidden": "hnorm", "fc": "proj",
+                    "norm": "norm"},
+    Layout.MIMO: {"token_layernorm": "enorm", "hidden_layernorm": "hnorm", "input_proj": "proj",
+                  "final_layernorm": "norm"},
+}
+_SHARED = ("embed_tokens.", "shared_head.head.")  # the target's own, not loaded
+
+
+def head_count(config: dict) -> int:
+    for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
+        v = config.get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return 0
+
+
+class Head(nn.Module):
+    def __init__(self, d: int, eps: float, blocks: list, layout: Layout):
+        super().__init__()
+        self.enorm = nn.RMSNorm(d, eps=eps)
+        self.hnorm = nn.RMSNorm(d, eps=eps)
+        self.proj = nn.Linear(2 * d, d, bias=False)
+        self.blocks = blocks
+        self.norm = nn.RMSNorm(d, eps=eps)
+        self.hidden_first = layout is Layout.MIMO
+        self.chain_prenorm = layout is Layout.DEEPSEEK
+
+    def __call__(self, h: mx.array, e: mx.array, cache: list | None = None) -> tuple[mx.array, mx.array]:
+        """(normed output for the LM head, hidden to chain) for hidden ``h`` and embeddings ``e``."""
+        from mlx_lm.models.base import create_attention_mask
+
+        parts = [self.hnorm(h), self.enorm(e)] if self.hidden_first else [self.enorm(e), self.hnorm(h)]
+        x = self.proj(mx.concatenate(parts, axis=-1))
+        cache = cache or [None] * len(self.blocks)
+        mask = create_attention_mask(x, cache[0])
+        for blk, c in zip(self.blocks, cache):
+            x = blk(x, mask, c)
+        out = self.norm(x)
+        return out, (x if self.chain_prenorm else out)
+
+
+class MTPModel(nn.Module):
+    def __init__(self, heads: list[Head], layout: Layout, source: str):
+        super().__init__()
+        self.heads = heads
+        self.layout = layout
+        self.source = source  # what it was loaded from, for describe()
+
+    def make_cache(self) -> list[list]:
+        from mlx_lm.models.cache import KVCache
+
+        return [[KVCache() for _ in h.blocks] for h in self.heads]
+
+
+def build_block(target_config: dict, where: str) -> nn.Module:
+    mt = target_config.get("model_type")
+    if mt not in BLOCK_FAMILIES:
+        raise DrafterFormatError(f"{where}: target model_type {mt}: this engine builds MTP blocks for "
+                                 f"{', '.join(BLOCK_FAMILIES)}")
+    mod = importlib.import_module(f"mlx_lm.models.{mt}")
+    return mod.TransformerBlock(mod.ModelArgs.from_dict(target_config))
+
+
+def _detect(keys: set[str], n_layers: int) -> Layout | None:
+    if any(k.startswith(f"model.layers.{n_layers}.") and ".eh_proj." in k for k in keys):
+        return Layout.DEEPSEEK
+    if "mtp.fc.weight" in keys or "mtp.fc.scales" in keys:
+        return Layout.QWEN35
+    if any(k.startswith("model.mtp_layers.") for k in keys):
+        return Layout.MIMO
+    return None
+
+
+def _prefixes(layout: Layout, count: int, n_layers: int) -> list[str]:
+    if layout is Layout.DEEPSEEK:
+        return [f"model.layers.{n_layers + i}." for i in range(count)]
+    if layout is Layout.MIMO:
+        return [f"model.mtp_layers.{i}." for i in range(count)]
+    return ["mtp."]
+
+
+def _internal(layout: Layout, rest: str) -> str | None:
+    """A head's tensor name (after its prefix) -> this module's name; None for the shared ones."""
+    if rest.startswith(_SHARED):
+        return None
+    for pub, mine in _NAMES[layout].items():
+        if rest.startswith(pub + "."):
+            return mine + rest[len(pub):]
+    if layout is Layout.QWEN35:
+        m = re.match(r"layers\.(\d+)\.(.*)", rest)
+        return f"blocks.{m.group(1)}.{m.group(2)}" if m else rest
+    return "blocks.0." + rest
+
+
+def _read_weights(path: Path, prefixes: tuple[str, ...]) -> dict[str, mx.array]:
+    out: dict[str, mx.array] = {}
+    for f in sorted(Path(path).glob("*.safetensors")):
+        for k, v in mx.load(str(f)).items():
+            if k.startswith(prefixes):
+                out[k] = v
+    return out
+
+
+def _config(path: Path) -> dict:
+    try:
+        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise DrafterFormatError(f"{path}: config.json cannot be read ({e})") from None
+
+
+def load(head_path: Path | None, target: Any, target_path: Path, target_config: dict) -> MTPModel:
+    """MTP heads for ``target``: from ``head_path``, or from the target checkpoint when None."""
+    from mlx.utils import tree_flatten
+
+    source = Path(head_path) if head_path else Path(target_path)
+    where = f"MTP head {source}" if head_path else f"target {source}"
+    config = _config(source) if head_path else target_config
+    count = head_count(config)
+    if not count:
+        raise DrafterFormatError(f"{where}: no MTP layers (num_nextn_predict_layers / "
+                                 f"mtp_num_hidden_layers absent or 0)")
+    if head_path:
+        for key, what in (("model_type", "architecture"), ("hidden_size", "hidden size"),
+                          ("vocab_size", "vocabulary"), ("num_hidden_layers", "layer count")):
+            if config.get(key) is not None and config.get(key) != target_config.get(key):
+                raise DrafterFormatError(f"{where}: made for another architecture: {key} "
+                                         f"{config.get(key)}, the target's is {target_config.get(key)}")
+    n_layers = target_config.get("num_hidden_layers") or hidden.depth(target)
+    keys = set()
+    for f in sorted(source.glob("*.safetensors")):
+        from engine.checkpoint import read_header
+
+        keys.update(k for k in read_header(f) if k != "__metadata__")
+    layout = _detect(keys, n_layers)
+    if layout is None:
+        raise DrafterFormatError(f"{where}: no MTP tensors in a known layout (model.layers.{n_layers}"
+                                 f".eh_proj: DeepSeek-V3; mtp.fc: Qwen3.5; model.mtp_layers.0: MiMo)")
+    prefixes = _prefixes(layout, 1 if layout is Layout.QWEN35 else count, n_layers)
+    raw = _read_weights(source, tuple(prefixes))
+    d = target_config["hidden_size"]
+    eps = float(target_config.get("rms_norm_eps", 1e-6))
+    per_head: list[dict[str, mx.array]] = []
+    for p in prefixes:
+        mine = {}
+        for k, v in raw.items():
+            if k.startswith(p):
+                name = _internal(layout, k[len(p):])
+                if name is not None and "rotary_emb" not in name:
+                    mine[name] = v
+        if not mine:
+            raise DrafterFormatError(f"{where}: declares {count} MTP layers, but no tensor starts with {p}")
+        per_head.append(mine)
+    heads = []
+    for p, w in zip(prefixes, per_head):
+        n_blocks = 1 + max((int(k.split(".")[1]) for k in w if k.startswith("blocks.")), default=0)
+        head = Head(d, eps, [build_block(target_config, where) for _ in range(n_blocks)], layout)
+        q = config.get("quantization") or target_config.get("quantization")
+        if any(k.endswith(".scales") for k in w):
+            if not isinstance(q, dict):
+                raise DrafterFormatError(f"{where}: quantized MTP tensors but no quantization in config.json")
+            nn.quantize(head, group_size=q.get("group_size", 64), bits=q.get("bits", 4),
+                        mode=q.get("mode", "affine"), class_predicate=lambda path, m: f"{path}.scales" in w)
+        want = dict(tree_flatten(head.parameters()))
+        missing = sorted(set(want) - set(w))
+        if missing:
+            raise DrafterFormatError(f"{where}: {layout.value} layout, but tensor for {p}{missing[0]} "
+                                     f"is missing: not a {target_config.get('model_type')} head")
+        extra = sorted(set(w) - set(want))
+        if extra:
+            raise DrafterFormatError(f"{where}: tensor {extra[0]} under {p} does not fit the target's "
+                                     f"{target_config.get('model_type')} block: a head for another "
+                                     f"architecture")
+        for k, v in w.items():
+            if tuple(v.shape) != tuple(want[k].shape):
+                raise DrafterFormatError(f"{where}: tensor {k} under {p} has shape {tuple(v.shape)}, the "
+                                         f"target's block needs {tuple(want[k].shape)}: a head for "
+                                         f"another architecture")
+        head.load_weights(list(w.items()))
+        heads.append(head)
+    model = MTPModel(heads, layout, str(source))
+    mx.eval(model.parameters())
+    model.eval()
+    return model
+
+
+@dataclass
+class _Rows:
+    hidden: mx.array  # (1, R, d): target final hidden states at positions t
+    tokens: list[int]  # the R tokens at positions t + 1
+
+
+class MTPDrafter:
+    """The Drafter protocol for chained MTP heads; ``forwards`` counts head forwards."""
+
+    kind = DrafterKind.MTP
+
+    def __init__(self, model: MTPModel, target: Any):
+        self.model = model
+        self.embed = hidden.embed(target)
+        self.head = hidden.lm_head(target)
+        self.caches = model.make_cache()
+        self.staged: list[mx.array] = []
+        self.rows: _Rows | None = None
+        self.prompt: list[int] = []
+        self.speculative = [0] * len(model.heads)  # chained cache rows per head, dropped at commit
+        self.forwards = 0
+        self.received: list[mx.array] = []
+
+    def watch(self, model: Any) -> hidden.Capture:
+        return hidden.Capture(model, (hidden.FINAL,), lambda s: self.staged.append(s[hidden.FINAL]))
+
+    def _take(self) -> mx.array | None:
+        if not self.staged:
+            return None
+        out = self.staged[0] if len(self.staged) == 1 else mx.concatenate(self.staged, axis=1)
+        self.staged = []
+        return out
+
+    def prefill(self, prompt: mx.array) -> None:
+        self.prompt = prompt.tolist()
+
+    def _step(self, i: int, h: mx.array, tokens: mx.array) -> tuple[mx.array, mx.array]:
+        self.forwards += 1
+        return self.model.heads[i](h, self.embed(tokens[None]), self.caches[i])
+
+    def propose(self, n: int) -> mx.array:
+        if self.rows is None:
+            first = self._take()  # from prefill: hidden at positions 0..R-1, tokens 1..R
+            if first is not None and first.shape[1]:
+                self.rows = _Rows(first, self.prompt[1:first.shape[1] + 1])
+        rows, self.rows = self.rows, None
+        if rows is None or n < 1:
+            return mx.array([], mx.uint32)
+        self.received.append(rows.hidden)
+        toks = mx.array(rows.tokens, mx.uint32)
+        out, chain = self._step(0, rows.hidden, toks)
+        for i in range(1, len(self.model.heads)):
+            self._step(i, rows.hidden, toks)  # keep every head's cache on the committed text
+        y = mx.argmax(self.head(out[:, -1:]), axis=-1)[0]
+        ys, chain = [y], chain[:, -1:]
+        for s in range(1, n):
+            i = s % len(self.model.heads)
+            out, chain = self._step(i, chain, y)
+            self.speculative[i] += 1
+            y = mx.argmax(self.head(out), axis=-1)[0]
+            ys.append(y)
+        return mx.concatenate(ys).astype(mx.uint32)
+
+    def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
+        for i, k in enumerate(self.speculative):
+            if k:
+                for c in self.caches[i]:
+                    c.trim(k)
+        self.speculative = [0] * len(self.model.heads)
+        verify = self._take()
+        if verify is not None:
+            self.rows = _Rows(verify[:, : accepted + 1], list(drafted[:accepted]) + [next_token])
