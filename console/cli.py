@@ -119,6 +119,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "drafter_kind": info.kind.value,
         "declared_width": info.declared_width,
         "drafter_detail": info.detail,
+        "target_layers": list(info.target_layers) if info.target_layers else None,
+        "reads": info.needs(),
+        "mtp_layers": next((config[k] for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+                            if isinstance(config.get(k), int)), None),
         "vocab_size": config.get("vocab_size"),
     }
     if params_note:
@@ -134,7 +138,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             f"  dtype        {d['dtype']}",
             f"  drafter?     {'yes' if looks else 'no'}: {d['drafter_kind']} ({d['drafter_detail']})",
             f"  declared     {d['declared_width'] if d['declared_width'] else 'no width'}",
-        ])
+            f"  reads        {d['reads']}",
+        ] + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
+             if d["mtp_layers"] and info.kind is not DrafterKind.MTP else []))
 
     _emit(data, args.json, text)
     return ExitCode.OK

@@ -160,12 +160,16 @@ class PairPaths:
 def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
                kind: str | None = None, weights: bool = False, download: bool = True,
                names: Mapping[str, str] = CLI_PAIR_NAMES) -> PairPaths:
-    """The pair's folders; the demo pair without --target (its drafter unless --kind lookup).
+    """The pair's folders; the demo pair without --target (the demo drafter of --kind, none for
+    lookup).
     ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
     if target is None:
         if draft is not None:
             raise InputError(f"{names['draft']} given without {names['target']}: name the target too")
-        drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTER
+        drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTERS.get(kind or "model")
+        if kind is not None and kind != DrafterKind.LOOKUP.value and drafter is None:
+            raise InputError(f"--kind {kind}: the demo pair has no {kind} drafter (it has "
+                             f"{', '.join(demo.DRAFTERS)} and lookup)")
         return PairPaths(demo.target(variant), drafter, True)
     return PairPaths(checkpoint_dir(target, names["target"], weights, download),
                      checkpoint_dir(draft, names["draft"], weights, download) if draft is not None else None,

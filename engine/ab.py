@@ -91,6 +91,12 @@ class Arm:
         return acc / (acc + rej) if acc + rej else None
 
     @property
+    def draft_ms_per_round(self) -> float | None:
+        """Median drafting time of a round that drafted, from the split rounds only."""
+        split = [x.draft_s * 1e3 for r in self.runs for x in r.rounds if x.split and x.drafted]
+        return statistics.median(split) if split else None
+
+    @property
     def draft_ms_per_token(self) -> float | None:
         """From the split rounds only: the others do not time drafting apart."""
         split = [x for r in self.runs for x in r.rounds if x.split and x.drafted]
@@ -156,6 +162,10 @@ class Session:
     curve: costcurve.CostCurve | None = None
     predicted: dict[int, float] = field(default_factory=dict)
     predicted_best: int | None = None
+    prediction: dict[int, costcurve.Prediction] = field(default_factory=dict)  # both terms per width
+    draft_cost: costcurve.DraftCost = costcurve.DraftCost.LINEAR
+    draft_cost_ms: float = 0.0  # the measured unit: per round (flat) or per drafted token (linear)
+    drafter_kind: str = ""
     warmup: dict[str, DecodeRun] = field(default_factory=dict)  # discarded from the statistics
     warmup_shift: int = 0  # positions the warm-up ran ahead of the session's (0: same positions)
     attention: str = ""  # the verify attention in effect (auto resolved for this backend)
@@ -258,6 +268,18 @@ class Session:
                 "something is rebuilt every round (on CUDA, MLX's cuDNN attention plan cache, "
                 "MLX_CUDA_SDPA_CACHE_SIZE, is too small for these widths and positions).")
         return out
+
+    def prediction_lines(self) -> list[str]:
+        """The prediction with both of its terms, so an operator sees why a width wins."""
+        if not self.prediction:
+            return []
+        unit = "per round, any width" if self.draft_cost is costcurve.DraftCost.FLAT else "per drafted token"
+        lines = [f"model prediction (cost curve x acceptance, not a measurement): best width "
+                 f"{self.predicted_best}; "
+                 f"{self.drafter_kind} drafting is {self.draft_cost.value}: "
+                 f"{self.draft_cost_ms:.2f} ms {unit}"]
+        lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
+        return lines
 
     def arm(self, width: int) -> Arm:
         for a in self.arms:
@@ -504,9 +526,18 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
                 cancel=cancel.is_set)
             acc = statistics.median(a.per_token_acceptance for a in measured)
-            drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
+            # the kind says how drafting grows with width: flat for a block drafter, linear else
+            session.drafter_kind = pair.kind.value
+            session.draft_cost = costcurve.draft_cost(pair.kind.value)
+            if session.draft_cost is costcurve.DraftCost.FLAT:
+                drafts = [a.draft_ms_per_round for a in measured if a.draft_ms_per_round is not None]
+            else:
+                drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
             draft_ms = statistics.median(drafts) if drafts else 0.0
-            session.predicted = costcurve.predict(session.curve, acc, draft_ms, widths)
+            session.draft_cost_ms = draft_ms
+            session.prediction = costcurve.predict_terms(session.curve, acc, draft_ms, widths,
+                                                         session.draft_cost)
+            session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             if session.predicted:
                 session.predicted_best = max(session.predicted, key=session.predicted.get)
             emit(Event("costcurve", message=f"predicted best width {session.predicted_best}"))

@@ -16,6 +16,7 @@ from __future__ import annotations
 import statistics
 import time
 from dataclasses import dataclass, field
+from enum import Enum
 from typing import Callable, Sequence
 
 import mlx.core as mx
@@ -184,4 +185,51 @@ def predict(curve: CostCurve, acceptance: float, draft_ms: float,
             continue
         cost = (k - 1) * draft_ms + v
         out[k] = expected_tokens(acceptance, k) / cost * one
+    return out
+
+
+class DraftCost(str, Enum):
+    """How a drafter's time per round grows with the width."""
+
+    FLAT = "flat"  # one drafter forward proposes the whole block (DFlash): same cost at any width
+    LINEAR = "linear"  # one forward per drafted token (a draft model, chained MTP heads, lookup)
+
+
+def draft_cost(kind: str) -> DraftCost:
+    return DraftCost.FLAT if kind == "dflash" else DraftCost.LINEAR
+
+
+@dataclass(frozen=True)
+class Prediction:
+    width: int
+    speedup: float  # over classic
+    tokens_per_round: float  # E(K)
+    draft_ms: float  # drafting one round at this width, by the kind's cost model
+    verify_ms: float  # one K-row verify forward, from the cost curve
+
+    def describe(self) -> str:
+        return (f"w{self.width} {self.speedup:.2f}x ({self.tokens_per_round:.2f} tok/round over "
+                f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f} ms)")
+
+    def to_dict(self) -> dict:
+        return {"width": self.width, "speedup": round(self.speedup, 4),
+                "tokens_per_round": round(self.tokens_per_round, 4),
+                "draft_ms": round(self.draft_ms, 4), "verify_ms": round(self.verify_ms, 4)}
+
+
+def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: Sequence[int],
+                  model: DraftCost = DraftCost.LINEAR) -> dict[int, Prediction]:
+    """Per width: E(K) / (draft(K) + verify(K)) against 1 / verify(1), with both terms kept.
+    ``draft_ms`` is per drafted token for a LINEAR drafter and per round for a FLAT one."""
+    one = curve.ms(1)
+    out: dict[int, Prediction] = {}
+    if not one:
+        return out
+    for k in widths:
+        v = curve.ms(k)
+        if v is None:
+            continue
+        d = draft_ms if model is DraftCost.FLAT else (k - 1) * draft_ms
+        e = expected_tokens(acceptance, k)
+        out[k] = Prediction(k, e / (d + v) * one, e, d, v)
     return out

@@ -200,6 +200,7 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
     d = target_config["hidden_size"]
     eps = float(target_config.get("rms_norm_eps", 1e-6))
     per_head: list[dict[str, mx.array]] = []
+    published: dict[str, str] = {}  # internal name -> the checkpoint's, for messages
     for p in prefixes:
         mine = {}
         for k, v in raw.items():
@@ -207,6 +208,7 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
                 name = _internal(layout, k[len(p):])
                 if name is not None and "rotary_emb" not in name:
                     mine[name] = v
+                    published[p + name] = k
         if not mine:
             raise DrafterFormatError(f"{where}: declares {count} MTP layers, but no tensor starts with {p}")
         per_head.append(mine)
@@ -223,16 +225,16 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
         want = dict(tree_flatten(head.parameters()))
         missing = sorted(set(want) - set(w))
         if missing:
-            raise DrafterFormatError(f"{where}: {layout.value} layout, but tensor for {p}{missing[0]} "
-                                     f"is missing: not a {target_config.get('model_type')} head")
+            raise DrafterFormatError(f"{where}: {layout.value} layout, but its {missing[0]} is missing "
+                                     f"under {p}: not a head for a {target_config.get('model_type')} target")
         extra = sorted(set(w) - set(want))
         if extra:
-            raise DrafterFormatError(f"{where}: tensor {extra[0]} under {p} does not fit the target's "
-                                     f"{target_config.get('model_type')} block: a head for another "
-                                     f"architecture")
+            raise DrafterFormatError(f"{where}: tensor {published[p + extra[0]]} does not fit the "
+                                     f"target's {target_config.get('model_type')} block: a head for "
+                                     f"another architecture")
         for k, v in w.items():
             if tuple(v.shape) != tuple(want[k].shape):
-                raise DrafterFormatError(f"{where}: tensor {k} under {p} has shape {tuple(v.shape)}, the "
+                raise DrafterFormatError(f"{where}: tensor {published[p + k]} has shape {tuple(v.shape)}, the "
                                          f"target's block needs {tuple(want[k].shape)}: a head for "
                                          f"another architecture")
         head.load_weights(list(w.items()))

@@ -73,6 +73,9 @@ def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]
         "costcurve": session.curve.to_dict() if session.curve else None,
         "predicted_speedup": {str(k): round(v, 4) for k, v in session.predicted.items()},
         "predicted_best": session.predicted_best,
+        "prediction": {"draft_cost": session.draft_cost.value, "draft_cost_ms": round(session.draft_cost_ms, 4),
+                       "drafter_kind": session.drafter_kind,
+                       "widths": [p.to_dict() for _, p in sorted(session.prediction.items())]},
         "decision": {"recommendation": session.recommendation, "decision": session.decision,
                      "why": session.why, "saveable": session.saveable},
     }

@@ -21,6 +21,24 @@ class DrafterInfo:
     kind: DrafterKind
     declared_width: int | None  # rows per round the checkpoint says it was made for
     detail: str  # how the kind and width were read
+    target_layers: tuple[int, ...] | None = None  # target hidden states it reads (DFlash: layer ids)
+    reads_final_hidden: bool = False  # MTP: the target's final-normed hidden state
+
+    def needs(self) -> str:
+        """What the drafter reads from the target, in words."""
+        if self.target_layers:
+            return "hidden states of target layers " + ", ".join(map(str, self.target_layers))
+        if self.reads_final_hidden:
+            return "the target's final hidden state"
+        return "nothing (token ids only)"
+
+
+def _dflash(config: Mapping[str, Any], key: str) -> Any:
+    # DFlash settings live in dflash_config in newer checkpoints, at the top level in older ones
+    sub = config.get("dflash_config")
+    if isinstance(sub, Mapping) and key in sub:
+        return sub[key]
+    return config.get(key)
 
 
 def _archs(config: Mapping[str, Any]) -> list[str]:
@@ -30,7 +48,7 @@ def _archs(config: Mapping[str, Any]) -> list[str]:
 
 def _declared(config: Mapping[str, Any], kind: DrafterKind) -> tuple[int | None, str]:
     # DFlash drafters declare the block they were trained for: that is a width.
-    v = config.get("block_size")
+    v = _dflash(config, "block_size")
     if isinstance(v, int) and not isinstance(v, bool) and kind is DrafterKind.DFLASH:
         return v, f"block_size {v}"
     # Others declare drafted tokens per round: width = that + 1.
@@ -63,7 +81,13 @@ def detect_drafter(config: Any) -> DrafterInfo:
     else:
         kind, why = DrafterKind.MODEL, f"an ordinary causal LM ({', '.join(archs) or model_type or '?'})"
     width, wwhy = _declared(config, kind)
-    return DrafterInfo(kind, width, why + (f"; declares {wwhy}" if wwhy else ""))
+    layers = None
+    if kind is DrafterKind.DFLASH:
+        ids = _dflash(config, "target_layer_ids")
+        if isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
+            layers = tuple(ids)
+    return DrafterInfo(kind, width, why + (f"; declares {wwhy}" if wwhy else ""), layers,
+                       kind is DrafterKind.MTP)
 
 
 def read_drafter(path: Path) -> DrafterInfo:

@@ -7,6 +7,9 @@ from pathlib import Path
 PAIR_DIR = Path(__file__).resolve().parent / "pair"
 TARGETS = {"bf16": PAIR_DIR / "target-bf16", "4bit": PAIR_DIR / "target-4bit"}
 DRAFTER = PAIR_DIR / "drafter"
+DFLASH = PAIR_DIR / "dflash"  # a DFlashDraftModel, block 16, reading target layers 1, 3, 5
+MTP = PAIR_DIR / "mtp"  # one DeepSeek-V3-layout NextN head
+DRAFTERS = {"model": DRAFTER, "dflash": DFLASH, "mtp": MTP}
 
 
 def target(variant: str = "bf16") -> Path:

@@ -266,6 +266,32 @@ def save_drafter(model, out: Path, tok_dir: Path) -> None:
             shutil.copy(f, out / f.name)
 
 
+def acceptance(pair: Path, built: Path, width: int = 4, tokens: tuple[int, ...] = (64, 128)) -> dict:
+    """Per-drafted-token acceptance at ``width`` on the demo prompts, through this engine's loop,
+    for every drafter in ``built`` against both demo targets: pooled and per prompt."""
+    from engine.decode import speculative
+    from engine.demo.prompts import DEMO_PROMPTS
+    from engine.pair import load_pair
+
+    out: dict = {}
+    for kind, name in (("model", "drafter"), ("dflash", "dflash"), ("mtp", "mtp")):
+        if not (built / name).is_dir():
+            continue
+        for variant in ("bf16", "4bit"):
+            p = load_pair(pair / f"target-{variant}", built / name, kind)
+            for n in tokens:
+                acc = dra = 0
+                per = []
+                for prompt in DEMO_PROMPTS:
+                    run = speculative(p, p.tokenizer.encode(prompt), n, width)
+                    acc, dra = acc + run.accepted, dra + run.drafted
+                    per.append(round(run.acceptance or 0.0, 3))
+                key = f"{kind} {variant} {n} tokens"
+                out[key] = {"pooled": round(acc / dra, 3) if dra else None, "per_prompt": per}
+                log(f"acceptance w{width} {key}: {out[key]['pooled']} {per}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     from mlx_lm.utils import load_model
 
@@ -282,8 +308,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=8, help="DFlash blocks per sequence")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", choices=("dflash", "mtp", "drafter"), action="append")
+    ap.add_argument("--measure", type=Path, metavar="DIR",
+                    help="only measure the acceptance of the drafters already built in DIR")
     args = ap.parse_args(argv)
     only = set(args.only or ("dflash", "mtp", "drafter"))
+    if args.measure:
+        result = acceptance(args.pair, args.measure)
+        (args.measure / "acceptance.json").write_text(json.dumps(result, indent=2))
+        return 0
 
     mx.random.seed(args.seed)
     rng = np.random.default_rng(args.seed)
@@ -342,7 +374,9 @@ def main(argv: list[str] | None = None) -> int:
         save_drafter(drafter, args.out / "drafter", args.pair / "target-bf16")
         summary["drafter_loss"] = round(loss, 3)
     summary["seconds"] = round(time.time() - started, 1)
-    (args.out / "build-drafters.json").write_text(json.dumps(summary, indent=2))
+    summary["acceptance_w4"] = acceptance(args.pair, args.out)
+    name = "build-drafters" + ("-" + "-".join(sorted(only)) if args.only else "") + ".json"
+    (args.out / name).write_text(json.dumps(summary, indent=2))
     log(json.dumps(summary))
     return 0
 
