@@ -186,6 +186,13 @@ def markdown(record: dict) -> str:
         lines.append(f"\n**Drift:** {record['drift']['why']}")
     if record.get("predicted_best"):
         lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
+        pred = record.get("prediction") or {}
+        if pred.get("widths"):
+            lines.append(f"({pred['drafter_kind']} drafting is {pred['draft_cost']}, "
+                         f"{pred['draft_cost_ms']} ms)\n\n| width | speed-up | tokens/round | draft ms | "
+                         f"verify ms |\n|---|---|---|---|---|")
+            lines += [f"| {p['width']} | {p['speedup']} | {p['tokens_per_round']} | {p['draft_ms']} | "
+                      f"{p['verify_ms']} |" for p in pred["widths"]]
     if record.get("exactness"):
         lines.append("\n| width | bitwise equal | max abs diff | argmax agreement |\n|---|---|---|---|")
         for k, e in record["exactness"].items():
