@@ -120,8 +120,10 @@ def test_bad_pairs(tmp_path):
     (other / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(PairError, match="4096.*2048"):
         load_pair(demo.target("bf16"), other)
-    with pytest.raises(PairError, match="dflash"):
+    with pytest.raises(PairError, match=r"drafter: architectures \[LlamaForCausalLM\] is not DFlashDraftModel"):
         load_pair(demo.target("bf16"), demo.DRAFTER, "dflash")
+    with pytest.raises(PairError, match="eagle.*runs only model, lookup, dflash, mtp"):
+        load_pair(demo.target("bf16"), demo.DRAFTER, "eagle")
 
 
 def test_identity_and_divergence(model_pair, reference):
