@@ -60,7 +60,9 @@ def test_sweep_save_saves_or_refuses_honestly(tmp_path):
     (("--prompt-file", "/nope/prompt.txt"), "--prompt-file /nope/prompt.txt"),
     (("--target", "/nope"), "--target /nope: no such file"),
     (("--target", str(ROOT / "engine/demo/pair/target-bf16"), "--draft", str(ROOT / "engine/demo/pair/drafter"),
-      "--kind", "dflash"), "the embedded engine runs only"),
+      "--kind", "dflash"), "architectures [LlamaForCausalLM] is not DFlashDraftModel"),
+    (("--target", str(ROOT / "engine/demo/pair/target-bf16"), "--draft", str(ROOT / "engine/demo/pair/drafter"),
+      "--kind", "eagle"), "the embedded engine runs only"),
 ])
 def test_sweep_bad_input_exit_2(args, needle, tmp_path):
     p = run_cli("sweep", "-n", "1", "--max-tokens", "4", "--record-dir", str(tmp_path), *args)
