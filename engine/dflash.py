@@ -11,12 +11,13 @@ embedding or LM head of its own, it uses the target's.
 
 One round: the target's hidden states at those layers for the positions just
 committed are projected (``hidden_norm(fc(concat))``) and appended to each draft
-layer's keys and values; the block ``[last token, mask, mask, ...]`` of
-``block_size`` rows attends to that context and to itself (no causal mask), and
-row j's logits propose the token at row j. The drafter always runs its declared
-block, whatever the width, and hands back the first ``width - 1`` proposals:
-its cost is flat in width, and a width above ``block_size`` gets
-``block_size - 1`` drafts.
+layer's keys and values; the block ``[last token, mask, mask, ...]`` of ``width``
+rows attends to that context and to itself (no causal mask), and row j's logits
+propose the token at row j. As in the reference implementation, the width is
+the block size of that round (its ``block_size`` argument): ``block_size`` in the
+checkpoint is the block it was trained for and the width it declares; a wider
+block runs, outside what it was trained on. One forward drafts the whole
+block, so on a GPU its cost is flat in width.
 """
 
 from __future__ import annotations
@@ -373,7 +374,7 @@ class DFlashDrafter:
         # Whatever is staged now came from prefill: every row of it is committed.
         rows = self.context + self.staged
         self.context, self.staged = [], []
-        k = min(n, self.model.spec.block_size - 1)
+        k = n
         if k < 1:
             return mx.array([], mx.uint32)
         feats = None
@@ -381,11 +382,11 @@ class DFlashDrafter:
             feats = rows[0] if len(rows) == 1 else mx.concatenate(rows, axis=1)
             self.received.append(feats)
         spec = self.model.spec
-        block = mx.array([self.pending] + [spec.mask_token_id] * (spec.block_size - 1), mx.uint32)
+        block = mx.array([self.pending] + [spec.mask_token_id] * k, mx.uint32)
         x = self.embed(block[None])
         h = self.model(x, feats, self.cache)
         self.forwards += 1
-        logits = self.head(h[:, 1:1 + k])
+        logits = self.head(h[:, 1:])
         return mx.argmax(logits[0], axis=-1).astype(mx.uint32)
 
     def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:

@@ -4,8 +4,8 @@ Reads the demo targets in ``engine/demo/pair`` (or ``--pair``) and writes, in
 the published formats the engine loads:
 
 - ``dflash/``: a ``DFlashDraftModel`` (2 layers, block 16) reading target
-  layers 1, 3 and 5, trained on blocks of the target's own greedy text: the
-  first token given, the rest masks, each row labelled with the target's token;
+  layers 1, 3 and 5, trained on blocks of 2..16 rows of the targets' own greedy
+  text: the first token given, the rest masks, each row labelled with the text;
 - ``mtp/``: one DeepSeek-V3-layout NextN head (``model.layers.6.*``), trained to
   predict x[t+2] from the target's final hidden state at t and x[t+1], and, by
   feeding its own output back, x[t+3];
@@ -168,10 +168,12 @@ def train_dflash(targets, text: np.ndarray, steps: int, batch: int, blocks: int,
         _, got = target_features(target, x, layers)
         feats = mx.stop_gradient(mx.concatenate([got[i] for i in layers], axis=-1))
         # anchors: the block's first (given) token; at least 8 context rows before it
-        starts = rng.integers(8, seq - BLOCK, size=(batch, blocks))
+        # a block of every width the engine may run (2..16 rows), one length per step
+        size = int(rng.integers(2, BLOCK + 1))
+        starts = rng.integers(8, seq - size, size=(batch, blocks))
         seq_of = np.repeat(np.arange(batch), blocks)
         starts = starts.reshape(-1)
-        idx = starts[:, None] + np.arange(BLOCK)[None, :]
+        idx = starts[:, None] + np.arange(size)[None, :]
         tokens = rows[seq_of[:, None], idx]  # (N, BLOCK) the true text of each block
         inp = np.full_like(tokens, spec.mask_token_id)
         inp[:, 0] = tokens[:, 0]
@@ -184,7 +186,7 @@ def train_dflash(targets, text: np.ndarray, steps: int, batch: int, blocks: int,
         h = model.train_forward(emb, feats, starts, seq_of)[:, 1:]
         logits = hidden.lm_head(target)(h)
         # earlier rows matter more: a width-4 round reads rows 1..3 only
-        w = mx.exp(-mx.arange(BLOCK - 1) / 6.0)
+        w = mx.exp(-mx.arange(labels.shape[1]) / 6.0)
         ce = nn.losses.cross_entropy(logits, labels, reduction="none")
         return (ce * w).sum() / (w.sum() * ce.shape[0])
 
