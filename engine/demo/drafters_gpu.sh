@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The demo drafters built on the GPU host, in stages that each fit one device call (10 minutes).
+# Run from the repository root after MLX is installed (shared/device/README.md); results go
+# to $OUT/drafters (the small weights, logs, acceptance) and $OUT/sweeps.
+#   bash engine/demo/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~5 min
+#   bash engine/demo/drafters_gpu.sh drafter   # the model drafter, retrained on both targets
+#   bash engine/demo/drafters_gpu.sh sweep     # widths 2..16 with the DFlash drafter, both targets
+set -uo pipefail
+stage=${1:?stage: hidden | drafter | sweep}
+OUT=${OUT:?OUT must be set}
+D=$OUT/drafters
+mkdir -p "$D"
+export PYTHONUNBUFFERED=1
+case $stage in
+hidden)
+    python3 -m engine.demo.build_drafters --out "$D" --only dflash --only mtp \
+        --dflash-steps "${DFLASH_STEPS:-3000}" --mtp-steps "${MTP_STEPS:-3000}" 2>&1 | tee "$D/build-hidden.log" ;;
+drafter)
+    python3 -m engine.demo.build_drafters --out "$D" --only drafter \
+        --drafter-steps "${DRAFTER_STEPS:-6000}" 2>&1 | tee "$D/build-drafter.log" ;;
+sweep)
+    mkdir -p "$OUT/sweeps"
+    for t in bf16 4bit; do
+        timeout 250 python3 -m console.cli sweep --demo-target $t --kind dflash \
+            --widths 2,3,4,5,6,7,8,10,12,14,16 -n "${N:-3}" --max-tokens "${TOKENS:-128}" \
+            --record-dir "$OUT/sweeps" 2>&1 | tee "$OUT/sweeps/sweep-dflash-$t.txt"
+    done ;;
+esac
