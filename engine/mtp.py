@@ -221,7 +221,7 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
             if not isinstance(q, dict):
                 raise DrafterFormatError(f"{where}: quantized MTP tensors but no quantization in config.json")
             nn.quantize(head, group_size=q.get("group_size", 64), bits=q.get("bits", 4),
-                        mode=q.get("mode", "affine"), class_predicate=lambda path, m: f"{path}.scales" in w)
+                        mode=q.get("mode", "affine"), class_predicate=lambda path, m, w=w: f"{path}.scales" in w)
         want = dict(tree_flatten(head.parameters()))
         missing = sorted(set(want) - set(w))
         if missing:

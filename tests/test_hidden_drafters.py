@@ -241,3 +241,24 @@ def test_cli_refuses_malformed_dflash_and_inspect_reports(ckpts, tmp_path):
     assert d["drafter_kind"] == "dflash" and d["declared_width"] == 16 and d["target_layers"] == [1, 3, 5]
     r = run_cli("inspect", str(ckpts["deepseek-v3"]))
     assert "mtp" in r.stdout and "final hidden state" in r.stdout
+
+
+def test_console_refuses_a_malformed_dflash_pair_and_says_why(ckpts, tmp_path):
+    import asyncio
+
+    from console.app import BlockwidthApp, Options
+
+    bad = _edit(ckpts["dflash"], tmp_path / "bad", lambda c: c.update(hidden_size=128))
+
+    async def go():
+        app = BlockwidthApp(Options(target=str(TARGET), draft=str(bad), kind="dflash", device="cpu",
+                                    profile=str(tmp_path / "p.toml"), record_dir=str(tmp_path / "rec")))
+        async with app.run_test(size=(140, 48)) as pilot:
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.pair is None
+            shown = str(app.query_one("#pair").render())
+            assert "pair not loaded" in shown and "hidden_size 128 differs from the target's 256" in shown
+
+    asyncio.run(go())
