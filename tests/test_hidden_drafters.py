@@ -262,3 +262,16 @@ def test_console_refuses_a_malformed_dflash_pair_and_says_why(ckpts, tmp_path):
             assert "pair not loaded" in shown and "hidden_size 128 differs from the target's 256" in shown
 
     asyncio.run(go())
+
+
+@pytest.mark.skipif(not (demo.DFLASH.is_dir() and demo.MTP.is_dir()), reason="demo drafters not built")
+def test_demo_hidden_state_drafters_accept(pairs):
+    """Per-drafted-token acceptance at width 4 over the demo prompts (README: 0.273 and 0.467)."""
+    seen = {}
+    for kind in ("dflash", "mtp"):
+        acc = dra = 0
+        for p in DEMO_PROMPTS:
+            run = speculative(pairs[kind], pairs[kind].tokenizer.encode(p), 64, 4)
+            acc, dra = acc + run.accepted, dra + run.drafted
+        seen[kind] = acc / dra
+    assert seen["dflash"] >= 0.2 and seen["mtp"] >= 0.4, seen

@@ -219,24 +219,39 @@ def train_mtp(targets, text: np.ndarray, steps: int, batch: int, lr: float, targ
     return head, _fit(head, loss_fn, make_batch, steps, lr, "mtp")
 
 
+SECONDS: dict[str, float] = {}  # name -> wall-clock budget; overrides the step count
+
+
 def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float:
+    """AdamW with warm-up and cosine decay over ``steps``, or over a time budget (SECONDS[name]):
+    then the schedule follows the elapsed fraction of the budget."""
+    import math
+
     import mlx.optimizers as optim
 
-    from engine.demo.build import lr_schedule
-
-    opt = optim.AdamW(learning_rate=lr_schedule(lr, steps, max(steps // 20, 1)), weight_decay=0.05)
+    budget = SECONDS.get(name)
+    opt = optim.AdamW(learning_rate=lr, weight_decay=0.05)
     grad = nn.value_and_grad(model, loss_fn)
-    t0, ema = time.time(), None
-    for i in range(steps):
+    t0, ema, i = time.time(), None, 0
+    while True:
+        if i == 3 and budget:
+            t0 = time.time()  # the budget starts after the first steps: on CUDA they JIT-compile
+        frac = (time.time() - t0) / budget if budget else i / max(steps, 1)
+        if frac >= 1.0:
+            break
+        warm = min(frac / 0.05, 1.0)
+        opt.learning_rate = lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
         *args, target = make_batch()
         loss, g = grad(model, *args, target)
         g, _ = optim.clip_grad_norm(g, 1.0)
         opt.update(model, g)
         mx.eval(model.parameters(), opt.state, loss)
-        if i % 100 == 0 or i == steps - 1:
+        if i % 100 == 0:
             v = loss.item()
             ema = v if ema is None else 0.9 * ema + 0.1 * v
-            log(f"{name} step {i}/{steps} loss {v:.3f} ({time.time() - t0:.0f}s)")
+            log(f"{name} step {i} loss {v:.3f} ({time.time() - t0:.0f}s)")
+        i += 1
+    log(f"{name}: {i} steps in {time.time() - t0:.0f}s")
     model.eval()
     return float(ema or 0.0)
 
@@ -244,10 +259,11 @@ def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float:
 def greedy_text(targets, data: np.ndarray, windows: int, prompt: int, new: int, seed: int) -> np.ndarray:
     """Greedy continuations of corpus windows, half by each target (their own argmax path)."""
     out = []
-    per = max(windows // (len(targets) * 8), 1)
+    calls = 2  # few long calls: on CUDA every new KV length costs an attention plan
+    per = max(windows // (len(targets) * calls), 1)
     src = batches(data, per, prompt, np.random.default_rng(seed))
     for t in targets:
-        for _ in range(8):
+        for _ in range(calls):
             p, _ = next(src)
             out.append(np.array(greedy_continuations(t, p, new)))
     return np.concatenate(out)
@@ -266,6 +282,24 @@ def save_drafter(model, out: Path, tok_dir: Path) -> None:
     for f in tok_dir.iterdir():
         if f.name.startswith(("tokenizer", "special_tokens")):
             shutil.copy(f, out / f.name)
+
+
+def quantize_target(pair: Path) -> None:
+    """target-4bit from target-bf16, as engine.demo.build makes it (affine, 4 bits, group 64)."""
+    from mlx_lm.utils import load_model, quantize_model, save_config
+
+    model, config = load_model(pair / "target-bf16")
+    config = json.loads((pair / "target-bf16" / "config.json").read_text())
+    model, config = quantize_model(model, config, group_size=64, bits=4, mode="affine")
+    out = pair / "target-4bit"
+    out.mkdir()
+    mx.save_safetensors(str(out / "model.safetensors"), dict(tree_flatten(model.parameters())),
+                        metadata={"format": "mlx"})
+    save_config(config, out / "config.json")
+    for f in (pair / "target-bf16").iterdir():
+        if f.name.startswith(("tokenizer", "special_tokens")):
+            shutil.copy(f, out / f.name)
+    log(f"quantized {out}")
 
 
 def acceptance(pair: Path, built: Path, width: int = 4, tokens: tuple[int, ...] = (64, 128)) -> dict:
@@ -310,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--blocks", type=int, default=8, help="DFlash blocks per sequence")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--only", choices=("dflash", "mtp", "drafter"), action="append")
+    ap.add_argument("--seconds", metavar="NAME=S", action="append", default=[],
+                    help="train NAME (dflash, mtp, drafter) for S seconds instead of its steps")
+    ap.add_argument("--drafter-init", type=Path, metavar="DIR",
+                    help="start the draft model from these weights (fine-tune) instead of at random")
     ap.add_argument("--measure", type=Path, metavar="DIR",
                     help="only measure the acceptance of the drafters already built in DIR")
     args = ap.parse_args(argv)
@@ -319,10 +357,15 @@ def main(argv: list[str] | None = None) -> int:
         (args.measure / "acceptance.json").write_text(json.dumps(result, indent=2))
         return 0
 
+    for item in args.seconds:
+        name, _, sec = item.partition("=")
+        SECONDS[name] = float(sec)
     mx.random.seed(args.seed)
     rng = np.random.default_rng(args.seed)
     started = time.time()
     t16, _ = load_model(args.pair / "target-bf16")
+    if not (args.pair / "target-4bit").is_dir():
+        quantize_target(args.pair)
     t4, _ = load_model(args.pair / "target-4bit")
     tconfig = json.loads((args.pair / "target-bf16" / "config.json").read_text())
     from tokenizers import Tokenizer
@@ -356,6 +399,9 @@ def main(argv: list[str] | None = None) -> int:
         summary["mtp_params"] = int(sum(v.size for _, v in tree_flatten(head.parameters())))
     if "drafter" in only:
         drafter = make_model(DRAFTER_CONFIG)
+        if args.drafter_init:
+            drafter.load_weights(str(args.drafter_init / "model.safetensors"))
+            drafter.update(tree_map(lambda p: p.astype(mx.float32), drafter.parameters()))
         n_corpus = args.batch // 4
         corpus = batches(data, n_corpus, args.seq, rng)
 
@@ -371,7 +417,11 @@ def main(argv: list[str] | None = None) -> int:
         def ce(model, x, y):
             return nn.losses.cross_entropy(model(x), y, reduction="mean")
 
-        loss = train(drafter, ce, drafter_batch, args.drafter_steps, 3e-3, "drafter")
+        if "drafter" in SECONDS:
+            loss = _fit(drafter, lambda m, x, y, _t: ce(m, x, y), lambda: (*drafter_batch(), None),
+                        args.drafter_steps, 1e-3 if args.drafter_init else 3e-3, "drafter")
+        else:
+            loss = train(drafter, ce, drafter_batch, args.drafter_steps, 3e-3, "drafter")
         drafter.eval()
         save_drafter(drafter, args.out / "drafter", args.pair / "target-bf16")
         summary["drafter_loss"] = round(loss, 3)
