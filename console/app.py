@@ -804,11 +804,16 @@ class BlockwidthApp(App):
             lines.append(Text(note[0] + " (* in the table)", style=_TONE_STYLE[note[1]]))
         if not s.cancelled:
             lines.append(Text.assemble(("why: ", "bold"), s.why))
-            if s.predicted:
+            if s.prediction:
                 # both terms per width (draft by the kind's cost model, verify from the curve)
                 first, *rest = s.prediction_lines()
                 lines.append(Text(first, style="bold"))
                 lines.extend(Text(line) for line in rest)
+            elif s.predicted:
+                pred = "  ".join(f"w{k} {v:.2f}x" for k, v in sorted(s.predicted.items()))
+                lines.append(Text.assemble(("model prediction ", "bold"),
+                                           "(cost curve x acceptance; not a measurement): ",
+                                           f"best w{s.predicted_best}  [{pred}]"))
             for ex in s.exactness.values():
                 lines.append(Text(f"exactness {ex.describe()}", style="" if ex.bitwise_equal else "yellow"))
             for arm in s.arms:

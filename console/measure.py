@@ -226,8 +226,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 print(f"  {arm.name}: {arm.identity.describe()}")
         for ex in session.exactness.values():
             print(f"  probe {ex.describe()}")
-        for line in session.prediction_lines():
-            print(line)
+        if session.prediction:  # both terms per width
+            for line in session.prediction_lines():
+                print(line)
+        elif session.predicted_best:
+            pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
+            print(f"model prediction (cost curve x acceptance, not a measurement): best width "
+                  f"{session.predicted_best}  [{pred}]")
         for warning in session.warnings():
             print(f"warning: {warning}")
         from console.outcome import headline
