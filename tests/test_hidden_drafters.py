@@ -275,3 +275,12 @@ def test_demo_hidden_state_drafters_accept(pairs):
             acc, dra = acc + run.accepted, dra + run.drafted
         seen[kind] = acc / dra
     assert seen["dflash"] >= 0.2 and seen["mtp"] >= 0.4, seen
+
+
+def test_4bit_target_exact_with_hidden_state_drafters(ckpts):
+    """The quantized target: its quantized embedding and LM head serve the drafters too."""
+    target = demo.target("4bit")
+    for kind in ("dflash", "mtp"):
+        pair = load_pair(target, _drafter(kind, ckpts), kind)
+        ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
+        assert speculative(pair, ids, 16, 4).tokens == classic(pair, ids, 16).tokens

@@ -13,11 +13,12 @@ mkdir -p "$D"
 export PYTHONUNBUFFERED=1
 case $stage in
 hidden)
-    python3 -m engine.demo.build_drafters --out "$D" --only dflash --only mtp \
-        --dflash-steps "${DFLASH_STEPS:-3000}" --mtp-steps "${MTP_STEPS:-3000}" 2>&1 | tee "$D/build-hidden.log" ;;
+    # the demo's were built with DFLASH_S=30 MTP_S=20 (the session's device budget)
+    python3 -m engine.demo.build_drafters --out "$D" --only dflash --only mtp --windows 1024 \
+        --seconds dflash="${DFLASH_S:-150}" --seconds mtp="${MTP_S:-90}" 2>&1 | tee "$D/build-hidden.log" ;;
 drafter)
-    python3 -m engine.demo.build_drafters --out "$D" --only drafter \
-        --drafter-steps "${DRAFTER_STEPS:-6000}" 2>&1 | tee "$D/build-drafter.log" ;;
+    python3 -m engine.demo.build_drafters --out "$D" --only drafter --windows 1024 \
+        --seconds drafter="${DRAFTER_S:-240}" 2>&1 | tee "$D/build-drafter.log" ;;
 sweep)
     mkdir -p "$OUT/sweeps"
     for t in bf16 4bit; do
