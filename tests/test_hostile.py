@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import shutil
 import struct
 import subprocess
@@ -336,8 +337,11 @@ def test_interrupt_while_starting_is_one_line():
     module is imported as the program (argv[0] 'blockwidth')."""
     code = ("import os, signal, sys, time\nsys.argv[0] = 'blockwidth'\nimport console.cli\n"
             "os.kill(os.getpid(), signal.SIGINT)\ntime.sleep(30)\nprint('survived')\n")
+    # A job started in the background by a non-interactive shell (as CI may start us) inherits
+    # SIGINT ignored, and then rightly never sees a Ctrl-C: give the child the default.
     p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
-                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120)
+                       env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=120,
+                       preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert p.returncode == 130 and p.stderr.strip() == "blockwidth: interrupted" and not p.stdout
 
 
