@@ -458,23 +458,35 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 and time.monotonic() - t_start < config.max_seconds)
 
     rep = 0
-    while not cancel.is_set():
-        rep += 1
-        if rep > config.n:
-            if not config.sequential or _all_decided(session) or not budget_left():
-                break
-        active = session.arms if rep <= config.n else [
-            a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
-        for arm in [session.classic, *active]:
-            one(arm, rep)
+    while True:
+        while not cancel.is_set():
+            rep += 1
+            if rep > config.n:
+                if not config.sequential or _all_decided(session) or not budget_left():
+                    break
+            active = session.arms if rep <= config.n else [
+                a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
+            for arm in [session.classic, *active]:
+                one(arm, rep)
+                if cancel.is_set():
+                    break
             if cancel.is_set():
                 break
+            session.reps = rep
+            emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
         if cancel.is_set():
             break
-        session.reps = rep
-        emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
-    if not cancel.is_set():
         one(session.classic, session.reps + 1, closing=True)  # the closing bracket
+        # Drift is judged with the closing run, which the loop above could not see: in
+        # sequential mode a closing run that leaves drift and noise apart only by chance
+        # sends the session back for more repetitions (that run stays as a classic run).
+        if not (config.sequential and budget_left()):
+            break
+        decide(session)
+        if not (session.drift and session.drift_chance is not None
+                and session.drift_chance > DRIFT_CHANCE):
+            break
+        rep = session.reps
 
     reference = session.classic.runs[0].tokens if session.classic.runs else None
     for arm in session.arms:
