@@ -596,8 +596,15 @@ class BlockwidthApp(App):
         if kind and kind not in KINDS:
             self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
             return
-        from console.inputs import CONSOLE_PAIR_NAMES
+        from console.inputs import CONSOLE_PAIR_NAMES, pair_paths
 
+        try:
+            # Folder checks only (no model load): a wrong path must not cost the loaded pair.
+            pair_paths(target or None, draft or None, self.options.variant, kind or None, weights=True,
+                       download=False, names=CONSOLE_PAIR_NAMES)
+        except InputError as e:
+            self._error(f"{e} — still on {self.pair.describe() if self.pair else 'the previous pair'}")
+            return
         self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
         self._pair_names = CONSOLE_PAIR_NAMES
         self.pair = self.res = self.session = self.request = self.record_path = None

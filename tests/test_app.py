@@ -292,8 +292,10 @@ def test_open_another_pair_from_the_console(tmp_path):
             await pilot.pause()
             await pilot.press("ctrl+a", *"/nope/target", "enter")
             await _settle(app, pilot)
-            assert app.phase is Phase.LOAD_FAILED and "/nope/target" in _text(app, "#error")
+            # A wrong path is refused before anything is dropped: the loaded pair stays.
+            assert app.phase is Phase.READY and app.pair.kind.value == "lookup"
             assert "target field /nope/target" in _text(app, "#error")  # the dialog's words
+            assert "still on" in _text(app, "#error")
             assert app.query_one("#progress").has_class("-idle")
 
     run(go())
