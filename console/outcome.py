@@ -122,7 +122,9 @@ def headline(session: Session, planned_runs: int | None = None) -> Headline:
     """One line for the top of the results; its tone follows whether the result can be saved."""
     if session.cancelled:
         done = sum(len(a.runs) for a in [session.classic, *session.arms])
-        of = f" of {planned_runs}" if planned_runs else ""
+        # ``planned_runs`` counts the discarded warm-ups too; these are measured runs only.
+        warmups = len(session.arms) + 1 if session.config.warmup else 0
+        of = f" of {planned_runs - warmups}" if planned_runs else ""
         return Headline(f"cancelled after {done}{of} measured runs: no verdict, nothing to save",
                         Tone.STOPPED, False)
     if session.drift:
