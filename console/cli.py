@@ -175,6 +175,8 @@ def _mark_before(ap: argparse.ArgumentParser) -> None:
     for a in ap._actions:
         if a.option_strings and not isinstance(a, argparse._HelpAction):
             defaults[a.dest] = a.default
+            if a.metavar is None and a.nargs != 0 and not a.choices:
+                a.metavar = a.dest.upper()  # --help shows RECORD_DIR, not the internal dest
             a.dest, a.default = _BEFORE + a.dest, argparse.SUPPRESS
     ap.set_defaults(**defaults)  # the console (no subcommand) reads the plain names
 
