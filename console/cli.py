@@ -235,12 +235,40 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
+def _subparsers(ap: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+    for a in ap._actions:
+        if isinstance(a, argparse._SubParsersAction):
+            return dict(a.choices)
+    return {}
+
+
+def _misplaced(ap: argparse.ArgumentParser, argv: list[str]) -> None:
+    """A subcommand's own option before the subcommand (``blockwidth -n 1 sweep``) reads to
+    argparse as an unknown option and a bad COMMAND; say what it is and where it goes."""
+    subs = _subparsers(ap)
+    top = {o for a in ap._actions for o in a.option_strings}
+    for tok in argv:
+        if tok in subs:
+            return  # options after the subcommand are the subcommand's to judge
+        if not tok.startswith("-") or tok == "--":
+            continue
+        name = tok.split("=", 1)[0]
+        if name in top:
+            continue
+        owners = [n for n, p in subs.items() if any(name in a.option_strings for a in p._actions)]
+        if owners:
+            ap.error(f"{name} is an option of {' and '.join(owners)}: put it after the command, "
+                     f"e.g. blockwidth {owners[0]} {name} ...")
+        return
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         ap = build_parser()
+        _misplaced(ap, argv)
         args = ap.parse_args(argv)
         _apply_before(ap, args)
         code = check.dispatch(args)  # --check, or its options refused without it

@@ -112,3 +112,13 @@ def test_headless_never_imports_textual():
     code = ("import sys, console.cli, console.inputs; "
             "assert 'textual' not in sys.modules, 'textual imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+def test_a_subcommand_option_before_its_subcommand_says_where_it_goes():
+    for args, name, owner in ((("--widths", "2"), "--widths", "sweep"),
+                              (("--rows", "1-4", "costcurve"), "--rows", "costcurve")):
+        p = run_cli(*args)
+        assert p.returncode == 2
+        assert p.stderr.strip().splitlines() == [
+            f"blockwidth: error: {name} is an option of {owner}: put it after the command, "
+            f"e.g. blockwidth {owner} {name} ... (see blockwidth --help)"]
