@@ -136,7 +136,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             f"  parameters   {p}" + (f" ({params_note})" if params_note else ""),
             f"  quantization {quant.describe()}  ({quant.detail})",
             f"  dtype        {d['dtype']}",
-            f"  drafter?     {'yes' if looks else 'no'}: {d['drafter_kind']} ({d['drafter_detail']})",
+            (f"  drafter?     yes: {d['drafter_kind']} ({d['drafter_detail']})" if looks else
+             f"  drafter?     not a dedicated drafter ({d['drafter_detail']}); usable as kind "
+             f"{d['drafter_kind']}"),
             f"  declared     {d['declared_width'] if d['declared_width'] else 'no width'}",
             f"  reads        {d['reads']}",
         ] + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]

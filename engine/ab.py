@@ -329,6 +329,14 @@ def disjoint_by_chance(a: int, b: int) -> float:
     return min(1.0, 2 / comb(a + b, a)) if a and b else 1.0
 
 
+def _more(session: Session) -> str:
+    """How to get more repetitions, given what this session already did."""
+    if session.config.sequential:
+        return (f"the sequential budget of {session.config.max_reps} repetitions / "
+                f"{session.config.max_seconds:g} s ended first: a larger budget")
+    return "n 7, or sequential mode"
+
+
 def decide(session: Session) -> None:
     """Verdicts, drift and the recommendation, from the samples in ``session``."""
     # A win needs its slowest run to beat classic, and the first run at these positions is
@@ -358,7 +366,7 @@ def decide(session: Session) -> None:
             session.drift_why = (f"classic's opening and closing runs do not overlap ({span}), which "
                                  f"noise alone does {chance:.0%} of the time with this few runs: drift "
                                  f"or noise, it cannot tell; nothing here can be saved until more "
-                                 f"repetitions (n 7, or sequential mode) settle it")
+                                 f"repetitions settle it ({_more(session)})")
     winners = [a for a in session.arms if a.verdict is Verdict.WINS]
     undecided = [a for a in session.arms if a.verdict is Verdict.UNDECIDED]
     if winners:
@@ -370,7 +378,7 @@ def decide(session: Session) -> None:
         session.recommendation = None
         session.decision = "undecided"
         session.why = ("ranges overlap for " + ", ".join(a.name for a in undecided)
-                       + "; more repetitions (sequential mode) may decide")
+                       + f"; more repetitions may decide ({_more(session)})")
     else:
         session.recommendation = None
         session.decision = "no width beats classic here"
