@@ -697,10 +697,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         for p in problems:
             print(f"blockwidth: error: {p}", file=err)
         if junit_path is not None:
-            try:
-                junit_path.write_bytes(check_report.junit_input_error(problems, meta))
-            except OSError as e:
-                print(f"blockwidth: error: --junit {junit_path}: cannot be written ({e.strerror})", file=err)
+            _write_junit(junit_path, check_report.junit_input_error(problems, meta), err)
         return ExitCode.USAGE
 
     checks = static_checks(prof, device, mlx, pairs)
@@ -722,13 +719,19 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         print(json.dumps(check_report.json_doc(checks, meta), indent=1), file=out)
     else:
         print(check_report.text(checks, meta), file=out)
-    if junit_path is not None:
-        try:
-            junit_path.write_bytes(check_report.junit(checks, meta))
-        except OSError as e:
-            print(f"blockwidth: error: --junit {junit_path}: cannot be written ({e.strerror})", file=err)
-            return ExitCode.USAGE
+    if junit_path is not None and not _write_junit(junit_path, check_report.junit(checks, meta), err):
+        return ExitCode.USAGE
     return code
+
+
+def _write_junit(path: Path, data: bytes, err: Any) -> bool:
+    """Write the JUnit report; on failure say so in one line and return False."""
+    try:
+        path.write_bytes(data)
+    except OSError as e:
+        print(f"blockwidth: error: --junit {path}: cannot be written ({e.strerror})", file=err)
+        return False
+    return True
 
 
 def dispatch(args: Any) -> int | None:

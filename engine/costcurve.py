@@ -172,22 +172,6 @@ def expected_tokens(acceptance: float, width: int) -> float:
     return (1 - a ** width) / (1 - a)
 
 
-def predict(curve: CostCurve, acceptance: float, draft_ms: float,
-            widths: Sequence[int]) -> dict[int, float]:
-    """Predicted speed-up over classic per width: E(K) / (draft + verify(K)) against 1 / verify(1)."""
-    one = curve.ms(1)
-    out = {}
-    if not one:
-        return out
-    for k in widths:
-        v = curve.ms(k)
-        if v is None:
-            continue
-        cost = (k - 1) * draft_ms + v
-        out[k] = expected_tokens(acceptance, k) / cost * one
-    return out
-
-
 class DraftCost(str, Enum):
     """How a drafter's time per round grows with the width."""
 
