@@ -55,7 +55,7 @@ class Options:
     profile: str | None = None
     variant: str = "bf16"
     record_dir: str | None = None
-    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed
+    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
 
 
 class Phase(str, Enum):

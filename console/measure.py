@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from engine import attention
 from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
@@ -341,7 +342,7 @@ def register(sub) -> None:
 
 
 def attention_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verify-attention", choices=("auto", "fused", "plain", "bucketed"), default="auto",
+    p.add_argument("--verify-attention", choices=attention.CHOICES, default="auto",
                    help="attention of verify forwards (2..64 rows against the KV cache): auto = plain "
                         "on CUDA (no per-length cuDNN plan), fused elsewhere")
 

@@ -136,7 +136,7 @@ class AbConfig:
     warmup: bool = True
     exactness: bool = True
     predict: bool = True
-    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed
+    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
 
     @property
     def planned_runs(self) -> int:

@@ -14,6 +14,11 @@ fused kernel:
   fallback), no plan at all: the first round at a length costs what a repeat costs;
 - ``bucketed``: the fused call with K/V zero-padded up to a multiple of 256 and
   the padding masked, so one plan serves every length in a bucket;
+- ``vector``: MLX's own vector attention kernel (the one 1-row decode uses when
+  cuDNN does not take it), which handles up to 3 causal query rows: the rows go
+  in chunks of at most 3, each against the keys it may see, in float32 (cuDNN
+  takes only 16-bit inputs, so float32 reaches the vector kernel on every
+  length, with no plan and no cuBLAS call);
 - ``auto``: ``plain`` on CUDA (measured best there, see README), ``fused``
   elsewhere (Metal and CPU have no per-length plan).
 
@@ -44,6 +49,7 @@ class VerifyAttention(str, Enum):
     FUSED = "fused"
     PLAIN = "plain"
     BUCKETED = "bucketed"
+    VECTOR = "vector"
 
 
 CHOICES = tuple(m.value for m in VerifyAttention)
@@ -89,6 +95,16 @@ class Routing:
     passed: int = 0  # calls left to the fused kernel (1 row, prefill, no cache)
     unrouted: int = 0  # verify-shaped calls with arguments the dispatcher does not know (fused)
     buckets: set[int] = field(default_factory=set)
+    # The additive causal mask of the current verify shape: every layer of one forward
+    # asks for the same (rows, keys), so it is built once per forward, not once per layer.
+    _mask_key: tuple | None = field(default=None, repr=False)
+    _mask: mx.array | None = field(default=None, repr=False)
+
+    def causal_mask(self, rows: int, keys: int, dtype) -> mx.array:
+        key = (rows, keys, dtype)
+        if key != self._mask_key:
+            self._mask_key, self._mask = key, _additive(_causal(rows, keys), dtype)
+        return self._mask
 
     def summary(self) -> dict:
         return {"mode": self.mode.value, "routed_calls": self.routed, "fused_calls": self.passed,
@@ -109,7 +125,7 @@ def _causal(rows: int, keys: int) -> mx.array:
 def _additive(mask: mx.array, dtype) -> mx.array:
     if mask.dtype == mx.bool_:
         return mx.where(mask, mx.array(0.0, dtype), mx.array(-mx.inf, dtype))
-    return mask.astype(dtype)
+    return mask if mask.dtype == dtype else mask.astype(dtype)
 
 
 def plain_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None,
@@ -178,6 +194,31 @@ def bucketed_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, m
     return _fused(q, k, v, scale=scale, mask=add, **kw)
 
 
+VECTOR_ROWS = 3  # MLX's vector kernel takes fewer than 4 query rows
+
+
+def vector_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mask=None,
+                     sinks: mx.array | None = None) -> mx.array:
+    """Causal verify attention through the fused vector kernel: chunks of at most
+    ``VECTOR_ROWS`` query rows, each against the keys up to its last row (so the
+    kernel's bottom-right causal mask is the verify's), in float32."""
+    if mask is not None and not (isinstance(mask, str) and mask == "causal"):
+        return plain_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)  # an array mask
+    dtype = q.dtype
+    L = q.shape[2]
+    S = k.shape[2]
+    q32, k32, v32 = q.astype(mx.float32), k.astype(mx.float32), v.astype(mx.float32)
+    kw = {"sinks": sinks.astype(mx.float32)} if sinks is not None else {}
+    outs = []
+    for r0 in range(0, L, VECTOR_ROWS):
+        r1 = min(r0 + VECTOR_ROWS, L)
+        end = S - L + r1  # the keys row r1 - 1 may see
+        outs.append(_fused(q32[:, :, r0:r1], k32[:, :, :end], v32[:, :, :end], scale=scale,
+                           mask="causal", **kw))
+    out = outs[0] if len(outs) == 1 else mx.concatenate(outs, axis=2)
+    return out.astype(dtype)
+
+
 def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
     routing = _active.get()
     if (routing is None or routing.mode in (VerifyAttention.FUSED, VerifyAttention.AUTO)
@@ -194,7 +235,11 @@ def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
         return _fused(q, k, v, *args, scale=scale, mask=mask, **kw)
     routing.routed += 1
     if routing.mode is VerifyAttention.PLAIN:
+        if isinstance(mask, str) and mask == "causal":
+            mask = routing.causal_mask(q.shape[2], k.shape[2], q.dtype)
         return plain_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
+    if routing.mode is VerifyAttention.VECTOR:
+        return vector_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
     return bucketed_attention(q, k, v, scale=scale, mask=mask, sinks=sinks, routing=routing)
 
 

@@ -69,7 +69,8 @@ def test_auto_means_plain_on_cuda_and_fused_elsewhere():
     assert attention.effective("auto", "metal") is VerifyAttention.FUSED
     assert attention.effective("bucketed", "cpu") is VerifyAttention.BUCKETED
     assert attention.effective(None, "cuda") is VerifyAttention.PLAIN
-    with pytest.raises(ValueError, match="expected one of auto, fused, plain, bucketed"):
+    assert attention.effective("vector", "cuda") is VerifyAttention.VECTOR
+    with pytest.raises(ValueError, match="expected one of auto, fused, plain, bucketed, vector"):
         attention.parse("cudnn")
 
 
@@ -125,6 +126,53 @@ def test_plain_matches_the_fused_kernel_on_masks_gqa_and_sinks(mask):
                 attention.bucketed_attention(q, k, v, scale=0.125, **kw)):
         assert np.allclose(np.array(got.astype(mx.float32)), np.array(ref.astype(mx.float32)),
                            atol=2e-2), mask
+
+
+@pytest.mark.parametrize("rows", (2, 3, 4, 7))
+def test_vector_chunks_rows_into_the_keys_each_may_see(rows):
+    """``vector`` computes in float32 in chunks of at most 3 rows, each against its own
+    prefix of the keys: it must equal float32 causal attention over all rows at once."""
+    attention.install()
+    mx.random.seed(rows)
+    q = mx.random.normal((1, 8, rows, 64))
+    k = mx.random.normal((1, 2, 30, 64))
+    v = mx.random.normal((1, 2, 30, 64))
+    ref = attention._fused(q, k, v, scale=0.125, mask="causal")
+    got = attention.vector_attention(q, k, v, scale=0.125, mask="causal")
+    assert np.allclose(np.array(got), np.array(ref), atol=1e-5)
+    with verify_attention("vector") as r:
+        mx.fast.scaled_dot_product_attention(q, k, v, scale=0.125, mask="causal")
+    assert r.routed == 1
+
+
+def test_vector_keeps_the_fused_argmax_and_classic_tokens_on_the_bf16_target():
+    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+    ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
+    for rows in (2, 3, 7):
+        ref, _ = _verify_logits(pair.target, ids, rows, "fused")
+        got, routing = _verify_logits(pair.target, ids, rows, "vector")
+        assert routing.routed == pair.target_config["num_hidden_layers"]
+        # float32 attention is not bf16's arithmetic: close, and the same choices
+        assert np.array_equal(got.argmax(-1), ref.argmax(-1))
+        assert np.abs(got - ref).max() < 0.5
+    reference = classic(pair, ids, 40).tokens
+    for width in (2, 4, 8):
+        run = speculative(pair, ids, 40, width, attention="vector")
+        assert run.tokens == reference and run.attention["mode"] == "vector"
+
+
+def test_plain_builds_the_causal_mask_once_per_verify_shape():
+    attention.install()
+    q = mx.random.normal((1, 4, 3, 32))
+    k = mx.random.normal((1, 2, 30, 32))
+    with verify_attention("plain") as r:
+        mx.fast.scaled_dot_product_attention(q, k, k, scale=0.2, mask="causal")
+        first = r._mask
+        mx.fast.scaled_dot_product_attention(q, k, k, scale=0.2, mask="causal")  # next layer
+        assert r._mask is first
+        k2 = mx.random.normal((1, 2, 33, 32))
+        mx.fast.scaled_dot_product_attention(q, k2, k2, scale=0.2, mask="causal")  # next round
+        assert r._mask is not first and r._mask.shape == (3, 33)
 
 
 def test_costcurve_reports_cold_and_warm():
