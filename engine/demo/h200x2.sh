@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The GPU evidence on a two-H200 host, in three device calls of at most 10 minutes each.
+# GPU 0 carries the 1B pair (build, sweeps); GPU 1 the work that runs beside it (the demo
+# drafters of engine/demo/drafters_gpu.sh, cold checks, the second bench). Run from the
+# repository root after MLX is installed; weights stay in $WORK, results go to $OUT/<stage>.tgz.
+#   bash engine/demo/h200x2.sh a   # GPU0: build the 1B pair (detached: it outlives the call)
+#                                  # GPU1: demo DFlash/MTP/model drafters, then their H200 sweeps
+#   bash engine/demo/h200x2.sh b   # GPU0: sweeps of both 1B targets, soak; GPU1: cold checks
+#   bash engine/demo/h200x2.sh c   # both: bench against stock mlx-lm at the sweeps' best widths
+# Timing runs on one GPU share the host with the other GPU's job; every comparison that
+# decides anything is made inside one process, arms interleaved (README, "The method").
+set -uo pipefail
+stage=${1:?stage: a | b | c}
+WORK=${WORK:-/root/bw}
+OUT=${OUT:?OUT must be set}
+R=$OUT/$stage
+mkdir -p "$R" "$WORK"
+export PYTHONUNBUFFERED=1
+BW="python3 -m console.cli"
+P=$WORK/gpupair
+t0=$(date +%s)
+log() { echo "[$(date +%T)] $*" | tee -a "$R/stage.log"; }
+wait_build() {  # until the detached build has finished, or $1 seconds since the stage began
+    while [ ! -f "$WORK/build.rc" ] && [ $(( $(date +%s) - t0 )) -lt "$1" ]; do sleep 5; done
+    [ -f "$WORK/build.rc" ] && log "build rc $(cat "$WORK/build.rc")" || log "build still running"
+    cp "$WORK/build.log" "$R/build_gpu.log" 2>/dev/null
+    cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
+    return 0
+}
+best_width() {  # the width with the highest median decode tok/s in a sweep record
+    python3 - "$1" <<'EOF'
+import json, pathlib, sys
+recs = sorted(pathlib.Path(sys.argv[1]).glob("*.json"))
+r = json.loads(recs[-1].read_text())
+arms = [a for a in r["arms"] if a.get("width")]
+print(max(arms, key=lambda a: a["decode_tok_s"][1])["width"])
+EOF
+}
+case $stage in
+a)
+    rm -f "$WORK/build.rc"
+    log "build (GPU0, detached)"
+    CUDA_VISIBLE_DEVICES=0 setsid nohup bash -c "python3 -m engine.demo.build_gpu --out $P \
+        --target-seconds ${TARGET_S:-150} --gen-seconds ${GEN_S:-40} --drafter-seconds ${DRAFTER_S:-90} \
+        > $WORK/build.log 2>&1; echo \$? > $WORK/build.rc" > /dev/null 2>&1 &
+    log "demo drafters (GPU1)"
+    export CUDA_VISIBLE_DEVICES=1
+    OUT=$R timeout "${DRAFTERS_T:-330}" bash engine/demo/drafters_gpu.sh hidden > "$R/hidden.out" 2>&1
+    OUT=$R timeout "${DRAFTER_T:-150}" bash engine/demo/drafters_gpu.sh drafter > "$R/drafter.out" 2>&1
+    if [ -f "$R/drafters/dflash/config.json" ]; then
+        for t in bf16 4bit; do
+            log "dflash sweep $t (GPU1)"
+            timeout 100 $BW sweep --target engine/demo/pair/target-$t --draft "$R/drafters/dflash" \
+                --widths 2,3,4,5,6,7,8,10,12,14,16 -n 3 --max-tokens 128 --record-dir "$R/dflash-records" \
+                > "$R/sweep-dflash-$t.txt" 2>&1
+        done
+    fi
+    unset CUDA_VISIBLE_DEVICES
+    wait_build "${BUILD_WAIT:-560}" ;;
+b)
+    wait_build 420
+    export CUDA_VISIBLE_DEVICES=1
+    for a in auto fused; do
+        log "coldcheck $a (GPU1)"
+        timeout 170 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" \
+            --widths "${WIDTHS:-4,8}" --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 \
+            --verify-attention $a --fresh-runs "$([ $a = auto ] && echo 3 || echo 1)" \
+            --out "$R/coldcheck-$a.json" > /dev/null 2> "$R/coldcheck-$a.err"
+    done &
+    export CUDA_VISIBLE_DEVICES=0
+    for t in bf16 4bit; do
+        log "sweep $t (GPU0)"
+        timeout 170 $BW sweep --target "$P/target-$t" --draft "$P/drafter" --widths 2,3,4,5,6,7,8,12,16 \
+            -n "${N:-5}" --max-tokens "${TOKENS:-256}" --prompt-file "$P/prompt.txt" \
+            --record-dir "$R/records-$t" > "$R/sweep-$t.txt" 2>&1
+        best_width "$R/records-$t" > "$WORK/best-$t" 2>> "$R/stage.log"
+        log "best $t: $(cat "$WORK/best-$t")"
+    done
+    log "soak auto (GPU0)"
+    timeout 60 python3 -m engine.soak --target "$P/target-bf16" --draft "$P/drafter" \
+        --rounds 2000 --width 4 --verify-attention auto --json 2>&1 | tail -3 > "$R/soak-auto.json"
+    wait ;;
+c)
+    i=0
+    for t in bf16 4bit; do
+        w=$(cat "$WORK/best-$t" 2>/dev/null || echo 4)
+        ws=$(printf '%s\n' 4 "$w" | sort -nu | paste -sd,)
+        log "bench $t widths $ws (GPU$i)"
+        CUDA_VISIBLE_DEVICES=$i timeout 280 python3 -m engine.bench --target "$P/target-$t" --draft "$P/drafter" \
+            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" \
+            --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1 &
+        i=$((i + 1))
+    done
+    wait ;;
+esac
+log "done in $(( $(date +%s) - t0 ))s"
+tar czf "$OUT/$stage.tgz" -C "$OUT" "$stage" && rm -rf "$R"
