@@ -192,7 +192,7 @@ def resolve(
     if row is not None:
         return done(row.width, Source.TABLE,
                     f"measured for {drafter_kind.value} drafter on {keys}; record {row.record}, "
-                    f"MLX {row.mlx}")
+                    f"MLX {row.mlx}" + _identity_note(row.byte_identical))
     chain.append(Step(Source.TABLE, False, None,
                       f"no built-in measurement for {drafter_kind.value} drafter on {keys}"))
 
@@ -201,3 +201,10 @@ def resolve(
     return done(w, Source.FALLBACK,
                 f"no measurement for {drafter_kind.value} drafter on {keys}; "
                 f"{w} is the unmeasured {drafter_kind.value} constant")
+
+
+def _identity_note(byte_identical: bool | None) -> str:
+    if byte_identical is None:
+        return ""
+    return ("; greedy output byte-identical to classic" if byte_identical
+            else "; greedy output not byte-identical to classic (a near-tie flip)")

@@ -24,6 +24,10 @@ class MeasuredDefault:
     mlx: str
     record: str
     evidence: str
+    # Whether the winning width's greedy output matched classic's byte for byte in that
+    # record (None: the record did not say). On CUDA a K-row verify is not bitwise equal to
+    # K single steps, so a row can win on speed and still differ at a near-tie.
+    byte_identical: bool | None = None
 
     def matches(self, kind: DrafterKind, device: Device, quant: Quantization) -> bool:
         return (
@@ -46,6 +50,7 @@ TABLE: tuple[MeasuredDefault, ...] = (
         mlx="pin 81ba1c6a",
         record="draft-block-width-default-gb10-2026-09-20 (mlxcel project)",
         evidence="width 4 served 67.22-67.91 tok/s vs classic 57.98-58.71; width 16 41.88-41.97",
+        byte_identical=None,  # the mlxcel record compared throughput only
     ),
 )
 

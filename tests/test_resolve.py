@@ -33,6 +33,18 @@ def test_gb10_affine_dflash_is_measured_default():
     assert "draft-block-width-default-gb10-2026-09-20" in res.reason
 
 
+def test_every_table_row_names_its_record_and_says_whether_output_matched():
+    from policy import resolve as res_mod
+    from policy.table import TABLE
+
+    for row in TABLE:
+        assert row.record and row.mlx and row.evidence
+        assert row.byte_identical in (True, False, None)
+    assert res_mod._identity_note(None) == ""
+    assert "byte-identical to classic" in res_mod._identity_note(True)
+    assert "not byte-identical" in res_mod._identity_note(False)
+
+
 def test_gb10_nvfp4_falls_back_naming_inputs():
     res = r(quantization=NVFP4)
     assert (res.width, res.source) == (16, Source.FALLBACK)
