@@ -352,6 +352,14 @@ def decide(session: Session) -> None:
             arm.why = ("the warm-up shared this session's positions (no room in the model's context) "
                        "under fused attention on CUDA, so every run may replay cuDNN plans a new "
                        "request would build; " + arm.why)
+    if session.cancelled:
+        # A cancelled session stopped before its repetitions were done: its ranges are
+        # reported, but no verdict is drawn from them (a record read later must not say
+        # "wins" or "slower" on the strength of a run the operator stopped).
+        for arm in session.arms:
+            if arm.verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS, Verdict.SLOWER):
+                arm.verdict = Verdict.UNDECIDED
+                arm.why = f"cancelled after {session.reps} repetition(s): no verdict; " + arm.why
     opening, closing = session.opening_closing()
     session.drift, session.drift_chance, session.drift_why = False, None, ""
     if opening and closing and not opening.overlaps(closing):
@@ -369,7 +377,12 @@ def decide(session: Session) -> None:
                                  f"repetitions settle it ({_more(session)})")
     winners = [a for a in session.arms if a.verdict is Verdict.WINS]
     undecided = [a for a in session.arms if a.verdict is Verdict.UNDECIDED]
-    if winners:
+    if session.cancelled:
+        session.recommendation = None
+        session.decision = "cancelled"
+        session.why = (f"stopped by the operator after {session.reps} repetition(s); the ranges so far "
+                       "are kept, no verdict is drawn from them")
+    elif winners:
         best = max(winners, key=lambda a: a.decode_range().median)
         session.recommendation = best.width
         session.decision = f"width {best.width} beats classic"

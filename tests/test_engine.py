@@ -241,6 +241,9 @@ def test_session_cancel_is_clean(model_pair):
     s = run_session(model_pair, AbConfig(widths=(4,), prompt="def f", n=3, max_tokens=32),
                     on_event=stop_early, cancel=cancel)
     assert s.cancelled and not s.saveable
+    # no verdict is drawn from a stopped session, in the session or in its record
+    assert s.decision == "cancelled" and s.recommendation is None
+    assert all(a.verdict.value in ("undecided", "not measured") for a in s.arms)
 
 
 def test_sequential_stops_within_budget(model_pair):
