@@ -45,28 +45,29 @@ a)
         > $WORK/build.log 2>&1; echo \$? > $WORK/build.rc" > /dev/null 2>&1 &
     log "demo drafters (GPU1)"
     export CUDA_VISIBLE_DEVICES=1
-    OUT=$R timeout "${DRAFTERS_T:-330}" bash engine/demo/drafters_gpu.sh hidden > "$R/hidden.out" 2>&1
-    OUT=$R timeout "${DRAFTER_T:-150}" bash engine/demo/drafters_gpu.sh drafter > "$R/drafter.out" 2>&1
-    if [ -f "$R/drafters/dflash/config.json" ]; then
+    OUT=$R timeout "${DRAFTERS_T:-250}" bash engine/demo/drafters_gpu.sh hidden > "$R/hidden.out" 2>&1
+    OUT=$R timeout "${DRAFTER_T:-130}" bash engine/demo/drafters_gpu.sh drafter > "$R/drafter.out" 2>&1
+    # the new DFlash drafter waits in $WORK for stage b's H200 sweeps
+    rm -rf "$WORK/dflash" && cp -r "$R/drafters/dflash" "$WORK/dflash" 2>/dev/null
+    unset CUDA_VISIBLE_DEVICES
+    wait_build "${BUILD_WAIT:-530}" ;;
+b)
+    wait_build 420
+    (
+        export CUDA_VISIBLE_DEVICES=1
+        log "coldcheck auto (GPU1)"
+        timeout 170 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" \
+            --widths "${WIDTHS:-4,8}" --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 \
+            --verify-attention auto --fresh-runs 3 --out "$R/coldcheck-auto.json" > /dev/null 2> "$R/coldcheck-auto.err"
+        d=$WORK/dflash
+        [ -f "$d/config.json" ] || d=engine/demo/pair/dflash
         for t in bf16 4bit; do
-            log "dflash sweep $t (GPU1)"
-            timeout 100 $BW sweep --target engine/demo/pair/target-$t --draft "$R/drafters/dflash" \
+            log "dflash sweep $t with $d (GPU1)"
+            timeout 80 $BW sweep --target engine/demo/pair/target-$t --draft "$d" \
                 --widths 2,3,4,5,6,7,8,10,12,14,16 -n 3 --max-tokens 128 --record-dir "$R/dflash-records" \
                 > "$R/sweep-dflash-$t.txt" 2>&1
         done
-    fi
-    unset CUDA_VISIBLE_DEVICES
-    wait_build "${BUILD_WAIT:-560}" ;;
-b)
-    wait_build 420
-    export CUDA_VISIBLE_DEVICES=1
-    for a in auto fused; do
-        log "coldcheck $a (GPU1)"
-        timeout 170 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" \
-            --widths "${WIDTHS:-4,8}" --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 \
-            --verify-attention $a --fresh-runs "$([ $a = auto ] && echo 3 || echo 1)" \
-            --out "$R/coldcheck-$a.json" > /dev/null 2> "$R/coldcheck-$a.err"
-    done &
+    ) &
     export CUDA_VISIBLE_DEVICES=0
     for t in bf16 4bit; do
         log "sweep $t (GPU0)"
