@@ -232,6 +232,11 @@ def _short(v: Any, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+def _is(key: str, item: dict) -> str:
+    """``key = value`` for a problem line, or ``key is missing`` (not ``key = None``)."""
+    return f"{key} is missing" if key not in item else f"{key} = {_short(item[key])}"
+
+
 def _toml_repr(v: Any) -> str:
     if isinstance(v, bool):
         return "true" if v else "false"
@@ -250,12 +255,12 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
     try:
         backend = Backend(item.get("backend"))
     except ValueError:
-        errs.append(f"backend = {_short(item.get('backend'))}: expected one of cuda, metal, cpu")
+        errs.append(f"{_is('backend', item)}: expected one of cuda, metal, cpu")
         backend = None
     try:
         kind = DrafterKind(item.get("drafter_kind"))
     except ValueError:
-        errs.append(f"drafter_kind = {_short(item.get('drafter_kind'))}: expected one of "
+        errs.append(f"{_is('drafter_kind', item)}: expected one of "
                     + ", ".join(k.value for k in DrafterKind))
         kind = None
     decline = item.get("decline", False)

@@ -70,6 +70,7 @@ def test_default_path_honours_xdg(tmp_path, monkeypatch):
      "entry 1 (line 3): width = 1"),
     ("schema = 1\n[[override]]\nbackend = 'tpu'\ndrafter_kind = 'model'\nwidth = 4\n", "backend = 'tpu'"),
     ("schema = 1\n[[override]]\nbackend = 'cpu'\ndrafter_kind = 'model'\n", "needs width"),
+    ("schema = 1\n[[override]]\nbackend = 'cpu'\nwidth = 4\n", "drafter_kind is missing: expected one of"),
     ("schema = 1\n[[override]]\nbackend = 'cpu'\ndrafter_kind = 'model'\nwidth = 4\ndecline = true\n",
      "both width and decline"),
 ])
