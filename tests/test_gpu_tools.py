@@ -47,3 +47,21 @@ def test_bench_fresh_uses_a_new_prompt_each_repetition(tmp_path):
     assert res["fresh"] and set(res["modes"]) == {"classic", "w2"}
     assert all(m["identical"] for m in res["modes"].values()), out.stdout  # same arithmetic on a CPU
     assert len(res["modes"]["w2"]["ratios"]) == 2
+
+
+def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
+    """engine.demo.probe_gpu (the evidence behind the CUDA choices) on a tiny random model:
+    every combination asked for is timed or, where this backend lacks a kernel (gather_mm
+    in bf16 on a CPU), recorded as an error instead of stopping the probe."""
+    from engine.demo import probe_gpu
+
+    out = tmp_path / "probe.json"
+    assert probe_gpu.main(["--out", str(out), "--shape", "tiny", "--skip-8b", "--rows", "1,2",
+                           "--repeats", "1", "--attentions", "plain,vector", "--streams", "default",
+                           "--linears", "stock,gather"]) == 0
+    res = json.loads(out.read_text())
+    for q in ("bf16", "4bit"):
+        cell = res[q]["vector/default/stock/engine"]
+        assert set(cell) == {"1", "2"} and all(v["median_ms"] > 0 for v in cell.values())
+    assert str(res["bf16"]["plain/default/gather/forward"]).startswith("error")  # CPU gather_mm: f32 only
+    assert set(res["linear_micro"]) >= {"stock 1", "stock 2"}

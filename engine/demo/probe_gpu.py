@@ -138,6 +138,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeats", type=int, default=8)
     ap.add_argument("--skip-8b", action="store_true")
     ap.add_argument("--shape", default="1b", choices=tuple(SHAPES))
+    ap.add_argument("--attentions", default="plain,vector,bucketed")
+    ap.add_argument("--streams", default="default,generation")
+    ap.add_argument("--linears", default="stock,gather")
     args = ap.parse_args(argv)
     from mlx_lm.generate import generation_stream
 
@@ -156,9 +159,11 @@ def main(argv: list[str] | None = None) -> int:
         name = "4bit" if quant else "bf16"
         model = random_model(tconf, quant)
         table = {}
-        for attention in ("plain", "vector", "bucketed"):
-            for stream_name, stream in (("default", None), ("generation", generation_stream)):
-                for lin in (("stock", "gather") if not quant else ("stock",)):
+        streams = {"default": None, "generation": generation_stream}
+        for attention in args.attentions.split(","):
+            for stream_name in args.streams.split(","):
+                stream = streams[stream_name]
+                for lin in (args.linears.split(",") if not quant else ("stock",)):
                     for engine_like in (False, True):
                         key = f"{attention}/{stream_name}/{lin}/{'engine' if engine_like else 'forward'}"
                         try:
