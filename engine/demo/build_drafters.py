@@ -32,6 +32,7 @@ import sys
 import sysconfig
 import time
 from pathlib import Path
+from typing import Callable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -40,7 +41,7 @@ from mlx.utils import tree_flatten, tree_map
 
 from engine import hidden
 from engine.demo.build import (DRAFTER_CONFIG, batches, build_corpus, greedy_continuations, log,
-                               make_model, train)
+                               make_model)
 
 PAIR = Path(__file__).resolve().parent / "pair"
 BLOCK = 16
@@ -152,79 +153,175 @@ def target_features(target, x: mx.array, layers: tuple[int, ...]) -> tuple[mx.ar
     return logits, got
 
 
+def dflash_blocks(model, target, feats: mx.array, tokens: np.ndarray, starts: np.ndarray,
+                  seq_of: np.ndarray) -> mx.array:
+    """Logits of the rows a DFlash round drafts, for blocks whose first (given) token is
+    ``tokens[:, 0]`` at position ``starts``, the rest masks, reading context rows < ``starts`` of
+    ``feats[seq_of]``: what engine.dflash.DFlashDrafter.propose computes for that round."""
+    inp = np.full_like(tokens, model.spec.mask_token_id)
+    inp[:, 0] = tokens[:, 0]
+    emb = mx.stop_gradient(hidden.embed(target)(mx.array(inp)))
+    h = model.train_forward(emb, feats, mx.array(starts), mx.array(seq_of))[:, 1:]
+    return hidden.lm_head(target)(h)
+
+
+def _features(target, x: mx.array, layers: tuple[int, ...]) -> mx.array:
+    _, got = target_features(target, x, layers)
+    return mx.stop_gradient(mx.concatenate([got[i] for i in layers], axis=-1))
+
+
 def train_dflash(targets, text: np.ndarray, steps: int, batch: int, blocks: int, lr: float,
-                 config: dict, rng: np.random.Generator):
+                 config: dict, rng: np.random.Generator, prompt: int, val: np.ndarray | None = None):
     from engine.dflash import DFlashModel, parse_spec
 
     spec = parse_spec(config, "demo dflash")
     model = DFlashModel(spec)
     layers = spec.target_layer_ids
     seq = text.shape[1]
+    first = max(prompt - 1, 1)  # blocks start at the prompt's last token or later: every label is
+    # then the target's own greedy text (the corpus prompt is not what the target would say)
 
     def make_batch():
         target = targets[rng.integers(len(targets))]
         rows = text[rng.integers(0, text.shape[0], size=batch)]
-        x = mx.array(rows)
-        _, got = target_features(target, x, layers)
-        feats = mx.stop_gradient(mx.concatenate([got[i] for i in layers], axis=-1))
-        # anchors: the block's first (given) token; at least 8 context rows before it
+        feats = _features(target, mx.array(rows), layers)
         # a block of every width the engine may run (2..16 rows), one length per step
         size = int(rng.integers(2, BLOCK + 1))
-        starts = rng.integers(8, seq - size, size=(batch, blocks))
+        starts = rng.integers(first, seq - size + 1, size=(batch, blocks)).reshape(-1)
         seq_of = np.repeat(np.arange(batch), blocks)
-        starts = starts.reshape(-1)
-        idx = starts[:, None] + np.arange(size)[None, :]
-        tokens = rows[seq_of[:, None], idx]  # (N, BLOCK) the true text of each block
-        inp = np.full_like(tokens, spec.mask_token_id)
-        inp[:, 0] = tokens[:, 0]
-        emb = mx.stop_gradient(hidden.embed(target)(mx.array(inp)))
-        return (emb, feats, mx.array(starts), mx.array(seq_of), mx.array(tokens[:, 1:]), target)
+        tokens = rows[seq_of[:, None], starts[:, None] + np.arange(size)[None, :]]
+        return (feats, tokens, starts, seq_of, target)
 
-    head_of = {}
-
-    def loss_fn(model, emb, feats, starts, seq_of, labels, target):
-        h = model.train_forward(emb, feats, starts, seq_of)[:, 1:]
-        logits = hidden.lm_head(target)(h)
+    def loss_fn(model, feats, tokens, starts, seq_of, target):
+        logits = dflash_blocks(model, target, feats, tokens, starts, seq_of)
+        labels = mx.array(tokens[:, 1:])
         # earlier rows matter more: a width-4 round reads rows 1..3 only
         w = mx.exp(-mx.arange(labels.shape[1]) / 6.0)
         ce = nn.losses.cross_entropy(logits, labels, reduction="none")
         return (ce * w).sum() / (w.sum() * ce.shape[0])
 
-    del head_of
-    return model, _fit(model, loss_fn, make_batch, steps, lr, "dflash")
+    def validate() -> float:
+        """Draft agreement at width 4 on held-out greedy text (leading drafts the target keeps,
+        per drafted token), every 4th position of each row."""
+        got = []
+        for target in targets:
+            for i in range(0, len(val), 64):
+                rows = val[i:i + 64]
+                feats = _features(target, mx.array(rows), layers)
+                per = np.arange(first, seq - 4 + 1, 4)
+                starts = np.tile(per, len(rows))
+                seq_of = np.repeat(np.arange(len(rows)), len(per))
+                tokens = rows[seq_of[:, None], starts[:, None] + np.arange(4)[None, :]]
+                logits = dflash_blocks(model, target, feats, tokens, starts, seq_of)
+                hit = (mx.argmax(logits, axis=-1) == mx.array(tokens[:, 1:])).astype(mx.float32)
+                got.append(mx.cumprod(hit, axis=-1).mean().item())
+        return float(np.mean(got))
+
+    return model, _fit(model, loss_fn, make_batch, steps, lr, "dflash",
+                       validate if val is not None else None)
+
+
+class _ChainCache:
+    """Stands in for one head block's KV cache during training, so that the block attends exactly
+    as engine.mtp.MTPDrafter makes it attend when decoding: depth 1 (the committed rows) is causal;
+    the chained step at depth d from row t sits at position t + d - 1 and sees the depth-1 rows up
+    to t plus its own chain (depths 2..d at row t), never other rows' chained steps."""
+
+    def __init__(self, length: int):
+        self.n = length
+        self.keys: list[mx.array] = []
+        self.values: list[mx.array] = []
+        self.offset = 0
+
+    def update_and_fetch(self, k: mx.array, v: mx.array) -> tuple[mx.array, mx.array]:
+        self.keys.append(k)
+        self.values.append(v)
+        return mx.concatenate(self.keys, axis=2), mx.concatenate(self.values, axis=2)
+
+    def make_mask(self, n: int, return_array: bool = False, window_size=None) -> mx.array:
+        eye = mx.eye(n, dtype=mx.bool_)
+        return mx.concatenate([mx.tril(mx.ones((n, n), dtype=mx.bool_))] + [eye] * len(self.keys),
+                              axis=1)
+
+
+def mtp_forward(head, embed, h: mx.array, rows: mx.array, depth: int) -> list[mx.array]:
+    """Normed outputs of ``head`` at depths 1..``depth`` for every row t, as decoding computes them:
+    depth 1 reads (h[t], x[t+1]), depth d (h chained from depth d-1 at t, x[t+d]); predicts x[t+d+1].
+    ``h`` (B, n, d) final-normed target hidden states at rows 0..n-1, ``rows`` (B, >= n + depth)
+    tokens."""
+    n = h.shape[1]
+    caches = [_ChainCache(n) for _ in head.blocks]
+    outs = []
+    chain = h[:, :n]
+    for d in range(1, depth + 1):
+        for c in caches:
+            c.offset = d - 1
+        out, chain = head(chain, embed(rows[:, d:d + n]), caches)
+        outs.append(out)
+    return outs
+
+
+MTP_DEPTH = 3  # a width-4 round chains the head three times
 
 
 def train_mtp(targets, text: np.ndarray, steps: int, batch: int, lr: float, target_config: dict,
-              rng: np.random.Generator):
+              rng: np.random.Generator, prompt: int, val: np.ndarray | None = None):
     head = mtp_head(target_config)
+    # Chained depths read the text as the drafts they stand for: only where it is the target's
+    # own greedy continuation (t + 2 >= prompt). Depth 1 is labelled by the target's argmax.
+    seq = text.shape[1]
+    n = seq - MTP_DEPTH - 1  # rows t whose deepest label x[t + depth + 1] is in the text
+    greedy_rows = mx.array(np.arange(n) + 2 >= prompt)
+
+    def features(target, rows):
+        logits, got = target_features(target, rows, (hidden.FINAL,))
+        return mx.stop_gradient(got[hidden.FINAL]), mx.argmax(logits, axis=-1)
 
     def make_batch():
         target = targets[rng.integers(len(targets))]
         rows = mx.array(text[rng.integers(0, text.shape[0], size=batch)])
-        _, got = target_features(target, rows, (hidden.FINAL,))
-        h = mx.stop_gradient(got[hidden.FINAL])
-        return (h, rows, target)
+        h, am = features(target, rows)
+        return (h, rows, am, target)
 
-    def loss_fn(head, h, rows, target):
-        emb = hidden.embed(target)
+    def loss_fn(head, h, rows, am, target):
+        outs = mtp_forward(head, hidden.embed(target), h[:, :n], rows, MTP_DEPTH)
         lm = hidden.lm_head(target)
-        # depth 1: (h[t], x[t+1]) -> x[t+2]
-        out, chain = head(h[:, :-2], emb(rows[:, 1:-1]))
-        l1 = nn.losses.cross_entropy(lm(out), rows[:, 2:], reduction="mean")
-        # depth 2, as decoding chains it: (head output at t, x[t+2]) -> x[t+3]
-        out2, _ = head(chain[:, :-1], emb(rows[:, 2:-1]))
-        l2 = nn.losses.cross_entropy(lm(out2), rows[:, 3:], reduction="mean")
-        return l1 + 0.5 * l2
+        total = nn.losses.cross_entropy(lm(outs[0]), am[:, 1:n + 1], reduction="mean")
+        w = greedy_rows.astype(mx.float32)
+        for d in range(2, MTP_DEPTH + 1):
+            ce = nn.losses.cross_entropy(lm(outs[d - 1]), rows[:, d + 1:d + 1 + n], reduction="none")
+            total = total + 0.7 ** (d - 1) * (ce * w).sum() / (w.sum() * ce.shape[0])
+        return total
 
-    return head, _fit(head, loss_fn, make_batch, steps, lr, "mtp")
+    def validate() -> float:
+        """Draft agreement at width 4 on held-out greedy text: the mean run of leading drafts the
+        target would accept, per drafted token (what acceptance() measures on the demo prompts)."""
+        got = []
+        for target in targets:
+            for i in range(0, len(val), 64):
+                rows = mx.array(val[i:i + 64])
+                h, _ = features(target, rows)
+                outs = mtp_forward(head, hidden.embed(target), h[:, :n], rows, MTP_DEPTH)
+                lm = hidden.lm_head(target)
+                hit = mx.stack([mx.argmax(lm(o), axis=-1) == rows[:, d + 2:d + 2 + n]
+                                for d, o in enumerate(outs)], axis=-1)[:, prompt:]
+                got.append(mx.cumprod(hit.astype(mx.float32), axis=-1).mean().item())
+        return float(np.mean(got))
+
+    return head, _fit(head, loss_fn, make_batch, steps, lr, "mtp", validate if val is not None else None)
 
 
 SECONDS: dict[str, float] = {}  # name -> wall-clock budget; overrides the step count
 
 
-def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float:
+VALIDATE_EVERY = 0.1  # of the budget (or of the steps) between held-out validations
+
+
+def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str,
+         validate: Callable[[], float] | None = None) -> float:
     """AdamW with warm-up and cosine decay over ``steps``, or over a time budget (SECONDS[name]):
-    then the schedule follows the elapsed fraction of the budget."""
+    then the schedule follows the elapsed fraction of the budget. With ``validate`` (held-out draft
+    agreement, higher is better) the weights that validated best are the ones kept."""
     import math
 
     import mlx.optimizers as optim
@@ -233,12 +330,30 @@ def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float:
     opt = optim.AdamW(learning_rate=lr, weight_decay=0.05)
     grad = nn.value_and_grad(model, loss_fn)
     t0, ema, i = time.time(), None, 0
+    best, best_at, next_val = -1.0, None, VALIDATE_EVERY
+    kept = None
+
+    def check(frac: float) -> None:
+        nonlocal best, best_at, kept
+        model.eval()
+        score = validate()
+        model.train()
+        tag = ""
+        if score > best:
+            best, best_at, tag = score, i, " (best)"
+            kept = tree_map(lambda p: mx.array(p), model.parameters())
+            mx.eval(kept)
+        log(f"{name} step {i} held-out draft agreement w4 {score:.3f}{tag} ({time.time() - t0:.0f}s)")
+
     while True:
         if i == 3 and budget:
             t0 = time.time()  # the budget starts after the first steps: on CUDA they JIT-compile
         frac = (time.time() - t0) / budget if budget else i / max(steps, 1)
         if frac >= 1.0:
             break
+        if validate is not None and frac >= next_val and i > 3:
+            check(frac)
+            next_val = (math.floor(frac / VALIDATE_EVERY) + 1) * VALIDATE_EVERY
         warm = min(frac / 0.05, 1.0)
         opt.learning_rate = lr * warm * (0.05 + 0.95 * 0.5 * (1 + math.cos(math.pi * frac)))
         *args, target = make_batch()
@@ -252,20 +367,30 @@ def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float:
             log(f"{name} step {i} loss {v:.3f} ({time.time() - t0:.0f}s)")
         i += 1
     log(f"{name}: {i} steps in {time.time() - t0:.0f}s")
+    if validate is not None:
+        check(1.0)
+        if kept is not None and best_at != i:
+            model.update(kept)
+            log(f"{name}: kept the weights of step {best_at} (held-out agreement {best:.3f})")
     model.eval()
     return float(ema or 0.0)
 
 
-def greedy_text(targets, data: np.ndarray, windows: int, prompt: int, new: int, seed: int) -> np.ndarray:
-    """Greedy continuations of corpus windows, half by each target (their own argmax path)."""
+def greedy_text(targets, data: np.ndarray, windows: int, prompt: int, new: int, seed: int,
+                gen_batch: int = 4096) -> np.ndarray:
+    """Greedy continuations of corpus windows, half by each target (their own argmax path), in
+    batches of up to ``gen_batch`` rows: few long calls (on CUDA every new KV length costs an
+    attention plan) and wide ones (a batch of thousands costs a GPU little more than one row)."""
     out = []
-    calls = 2  # few long calls: on CUDA every new KV length costs an attention plan
-    per = max(windows // (len(targets) * calls), 1)
+    per_target = max(windows // len(targets), 1)
+    calls = -(-per_target // gen_batch)
+    per = -(-per_target // calls)
     src = batches(data, per, prompt, np.random.default_rng(seed))
     for t in targets:
         for _ in range(calls):
             p, _ = next(src)
             out.append(np.array(greedy_continuations(t, p, new)))
+            mx.clear_cache()
     return np.concatenate(out)
 
 
@@ -302,29 +427,43 @@ def quantize_target(pair: Path) -> None:
     log(f"quantized {out}")
 
 
-def acceptance(pair: Path, built: Path, width: int = 4, tokens: tuple[int, ...] = (64, 128)) -> dict:
+def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
+            tokens: tuple[int, ...] = (64, 128), label: str | None = None) -> dict:
     """Per-drafted-token acceptance at ``width`` on the demo prompts, through this engine's loop,
-    for every drafter in ``built`` against both demo targets: pooled and per prompt."""
+    of the ``kind`` drafter at ``path`` against one demo target: pooled and per prompt, per length,
+    and over all lengths ("all": accepted / drafted summed)."""
     from engine.decode import speculative
     from engine.demo.prompts import DEMO_PROMPTS
     from engine.pair import load_pair
 
+    p = load_pair(pair / f"target-{variant}", path, kind)
+    out: dict = {}
+    tot_a = tot_d = 0
+    for n in tokens:
+        acc = dra = 0
+        per = []
+        for prompt in DEMO_PROMPTS:
+            run = speculative(p, p.tokenizer.encode(prompt), n, width)
+            acc, dra = acc + run.accepted, dra + run.drafted
+            per.append(round(run.acceptance or 0.0, 3))
+        tot_a, tot_d = tot_a + acc, tot_d + dra
+        out[n] = {"pooled": round(acc / dra, 3) if dra else None, "per_prompt": per}
+        log(f"acceptance w{width} {label or kind} {variant} {n} tokens: {out[n]['pooled']} {per}")
+    out["all"] = tot_a / tot_d if tot_d else 0.0
+    return out
+
+
+def acceptance(pair: Path, built: Path, width: int = 4, tokens: tuple[int, ...] = (64, 128),
+               names: set[str] | None = None) -> dict:
+    """``measure`` for every drafter in ``built`` (of ``names``) against both demo targets."""
     out: dict = {}
     for kind, name in (("model", "drafter"), ("dflash", "dflash"), ("mtp", "mtp")):
-        if not (built / name).is_dir():
+        if not (built / name).is_dir() or (names is not None and name not in names):
             continue
         for variant in ("bf16", "4bit"):
-            p = load_pair(pair / f"target-{variant}", built / name, kind)
+            got = measure(pair, kind, built / name, variant, width, tokens)
             for n in tokens:
-                acc = dra = 0
-                per = []
-                for prompt in DEMO_PROMPTS:
-                    run = speculative(p, p.tokenizer.encode(prompt), n, width)
-                    acc, dra = acc + run.accepted, dra + run.drafted
-                    per.append(round(run.acceptance or 0.0, 3))
-                key = f"{kind} {variant} {n} tokens"
-                out[key] = {"pooled": round(acc / dra, 3) if dra else None, "per_prompt": per}
-                log(f"acceptance w{width} {key}: {out[key]['pooled']} {per}")
+                out[f"{kind} {variant} {n} tokens"] = got[n]
     return out
 
 
@@ -335,25 +474,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--pair", type=Path, default=PAIR)
     ap.add_argument("--stdlib", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
-    ap.add_argument("--windows", type=int, default=4096, help="greedy continuations to train on")
+    ap.add_argument("--windows", type=int, default=32768, help="greedy continuations to train on")
+    ap.add_argument("--gen-batch", type=int, default=4096, help="rows per greedy-generation call")
+    ap.add_argument("--val", type=int, default=256, help="greedy continuations held out to validate")
     ap.add_argument("--seq", type=int, default=256)
+    ap.add_argument("--prompt", type=int, default=64, help="corpus tokens before each continuation")
     ap.add_argument("--dflash-steps", type=int, default=4000)
     ap.add_argument("--mtp-steps", type=int, default=4000)
     ap.add_argument("--drafter-steps", type=int, default=6000)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--blocks", type=int, default=8, help="DFlash blocks per sequence")
+    ap.add_argument("--dflash-lr", type=float, default=2e-3)
+    ap.add_argument("--mtp-lr", type=float, default=2e-3)
+    ap.add_argument("--drafter-lr", type=float, default=None,
+                    help="default 3e-4 when fine-tuning (--drafter-init), 3e-3 from scratch")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--targets", choices=("bf16", "4bit"), action="append",
+                    help="train on these targets' text and states (default both; on a CPU the "
+                         "4-bit target's batched forwards are very slow, so a smoke test uses bf16)")
     ap.add_argument("--only", choices=("dflash", "mtp", "drafter"), action="append")
     ap.add_argument("--seconds", metavar="NAME=S", action="append", default=[],
                     help="train NAME (dflash, mtp, drafter) for S seconds instead of its steps")
     ap.add_argument("--drafter-init", type=Path, metavar="DIR",
-                    help="start the draft model from these weights (fine-tune) instead of at random")
+                    help="start the draft model from these weights (default: the pair's committed "
+                         "drafter); 'none' starts at random")
+    ap.add_argument("--accept-tokens", default="64,128", metavar="N,N",
+                    help="decode lengths of the acceptance measurement on the demo prompts")
     ap.add_argument("--measure", type=Path, metavar="DIR",
                     help="only measure the acceptance of the drafters already built in DIR")
     args = ap.parse_args(argv)
+    args.accept_tokens = tuple(int(n) for n in str(args.accept_tokens).split(","))
     only = set(args.only or ("dflash", "mtp", "drafter"))
     if args.measure:
-        result = acceptance(args.pair, args.measure)
+        result = acceptance(args.pair, args.measure, tokens=args.accept_tokens)
         (args.measure / "acceptance.json").write_text(json.dumps(result, indent=2))
         return 0
 
@@ -367,6 +520,8 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.pair / "target-4bit").is_dir():
         quantize_target(args.pair)
     t4, _ = load_model(args.pair / "target-4bit")
+    variants = args.targets or ["bf16", "4bit"]
+    targets = [{"bf16": t16, "4bit": t4}[v] for v in variants]
     tconfig = json.loads((args.pair / "target-bf16" / "config.json").read_text())
     from tokenizers import Tokenizer
 
@@ -378,59 +533,126 @@ def main(argv: list[str] | None = None) -> int:
         ids.append(0)
     data = np.array(ids, dtype=np.int32)
     log(f"corpus {len(texts)} files, {len(data)} tokens")
-    text = greedy_text([t16, t4], data[: int(len(data) * 0.98)], args.windows, 64,
-                       args.seq - 64 + 1, args.seed + 1)
-    log(f"greedy text: {text.shape[0]} rows of {text.shape[1]} tokens (half bf16, half 4-bit target)")
+    t_gen = time.time()
+    text = greedy_text(targets, data[: int(len(data) * 0.98)], args.windows + args.val, args.prompt,
+                       args.seq - args.prompt + 1, args.seed + 1, args.gen_batch)
+    text = text[np.random.default_rng(args.seed + 2).permutation(len(text))]
+    n_val = min(args.val, len(text) // 4)
+    val, text = text[:n_val], text[n_val:]
+    log(f"greedy text: {text.shape[0]} rows of {text.shape[1]} tokens, {n_val} more held out "
+        f"(of the targets {', '.join(variants)}) in {time.time() - t_gen:.0f}s")
     summary: dict = {"python": sys.version.split()[0], "mlx": mx.__version__,
                      "device": str(mx.default_device()), "greedy_rows": int(text.shape[0]),
+                     "held_out_rows": int(n_val),
                      "args": {k: str(v) for k, v in vars(args).items()}}
     args.out.mkdir(parents=True, exist_ok=True)
     if "dflash" in only:
         cfg = dflash_config(tconfig)
-        model, loss = train_dflash([t16, t4], text, args.dflash_steps, args.batch, args.blocks, 2e-3,
-                                   cfg, rng)
+        model, loss = train_dflash(targets, text, args.dflash_steps, args.batch, args.blocks,
+                                   args.dflash_lr, cfg, rng, args.prompt, val)
         write_dflash(args.out / "dflash", cfg, model)
         summary["dflash_loss"] = round(loss, 3)
         summary["dflash_params"] = int(sum(v.size for _, v in tree_flatten(model.parameters())))
     if "mtp" in only:
-        head, loss = train_mtp([t16, t4], text, args.mtp_steps, args.batch, 2e-3, tconfig, rng)
+        head, loss = train_mtp(targets, text, args.mtp_steps, args.batch, args.mtp_lr, tconfig, rng,
+                               args.prompt, val)
         write_mtp(args.out / "mtp", tconfig, head)
         summary["mtp_loss"] = round(loss, 3)
         summary["mtp_params"] = int(sum(v.size for _, v in tree_flatten(head.parameters())))
     if "drafter" in only:
-        drafter = make_model(DRAFTER_CONFIG)
-        if args.drafter_init:
-            drafter.load_weights(str(args.drafter_init / "model.safetensors"))
-            drafter.update(tree_map(lambda p: p.astype(mx.float32), drafter.parameters()))
-        n_corpus = args.batch // 4
-        corpus = batches(data, n_corpus, args.seq, rng)
-
-        def drafter_batch():
-            cx, _ = next(corpus)
-            rows = rng.integers(0, text.shape[0], size=2 * args.batch - n_corpus)
-            x = mx.concatenate([cx, mx.array(text[rows, : args.seq])], axis=0)
-            # half the rows labelled by each target: the drafter serves both
-            half = x.shape[0] // 2
-            y = mx.concatenate([mx.argmax(t16(x[:half]), axis=-1), mx.argmax(t4(x[half:]), axis=-1)])
-            return x, mx.stop_gradient(y)
-
-        def ce(model, x, y):
-            return nn.losses.cross_entropy(model(x), y, reduction="mean")
-
-        if "drafter" in SECONDS:
-            loss = _fit(drafter, lambda m, x, y, _t: ce(m, x, y), lambda: (*drafter_batch(), None),
-                        args.drafter_steps, 1e-3 if args.drafter_init else 3e-3, "drafter")
-        else:
-            loss = train(drafter, ce, drafter_batch, args.drafter_steps, 3e-3, "drafter")
-        drafter.eval()
-        save_drafter(drafter, args.out / "drafter", args.pair / "target-bf16")
-        summary["drafter_loss"] = round(loss, 3)
+        summary["drafter"] = train_drafter(args, targets, data, text, val, rng)
     summary["seconds"] = round(time.time() - started, 1)
-    summary["acceptance_w4"] = acceptance(args.pair, args.out)
+    summary["acceptance_w4"] = acceptance(args.pair, args.out, tokens=args.accept_tokens, names=only)
     name = "build-drafters" + ("-" + "-".join(sorted(only)) if args.only else "") + ".json"
     (args.out / name).write_text(json.dumps(summary, indent=2))
     log(json.dumps(summary))
     return 0
+
+
+def train_drafter(args, targets: list, data: np.ndarray, text: np.ndarray, val: np.ndarray,
+                  rng: np.random.Generator) -> dict:
+    """Fine-tune (or train) the model drafter on both targets' greedy text, each half of a batch
+    labelled by one target's argmax; write it to ``out/drafter`` only when it beats the committed
+    drafter on BOTH demo targets (acceptance at width 4 on the demo prompts, 64 and 128 tokens
+    pooled), else leave ``out/drafter`` absent and say so: the committed one stays."""
+    t16, t4 = targets[0], targets[-1]
+    committed = args.pair / "drafter"
+    init = args.drafter_init
+    if init is None and committed.is_dir():
+        init = committed
+    if init is not None and str(init) == "none":
+        init = None
+    drafter = make_model(DRAFTER_CONFIG)
+    if init is not None:
+        drafter.load_weights(str(init / "model.safetensors"))
+        drafter.update(tree_map(lambda p: p.astype(mx.float32), drafter.parameters()))
+        log(f"drafter: fine-tuning {init}")
+    lr = args.drafter_lr or (3e-4 if init is not None else 3e-3)
+    n_corpus = args.batch // 4
+    corpus = batches(data, n_corpus, args.seq, rng)
+    seq = min(args.seq, text.shape[1] - 1)
+
+    def drafter_batch():
+        cx, _ = next(corpus)
+        rows = rng.integers(0, text.shape[0], size=2 * args.batch - n_corpus)
+        x = mx.concatenate([cx[:, :seq], mx.array(text[rows, :seq])], axis=0)
+        # half the rows labelled by each target: the drafter serves both
+        half = x.shape[0] // 2
+        y = mx.concatenate([mx.argmax(t16(x[:half]), axis=-1), mx.argmax(t4(x[half:]), axis=-1)])
+        return x, mx.stop_gradient(y), None
+
+    def ce(model, x, y, _target):
+        return nn.losses.cross_entropy(model(x), y, reduction="mean")
+
+    def validate() -> float:
+        """Teacher-forced agreement with each target's argmax on held-out greedy text, as leading
+        runs of 3 (a width-4 round), averaged over the two targets."""
+        got = []
+        for target in targets:
+            for i in range(0, len(val), 64):
+                x = mx.array(val[i:i + 64, :seq])
+                hit = (mx.argmax(drafter(x), axis=-1) == mx.argmax(target(x), axis=-1))
+                hit = hit[:, args.prompt:].astype(mx.float32)
+                runs = hit[:, :-2] * hit[:, 1:-1] * hit[:, 2:]
+                got.append(((hit[:, :-2] + hit[:, :-2] * hit[:, 1:-1] + runs) / 3).mean().item())
+        return float(np.mean(got))
+
+    before = validate() if len(val) else None
+    if before is not None:
+        log(f"drafter: held-out agreement w4 before training {before:.3f}")
+    loss = _fit(drafter, ce, drafter_batch, args.drafter_steps, lr, "drafter",
+                validate if len(val) else None)
+    drafter.eval()
+    cand = args.out / "drafter-candidate"
+    if cand.exists():
+        shutil.rmtree(cand)
+    save_drafter(drafter, cand, args.pair / "target-bf16")
+    result: dict = {"loss": round(loss, 3), "init": str(init) if init else None, "lr": lr}
+    final = args.out / "drafter"
+    if final.exists():
+        shutil.rmtree(final)
+    if not committed.is_dir():
+        shutil.copytree(cand, final)
+        result["adopted"] = True
+        log("drafter: no committed drafter to compare with; wrote out/drafter")
+        return result
+    wins = {}
+    for variant in ("bf16", "4bit"):
+        new = measure(args.pair, "model", cand, variant, tokens=args.accept_tokens,
+                      label="candidate drafter")["all"]
+        old = measure(args.pair, "model", committed, variant, tokens=args.accept_tokens,
+                      label="committed drafter")["all"]
+        wins[variant] = {"candidate": round(new, 3), "committed": round(old, 3)}
+    result["demo_acceptance_w4"] = wins
+    result["adopted"] = all(w["candidate"] > w["committed"] for w in wins.values())
+    if result["adopted"]:
+        shutil.copytree(cand, final)
+        log(f"drafter: ADOPTED, the candidate beats the committed drafter on both targets {wins}; "
+            f"wrote {final}")
+    else:
+        log(f"drafter: NOT adopted, the candidate does not beat the committed drafter on both targets "
+            f"{wins}; keep the committed one (candidate left in {cand} for inspection)")
+    return result
 
 
 if __name__ == "__main__":

@@ -1,0 +1,127 @@
+"""The demo build's training forwards compute what the engine computes when it drafts.
+
+A drafter trained on inputs the engine never gives it (another hidden state, other positions,
+another attention context for chained steps) learns the wrong task: its training loss falls
+while its acceptance does not. Here, after a few training steps of engine.demo.build_drafters on
+a fixed batch, a real speculative decode of the demo target (float32, so that a full forward and
+the incremental verify forwards agree to rounding) records the logits of every draft the engine
+proposes, and the training forward, run on the same committed text and drafts, must give the
+same logits and the same argmax, round after round (so also after commits and rejections)."""
+
+import json
+
+import mlx.core as mx
+import numpy as np
+import pytest
+from mlx.utils import tree_map
+
+from engine import demo, hidden
+from engine.decode import speculative
+from engine.demo import build_drafters as bd
+from engine.demo.prompts import DEMO_PROMPTS
+from engine.dflash import DFlashDrafter
+from engine.mtp import MTPDrafter
+from engine.pair import load_pair
+
+TARGET = demo.target("bf16")
+TCONFIG = json.loads((TARGET / "config.json").read_text())
+WIDTH = 4
+TOKENS = 24
+
+
+def _f32(model) -> None:
+    model.update(tree_map(lambda p: p.astype(mx.float32) if p.dtype == mx.bfloat16 else p,
+                          model.parameters()))
+
+
+@pytest.fixture(scope="module")
+def text() -> tuple[object, np.ndarray]:
+    """The target and a fixed batch: the demo prompts' tokens, two rows of 48."""
+    from mlx_lm.utils import load_model
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(TARGET / "tokenizer.json"))
+    ids: list[int] = []
+    for p in DEMO_PROMPTS:
+        ids.extend(tok.encode(p).ids)
+    ids = (ids * 4)[:96]
+    target, _ = load_model(TARGET)
+    return target, np.array(ids, dtype=np.int32).reshape(2, 48)
+
+
+class Recorder:
+    """Wraps a drafter's LM head to keep the logits of every draft it proposes."""
+
+    def __init__(self, drafter):
+        self.logits: list[mx.array] = []
+        head = drafter.head
+        drafter.head = lambda h: self._keep(head(h))
+
+    def _keep(self, logits: mx.array) -> mx.array:
+        self.logits.append(logits.reshape(-1, logits.shape[-1]))
+        return logits
+
+
+def _rounds(run, prompt: list[int]):
+    """(committed text before the round, drafts of the round) for each round of ``run``."""
+    done = 0
+    for r in run.rounds:
+        yield prompt + run.tokens[:done], r.drafted
+        done += r.emitted
+
+
+def _engine(pair, drafter, prompt):
+    rec = Recorder(drafter)
+    run = speculative(pair, prompt, TOKENS, WIDTH, drafter=drafter)
+    assert run.rounds and sum(r.drafted for r in run.rounds) > len(run.rounds)
+    return run, rec
+
+
+def _same(train: mx.array, engine: mx.array) -> None:
+    np.testing.assert_allclose(np.array(train), np.array(engine), atol=2e-3, rtol=1e-3)
+    assert mx.array_equal(mx.argmax(train, axis=-1), mx.argmax(engine, axis=-1))
+
+
+def test_dflash_training_forward_is_what_the_engine_drafts(tmp_path, text):
+    target, rows = text
+    cfg = bd.dflash_config(TCONFIG)
+    model, _ = bd.train_dflash([target], rows, 4, 2, 2, 2e-3, cfg, np.random.default_rng(0), 24)
+    path = bd.write_dflash(tmp_path / "dflash", cfg, model)
+    pair = load_pair(TARGET, path, "dflash")
+    _f32(pair.target)
+    _f32(pair.drafter)
+    prompt = pair.tokenizer.encode(DEMO_PROMPTS[2])
+    run, rec = _engine(pair, DFlashDrafter(pair.drafter, pair.target), prompt)
+    spec = pair.drafter.spec
+    for (committed, k), logits in zip(_rounds(run, prompt), rec.logits):
+        p = len(committed) - 1  # the pending token's position: context is rows 0..p-1
+        feats = bd._features(pair.target, mx.array([committed]), spec.target_layer_ids)
+        block = np.array([[committed[-1]] + [0] * k])
+        got = bd.dflash_blocks(pair.drafter, pair.target, feats, block, np.array([p]), np.array([0]))
+        _same(got[0], logits)
+
+
+def test_mtp_training_forward_is_what_the_engine_drafts(tmp_path, text):
+    target, rows = text
+    head, _ = bd.train_mtp([target], rows, 4, 2, 2e-3, TCONFIG, np.random.default_rng(0), 24)
+    path = bd.write_mtp(tmp_path / "mtp", TCONFIG, head)
+    pair = load_pair(TARGET, path, "mtp")
+    _f32(pair.target)
+    _f32(pair.drafter)
+    prompt = pair.tokenizer.encode(DEMO_PROMPTS[2])
+    run, rec = _engine(pair, MTPDrafter(pair.drafter, pair.target), prompt)
+    head = pair.drafter.heads[0]
+    at = 0
+    for committed, k in _rounds(run, prompt):
+        engine = mx.concatenate(rec.logits[at:at + k])
+        at += k
+        p = len(committed) - 1
+        # the committed text, then the round's own drafts: what each chained step is fed
+        drafts = [int(t) for t in mx.argmax(engine, axis=-1).tolist()]
+        x = mx.array([committed + drafts])
+        _, got = bd.target_features(pair.target, x[:, :p], (hidden.FINAL,))
+        outs = bd.mtp_forward(head, hidden.embed(pair.target), got[hidden.FINAL], x, k)
+        lm = hidden.lm_head(pair.target)
+        # depth d of row p - 1 (hidden at p - 1, token at p) proposes the round's d-th draft
+        train = mx.concatenate([lm(o[0, p - 1:p]) for o in outs])
+        _same(train, engine)
