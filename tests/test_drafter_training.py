@@ -85,7 +85,7 @@ def _same(train: mx.array, engine: mx.array) -> None:
 def test_dflash_training_forward_is_what_the_engine_drafts(tmp_path, text):
     target, rows = text
     cfg = bd.dflash_config(TCONFIG)
-    model, _ = bd.train_dflash([target], rows, 4, 2, 2, 2e-3, cfg, np.random.default_rng(0), 24)
+    model, _ = bd.train_dflash([target], [rows], 4, 2, 2, 2e-3, cfg, np.random.default_rng(0), 24)
     path = bd.write_dflash(tmp_path / "dflash", cfg, model)
     pair = load_pair(TARGET, path, "dflash")
     _f32(pair.target)
@@ -103,7 +103,7 @@ def test_dflash_training_forward_is_what_the_engine_drafts(tmp_path, text):
 
 def test_mtp_training_forward_is_what_the_engine_drafts(tmp_path, text):
     target, rows = text
-    head, _ = bd.train_mtp([target], rows, 4, 2, 2e-3, TCONFIG, np.random.default_rng(0), 24)
+    head, _ = bd.train_mtp([target], [rows], 4, 2, 2e-3, TCONFIG, np.random.default_rng(0), 24)
     path = bd.write_mtp(tmp_path / "mtp", TCONFIG, head)
     pair = load_pair(TARGET, path, "mtp")
     _f32(pair.target)

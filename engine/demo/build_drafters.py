@@ -8,17 +8,31 @@ the published formats the engine loads:
   text: the first token given, the rest masks, each row labelled with the text;
 - ``mtp/``: one DeepSeek-V3-layout NextN head (``model.layers.6.*``), trained to
   predict x[t+2] from the target's final hidden state at t and x[t+1], and, by
-  feeding its own output back, x[t+3];
-- ``drafter/``: the Llama draft model, distilled again on greedy text of both
-  the bfloat16 and the 4-bit target (labels: each target's own argmax), so
-  that it agrees with the quantized target too.
+  feeding its own output back, x[t+3] and x[t+4] (a width-4 round);
+- ``drafter/``: the Llama draft model, fine-tuned from the committed one on
+  greedy text of both the bfloat16 and the 4-bit target (labels: each target's
+  own argmax), written only when it beats the committed drafter on both targets.
 
 The training text is the targets' greedy continuations of corpus windows, so
-every label is what the target itself would emit. Run on a GPU:
+every label is what the target itself would emit (blocks and chained steps start
+inside the continuation, never in the corpus prompt). Both training forwards are
+the engine's own computation (tests/test_drafter_training.py): DFlash blocks
+attend to the context rows before them, and the MTP head's chained steps attend
+to the committed rows and their own chain only, as engine.mtp decodes them (not,
+as a plain causal pass over chained outputs would, to other rows' chains).
+During training, the draft agreement at width 4 on held-out greedy text is
+logged, and the weights that validated best are kept. Run on a GPU (see
+drafters_gpu.sh for the budgets):
 
     python -m engine.demo.build_drafters --out /tmp/drafters
 
-``--steps`` and ``--windows`` make it a smoke test anywhere (a few steps on a CPU).
+A smoke test anywhere (a few steps on a CPU, where the 4-bit target's batched
+forwards are very slow):
+
+    python -m engine.demo.build_drafters --out /tmp/smoke --targets bf16 --windows 24 --val 8 \
+        --seq 64 --prompt 24 --batch 4 --blocks 2 --dflash-steps 20 --mtp-steps 20 \
+        --drafter-steps 10 --accept-tokens 16
+
 The writers (``write_dflash``, ``write_mtp``) also make the random-weight
 checkpoints the tests load.
 """
@@ -170,20 +184,24 @@ def _features(target, x: mx.array, layers: tuple[int, ...]) -> mx.array:
     return mx.stop_gradient(mx.concatenate([got[i] for i in layers], axis=-1))
 
 
-def train_dflash(targets, text: np.ndarray, steps: int, batch: int, blocks: int, lr: float,
-                 config: dict, rng: np.random.Generator, prompt: int, val: np.ndarray | None = None):
+def train_dflash(targets, text: list[np.ndarray], steps: int, batch: int, blocks: int, lr: float,
+                 config: dict, rng: np.random.Generator, prompt: int,
+                 val: list[np.ndarray] | None = None):
+    """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text; a batch pairs a
+    target's hidden states with its own text, so every label is that target's argmax."""
     from engine.dflash import DFlashModel, parse_spec
 
     spec = parse_spec(config, "demo dflash")
     model = DFlashModel(spec)
     layers = spec.target_layer_ids
-    seq = text.shape[1]
+    seq = text[0].shape[1]
     first = max(prompt - 1, 1)  # blocks start at the prompt's last token or later: every label is
     # then the target's own greedy text (the corpus prompt is not what the target would say)
 
     def make_batch():
-        target = targets[rng.integers(len(targets))]
-        rows = text[rng.integers(0, text.shape[0], size=batch)]
+        k = int(rng.integers(len(targets)))
+        target, src = targets[k], text[k]
+        rows = src[rng.integers(0, len(src), size=batch)]
         feats = _features(target, mx.array(rows), layers)
         # a block of every width the engine may run (2..16 rows), one length per step
         size = int(rng.integers(2, BLOCK + 1))
@@ -204,9 +222,9 @@ def train_dflash(targets, text: np.ndarray, steps: int, batch: int, blocks: int,
         """Draft agreement at width 4 on held-out greedy text (leading drafts the target keeps,
         per drafted token), every 4th position of each row."""
         got = []
-        for target in targets:
-            for i in range(0, len(val), 64):
-                rows = val[i:i + 64]
+        for target, held in zip(targets, val):
+            for i in range(0, len(held), 64):
+                rows = held[i:i + 64]
                 feats = _features(target, mx.array(rows), layers)
                 per = np.arange(first, seq - 4 + 1, 4)
                 starts = np.tile(per, len(rows))
@@ -264,12 +282,13 @@ def mtp_forward(head, embed, h: mx.array, rows: mx.array, depth: int) -> list[mx
 MTP_DEPTH = 3  # a width-4 round chains the head three times
 
 
-def train_mtp(targets, text: np.ndarray, steps: int, batch: int, lr: float, target_config: dict,
-              rng: np.random.Generator, prompt: int, val: np.ndarray | None = None):
+def train_mtp(targets, text: list[np.ndarray], steps: int, batch: int, lr: float, target_config: dict,
+              rng: np.random.Generator, prompt: int, val: list[np.ndarray] | None = None):
+    """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text, as train_dflash."""
     head = mtp_head(target_config)
     # Chained depths read the text as the drafts they stand for: only where it is the target's
     # own greedy continuation (t + 2 >= prompt). Depth 1 is labelled by the target's argmax.
-    seq = text.shape[1]
+    seq = text[0].shape[1]
     n = seq - MTP_DEPTH - 1  # rows t whose deepest label x[t + depth + 1] is in the text
     greedy_rows = mx.array(np.arange(n) + 2 >= prompt)
 
@@ -278,8 +297,9 @@ def train_mtp(targets, text: np.ndarray, steps: int, batch: int, lr: float, targ
         return mx.stop_gradient(got[hidden.FINAL]), mx.argmax(logits, axis=-1)
 
     def make_batch():
-        target = targets[rng.integers(len(targets))]
-        rows = mx.array(text[rng.integers(0, text.shape[0], size=batch)])
+        k = int(rng.integers(len(targets)))
+        target, src = targets[k], text[k]
+        rows = mx.array(src[rng.integers(0, len(src), size=batch)])
         h, am = features(target, rows)
         return (h, rows, am, target)
 
@@ -297,9 +317,9 @@ def train_mtp(targets, text: np.ndarray, steps: int, batch: int, lr: float, targ
         """Draft agreement at width 4 on held-out greedy text: the mean run of leading drafts the
         target would accept, per drafted token (what acceptance() measures on the demo prompts)."""
         got = []
-        for target in targets:
-            for i in range(0, len(val), 64):
-                rows = mx.array(val[i:i + 64])
+        for target, held in zip(targets, val):
+            for i in range(0, len(held), 64):
+                rows = mx.array(held[i:i + 64])
                 h, _ = features(target, rows)
                 outs = mtp_forward(head, hidden.embed(target), h[:, :n], rows, MTP_DEPTH)
                 lm = hidden.lm_head(target)
@@ -377,8 +397,9 @@ def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str,
 
 
 def greedy_text(targets, data: np.ndarray, windows: int, prompt: int, new: int, seed: int,
-                gen_batch: int = 4096) -> np.ndarray:
-    """Greedy continuations of corpus windows, half by each target (their own argmax path), in
+                gen_batch: int = 4096) -> list[np.ndarray]:
+    """Greedy continuations of corpus windows, an equal share by each target (its own argmax path:
+    one array per target), in
     batches of up to ``gen_batch`` rows: few long calls (on CUDA every new KV length costs an
     attention plan) and wide ones (a batch of thousands costs a GPU little more than one row)."""
     out = []
@@ -387,11 +408,13 @@ def greedy_text(targets, data: np.ndarray, windows: int, prompt: int, new: int, 
     per = -(-per_target // calls)
     src = batches(data, per, prompt, np.random.default_rng(seed))
     for t in targets:
+        mine = []
         for _ in range(calls):
             p, _ = next(src)
-            out.append(np.array(greedy_continuations(t, p, new)))
+            mine.append(np.array(greedy_continuations(t, p, new)))
             mx.clear_cache()
-    return np.concatenate(out)
+        out.append(np.concatenate(mine))
+    return out
 
 
 def save_drafter(model, out: Path, tok_dir: Path) -> None:
@@ -474,7 +497,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--pair", type=Path, default=PAIR)
     ap.add_argument("--stdlib", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
-    ap.add_argument("--windows", type=int, default=32768, help="greedy continuations to train on")
+    ap.add_argument("--windows", type=int, default=32768, help="greedy continuations to generate (--val of them held out)")
     ap.add_argument("--gen-batch", type=int, default=4096, help="rows per greedy-generation call")
     ap.add_argument("--val", type=int, default=256, help="greedy continuations held out to validate")
     ap.add_argument("--seq", type=int, default=256)
@@ -534,16 +557,16 @@ def main(argv: list[str] | None = None) -> int:
     data = np.array(ids, dtype=np.int32)
     log(f"corpus {len(texts)} files, {len(data)} tokens")
     t_gen = time.time()
-    text = greedy_text(targets, data[: int(len(data) * 0.98)], args.windows + args.val, args.prompt,
+    text = greedy_text(targets, data[: int(len(data) * 0.98)], args.windows, args.prompt,
                        args.seq - args.prompt + 1, args.seed + 1, args.gen_batch)
-    text = text[np.random.default_rng(args.seed + 2).permutation(len(text))]
-    n_val = min(args.val, len(text) // 4)
-    val, text = text[:n_val], text[n_val:]
-    log(f"greedy text: {text.shape[0]} rows of {text.shape[1]} tokens, {n_val} more held out "
+    n_val = min(args.val // len(targets), len(text[0]) // 4)  # per target
+    val, text = [t[:n_val] for t in text], [t[n_val:] for t in text]
+    log(f"greedy text: {sum(map(len, text))} rows of {text[0].shape[1]} tokens, "
+        f"{n_val * len(targets)} more held out "
         f"(of the targets {', '.join(variants)}) in {time.time() - t_gen:.0f}s")
     summary: dict = {"python": sys.version.split()[0], "mlx": mx.__version__,
-                     "device": str(mx.default_device()), "greedy_rows": int(text.shape[0]),
-                     "held_out_rows": int(n_val),
+                     "device": str(mx.default_device()), "greedy_rows": sum(map(len, text)),
+                     "held_out_rows": n_val * len(targets),
                      "args": {k: str(v) for k, v in vars(args).items()}}
     args.out.mkdir(parents=True, exist_ok=True)
     if "dflash" in only:
@@ -560,7 +583,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["mtp_loss"] = round(loss, 3)
         summary["mtp_params"] = int(sum(v.size for _, v in tree_flatten(head.parameters())))
     if "drafter" in only:
-        summary["drafter"] = train_drafter(args, targets, data, text, val, rng)
+        summary["drafter"] = train_drafter(args, targets, data, np.concatenate(text),
+                                           np.concatenate(val), rng)
     summary["seconds"] = round(time.time() - started, 1)
     summary["acceptance_w4"] = acceptance(args.pair, args.out, tokens=args.accept_tokens, names=only)
     name = "build-drafters" + ("-" + "-".join(sorted(only)) if args.only else "") + ".json"
