@@ -2,14 +2,15 @@
 # The demo drafters built on the GPU host, in stages that each fit one device call (10 minutes).
 # Run from the repository root after MLX is installed (shared/device/README.md); results go
 # to $OUT/drafters (the small weights, logs, acceptance) and $OUT/sweeps.
-#   bash engine/demo/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~4 min
-#   bash engine/demo/drafters_gpu.sh drafter   # the model drafter, fine-tuned on both targets, ~2.5 min
+#   bash engine/demo/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~4.5 min (< 330 s)
+#   bash engine/demo/drafters_gpu.sh drafter   # the model drafter, fine-tuned on both targets, ~2 min
 #   bash engine/demo/drafters_gpu.sh sweep     # widths 2..16 with the DFlash drafter, both targets
 # hidden then drafter back to back take about 6.5 minutes on one H200 with the defaults below
-# (training budgets DFLASH_S=140 MTP_S=80 DRAFTER_S=90 seconds; WINDOWS=32768 greedy
-# continuations of 193 tokens per stage, generated in batches of GEN_BATCH=4096 rows, 256 more
-# held out to validate draft agreement during training; BATCH=64 sequences a step, BLOCKS=16
-# DFlash blocks per sequence). Each stage logs the held-out agreement and keeps the best weights.
+# (training budgets DFLASH_S=140 MTP_S=80 DRAFTER_S=75 seconds; greedy continuations of 193
+# tokens after 64 of corpus, WINDOWS=32768 for hidden and DRAFTER_WINDOWS=8192 for drafter,
+# generated in batches of GEN_BATCH=4096 rows, VAL=256 of them held out to validate draft
+# agreement during training; BATCH=64 sequences a step, BLOCKS=16 DFlash blocks per sequence).
+# Each stage logs the held-out agreement and keeps the weights that validated best.
 # The drafter stage writes $OUT/drafters/drafter only when the fine-tuned drafter beats the
 # committed engine/demo/pair/drafter on BOTH targets (the log says ADOPTED or NOT adopted);
 # otherwise only drafter-candidate/ is there, and the committed drafter stays.
@@ -19,15 +20,17 @@ OUT=${OUT:?OUT must be set}
 D=$OUT/drafters
 mkdir -p "$D"
 export PYTHONUNBUFFERED=1
-common=(--out "$D" --windows "${WINDOWS:-32768}" --gen-batch "${GEN_BATCH:-4096}" --val "${VAL:-256}"
+common=(--out "$D" --gen-batch "${GEN_BATCH:-4096}" --val "${VAL:-256}"
         --batch "${BATCH:-64}" --blocks "${BLOCKS:-16}")
 case $stage in
 hidden)
-    python3 -m engine.demo.build_drafters "${common[@]}" --only dflash --only mtp \
+    python3 -m engine.demo.build_drafters "${common[@]}" --windows "${WINDOWS:-32768}" \
+        --only dflash --only mtp \
         --seconds dflash="${DFLASH_S:-140}" --seconds mtp="${MTP_S:-80}" 2>&1 | tee "$D/build-hidden.log" ;;
 drafter)
-    python3 -m engine.demo.build_drafters "${common[@]}" --only drafter \
-        --seconds drafter="${DRAFTER_S:-90}" 2>&1 | tee "$D/build-drafter.log" ;;
+    python3 -m engine.demo.build_drafters "${common[@]}" --windows "${DRAFTER_WINDOWS:-8192}" \
+        --only drafter \
+        --seconds drafter="${DRAFTER_S:-75}" 2>&1 | tee "$D/build-drafter.log" ;;
 sweep)
     mkdir -p "$OUT/sweeps"
     for t in bf16 4bit; do
