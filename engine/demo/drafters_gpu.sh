@@ -2,11 +2,11 @@
 # The demo drafters built on the GPU host, in stages that each fit one device call (10 minutes).
 # Run from the repository root after MLX is installed (shared/device/README.md); results go
 # to $OUT/drafters (the small weights, logs, acceptance) and $OUT/sweeps.
-#   bash engine/demo/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~4.5 min (< 330 s)
-#   bash engine/demo/drafters_gpu.sh drafter   # the model drafter, fine-tuned on both targets, ~2 min
+#   bash engine/demo/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~3.7 min (h200x2.sh allows 250 s)
+#   bash engine/demo/drafters_gpu.sh drafter   # the model drafter, fine-tuned on both targets, ~1.8 min (130 s)
 #   bash engine/demo/drafters_gpu.sh sweep     # widths 2..16 with the DFlash drafter, both targets
-# hidden then drafter back to back take about 6.5 minutes on one H200 with the defaults below
-# (training budgets DFLASH_S=140 MTP_S=80 DRAFTER_S=75 seconds; greedy continuations of 193
+# hidden then drafter back to back take about 5.5 minutes on one H200 with the defaults below
+# (training budgets DFLASH_S=120 MTP_S=70 DRAFTER_S=75 seconds; greedy continuations of 193
 # tokens after 64 of corpus, WINDOWS=32768 for hidden and DRAFTER_WINDOWS=8192 for drafter,
 # generated in batches of GEN_BATCH=4096 rows, VAL=256 of them held out to validate draft
 # agreement during training; BATCH=64 sequences a step, BLOCKS=16 DFlash blocks per sequence).
@@ -26,7 +26,7 @@ case $stage in
 hidden)
     python3 -m engine.demo.build_drafters "${common[@]}" --windows "${WINDOWS:-32768}" \
         --only dflash --only mtp \
-        --seconds dflash="${DFLASH_S:-140}" --seconds mtp="${MTP_S:-80}" 2>&1 | tee "$D/build-hidden.log" ;;
+        --seconds dflash="${DFLASH_S:-120}" --seconds mtp="${MTP_S:-70}" 2>&1 | tee "$D/build-hidden.log" ;;
 drafter)
     python3 -m engine.demo.build_drafters "${common[@]}" --windows "${DRAFTER_WINDOWS:-8192}" \
         --only drafter \
