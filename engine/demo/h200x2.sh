@@ -41,7 +41,7 @@ a)
     rm -f "$WORK/build.rc"
     log "build (GPU0, detached)"
     CUDA_VISIBLE_DEVICES=0 setsid nohup bash -c "python3 -m engine.demo.build_gpu --out $P \
-        --target-seconds ${TARGET_S:-150} --gen-seconds ${GEN_S:-40} --drafter-seconds ${DRAFTER_S:-90} \
+        --target-seconds ${TARGET_S:-150} --gen-seconds ${GEN_S:-40} --drafter-seconds ${PAIR_DRAFTER_S:-90} \
         > $WORK/build.log 2>&1; echo \$? > $WORK/build.rc" > /dev/null 2>&1 &
     log "demo drafters (GPU1)"
     export CUDA_VISIBLE_DEVICES=1
