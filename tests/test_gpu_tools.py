@@ -65,3 +65,45 @@ def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
         assert set(cell) == {"1", "2"} and all(v["median_ms"] > 0 for v in cell.values())
     assert str(res["bf16"]["plain/default/gather/forward"]).startswith("error")  # CPU gather_mm: f32 only
     assert set(res["linear_micro"]) >= {"stock 1", "stock 2"}
+
+
+def _gpu_records():
+    root = ROOT / "engine" / "demo" / "evidence"
+    out = []
+    for p in sorted(root.rglob("*.json")):
+        data = json.loads(p.read_text())
+        if isinstance(data, dict) and data.get("kind") == "ab-session":
+            out.append(p)
+    return out
+
+
+def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
+    """Issue 6: the H200 records are data the tests read. Every committed A/B record loads,
+    was made on CUDA, re-derives its verdicts from its own samples (a width 'wins' only if
+    its slowest run beat classic's fastest), and policy/table.py holds a cuda row for a
+    (kind, compute capability, quantization scheme) only where some record has a win."""
+    from engine.record import load
+    from policy.device import Backend
+    from policy.table import TABLE
+
+    records = _gpu_records()
+    assert len(records) >= 6  # two sweeps a session, DFlash sweeps on the demo pair
+    won = set()
+    for path in records:
+        r = load(path)
+        dev = r["host"]["device"]
+        assert dev["backend"] == "cuda" and dev["compute_capability"], path.name
+        classic = next(a for a in r["arms"] if a["width"] is None)
+        for arm in r["arms"]:
+            if arm["width"] is None or not arm["decode_tok_s"]:
+                continue
+            disjoint = arm["decode_tok_s"][0] > classic["decode_tok_s"][2]
+            if arm["verdict"] == "wins":
+                assert disjoint and arm["identity"]["identical_bytes"], (path.name, arm["arm"])
+                won.add((r["pair"]["drafter_kind"], dev["compute_capability"],
+                         r["pair"]["target_quantization"]["scheme"]))
+            if not disjoint:
+                assert arm["verdict"] in ("undecided", "slower", "not measured"), (path.name, arm["arm"])
+    for row in TABLE:
+        if row.backend is Backend.CUDA and row.compute_capability == "9.0":
+            assert (row.drafter_kind.value, "9.0", row.scheme.value) in won, row
