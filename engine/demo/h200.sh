@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The GPU evidence behind README's H200 figures, in stages that each fit one device call
 # (10 minutes). Run from the repository root on the GPU host after MLX is installed
-# (shared/device/README.md); weights stay in $WORK, results go to $OUT/<stage>.tgz.
+# (shared/device/README.md, or engine/demo/devwheels3.sh when the tree is too large for two
+# transfers); weights stay in $WORK, results go to $OUT/<stage>.tgz.
 #   bash engine/demo/h200.sh build      # the 1B pair (engine/demo/build_gpu.py), ~7 min
 #   bash engine/demo/h200.sh sweeps     # sweeps on both targets, soaks, 8B cost curves
 #   bash engine/demo/h200.sh cold       # fresh-process cold checks, bench against mlx-lm
