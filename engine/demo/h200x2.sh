@@ -2,10 +2,14 @@
 # The GPU evidence on a two-H200 host, in three device calls of at most 10 minutes each.
 # GPU 0 carries the 1B pair (build, sweeps); GPU 1 the work that runs beside it (the demo
 # drafters of engine/demo/drafters_gpu.sh, cold checks, the second bench). Run from the
-# repository root after MLX is installed (engine/demo/devwheels3.sh: three transfers); weights stay in $WORK, results go to $OUT/<stage>.tgz.
+# repository root after MLX is installed (engine/demo/devwheels3.sh: three transfers);
+# weights stay in $WORK, results go to $OUT/<stage>.tgz.
 #   bash engine/demo/h200x2.sh a   # GPU0: build the 1B pair (detached: it outlives the call)
-#                                  # GPU1: demo DFlash/MTP/model drafters, then their H200 sweeps
-#   bash engine/demo/h200x2.sh b   # GPU0: sweeps of both 1B targets, soak; GPU1: cold checks
+#                                  # GPU1: train the demo DFlash/MTP/model drafters
+#   bash engine/demo/h200x2.sh b   # GPU0: sweeps of both 1B targets, soak
+#                                  # GPU1: cold check, the new DFlash drafter's H200 sweeps
+# As run on 2026-11-29 the drafters' stages hit their limits (250 s, 130 s) before writing the
+# DFlash/MTP weights; they were then trained alone with WINDOWS=8192 DFLASH_S=100 MTP_S=60.
 #   bash engine/demo/h200x2.sh c   # both: bench against stock mlx-lm at the sweeps' best widths
 # Timing runs on one GPU share the host with the other GPU's job; every comparison that
 # decides anything is made inside one process, arms interleaved (README, "The method").
