@@ -35,6 +35,10 @@ def test_refusals_are_worded_for_each_front_end():
     assert isinstance(r, Refusal) and r.kind is RefusalKind.DRIFT
     h = headline(drifted)
     assert not h.saveable and h.tone is Tone.WARN  # never green above a refusal
+    # 2 + 2 classic runs apart happen by chance a third of the time: not called "drifted"
+    assert "drift or noise, too few runs to tell" in h.text
+    drifted.drift_chance = 0.01
+    assert headline(drifted).text.startswith("not saveable: classic drifted")
 
     s = fixture_session()
     for arm in s.arms:  # every faster width now differs from classic
