@@ -151,19 +151,25 @@ def held_out_prompts(val: np.ndarray, tok, n: int, length: int, rng: np.random.G
 
 def acceptance(target_dir: Path, drafter_dir: Path, prompts: list[str], width: int,
                tokens: int) -> dict:
+    """Two readings of acceptance at ``width`` over ``prompts``: ``pooled`` = accepted / drafted
+    (the share of drafted tokens kept), and ``per_position`` = the geometric per-token
+    acceptance a of (1 - a^K) / (1 - a) (accepted / (accepted + rounds that rejected a
+    draft); the engine's ``per_token_acceptance``). At width 4 the first is lower: a round
+    drafts 3 and a rejection discards the rest of its block."""
     from engine.decode import speculative
     from engine.pair import load_pair
 
     pair = load_pair(target_dir, drafter_dir)
-    drafted = accepted = 0
+    drafted = accepted = rejecting = 0
     per = []
     for p in prompts:
         run = speculative(pair, pair.tokenizer.encode(p), tokens, width)
         drafted += run.drafted
         accepted += run.accepted
+        rejecting += sum(1 for r in run.rounds if r.accepted < r.drafted)
         per.append(round(run.acceptance or 0.0, 3))
     return {"width": width, "tokens": tokens, "pooled": round(accepted / max(drafted, 1), 3),
-            "per_prompt": per}
+            "per_position": round(accepted / max(accepted + rejecting, 1), 3), "per_prompt": per}
 
 
 def main(argv: list[str] | None = None) -> int:
