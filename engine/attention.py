@@ -91,6 +91,7 @@ class Routing:
     """What the dispatcher did inside one ``verify_attention`` block."""
 
     mode: VerifyAttention
+    any_shape: bool = False  # route every call, not only verify shapes (training forwards)
     routed: int = 0  # verify-shaped calls handled by ``mode``
     passed: int = 0  # calls left to the fused kernel (1 row, prefill, no cache)
     unrouted: int = 0  # verify-shaped calls with arguments the dispatcher does not know (fused)
@@ -222,8 +223,9 @@ def vector_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mas
 def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
     routing = _active.get()
     if (routing is None or routing.mode in (VerifyAttention.FUSED, VerifyAttention.AUTO)
-            or args or kwargs or q.ndim != 4 or not (MIN_ROWS <= q.shape[2] <= MAX_ROWS)
-            or k.shape[2] <= q.shape[2]):
+            or args or kwargs or q.ndim != 4
+            or (not routing.any_shape
+                and (not (MIN_ROWS <= q.shape[2] <= MAX_ROWS) or k.shape[2] <= q.shape[2]))):
         # Not a verify shape (1-row decode, prefill, no cache) or nothing to route.
         if routing is not None:
             routing.passed += 1
@@ -254,10 +256,12 @@ def install() -> None:
 
 
 @contextmanager
-def verify_attention(mode: str | VerifyAttention | None, backend: str | None = None) -> Iterator[Routing]:
-    """Inside this block (this thread only), verify-shaped attention uses ``mode``."""
+def verify_attention(mode: str | VerifyAttention | None, backend: str | None = None,
+                     any_shape: bool = False) -> Iterator[Routing]:
+    """Inside this block (this thread only), verify-shaped attention uses ``mode``
+    (``any_shape``: every attention call does, e.g. a drafter's training forward)."""
     install()
-    routing = Routing(effective(mode, backend))
+    routing = Routing(effective(mode, backend), any_shape)
     token = _active.set(routing)
     try:
         yield routing
