@@ -402,14 +402,14 @@ def measured_status(e: Override, session: Any) -> tuple[Status, str]:
     engine cannot tell drift from noise (few runs), a disjoint verdict stands: classic
     opens and closes the session, so a steady drift widens classic's range over the
     width's and shows up as overlap (undecided), not as a win or a loss."""
-    from engine.ab import DRIFT_CHANCE, Verdict
+    from engine.ab import Verdict
 
     if session.cancelled:
         return Status.INCONCLUSIVE, "the session was cancelled"
     arms = session.arms
     c = session.classic.decode_range()
     broken = [a for a in arms if a.identity is not None and not a.identity.identical_ids]
-    drifted = session.drift and session.drift_chance is not None and session.drift_chance <= DRIFT_CHANCE
+    drifted = session.drift and not session.drift_could_be_noise
     noise_note = ""
     if session.drift and not drifted:
         noise_note = (f"; classic's opening and closing runs do not overlap, which noise alone does "

@@ -128,9 +128,7 @@ def headline(session: Session, planned_runs: int | None = None) -> Headline:
         return Headline(f"cancelled after {done}{of} measured runs: no verdict, nothing to save",
                         Tone.STOPPED, False)
     if session.drift:
-        from engine.ab import DRIFT_CHANCE
-
-        if session.drift_chance is not None and session.drift_chance > DRIFT_CHANCE:
+        if session.drift_could_be_noise:
             # Too few classic runs to tell drift from noise: say so, not "drifted".
             return Headline(f"not saveable: classic drift or noise, too few runs to tell "
                             f"(measured: {session.decision})", Tone.WARN, False)

@@ -60,6 +60,14 @@ class Range:
         return [round(self.min, 3), round(self.median, 3), round(self.max, 3)]
 
 
+def per_token_acceptance(runs: list[DecodeRun]) -> float | None:
+    """The per-token acceptance a of (1 - a^K) / (1 - a), estimated geometrically over
+    ``runs``: accepted / (accepted + rounds that rejected a draft)."""
+    acc = sum(r.accepted for r in runs)
+    rej = sum(1 for run in runs for x in run.rounds if x.accepted < x.drafted)
+    return acc / (acc + rej) if acc + rej else None
+
+
 @dataclass
 class Arm:
     width: int | None
@@ -85,10 +93,7 @@ class Arm:
 
     @property
     def per_token_acceptance(self) -> float | None:
-        """Geometric estimate: accepted / (accepted + rounds that rejected a draft)."""
-        acc = sum(r.accepted for r in self.runs)
-        rej = sum(1 for run in self.runs for x in run.rounds if x.accepted < x.drafted)
-        return acc / (acc + rej) if acc + rej else None
+        return per_token_acceptance(self.runs)
 
     @property
     def draft_ms_per_round(self) -> float | None:
@@ -190,6 +195,12 @@ class Session:
     @property
     def saveable(self) -> bool:
         return not self.drift and not self.cancelled
+
+    @property
+    def drift_could_be_noise(self) -> bool:
+        """Classic's opening and closing runs are apart, but noise alone does that more often
+        than DRIFT_CHANCE with this few runs: more classic runs would settle it."""
+        return self.drift and self.drift_chance is not None and self.drift_chance > DRIFT_CHANCE
 
     def cold_arms(self, factor: float = 2.0) -> dict[str, float]:
         """Arms whose discarded warm-up decoded ``factor``x slower than their median run.
@@ -403,7 +414,7 @@ def decide(session: Session) -> None:
 def _all_decided(session: Session) -> bool:
     """Sequential mode stops when every arm is decided and drift is settled either way."""
     decide(session)
-    if session.drift and session.drift_chance is not None and session.drift_chance > DRIFT_CHANCE:
+    if session.drift_could_be_noise:
         return False  # cannot yet tell drift from noise: more classic runs settle it
     return all(a.verdict is not Verdict.UNDECIDED for a in session.arms)
 
@@ -504,8 +515,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         if not (config.sequential and budget_left()):
             break
         decide(session)
-        if not (session.drift and session.drift_chance is not None
-                and session.drift_chance > DRIFT_CHANCE):
+        if not session.drift_could_be_noise:
             break
         rep = session.reps
 

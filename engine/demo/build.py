@@ -115,9 +115,9 @@ def lr_schedule(peak: float, steps: int, warmup: int):
     )
 
 
-def train(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float:
-    opt = optim.AdamW(learning_rate=lr_schedule(lr, steps, max(steps // 20, 1)),
-                      weight_decay=0.05)
+def compiled_step(model, loss_fn, opt):
+    """One compiled step of ``opt`` on ``loss_fn(model, x, y)`` with gradients clipped to norm 1,
+    and the state it updates (``mx.eval`` it after each step)."""
     state = [model.state, opt.state]
 
     def step(x, y):
@@ -126,7 +126,13 @@ def train(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float
         opt.update(model, grads)
         return loss
 
-    step = mx.compile(step, inputs=state, outputs=state)
+    return mx.compile(step, inputs=state, outputs=state), state
+
+
+def train(model, loss_fn, make_batch, steps: int, lr: float, name: str) -> float:
+    opt = optim.AdamW(learning_rate=lr_schedule(lr, steps, max(steps // 20, 1)),
+                      weight_decay=0.05)
+    step, state = compiled_step(model, loss_fn, opt)
     t0, ema = time.time(), None
     for i in range(steps):
         x, y = make_batch()

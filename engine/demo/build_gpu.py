@@ -73,15 +73,7 @@ def timed_train(model, loss_fn, make_batch, seconds: float, lr: float, name: str
 
     def make_step(opt):
         if not master:
-            state = [model.state, opt.state]
-
-            def step(x, y):
-                loss, grads = nn.value_and_grad(model, lambda a, b: loss_fn(model, a, b))(x, y)
-                grads, _ = optim.clip_grad_norm(grads, 1.0)
-                opt.update(model, grads)
-                return loss
-
-            return mx.compile(step, inputs=state, outputs=state), state
+            return small.compiled_step(model, loss_fn, opt)
         held = {"w": tree_map(lambda p: p.astype(mx.float32), model.trainable_parameters())}
         opt.init(held["w"])
         state = [model.state, opt.state, held]
@@ -156,20 +148,17 @@ def acceptance(target_dir: Path, drafter_dir: Path, prompts: list[str], width: i
     acceptance a of (1 - a^K) / (1 - a) (accepted / (accepted + rounds that rejected a
     draft); the engine's ``per_token_acceptance``). At width 4 the first is lower: a round
     drafts 3 and a rejection discards the rest of its block."""
+    from engine.ab import per_token_acceptance
     from engine.decode import speculative
     from engine.pair import load_pair
 
     pair = load_pair(target_dir, drafter_dir)
-    drafted = accepted = rejecting = 0
-    per = []
-    for p in prompts:
-        run = speculative(pair, pair.tokenizer.encode(p), tokens, width)
-        drafted += run.drafted
-        accepted += run.accepted
-        rejecting += sum(1 for r in run.rounds if r.accepted < r.drafted)
-        per.append(round(run.acceptance or 0.0, 3))
-    return {"width": width, "tokens": tokens, "pooled": round(accepted / max(drafted, 1), 3),
-            "per_position": round(accepted / max(accepted + rejecting, 1), 3), "per_prompt": per}
+    runs = [speculative(pair, pair.tokenizer.encode(p), tokens, width) for p in prompts]
+    drafted = sum(r.drafted for r in runs)
+    return {"width": width, "tokens": tokens,
+            "pooled": round(sum(r.accepted for r in runs) / max(drafted, 1), 3),
+            "per_position": round(per_token_acceptance(runs) or 0.0, 3),
+            "per_prompt": [round(r.acceptance or 0.0, 3) for r in runs]}
 
 
 def main(argv: list[str] | None = None) -> int:
