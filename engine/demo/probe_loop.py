@@ -1,0 +1,227 @@
+"""What MLX's CUDA command batching costs a speculative round: the probe behind ``--cuda-graphs``.
+
+On the H200 a verify of the 1B pair cost ~10 ms inside the decode loop against
+~4.4 ms for a classic step, and a 2-layer draft step ~0.7 ms: far more than the
+weights they read (2 GB at 4.8 TB/s is 0.4 ms). MLX's CUDA backend records
+kernels into CUDA graphs of at most ``MLX_MAX_OPS_PER_BUFFER`` nodes (20 by
+default), keys each graph on its topology, and re-instantiates it whenever an
+update fails (a kernel chosen by shape changed); at most
+``MLX_CUDA_GRAPH_CACHE_SIZE`` (100) graphs are kept, then all are dropped.
+A verify at a new KV length every round, with row counts that vary, is the
+case that pays most for that. This probe runs the engine's own decode loops
+(classic, and speculative at a few widths with every round timed apart) on a
+random model of the GPU pair's shape, once per MLX setting, each in a fresh
+process (MLX reads these variables once), in an ABBA order against drift:
+
+    python -m engine.demo.probe_loop --out loop.json             # all settings
+    python -m engine.demo.probe_loop --one --json                # this process's settings
+
+The random drafter's drafts are nearly always rejected; the figures that
+matter are per round (draft ms per drafted token, verify ms, ms per classic
+step), which do not depend on acceptance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+SETTINGS: dict[str, dict[str, str]] = {
+    "default": {},
+    "ops100": {"MLX_MAX_OPS_PER_BUFFER": "100", "MLX_MAX_MB_PER_BUFFER": "1000"},
+    "ops250": {"MLX_MAX_OPS_PER_BUFFER": "250", "MLX_MAX_MB_PER_BUFFER": "4000"},
+    "cache1000": {"MLX_CUDA_GRAPH_CACHE_SIZE": "1000"},
+    "ops100+cache1000": {"MLX_MAX_OPS_PER_BUFFER": "100", "MLX_MAX_MB_PER_BUFFER": "1000",
+                         "MLX_CUDA_GRAPH_CACHE_SIZE": "1000"},
+    "nographs": {"MLX_USE_CUDA_GRAPHS": "0"},
+}
+
+
+@dataclass
+class _Pair:  # what engine.decode reads of a pair
+    target: object
+    drafter: object
+    context_length: int | None = None
+
+    @property
+    def kind(self):
+        from policy.drafter import DrafterKind
+
+        return DrafterKind.MODEL
+
+
+def _models(shape: str, quant: bool):
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from engine.demo import build as small
+    from engine.demo.build_gpu import COMMON, SHAPES
+
+    mx.random.seed(0)
+    tconf, dconf = SHAPES[shape]
+    out = []
+    for conf, q in ((tconf, quant), (dconf, False)):
+        m = small.make_model(dict(COMMON, **conf))
+        m.set_dtype(mx.bfloat16)
+        if q:
+            nn.quantize(m, group_size=64, bits=4)
+        mx.eval(m.parameters())
+        out.append(m)
+    return out
+
+
+def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int) -> dict:
+    """The loop figures under this process's MLX settings."""
+    import mlx.core as mx
+
+    from engine import decode
+    from engine.drafters import ModelDrafter, greedy
+
+    target, drafter = _models(shape, quant)
+    pair = _Pair(target, drafter)
+    prompt = [(7 * i + 3) % 200 + 10 for i in range(300)]
+    arms: dict[str, dict] = {}
+
+    class LazyDrafter(ModelDrafter):
+        """Drafts without an async_eval per step: the chain becomes one graph with the verify."""
+
+        def propose(self, n):
+            y, ys = self.pending, []
+            for _ in range(n):
+                y = greedy(self.model(y[None], cache=self.cache)[:, -1, :])
+                ys.append(y)
+            return mx.concatenate(ys) if ys else mx.array([], mx.uint32)
+
+    arms_list = [None, *widths, *[-w for w in widths]]  # negative: the lazy drafter
+
+    def run(width):
+        if width is None:
+            return decode.classic(pair, prompt, tokens)
+        if width < 0:
+            return decode.speculative(pair, prompt, tokens, -width, split_every=1,
+                                      drafter=LazyDrafter(drafter))
+        return decode.speculative(pair, prompt, tokens, width, split_every=1)
+
+    for w in arms_list:  # warm-up: compile kernels, first graphs
+        run(w)
+    samples: dict[str, list] = {}
+    for _ in range(reps):
+        for w in arms_list:
+            name = "classic" if w is None else (f"w{w}" if w > 0 else f"w{-w}lazy")
+            samples.setdefault(name, []).append(run(w))
+    for name, runs in samples.items():
+        if name == "classic":
+            step = [r.verify_s * 1e3 for run_ in runs for r in run_.rounds[1:]]
+            arms[name] = {"step_ms": round(statistics.median(step), 3),
+                          "tok_s": round(statistics.median(r.decode_tok_s for r in runs), 1)}
+        else:
+            rounds = [r for run_ in runs for r in run_.rounds[1:] if r.drafted]
+            arms[name] = {
+                "draft_ms_per_token": round(statistics.median(r.draft_s * 1e3 / r.drafted for r in rounds), 3),
+                "verify_ms": round(statistics.median(r.verify_s * 1e3 for r in rounds), 3),
+                "round_ms": round(statistics.median((r.draft_s + r.verify_s + r.sync_s) * 1e3
+                                                    for r in rounds), 3),
+                "acceptance": round(sum(r.accepted for r in rounds) / max(sum(r.drafted for r in rounds), 1), 3),
+            }
+    return {"mlx": mx.__version__, "device": str(mx.default_device()), "shape": shape,
+            "quant": "4bit" if quant else "bf16", "tokens": tokens, "reps": reps, "arms": arms,
+            "env": {k: os.environ[k] for k in sorted(os.environ) if k.startswith("MLX_")}}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", type=Path)
+    ap.add_argument("--one", action="store_true", help="measure this process's settings only")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--shape", default="1b")
+    ap.add_argument("--quant", action="store_true", help="4-bit target")
+    ap.add_argument("--widths", default="4,8")
+    ap.add_argument("--tokens", type=int, default=64)
+    ap.add_argument("--reps", type=int, default=1)
+    ap.add_argument("--settings", default="default,ops100,ops250,cache1000,nographs")
+    ap.add_argument("--passes", type=int, default=2, help="passes over the settings, alternating order")
+    ap.add_argument("--timeout", type=float, default=120.0, help="seconds for one setting's process")
+    ap.add_argument("--pick", type=Path, help="write the picked setting here as shell export lines")
+    args = ap.parse_args(argv)
+    widths = [int(w) for w in args.widths.split(",")]
+    if args.one:
+        r = one(args.shape, args.quant, widths, args.tokens, args.reps)
+        print(json.dumps(r) if args.json else r, flush=True)
+        return 0
+    names = args.settings.split(",")
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        print(f"--settings: unknown {', '.join(unknown)} (known: {', '.join(SETTINGS)})", file=sys.stderr)
+        return 2
+    results: dict[str, list] = {n: [] for n in names}
+    t0 = time.time()
+    for p in range(args.passes):
+        for name in (names if p % 2 == 0 else names[::-1]):
+            env = {k: v for k, v in os.environ.items() if k not in {k2 for s in SETTINGS.values() for k2 in s}}
+            env.update(SETTINGS[name])
+            cmd = [sys.executable, "-m", "engine.demo.probe_loop", "--one", "--json", "--shape", args.shape,
+                   "--widths", args.widths, "--tokens", str(args.tokens), "--reps", str(args.reps)]
+            if args.quant:
+                cmd.append("--quant")
+            try:
+                out = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+                line = out.stdout.strip().splitlines()[-1] if out.stdout.strip() else ""
+                r = json.loads(line) if out.returncode == 0 and line else {"error": out.stderr[-500:]}
+            except subprocess.TimeoutExpired:
+                r = {"error": f"timed out after {args.timeout:.0f}s"}
+            results[name].append(r)
+            print(name, json.dumps(r.get("arms", r)), flush=True)
+    doc = {"passes": args.passes, "seconds": round(time.time() - t0, 1), "settings": SETTINGS, "results": results}
+    doc["modelled_ms_per_token"] = {n: [modelled(r) for r in rs] for n, rs in results.items()}
+    doc["picked"] = pick(results)
+    print("modelled ms per token:", doc["modelled_ms_per_token"], "picked:", doc["picked"], flush=True)
+    if args.out:
+        args.out.write_text(json.dumps(doc, indent=1))
+    if args.pick:
+        args.pick.write_text("".join(f"export {k}={v}\n" for k, v in SETTINGS[doc["picked"]].items()))
+    return 0
+
+
+ACCEPTANCE = 0.75  # per position: the 1B pair's measured figure (README, "On the H200")
+MARGIN = 0.10
+
+
+def modelled(r: dict) -> float | None:
+    """Speculative ms per token at this setting's best width, for a drafter of per-position
+    acceptance ACCEPTANCE: round ms / expected tokens a round, (1 - a^K) / (1 - a)."""
+    arms = r.get("arms") or {}
+    best = None
+    for name, a in arms.items():
+        if name == "classic" or name.endswith("lazy"):
+            continue
+        k = int(name[1:])
+        v = a["round_ms"] * (1 - ACCEPTANCE) / (1 - ACCEPTANCE ** k)
+        best = v if best is None else min(best, v)
+    return round(best, 3) if best is not None else None
+
+
+def pick(results: dict[str, list]) -> str:
+    """The setting whose modelled speculative ms per token beats ``default`` by MARGIN in every
+    pass (the best such by median), else ``default``: one noisy pass does not change a setting."""
+    base = [modelled(r) for r in results.get("default", [])]
+    if not base or None in base:
+        return "default"
+    chosen, chosen_v = "default", statistics.median(base)
+    for name, rs in results.items():
+        vs = [modelled(r) for r in rs]
+        if name == "default" or not vs or None in vs or len(vs) != len(base):
+            continue
+        if all(v < b * (1 - MARGIN) for v, b in zip(vs, base)) and statistics.median(vs) < chosen_v:
+            chosen, chosen_v = name, statistics.median(vs)
+    return chosen
+
+
+if __name__ == "__main__":
+    sys.exit(main())
