@@ -8,7 +8,7 @@ import os
 import sys
 from pathlib import Path
 
-from engine import attention
+from engine import attention, linear
 from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
@@ -145,7 +145,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"blockwidth: warning: {w}", file=sys.stderr)
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
-                      max_seconds=args.max_seconds, verify_attention=args.verify_attention)
+                      max_seconds=args.max_seconds, verify_attention=args.verify_attention,
+                      verify_linear=args.verify_linear)
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -210,7 +211,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         print(f"pair   {pair.describe()}")
         print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
-              f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}")
+              f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
+              + (f", verify linear {session.config.verify_linear}"
+                 if session.config.verify_linear not in ("auto", "stock") else ""))
         print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
               f"{'identity':<16} verdict")
         for arm in [session.classic, *session.arms]:
@@ -324,6 +327,9 @@ def register(sub) -> None:
                    help="with --save: the entry matches only this pair (by content fingerprint)")
     p.add_argument("--profile", metavar="FILE", help="profile TOML (default: the user profile)")
     attention_arg(p)
+    p.add_argument("--verify-linear", choices=linear.CHOICES, default="auto",
+                   help="projections of verify forwards: auto = stock; gather keeps 2..64-row 16-bit "
+                        "projections off cuBLAS on CUDA (engine/linear.py; not yet measured there)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Sequence
 
-from engine import attention, costcurve
+from engine import attention, costcurve, linear
 from engine.decode import DecodeError, DecodeRun, decode
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
 
@@ -142,6 +142,7 @@ class AbConfig:
     exactness: bool = True
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
+    verify_linear: str = "auto"  # engine.linear: auto (= stock) | stock | gather
 
     @property
     def planned_runs(self) -> int:
@@ -467,6 +468,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         runs = max(config.planned_runs, started[0])
         emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
         kw = {} if arm.width is None else {"attention": session.attention}
+        if arm.width is not None and linear.effective(config.verify_linear) is not linear.VerifyLinear.STOCK:
+            kw["linear"] = config.verify_linear  # (stock: the runs' summaries stay as they were)
         run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
                                                          run=index, runs=runs, closing=closing)),

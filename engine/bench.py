@@ -38,6 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="a new prompt for every repetition; the first prompt only warms up")
     ap.add_argument("--verify-attention", default="auto", help="the engine's verify attention")
+    ap.add_argument("--verify-linear", default=None, help="the engine's verify projections (engine.linear)")
     ap.add_argument("--json-out", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     if args.device == "cpu":
@@ -77,7 +78,8 @@ def main(argv: list[str] | None = None) -> int:
         ids = current[0]
         if width is None:
             return classic(pair, ids, args.tokens).tokens
-        return speculative(pair, ids, args.tokens, width, attention=args.verify_attention).tokens
+        return speculative(pair, ids, args.tokens, width, attention=args.verify_attention,
+                           linear=args.verify_linear).tokens
 
     def theirs(width):
         prompt = mx.array(current[0])
@@ -127,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump({"pair": pair.describe(), "tokens": args.tokens, "n": args.n, "fresh": args.fresh,
-                       "verify_attention": args.verify_attention, "mlx": mx.__version__,
+                       "verify_attention": args.verify_attention, "verify_linear": args.verify_linear, "mlx": mx.__version__,
                        "modes": {("classic" if m is None else f"w{m}"): {
                            "engine_tok_s": speeds[m][0], "mlx_lm_tok_s": speeds[m][1],
                            "ratios": ratios[m], "identical": identical[m]} for m in modes}}, fh, indent=1)

@@ -37,6 +37,7 @@ def _prompt(args) -> str:
 def _fresh(args, width: int | None) -> dict:
     cmd = [sys.executable, "-m", "engine.coldcheck", "--one", "classic" if width is None else str(width),
            "--target", args.target, "--verify-attention", args.verify_attention,
+           "--verify-linear", args.verify_linear,
            "--max-tokens", str(args.max_tokens), "--prompt-index", str(args.prompt_index),
            "--widths", args.widths]
     if args.draft:
@@ -61,6 +62,8 @@ def one(args) -> int:
     widest = max(int(w) for w in args.widths.split(","))
     warm_ids, shift = warmup_prompt(ids, args.max_tokens, widest, pair.context_length)
     kw = {} if width is None else {"attention": args.verify_attention}
+    if width is not None and args.verify_linear not in ("auto", "stock"):
+        kw["linear"] = args.verify_linear
     decode(pair, warm_ids, args.max_tokens, width, **kw)
     run = decode(pair, ids, args.max_tokens, width, **kw)
     print(json.dumps({"decode_tok_s": run.decode_tok_s, "tokens": len(run.tokens), "warmup_shift": shift}))
@@ -77,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompt-file")
     ap.add_argument("--prompt-index", type=int, default=0)
     ap.add_argument("--verify-attention", default="auto")
+    ap.add_argument("--verify-linear", default="auto")
     ap.add_argument("--fresh-runs", type=int, default=1, help="fresh processes per arm (median)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--one", help=argparse.SUPPRESS)
@@ -92,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
     widths = tuple(int(w) for w in args.widths.split(","))
     session = run_session(pair, AbConfig(widths=widths, prompt=_prompt(args), n=args.n,
                                          max_tokens=args.max_tokens, exactness=False, predict=False,
-                                         verify_attention=args.verify_attention))
+                                         verify_attention=args.verify_attention,
+                                         verify_linear=args.verify_linear))
     rows = []
     for arm in [session.classic, *session.arms]:
         # One fresh process per run: on a noisy host a single run varies by more than 10 %,
@@ -110,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
                      "fresh_over_session": round(ratio, 3) if ratio else None,
                      "within_10pct": ratio is not None and abs(ratio - 1) <= TOLERANCE,
                      "error": errors[0] if errors else None})
-    result = {"verify_attention": session.attention, "target": args.target, "draft": args.draft,
+    result = {"verify_attention": session.attention, "verify_linear": args.verify_linear, "target": args.target, "draft": args.draft,
               "max_tokens": args.max_tokens, "n": args.n, "warnings": session.warnings(),
               "replayed_arms": session.replayed_arms(), "arms": rows, "seconds": round(time.time() - t0, 1)}
     text = json.dumps(result, indent=1)

@@ -17,6 +17,7 @@ import mlx.core as mx
 from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from engine.kvcache import RewindError, rewind
+from engine.linear import verify_linear
 
 
 class DecodeError(ValueError):
@@ -186,13 +187,16 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
                 drafter: Drafter | None = None, on_progress: Progress | None = None,
                 cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY,
                 attention: str | VerifyAttention | None = None,
-                on_logits: LogitsHook | None = None) -> DecodeRun:
+                on_logits: LogitsHook | None = None, linear: str | None = None) -> DecodeRun:
     """Speculative greedy decoding at ``width`` rows per verify (mirrors
     mlx_lm.speculative_generate_step with num_draft_tokens = width - 1).
 
     ``attention`` chooses the attention of the multi-row forwards against a
     cache (the verify, and a draft model's catch-up) — engine.attention; 1-row
     steps and prefill keep the fused kernel. None means ``auto``.
+
+    ``linear`` chooses the projections of those forwards (engine.linear: ``stock``, or
+    ``gather`` for 16-bit targets on CUDA); None leaves them stock and out of the summary.
 
     Every ``split_every``-th round synchronises after drafting to time draft and
     verify apart; the others overlap them as mlx-lm does (a sync per round cost
@@ -216,14 +220,17 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
         with watching(drafter, model):  # DFlash / MTP read the hidden states of this forward
             y = prefill_cache(model, cache, ids, 512)
         t1 = perf()
-        with verify_attention(attention) as routing:
+        with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
             try:
                 _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
                         on_progress, cancel, on_logits)
             except RewindError as e:
                 raise DecodeError(str(e)) from None
         t2 = perf()
-    return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, routing.summary())
+    summary = routing.summary()
+    if linear is not None:
+        summary["linear"] = lrouting.summary()
+    return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
 
 
 def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,

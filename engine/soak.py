@@ -25,6 +25,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--width", type=int, default=2)
     ap.add_argument("--verify-attention", default="auto")
+    ap.add_argument("--verify-linear", default=None)
     ap.add_argument("--prompt", default="def main(argv=None):\n    parser = argparse.ArgumentParser(")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
             # enough tokens for the rounds still wanted (a round emits 1..width tokens)
             want = min(room, (args.rounds - count[0]) * args.width)
             run = speculative(pair, ids, want, args.width, attention=args.verify_attention,
+                              linear=args.verify_linear,
                               on_progress=tick, cancel=lambda: count[0] >= args.rounds)
             runs += 1
             per_round += [r.verify_s + r.draft_s + r.sync_s for r in run.rounds]

@@ -67,6 +67,24 @@ def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
     assert set(res["linear_micro"]) >= {"stock 1", "stock 2"}
 
 
+def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_pass(tmp_path):
+    """engine.demo.probe_loop: the engine's own loops on a tiny random model in this process
+    (every arm timed, the gather arms routed), and its pick rule: a setting replaces
+    ``default`` only when its modelled ms per token is 10 % lower in every pass."""
+    from engine.demo import probe_loop
+
+    r = probe_loop.one("tiny", False, [4], 8, 1)
+    assert set(r["arms"]) == {"classic", "w4", "w4gather"}
+    assert r["arms"]["classic"]["step_ms"] > 0 and r["arms"]["w4"]["round_ms"] > 0
+
+    def res(round_ms):
+        return {"arms": {"classic": {"step_ms": 1.0}, "w4": {"round_ms": round_ms}}}
+
+    assert probe_loop.pick({"default": [res(10), res(10)], "a": [res(8), res(8.5)]}) == "a"
+    assert probe_loop.pick({"default": [res(10), res(10)], "a": [res(5), res(9.5)]}) == "default"
+    assert probe_loop.pick({"default": [res(10)], "a": [{"error": "timed out"}]}) == "default"
+
+
 def _gpu_records():
     root = ROOT / "engine" / "demo" / "evidence"
     out = []

@@ -10,8 +10,9 @@ decoding advances), under every combination of what the engine can choose:
 - the stream: MLX's default stream or mlx-lm's generation stream (the engine
   decodes on the latter);
 - the bf16 projections: the stock ``x @ W.T`` (cuBLASLt for 2+ rows, whose
-  algorithm heuristic MLX queries on every call) or ``gather_mm`` with every row
-  on one weight (a CUTLASS grouped GEMM: no heuristic query);
+  algorithm heuristic MLX queries on every call), ``gather_mm`` with every row
+  on one weight and sorted indices (a CUTLASS grouped GEMM: no heuristic query),
+  or the engine's ``gather`` route (engine/linear.py: unsorted, MLX's gather_mv);
 - what the engine adds around the forward (concatenate the block, greedy, eval).
 
 It also times the first call at every row count 1..16 on an 8B-shaped 4-bit
@@ -64,11 +65,20 @@ def _gather_linear(self, x):
 
 @contextmanager
 def linear(kind: str):
+    """``stock``; ``gather``: gather_mm with sorted indices (CUTLASS grouped GEMM);
+    ``gathermv``: the engine's route (engine.linear, unsorted: MLX's gather_mv kernel)."""
+    if kind == "gathermv":
+        from engine.linear import verify_linear
+
+        with verify_linear("gather"):
+            yield
+        return
+    before = nn.Linear.__call__
     nn.Linear.__call__ = _gather_linear if kind == "gather" else _stock_linear
     try:
         yield
     finally:
-        nn.Linear.__call__ = _stock_linear
+        nn.Linear.__call__ = before
 
 
 def cold_forwards(model, rows: int, attention: str, stream, engine_like: bool, repeats: int,
@@ -114,7 +124,7 @@ def linear_micro(rows_list, n: int = 50) -> dict:
     lin.set_dtype(mx.bfloat16)
     mx.eval(lin.parameters())
     out = {}
-    for kind in ("stock", "gather"):
+    for kind in ("stock", "gather", "gathermv"):
         with linear(kind):
             for rows in rows_list:
                 x = mx.random.normal((1, rows, 2048)).astype(mx.bfloat16)
@@ -140,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shape", default="1b", choices=tuple(SHAPES))
     ap.add_argument("--attentions", default="plain,vector,bucketed")
     ap.add_argument("--streams", default="default,generation")
-    ap.add_argument("--linears", default="stock,gather")
+    ap.add_argument("--linears", default="stock,gathermv")
     args = ap.parse_args(argv)
     from mlx_lm.generate import generation_stream
 

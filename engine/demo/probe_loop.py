@@ -16,7 +16,9 @@ process (MLX reads these variables once), in an ABBA order against drift:
     python -m engine.demo.probe_loop --out loop.json             # all settings
     python -m engine.demo.probe_loop --one --json                # this process's settings
 
-The random drafter's drafts are nearly always rejected; the figures that
+Beside each width ``w{K}`` it times ``w{K}gather``: the same loop with the verify's
+projections routed through engine.linear's ``gather`` (no cuBLAS call). The
+random drafter's drafts are nearly always rejected; the figures that
 matter are per round (draft ms per drafted token, verify ms, ms per classic
 step), which do not depend on acceptance.
 """
@@ -82,31 +84,19 @@ def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int) -> d
     import mlx.core as mx
 
     from engine import decode
-    from engine.drafters import ModelDrafter, greedy
 
     target, drafter = _models(shape, quant)
     pair = _Pair(target, drafter)
     prompt = [(7 * i + 3) % 200 + 10 for i in range(300)]
     arms: dict[str, dict] = {}
 
-    class LazyDrafter(ModelDrafter):
-        """Drafts without an async_eval per step: the chain becomes one graph with the verify."""
-
-        def propose(self, n):
-            y, ys = self.pending, []
-            for _ in range(n):
-                y = greedy(self.model(y[None], cache=self.cache)[:, -1, :])
-                ys.append(y)
-            return mx.concatenate(ys) if ys else mx.array([], mx.uint32)
-
-    arms_list = [None, *widths, *[-w for w in widths]]  # negative: the lazy drafter
+    arms_list = [None, *widths, *[-w for w in widths]]  # negative: projections via engine.linear
 
     def run(width):
         if width is None:
             return decode.classic(pair, prompt, tokens)
         if width < 0:
-            return decode.speculative(pair, prompt, tokens, -width, split_every=1,
-                                      drafter=LazyDrafter(drafter))
+            return decode.speculative(pair, prompt, tokens, -width, split_every=1, linear="gather")
         return decode.speculative(pair, prompt, tokens, width, split_every=1)
 
     for w in arms_list:  # warm-up: compile kernels, first graphs
@@ -114,7 +104,7 @@ def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int) -> d
     samples: dict[str, list] = {}
     for _ in range(reps):
         for w in arms_list:
-            name = "classic" if w is None else (f"w{w}" if w > 0 else f"w{-w}lazy")
+            name = "classic" if w is None else (f"w{w}" if w > 0 else f"w{-w}gather")
             samples.setdefault(name, []).append(run(w))
     for name, runs in samples.items():
         if name == "classic":
@@ -199,7 +189,7 @@ def modelled(r: dict) -> float | None:
     arms = r.get("arms") or {}
     best = None
     for name, a in arms.items():
-        if name == "classic" or name.endswith("lazy"):
+        if name == "classic" or name.endswith("gather"):
             continue
         k = int(name[1:])
         v = a["round_ms"] * (1 - ACCEPTANCE) / (1 - ACCEPTANCE ** k)

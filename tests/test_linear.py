@@ -1,0 +1,84 @@
+"""The verify-projection choice (engine.linear) on this CPU.
+
+``gather`` exists for CUDA, where it keeps 2..64-row 16-bit projections off cuBLAS;
+MLX's CPU gather_mm takes float32 only, so here it is exercised on float32 weights
+(the demo target cast to float32) and must leave 16-bit ones to the stock matmul."""
+
+import threading
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+
+from engine import demo
+from engine.decode import classic, speculative
+from engine.demo.prompts import DEMO_PROMPTS
+from engine.linear import CHOICES, gather_linear, parse, verify_linear
+from engine.pair import load_pair
+
+
+@pytest.mark.parametrize("shape", [(1, 5, 64), (7, 64), (2, 3, 64)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_gather_linear_is_the_stock_product(shape, bias):
+    lin = nn.Linear(64, 48, bias=bias)
+    x = mx.random.normal(shape)
+    want = lin(x)
+    got = gather_linear(x, lin.weight, lin.bias if bias else None)
+    assert got.shape == want.shape
+    assert mx.allclose(got, want, atol=1e-5).item()
+
+
+def test_only_verify_shaped_float_projections_are_routed():
+    lin = nn.Linear(64, 32)
+    half = nn.Linear(64, 32)
+    half.set_dtype(mx.bfloat16)
+    with verify_linear("gather") as r:
+        lin(mx.zeros((1, 1, 64)))  # a 1-row step
+        lin(mx.zeros((1, 100, 64)))  # prefill
+        half(mx.zeros((1, 4, 64), mx.bfloat16))  # 16-bit: CUDA only
+        assert (r.routed, r.passed) == (0, 3)
+        lin(mx.zeros((1, 4, 64)))
+        assert r.routed == 1
+    with verify_linear("stock") as r:
+        lin(mx.zeros((1, 4, 64)))
+        assert r.routed == 0
+    with verify_linear("auto") as r:
+        assert r.mode.value == "stock"  # until the H200 has measured gather
+
+
+def test_the_choice_stays_in_its_thread():
+    lin = nn.Linear(64, 32)
+    seen = {}
+
+    def other():
+        with verify_linear("stock") as r:
+            lin(mx.zeros((1, 4, 64)))
+            seen["other"] = r.routed
+
+    with verify_linear("gather") as r:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        lin(mx.zeros((1, 4, 64)))
+        assert r.routed == 1
+    assert seen["other"] == 0
+
+
+def test_a_bad_choice_names_the_choices():
+    with pytest.raises(ValueError, match="gather"):
+        parse("cublas")
+    assert set(CHOICES) == {"auto", "stock", "gather"}
+
+
+@pytest.mark.parametrize("width", [2, 4, 8])
+def test_gather_keeps_classic_tokens_on_the_demo_pair_in_float32(width):
+    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+    pair.target.set_dtype(mx.float32)
+    pair.drafter.set_dtype(mx.float32)
+    ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
+    want = classic(pair, ids, 48).tokens
+    run = speculative(pair, ids, 48, width, linear="gather")
+    assert run.tokens == want
+    assert run.attention["linear"]["routed_calls"] > 0
+    # Without the argument the summary is what it always was.
+    assert "linear" not in speculative(pair, ids, 8, width).attention
