@@ -71,7 +71,7 @@ class LinearRouting:
     # Weight dtypes gather_mm takes here: CUDA's gather_mv any float; the CPU's float32 only.
     dtypes: tuple = (mx.float32,)
     routed: int = 0  # verify-shaped projections sent to gather_mv
-    passed: int = 0  # projections left to the stock matmul
+    passed: int = 0  # projections a gather block left to the stock matmul (stock: not counted)
 
     def summary(self) -> dict:
         return {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
@@ -107,11 +107,16 @@ def _dispatch(self, x):
     return gather_linear(x, w, self["bias"] if "bias" in self else None)
 
 
+_holders = 0  # gather blocks open in any thread: the dispatcher is in place only while > 0
+
+
 def install() -> None:
-    """Put the dispatcher in front of ``nn.Linear.__call__`` (once). Outside a
-    ``verify_linear`` block it calls the stock method unchanged."""
-    global _stock_call
+    """Put the dispatcher in front of ``nn.Linear.__call__``. It is there only while a
+    ``gather`` block is open: every other forward keeps the stock method, with no added
+    Python call per projection."""
+    global _stock_call, _holders
     with _install_lock:
+        _holders += 1
         # Re-checked every time: a probe that swaps nn.Linear.__call__ and restores what it
         # found must not leave this module routing nothing.
         if nn.Linear.__call__ is not _dispatch:
@@ -119,16 +124,29 @@ def install() -> None:
             nn.Linear.__call__ = _dispatch
 
 
+def uninstall() -> None:
+    global _holders
+    with _install_lock:
+        _holders = max(_holders - 1, 0)
+        if _holders == 0 and nn.Linear.__call__ is _dispatch:
+            nn.Linear.__call__ = _stock_call
+
+
 @contextmanager
 def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
     """Inside this block (this thread only), verify-shaped projections use ``mode``."""
     from engine.attention import current_backend
 
-    install()
-    cuda = current_backend() == "cuda"
-    routing = LinearRouting(effective(mode), (mx.bfloat16, mx.float16, mx.float32) if cuda else (mx.float32,))
+    routing = LinearRouting(effective(mode))
+    gather = routing.mode is VerifyLinear.GATHER
+    if gather:
+        cuda = current_backend() == "cuda"
+        routing.dtypes = (mx.bfloat16, mx.float16, mx.float32) if cuda else (mx.float32,)
+        install()
     token = _active.set(routing)
     try:
         yield routing
     finally:
         _active.reset(token)
+        if gather:
+            uninstall()

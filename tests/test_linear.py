@@ -16,6 +16,8 @@ from engine.demo.prompts import DEMO_PROMPTS
 from engine.linear import CHOICES, gather_linear, parse, verify_linear
 from engine.pair import load_pair
 
+_STOCK = nn.Linear.__call__
+
 
 @pytest.mark.parametrize("shape", [(1, 5, 64), (7, 64), (2, 3, 64)])
 @pytest.mark.parametrize("bias", [False, True])
@@ -44,6 +46,8 @@ def test_only_verify_shaped_float_projections_are_routed():
         assert r.routed == 0
     with verify_linear("auto") as r:
         assert r.mode.value == "stock"  # until the H200 has measured gather
+        assert nn.Linear.__call__ is _STOCK  # stock blocks add nothing to a projection
+    assert nn.Linear.__call__ is _STOCK  # nor does anything after a gather block
 
 
 def test_the_choice_stays_in_its_thread():
