@@ -84,6 +84,15 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick({"default": [res(10), res(10)], "a": [res(5), res(9.5)]}) == "default"
     assert probe_loop.pick({"default": [res(10)], "a": [{"error": "timed out"}]}) == "default"
 
+    def both(stock, gather):
+        r = res(stock)
+        r["arms"]["w4gather"] = {"round_ms": gather}
+        return r
+
+    assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 8.9)]}) == "gather"
+    assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 9.5)]}) == "stock"
+    assert probe_loop.pick_linear({"default": [res(10)]}) == "stock"  # gather not timed
+
 
 def _gpu_records():
     root = ROOT / "engine" / "demo" / "evidence"

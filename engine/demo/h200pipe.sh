@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # The GPU evidence on one H200 as one detached pipeline that outlives the device calls.
 # Run from the repository root after MLX is installed (engine/demo/devwheels3.sh: three transfers).
-#   bash engine/demo/h200pipe.sh start    # probe MLX's CUDA graph settings on the decode loop
-#                                         # (engine/demo/probe_loop.py, ~3 min), pick one, then start
-#                                         # the pipeline below detached under it
+#   bash engine/demo/h200pipe.sh start    # probe MLX's CUDA graph settings and engine.linear's gather
+#                                         # projections on the decode loop (engine/demo/probe_loop.py,
+#                                         # SETTINGS=default,nographs by default; 2026-11-30 ran all five,
+#                                         # ~3 min), pick, then start the pipeline below detached under it
 #   bash engine/demo/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
 #                                         # written so far to $OUT/results.tgz (call again and again)
 # The pipeline: build the 1B pair (build_gpu.py), sequential sweeps of both targets, the
@@ -31,7 +32,7 @@ case $verb in
 start)
     log "probe_loop (MLX CUDA graph settings, random 1B bf16)"
     timeout 240 python3 -m engine.demo.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
-        > "$R/probe_loop.txt" 2>&1
+        --settings "${SETTINGS:-default,nographs}" > "$R/probe_loop.txt" 2>&1
     log "picked: $(cat "$WORK/pick.env" 2>/dev/null)"
     rm -f "$WORK/pipeline.done"
     setsid nohup bash "$0" pipeline > "$R/pipeline.out" 2>&1 < /dev/null &
@@ -39,7 +40,8 @@ start)
 pipeline)
     # shellcheck disable=SC1091
     [ -f "$WORK/pick.env" ] && . "$WORK/pick.env"
-    log "build (env: $(env | grep ^MLX_ | paste -sd' '))"
+    VL=${BW_VERIFY_LINEAR:-auto}  # engine.linear: gather when the probe measured it faster
+    log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL)"
     python3 -m engine.demo.build_gpu --out "$P" --target-seconds "${TARGET_S:-150}" \
         --gen-seconds "${GEN_S:-80}" --drafter-seconds "${PAIR_DRAFTER_S:-120}" > "$R/build_gpu.log" 2>&1
     log "build rc $?"
@@ -48,6 +50,7 @@ pipeline)
         log "sweep $t"
         timeout 200 $BW sweep --target "$P/target-$t" --draft "$P/drafter" --widths 2,3,4,5,6,7,8,12,16 \
             -n 5 --sequential --max-reps 10 --max-seconds 150 --max-tokens 256 --prompt-file "$P/prompt.txt" \
+            --verify-linear "$VL" \
             --record-dir "$R/records-$t" > "$R/sweep-$t.txt" 2>&1
         best_width "$R/records-$t" > "$WORK/best-$t" 2>> "$R/pipeline.log"
         log "sweep $t done; best $(cat "$WORK/best-$t")"
@@ -56,14 +59,14 @@ pipeline)
     log "coldcheck bf16 width $w"
     timeout 300 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" --widths "$w" \
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-attention auto \
-        --fresh-runs 2 --out "$R/coldcheck-auto.json" > "$R/coldcheck.txt" 2>&1
+        --verify-linear "$VL" --fresh-runs 2 --out "$R/coldcheck-auto.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
     for t in bf16 4bit; do
         w=$(cat "$WORK/best-$t" 2>/dev/null || echo 4)
         ws=$(printf '%s\n' 4 "$w" | sort -nu | paste -sd,)
         log "bench $t widths $ws"
         timeout 200 python3 -m engine.bench --target "$P/target-$t" --draft "$P/drafter" \
-            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" \
+            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" \
             --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1
         log "bench $t rc $?"
     done
@@ -72,7 +75,7 @@ pipeline)
         --prompt-file "$P/prompt.txt" --record-dir "$R/records-lookup" > "$R/sweep-lookup-bf16.txt" 2>&1
     log "soak auto"
     timeout 60 python3 -m engine.soak --target "$P/target-bf16" --draft "$P/drafter" \
-        --rounds 2000 --width 4 --verify-attention auto --json 2>&1 | tail -3 > "$R/soak-auto.json"
+        --rounds 2000 --width 4 --verify-attention auto --verify-linear "$VL" --json 2>&1 | tail -3 > "$R/soak-auto.json"
     log "MTP head retraining (build_drafters --only mtp)"
     OUT=$R timeout 200 python3 -m engine.demo.build_drafters --out "$R/drafters" --gen-batch 4096 --val 256 \
         --batch 64 --blocks 16 --windows 8192 --only mtp --seconds mtp="${MTP_S:-60}" > "$R/build-mtp.log" 2>&1

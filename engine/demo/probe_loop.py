@@ -171,11 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"passes": args.passes, "seconds": round(time.time() - t0, 1), "settings": SETTINGS, "results": results}
     doc["modelled_ms_per_token"] = {n: [modelled(r) for r in rs] for n, rs in results.items()}
     doc["picked"] = pick(results)
-    print("modelled ms per token:", doc["modelled_ms_per_token"], "picked:", doc["picked"], flush=True)
+    doc["modelled_ms_per_token_gather"] = {n: [modelled(r, "gather") for r in rs] for n, rs in results.items()}
+    doc["picked_linear"] = pick_linear(results)
+    print("modelled ms per token:", doc["modelled_ms_per_token"], "gather:", doc["modelled_ms_per_token_gather"],
+          "picked:", doc["picked"], "linear:", doc["picked_linear"], flush=True)
     if args.out:
         args.out.write_text(json.dumps(doc, indent=1))
     if args.pick:
-        args.pick.write_text("".join(f"export {k}={v}\n" for k, v in SETTINGS[doc["picked"]].items()))
+        lines = [f"export {k}={v}\n" for k, v in SETTINGS[doc["picked"]].items()]
+        lines.append(f"export BW_VERIFY_LINEAR={doc['picked_linear']}\n")
+        args.pick.write_text("".join(lines))
     return 0
 
 
@@ -183,18 +188,29 @@ ACCEPTANCE = 0.75  # per position: the 1B pair's measured figure (README, "On th
 MARGIN = 0.10
 
 
-def modelled(r: dict) -> float | None:
+def modelled(r: dict, suffix: str = "") -> float | None:
     """Speculative ms per token at this setting's best width, for a drafter of per-position
-    acceptance ACCEPTANCE: round ms / expected tokens a round, (1 - a^K) / (1 - a)."""
+    acceptance ACCEPTANCE: round ms / expected tokens a round, (1 - a^K) / (1 - a).
+    ``suffix`` "gather": the arms whose projections went through engine.linear's gather."""
     arms = r.get("arms") or {}
     best = None
     for name, a in arms.items():
-        if name == "classic" or name.endswith("gather"):
+        if name == "classic" or not name.endswith(suffix) or (not suffix and name.endswith("gather")):
             continue
-        k = int(name[1:])
+        k = int(name[1:len(name) - len(suffix)])
         v = a["round_ms"] * (1 - ACCEPTANCE) / (1 - ACCEPTANCE ** k)
         best = v if best is None else min(best, v)
     return round(best, 3) if best is not None else None
+
+
+def pick_linear(results: dict[str, list]) -> str:
+    """``gather`` when, under the picked setting's runs of ``default``, the gather arms'
+    modelled ms per token beat the stock arms' by MARGIN in every pass; else ``stock``."""
+    runs = results.get("default") or []
+    pairs = [(modelled(r), modelled(r, "gather")) for r in runs]
+    if pairs and all(s is not None and g is not None and g < s * (1 - MARGIN) for s, g in pairs):
+        return "gather"
+    return "stock"
 
 
 def pick(results: dict[str, list]) -> str:
