@@ -51,10 +51,16 @@ def test_only_verify_shaped_float_projections_are_routed():
 
 
 def test_the_choice_stays_in_its_thread():
+    """A projection in another thread, under no block of its own, takes the stock matmul and
+    is not counted in this thread's block, though the dispatcher is in place for both."""
     lin = nn.Linear(64, 32)
+    mx.eval(lin.parameters())
     seen = {}
 
     def other():
+        with mx.stream(mx.new_stream(mx.cpu)):  # MLX's streams are per thread
+            seen["out"] = lin(mx.ones((1, 4, 64)))
+            mx.eval(seen["out"])
         with verify_linear("stock") as r:
             lin(mx.zeros((1, 4, 64)))
             seen["other"] = r.routed
@@ -63,9 +69,11 @@ def test_the_choice_stays_in_its_thread():
         t = threading.Thread(target=other)
         t.start()
         t.join()
+        assert (r.routed, r.passed) == (0, 0)
         lin(mx.zeros((1, 4, 64)))
         assert r.routed == 1
     assert seen["other"] == 0
+    assert mx.array_equal(seen["out"], lin(mx.ones((1, 4, 64)))).item()
 
 
 def test_a_bad_choice_names_the_choices():
