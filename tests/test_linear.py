@@ -76,6 +76,37 @@ def test_the_choice_stays_in_its_thread():
     assert mx.array_equal(seen["out"], lin(mx.ones((1, 4, 64)))).item()
 
 
+def test_a_closing_block_leaves_the_blocks_still_open_routed():
+    """Blocks nest (probe_gpu's ``gathermv`` around a gather decode) and overlap across
+    threads: the dispatcher stays until the last gather block closes."""
+    lin = nn.Linear(64, 32)
+    x = mx.zeros((1, 4, 64))
+    with verify_linear("gather") as outer:
+        with verify_linear("gather") as inner:
+            lin(x)
+        assert inner.routed == 1
+        lin(x)
+        assert outer.routed == 1  # the inner block's close did not remove the dispatcher
+    assert nn.Linear.__call__ is _STOCK
+
+    opened, closed = threading.Event(), threading.Event()
+
+    def other():
+        with verify_linear("gather"):
+            opened.set()
+            closed.wait()
+
+    t = threading.Thread(target=other)
+    with verify_linear("gather") as r:
+        t.start()
+        opened.wait()
+        closed.set()
+        t.join()  # the other thread's block has closed; this one is still open
+        lin(x)
+        assert r.routed == 1
+    assert nn.Linear.__call__ is _STOCK
+
+
 def test_a_bad_choice_names_the_choices():
     with pytest.raises(ValueError, match="gather"):
         parse("cublas")
