@@ -2,6 +2,7 @@
 run on the demo pair on this CPU so that what the GPU host runs is known to work."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -92,6 +93,25 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 8.9)]}) == "gather"
     assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 9.5)]}) == "stock"
     assert probe_loop.pick_linear({"default": [res(10)]}) == "stock"  # gather not timed
+
+
+def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_path):
+    """engine/demo/h200pipe.sh with every Python step failing (a stub python3 that exits 1):
+    no sweep record, so no best width; the cold check and the benches must still get width 4,
+    not an empty --widths, and the pipeline must run to its end."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "python3").chmod(0o755)
+    work = tmp_path / "work"
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work)}
+    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "pipeline"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    log = (work / "results" / "pipeline.log").read_text()
+    assert "coldcheck bf16 width 4\n" in log, log
+    assert "bench bf16 widths 4\n" in log and "bench 4bit widths 4\n" in log, log
+    assert (work / "pipeline.done").exists()
 
 
 def _gpu_records():

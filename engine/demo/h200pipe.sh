@@ -52,8 +52,10 @@ pipeline)
             -n 5 --sequential --max-reps 10 --max-seconds 150 --max-tokens 256 --prompt-file "$P/prompt.txt" \
             --verify-linear "$VL" \
             --record-dir "$R/records-$t" > "$R/sweep-$t.txt" 2>&1
-        best_width "$R/records-$t" > "$WORK/best-$t" 2>> "$R/pipeline.log"
-        log "sweep $t done; best $(cat "$WORK/best-$t")"
+        # No record (the sweep failed): no file, so the steps below fall back to width 4 (an empty
+        # file would pass `cat` and hand them an empty width).
+        best_width "$R/records-$t" > "$WORK/best-$t" 2>> "$R/pipeline.log" || rm -f "$WORK/best-$t"
+        log "sweep $t done; best $(cat "$WORK/best-$t" 2>/dev/null || echo 'none (width 4 below)')"
     done
     w=$(cat "$WORK/best-bf16" 2>/dev/null || echo 4)
     log "coldcheck bf16 width $w"
