@@ -114,6 +114,29 @@ def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_
     assert (work / "pipeline.done").exists()
 
 
+def test_the_h200_pipeline_does_not_take_an_earlier_runs_pick_when_the_loop_probe_fails(tmp_path):
+    """``start`` with a failing probe_loop (stub python3) on a host where an earlier run left
+    pick.env: the detached pipeline must run under MLX's defaults, not the stale settings."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "python3").chmod(0o755)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "pick.env").write_text("export MLX_STALE_PICK=1\n")
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work)}
+    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    # the pipeline runs detached; with every step failing at once it ends within moments
+    wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", "100"], cwd=ROOT,
+                          env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert wait.returncode == 0, wait.stderr
+    log = (work / "results" / "pipeline.log").read_text()
+    assert "pipeline done" in log, log
+    assert "MLX_STALE_PICK" not in log, log
+
+
 def _gpu_records():
     root = ROOT / "engine" / "demo" / "evidence"
     out = []

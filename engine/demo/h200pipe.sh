@@ -31,6 +31,7 @@ EOF
 case $verb in
 start)
     log "probe_loop (MLX CUDA graph settings, random 1B bf16)"
+    rm -f "$WORK/pick.env"  # a failed probe must leave MLX's defaults, not an earlier run's pick
     timeout 240 python3 -m engine.demo.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
         --settings "${SETTINGS:-default,nographs}" > "$R/probe_loop.txt" 2>&1
     log "picked: $(cat "$WORK/pick.env" 2>/dev/null)"
