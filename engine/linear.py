@@ -4,10 +4,10 @@ On CUDA, MLX sends a 16-bit ``x @ W.T`` of one row to its own gemv kernel (one
 graph node), but 2+ rows to cuBLASLt: each call builds a matmul descriptor and
 three layouts, asks cuBLAS's heuristic for an algorithm (nothing is cached
 between calls) and captures the matmul into a child graph. A 1B target's
-verify makes ~150 such calls; on the H200 one call cost ~18 µs more than the
-1-row gemv (engine/demo/evidence/h200-2026-11-29b/probe.json, ``linear_micro``),
-which is most of why a verify of 2-16 rows cost twice a decode step in the
-decode loop (README, "On the H200").
+verify makes ~150 such calls; on the H200 one call (evaluated alone) cost 8-20 µs
+more than the 1-row gemv (engine/demo/evidence/h200-2026-11-29b/probe.json,
+``linear_micro``): 1.2-3 ms a verify, a large part of the ~4-5 ms by which a
+verify of 2-16 rows exceeded a decode step in the decode loop (README, "On the H200").
 
 ``gather`` routes the projections of a verify-shaped input (2..64 rows) through
 ``mx.gather_mm`` with every row on the one weight and the indices *not* marked
