@@ -17,6 +17,9 @@ import statistics
 import sys
 import time
 
+# Checked when the arguments are parsed: a bad name stops the tool before any model loads.
+from engine.linear import CHOICES as LINEAR_CHOICES
+
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -25,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--width", type=int, default=2)
     ap.add_argument("--verify-attention", default="auto")
-    ap.add_argument("--verify-linear", default=None)
+    ap.add_argument("--verify-linear", default=None, choices=LINEAR_CHOICES)
     ap.add_argument("--prompt", default="def main(argv=None):\n    parser = argparse.ArgumentParser(")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

@@ -95,6 +95,15 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick_linear({"default": [res(10)]}) == "stock"  # gather not timed
 
 
+def test_the_gpu_tools_refuse_an_unknown_verify_linear_before_loading_a_model():
+    """A misspelt --verify-linear used to load the pair, run classic and then stop in a
+    ValueError traceback at the first speculative run; now: exit 2, one line naming it."""
+    for tool in ("engine.bench", "engine.soak", "engine.coldcheck"):
+        out = _run(tool, "--target", "no-such-target", "--verify-linear", "cublas")
+        assert out.returncode == 2, (tool, out.stderr)
+        assert "--verify-linear: invalid choice: 'cublas'" in out.stderr.splitlines()[-1], tool
+
+
 def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_path):
     """engine/demo/h200pipe.sh with every Python step failing (a stub python3 that exits 1):
     no sweep record, so no best width; the cold check and the benches must still get width 4,
