@@ -455,6 +455,10 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                       [Arm(w) for w in widths])
     session.backend = attention.current_backend()
     session.attention = attention.effective(config.verify_attention, session.backend).value
+    # The verify projections of every speculative forward this session runs: the arms, and the
+    # exactness probe, divergence replay and cost curve that judge and predict them (None: stock,
+    # and the runs' summaries stay as they were).
+    lin = None if linear.effective(config.verify_linear) is linear.VerifyLinear.STOCK else config.verify_linear
     warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, max(widths),
                                                    pair.context_length)
     t_start = time.monotonic()
@@ -468,8 +472,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         runs = max(config.planned_runs, started[0])
         emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
         kw = {} if arm.width is None else {"attention": session.attention}
-        if arm.width is not None and linear.effective(config.verify_linear) is not linear.VerifyLinear.STOCK:
-            kw["linear"] = config.verify_linear  # (stock: the runs' summaries stay as they were)
+        if arm.width is not None and lin is not None:
+            kw["linear"] = lin
         run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
                                                          run=index, runs=runs, closing=closing)),
@@ -536,7 +540,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             block = reference[:w]
             emit(Event("phase", f"w{w}", run=i, runs=len(widths), phase="exactness"))
             if len(block) == w:
-                session.exactness[w] = probe(pair.target, ids, block, session.attention)
+                session.exactness[w] = probe(pair.target, ids, block, session.attention, lin)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
 
     if not cancel.is_set():
@@ -549,11 +553,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             ex = session.exactness.get(arm.width)
             if ex is None:
                 block = reference[:arm.width] if reference else []
-                ex = probe(pair.target, ids, block, session.attention) if len(block) == arm.width else None
+                ex = probe(pair.target, ids, block, session.attention, lin) if len(block) == arm.width else None
             differing = next((r for r in arm.runs if r.tokens != reference), arm.runs[0])  # as identity
             margin = divergence_margin(pair, ids, arm.width, reference, differing.tokens,
                                        ident.first_divergence, ex.max_abs_diff if ex else 0.0,
-                                       session.attention)
+                                       session.attention, lin)
             arm.identity = dataclasses.replace(ident, margin=margin)
 
     if config.predict and not cancel.is_set():
@@ -568,7 +572,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 ctx = len(ids)
             emit(Event("phase", run=0, runs=len(rows), phase="costcurve"))
             session.curve = costcurve.measure(
-                pair.target, rows, repeats=5, context=ctx, attention=session.attention,
+                pair.target, rows, repeats=5, context=ctx, attention=session.attention, linear=lin,
                 on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
                 cancel=cancel.is_set)
             acc = statistics.median(a.per_token_acceptance for a in measured)

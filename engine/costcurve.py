@@ -109,7 +109,7 @@ def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float =
 
 
 def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, repeats: int = 7,
-            warmup: int = 2, attention=None, warm: bool = True,
+            warmup: int = 2, attention=None, linear=None, warm: bool = True,
             on_progress: Callable[[int, int], None] | None = None,
             cancel: Callable[[], bool] | None = None) -> CostCurve:
     """Time one ``rows``-row forward after a ``context``-token prefix.
@@ -122,6 +122,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
 
     from engine.attention import verify_attention
     from engine.kvcache import rewind as trim_prompt_cache
+    from engine.linear import verify_linear
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
@@ -135,7 +136,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     for i, k in enumerate(rows):
         x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32)
         cold, hot, first = [], [], None
-        with verify_attention(attention) as routing:
+        with verify_attention(attention) as routing, verify_linear(linear):
             mode = routing.mode.value
             for r in range(warmup + repeats):
                 t0 = time.perf_counter()

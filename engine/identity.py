@@ -110,10 +110,11 @@ def classify_margin(position: int, classic_token: int, width_token: int, classic
 
 def divergence_margin(pair, prompt: list[int], width: int, classic_tokens: list[int],
                       width_tokens: list[int], position: int, max_abs_diff: float,
-                      attention=None) -> Margin:
+                      attention=None, linear=None) -> Margin:
     """Replay classic and the width (same length, so every round has the session's shape)
     until ``position``, their first divergence, and read the two tokens' logits there from
-    classic's 1-row step and from the verify row that emitted the width's token."""
+    classic's 1-row step and from the verify row that emitted the width's token (with the
+    session's verify ``attention`` and ``linear``, engine.linear)."""
     from engine.decode import classic, speculative
 
     c, w = classic_tokens[position], width_tokens[position]
@@ -134,7 +135,7 @@ def divergence_margin(pair, prompt: list[int], width: int, classic_tokens: list[
 
     classic(pair, prompt, len(classic_tokens), on_logits=on_classic, cancel=lambda: "classic" in seen)
     speculative(pair, prompt, len(width_tokens), width, attention=attention, on_logits=on_width,
-                on_progress=on_progress, cancel=lambda: past[0])
+                on_progress=on_progress, cancel=lambda: past[0], linear=linear)
     cl, wl = seen["classic"], seen["width"]
     reproduced = int(mx.argmax(cl).item()) == c and int(mx.argmax(wl).item()) == w
     return classify_margin(position, c, w, float((cl[c] - cl[w]).item()), float((wl[w] - wl[c]).item()),
@@ -162,13 +163,14 @@ class Exactness:
         return d
 
 
-def probe(model, prefix: list[int], block: list[int], attention=None) -> Exactness:
-    """One ``len(block)``-row forward (with the session's verify ``attention``) against
-    ``len(block)`` single-row steps, both after ``prefix``."""
+def probe(model, prefix: list[int], block: list[int], attention=None, linear=None) -> Exactness:
+    """One ``len(block)``-row forward (with the session's verify ``attention`` and projections,
+    ``linear``: engine.linear) against ``len(block)`` single-row steps, both after ``prefix``."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.attention import verify_attention
     from engine.drafters import prefill_cache
+    from engine.linear import verify_linear
 
     if not prefix or not block:
         raise ValueError("the exactness probe needs a non-empty prefix and block")
@@ -182,7 +184,7 @@ def probe(model, prefix: list[int], block: list[int], attention=None) -> Exactne
         return cache
 
     cache = prepared()
-    with verify_attention(attention):
+    with verify_attention(attention), verify_linear(linear):
         wide = model(mx.array(block, mx.uint32)[None], cache=cache)[0]
     cache = prepared()
     rows = [model(mx.array([t], mx.uint32)[None], cache=cache)[0, -1] for t in block]

@@ -125,3 +125,33 @@ def test_gather_keeps_classic_tokens_on_the_demo_pair_in_float32(width):
     assert run.attention["linear"]["routed_calls"] > 0
     # Without the argument the summary is what it always was.
     assert "linear" not in speculative(pair, ids, 8, width).attention
+
+
+def test_a_gather_session_judges_and_predicts_with_the_gather_projections(monkeypatch):
+    """run_session with verify_linear gather: the exactness probe, the divergence replay and the
+    cost curve run the same verify projections as the arms, so its prediction is of the arms
+    it ran. Counted at engine.linear's gather route: the same session with those stages off
+    routes only its runs (warm-up included); with them on it must route more."""
+    from engine import linear
+    from engine.ab import AbConfig, run_session
+
+    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+    pair.target.set_dtype(mx.float32)
+    pair.drafter.set_dtype(mx.float32)
+    calls = [0]
+    route = linear.gather_linear
+
+    def counted(*args, **kwargs):
+        calls[0] += 1
+        return route(*args, **kwargs)
+
+    monkeypatch.setattr(linear, "gather_linear", counted)
+    routed = {}
+    for stages in (False, True):
+        calls[0] = 0
+        session = run_session(pair, AbConfig(widths=(4,), prompt=DEMO_PROMPTS[1], n=1, max_tokens=12,
+                                             verify_linear="gather", exactness=stages, predict=stages))
+        assert sum(r.attention["linear"]["routed_calls"] for a in session.arms for r in a.runs) > 0
+        routed[stages] = calls[0]
+    assert session.curve is not None and 4 in session.exactness
+    assert routed[True] > routed[False]
