@@ -70,8 +70,9 @@ def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
 
 def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_pass(tmp_path):
     """engine.demo.probe_loop: the engine's own loops on a tiny random model in this process
-    (every arm timed, the gather arms routed), and its pick rule: a setting replaces
-    ``default`` only when its modelled ms per token is 10 % lower in every pass."""
+    (every arm timed; the model is bf16, so on a CPU the gather arms route nothing and time
+    the stock projections: engine.linear routes float32 only here), and its pick rule: a
+    setting replaces ``default`` only when its modelled ms per token is 10 % lower in every pass."""
     from engine.demo import probe_loop
 
     r = probe_loop.one("tiny", False, [4], 8, 1)
