@@ -39,8 +39,10 @@ def test_only_verify_shaped_float_projections_are_routed():
         lin(mx.zeros((1, 100, 64)))  # prefill
         half(mx.zeros((1, 4, 64), mx.bfloat16))  # 16-bit: CUDA only
         assert (r.routed, r.passed) == (0, 3)
-        lin(mx.zeros((1, 4, 64)))
+        x = mx.random.normal((1, 4, 64))
+        got = lin(x)  # routed, with the layer's bias
         assert r.routed == 1
+    assert mx.allclose(got, lin(x), atol=1e-5).item()
     with verify_linear("stock") as r:
         lin(mx.zeros((1, 4, 64)))
         assert r.routed == 0
