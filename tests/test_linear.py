@@ -157,3 +157,14 @@ def test_a_gather_session_judges_and_predicts_with_the_gather_projections(monkey
         routed[stages] = calls[0]
     assert session.curve is not None and 4 in session.exactness
     assert routed[True] > routed[False]
+
+
+def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
+    from engine.ab import AbConfig, run_session
+
+    pair = load_pair(demo.target("bf16"), demo.DRAFTER)  # bf16: nothing routable on a CPU
+    cfg = dict(widths=(2,), prompt=DEMO_PROMPTS[0], n=1, max_tokens=8, exactness=False,
+               predict=False, warmup=False)
+    said = run_session(pair, AbConfig(**cfg, verify_linear="gather")).warnings()
+    assert any("routed no projection" in w for w in said)
+    assert not any("routed no projection" in w for w in run_session(pair, AbConfig(**cfg)).warnings())

@@ -75,10 +75,11 @@ pipeline)
     done
     log "lookup sweep bf16"
     timeout 150 $BW sweep --target "$P/target-bf16" --kind lookup --widths 2,4,8,12,16 -n 5 --max-tokens 256 \
+        --verify-linear "$VL" \
         --prompt-file "$P/prompt.txt" --record-dir "$R/records-lookup" > "$R/sweep-lookup-bf16.txt" 2>&1
     log "soak auto"
     timeout 60 python3 -m engine.soak --target "$P/target-bf16" --draft "$P/drafter" \
-        --rounds 2000 --width 4 --verify-attention auto --verify-linear "$VL" --json 2>&1 | tail -3 > "$R/soak-auto.json"
+        --rounds 2000 --width 4 --verify-attention auto --verify-linear "$VL" --json 2> "$R/soak-auto.err" | tail -3 > "$R/soak-auto.json"
     log "MTP head retraining (build_drafters --only mtp)"
     OUT=$R timeout 200 python3 -m engine.demo.build_drafters --out "$R/drafters" --gen-batch 4096 --val 256 \
         --batch 64 --blocks 16 --windows 8192 --only mtp --seconds mtp="${MTP_S:-60}" > "$R/build-mtp.log" 2>&1

@@ -119,6 +119,9 @@ def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int) -> d
                 "round_ms": round(statistics.median((r.draft_s + r.verify_s + r.sync_s) * 1e3
                                                     for r in rounds), 3),
                 "acceptance": round(sum(r.accepted for r in rounds) / max(sum(r.drafted for r in rounds), 1), 3),
+                # gather arms: projections engine.linear routed (0 would mean "gather" was stock)
+                "linear_routed_calls": sum((r.attention or {}).get("linear", {}).get("routed_calls", 0)
+                                           for r in runs),
             }
     return {"mlx": mx.__version__, "device": str(mx.default_device()), "shape": shape,
             "quant": "4bit" if quant else "bf16", "tokens": tokens, "reps": reps, "arms": arms,
@@ -204,7 +207,7 @@ def modelled(r: dict, suffix: str = "") -> float | None:
 
 
 def pick_linear(results: dict[str, list]) -> str:
-    """``gather`` when, under the picked setting's runs of ``default``, the gather arms'
+    """``gather`` when, in the ``default`` setting's runs, the gather arms'
     modelled ms per token beat the stock arms' by MARGIN in every pass; else ``stock``."""
     runs = results.get("default") or []
     pairs = [(modelled(r), modelled(r, "gather")) for r in runs]
