@@ -82,13 +82,28 @@ _install_lock = threading.Lock()
 _stock_call = None  # the stock nn.Linear.__call__
 
 
+_indices: dict[int, tuple[mx.array, mx.array]] = {}
+
+
+def _index_arrays(rows: int) -> tuple[mx.array, mx.array]:
+    """(row i -> input i, every row -> weight 0), built and evaluated once per row count: made
+    per call they would add two kernels to every projection the route exists to keep at one."""
+    got = _indices.get(rows)
+    if got is None:
+        got = (mx.arange(rows, dtype=mx.uint32), mx.zeros((rows,), mx.uint32))
+        mx.eval(got)
+        _indices[rows] = got
+    return got
+
+
 def gather_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
     """``x @ weight.T (+ bias)`` with every row of ``x`` as its own 1-row product on the one
     weight (``mx.gather_mm``, indices unsorted): the same arithmetic per row as a gemv."""
     d = x.shape[-1]
     rows = x.size // d
     flat = x.reshape(rows, 1, d)
-    out = mx.gather_mm(flat, weight.swapaxes(-1, -2)[None], rhs_indices=mx.zeros((rows,), mx.uint32),
+    lhs, rhs = _index_arrays(rows)
+    out = mx.gather_mm(flat, weight.swapaxes(-1, -2)[None], lhs_indices=lhs, rhs_indices=rhs,
                        sorted_indices=False)
     out = out.reshape(*x.shape[:-1], weight.shape[0])
     return out + bias if bias is not None else out
