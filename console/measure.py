@@ -122,6 +122,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                         ("--pair-specific", args.pair_specific)):
         if given and not args.save:
             raise InputError(f"{flag} only applies with --save")
+    if args.profile is not None and not args.save:
+        # Without --save a sweep neither reads nor writes a profile: ignoring the flag would let
+        # a mistyped or corrupt profile pass unnoticed.
+        raise InputError(f"--profile {args.profile}: only applies with --save (a sweep without "
+                         f"--save reads and writes no profile)")
     if args.max_reps < args.n and args.sequential:
         raise InputError(f"--max-reps {args.max_reps}: below -n {args.n}; the budget must allow the "
                          f"first n repetitions")
@@ -325,7 +330,8 @@ def register(sub) -> None:
                    help="with --save: save a faster width whose output differs, marked not byte-identical")
     p.add_argument("--pair-specific", action="store_true",
                    help="with --save: the entry matches only this pair (by content fingerprint)")
-    p.add_argument("--profile", metavar="FILE", help="profile TOML (default: the user profile)")
+    p.add_argument("--profile", metavar="FILE",
+                   help="with --save: the profile TOML it writes (default: the user profile)")
     attention_arg(p)
     p.add_argument("--verify-linear", choices=linear.CHOICES, default="auto",
                    help="projections of verify forwards: auto = stock; gather keeps 2..64-row 16-bit "

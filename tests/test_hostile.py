@@ -233,6 +233,8 @@ def test_profile_and_record_dir_before_sweep_are_where_it_writes(tmp_path):
     (("sweep", "--max-reps", "-3"), "--max-reps: -3 is out of range"),
     (("sweep", "--allow-nonidentical"), "--allow-nonidentical only applies with --save"),
     (("sweep", "--pair-specific"), "--pair-specific only applies with --save"),
+    (("sweep", "--profile", "p.toml"), "--profile p.toml: only applies with --save"),
+    (("--profile", "p.toml", "sweep"), "--profile p.toml: only applies with --save"),
     (("sweep", "--record-dir", "/proc/blockwidth-records"), "--record-dir /proc/blockwidth-records"),
     (("sweep", "--prompt-file", "/dev/zero"), "is a character device"),
     (("resolve", "--profile", "/dev/zero"), "is a character device"),
@@ -248,6 +250,18 @@ def test_profile_and_record_dir_before_sweep_are_where_it_writes(tmp_path):
 def test_careless_arguments_are_one_line_exit_2(tmp_path, args, needle):
     p = run_cli(*args, "--device", "cpu") if args[0] == "resolve" else run_cli(*args)
     assert needle in one_line_exit(p)
+
+
+def test_sweep_without_save_refuses_a_profile_it_would_ignore(tmp_path):
+    # A sweep without --save reads no profile, so a corrupt one named on the command line would
+    # otherwise pass with exit 0 and a full session.
+    bad = tmp_path / "p.toml"
+    bad.write_bytes(b"schema = 1\n[[override\nwidth = = 4\n\x00garbage")
+    before = bad.read_bytes()
+    p = run_cli("sweep", "--profile", str(bad), "--widths", "2", "-n", "1", "--max-tokens", "4",
+                "--record-dir", str(tmp_path / "rec"))
+    assert f"--profile {bad}: only applies with --save" in one_line_exit(p)
+    assert bad.read_bytes() == before and not (tmp_path / "rec").exists()
 
 
 def test_what_sweep_writes_is_checked_before_any_model_loads(tmp_path):
