@@ -380,7 +380,8 @@ class BlockwidthApp(App):
         err.update(Text(text))
         err.set_class(not text, "-empty")
         if text:
-            self.notify(text, severity="error", timeout=8)
+            # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags
+            self.notify(text, severity="error", timeout=8, markup=False)
 
     # ---- keys: focus, tabs, help, palette
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -927,7 +928,7 @@ class BlockwidthApp(App):
             self._error(f"not saved: {message.refusal}")
             return
         self._error("")
-        self.notify(f"saved {message.saved}", timeout=6)
+        self.notify(f"saved {message.saved}", timeout=6, markup=False)
         self.resolve_in_background()
 
     def action_delete(self) -> None:
@@ -956,7 +957,7 @@ class BlockwidthApp(App):
         except ProfileError as e:
             self._error(str(e))
             return
-        self.notify(f"deleted {entry.describe_keys()}", timeout=6)
+        self.notify(f"deleted {entry.describe_keys()}", timeout=6, markup=False)
         self.resolve_in_background()
 
     def action_refresh(self) -> None:
@@ -996,7 +997,7 @@ class BlockwidthApp(App):
             self._error("no width to copy: the resolution is classic (or not ready)")
             return
         self.copy_to_clipboard(f"export {cmd[1]}")
-        self.notify(f"copied: export {cmd[1]}", timeout=5)
+        self.notify(f"copied: export {cmd[1]}", timeout=5, markup=False)
 
     # ---- records
     def _record_dir(self) -> Path:

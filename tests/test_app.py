@@ -301,6 +301,26 @@ def test_open_another_pair_from_the_console(tmp_path):
     run(go())
 
 
+def test_an_error_toast_keeps_its_brackets(tmp_path):
+    # Errors quote the pair as "target-bf16 [unquantized bfloat16]"; read as markup, the toast
+    # dropped the bracketed words while the error line kept them.
+    from textual.widgets._toast import Toast
+
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _settle(app, pilot)
+            await pilot.press("o")
+            await pilot.pause()
+            await pilot.press(*"/nope/target", "enter")
+            await _settle(app, pilot)
+            assert "still on target-bf16 [unquantized bfloat16]" in _text(app, "#error")
+            toasts = [str(Toast(n).render()) for n in app._notifications]
+            assert any("still on target-bf16 [unquantized bfloat16]" in t for t in toasts), toasts
+
+    run(go())
+
+
 def test_the_width_in_effect_is_always_measured(tmp_path):
     async def go():
         app = BlockwidthApp(Options(device="cpu", flag="6", profile=str(tmp_path / "p.toml"),
