@@ -146,8 +146,9 @@ def load_profile(path: str | None, missing_ok: bool = False) -> profiles.Profile
 
 # How each front end names the pair's inputs in an error: the command line's flags, or the
 # console's open-pair fields.
-CLI_PAIR_NAMES: Mapping[str, str] = {"target": "--target", "draft": "--draft"}
-CONSOLE_PAIR_NAMES: Mapping[str, str] = {"target": "target field", "draft": "drafter field"}
+CLI_PAIR_NAMES: Mapping[str, str] = {"target": "--target", "draft": "--draft", "kind": "--kind"}
+CONSOLE_PAIR_NAMES: Mapping[str, str] = {"target": "target field", "draft": "drafter field",
+                                         "kind": "kind field"}
 
 
 @dataclass(frozen=True)
@@ -168,7 +169,8 @@ def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
             raise InputError(f"{names['draft']} given without {names['target']}: name the target too")
         drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTERS.get(kind or "model")
         if kind is not None and kind != DrafterKind.LOOKUP.value and drafter is None:
-            raise InputError(f"--kind {kind}: the demo pair has no {kind} drafter (it has "
+            flag = names.get("kind", "--kind")
+            raise InputError(f"{flag} {kind}: the demo pair has no {kind} drafter (it has "
                              f"{', '.join(demo.DRAFTERS)} and lookup)")
         return PairPaths(demo.target(variant), drafter, True)
     return PairPaths(checkpoint_dir(target, names["target"], weights, download),

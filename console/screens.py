@@ -91,7 +91,7 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
             yield Input(self.values[0], id="open-target", compact=True)
             yield Label("drafter: folder or repo id")
             yield Input(self.values[1], id="open-draft", compact=True)
-            yield Label("kind (model, lookup; empty: detected)")
+            yield Label("kind (model, lookup, dflash, mtp; empty: detected)")
             yield Input(self.values[2], id="open-kind", compact=True)
 
     @on(Input.Submitted)

@@ -317,6 +317,13 @@ def test_an_error_toast_keeps_its_brackets(tmp_path):
             assert "still on target-bf16 [unquantized bfloat16]" in _text(app, "#error")
             toasts = [str(Toast(n).render()) for n in app._notifications]
             assert any("still on target-bf16 [unquantized bfloat16]" in t for t in toasts), toasts
+            # The dialog's kind is named as its field, as the target and drafter are.
+            await pilot.press("o")
+            await pilot.pause()
+            await pilot.press("tab", "tab", *"eagle", "enter")
+            await _settle(app, pilot)
+            assert "kind field eagle: the demo pair has no eagle drafter" in _text(app, "#error")
+            assert app.pair.kind.value == "model"
 
     run(go())
 
