@@ -775,7 +775,8 @@ class BlockwidthApp(App):
         if s.cancelled:
             self._show_phase(Phase.CANCELLED, f"after {runs} of {self._planned or s.config.planned_runs} runs")
         else:
-            self._show_phase(Phase.DONE, f"{runs} runs, {s.reps} repetitions, {s.elapsed_s:.0f} s")
+            reps = f"{s.reps} repetition" + ("" if s.reps == 1 else "s")
+            self._show_phase(Phase.DONE, f"{runs} runs, {reps}, {s.elapsed_s:.0f} s")
         table = self.query_one("#arms", DataTable)
         table.clear()
         for arm in [s.classic, *s.arms]:

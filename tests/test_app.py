@@ -54,6 +54,7 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             assert app.query_one("#arms").row_count == 3
             assert not isinstance(app.focused, Input)
             assert "measured with widths 2,4 · n 1 · 16 tokens" in _text(app, "#settings")
+            assert s.reps == 1 and " 1 repetition, " in _text(app, "#status")
             assert "tok/s" in _text(app, "#plot")
             assert "model prediction" in _text(app, "#details") or not s.predicted
             assert "exactness width 2" in _text(app, "#details")
