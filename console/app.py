@@ -862,7 +862,8 @@ class BlockwidthApp(App):
 
         measured = [a.width for a in s.arms if a.runs]
         self.query_one("#identity-head", Static).update(Text(
-            f"classic (left) vs {arm.name} (right), width {measured.index(width) + 1} of {len(measured)} "
+            # "2 of 3 widths", not "width 2 of 3": the position in the list, not the width 2
+            f"classic (left) vs {arm.name} (right), {measured.index(width) + 1} of {len(measured)} widths "
             f"([ and ] pick): {ident.describe() if ident else 'no identity'}"))
         self.query_one("#classic-text", Static).update(render(classic_ids, "green"))
         self.query_one("#width-text", Static).update(render(width_ids, "red"))

@@ -103,6 +103,7 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             await pilot.press("2")
             assert app.query_one("TabbedContent").active == "tab-identity"
             assert "identical" in _text(app, "#identity-head")
+            assert " of 2 widths ([ and ] pick)" in _text(app, "#identity-head")  # not "width 2 of 2"
             first = app._selected_width
             await pilot.press("right_square_bracket")
             assert app._selected_width != first
