@@ -171,9 +171,15 @@ def resolve(
                 reason += f"; {note}"
             return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry)
         n = len(profile.entries)
-        where = str(profile.path) if profile.exists else f"{profile.path} (not present)"
-        chain.append(Step(Source.PROFILE, False, None,
-                          f"no entry of {n} in {where} matches {drafter_kind.value} drafter on {keys}"))
+        wanted = f"{drafter_kind.value} drafter on {keys}"
+        # "no entry of 0 in P (not present)" read as a riddle on a first run with no profile yet
+        if not profile.exists:
+            why = f"{profile.path} is not present: nothing measured for {wanted}"
+        elif n == 0:
+            why = f"{profile.path} has no entries: nothing measured for {wanted}"
+        else:
+            why = f"no entry of {n} in {profile.path} matches {wanted}"
+        chain.append(Step(Source.PROFILE, False, None, why))
     else:
         chain.append(Step(Source.PROFILE, False, None, "no profile"))
 

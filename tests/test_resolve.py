@@ -231,3 +231,16 @@ def test_nvml_describes_the_gpu_cuda_visible_devices_selects():
     assert visible_device({"CUDA_VISIBLE_DEVICES": ""}) == ""
     with pytest.raises(LookupError):
         nvml_handle(Lib(), {"CUDA_VISIBLE_DEVICES": ""})
+
+
+def test_the_profile_step_says_when_there_is_no_profile_or_no_entry(tmp_path):
+    from policy import profile as profiles
+
+    missing = profiles.load(tmp_path / "none.toml", missing_ok=True)
+    (tmp_path / "empty.toml").write_text("schema = 1\n")
+    empty = profiles.load(tmp_path / "empty.toml")
+    steps = {name: next(s for s in r(profile=p).chain if s.source is Source.PROFILE).why
+             for name, p in (("missing", missing), ("empty", empty))}
+    assert steps["missing"].startswith(f"{tmp_path / 'none.toml'} is not present: nothing measured")
+    assert steps["empty"].startswith(f"{tmp_path / 'empty.toml'} has no entries: nothing measured")
+    assert "of 0" not in steps["missing"] + steps["empty"]
