@@ -186,8 +186,9 @@ def resolve(
     # 3. what the drafter checkpoint declares
     if declared_width is not None:
         if MIN_WIDTH <= declared_width <= MAX_WIDTH:
-            return done(declared_width, Source.DRAFTER,
-                        f"drafter checkpoint declares {declared_detail or declared_width}")
+            # done() prefixes "drafter checkpoint: "; the detail (from detect_drafter) says what
+            # declared it, so repeating "drafter checkpoint declares" before it read as a stutter
+            return done(declared_width, Source.DRAFTER, declared_detail or f"declares {declared_width}")
         chain.append(Step(Source.DRAFTER, False, None,
                           f"declared width {declared_width} is outside {MIN_WIDTH}..{MAX_WIDTH}; ignored"))
     else:

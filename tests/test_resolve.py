@@ -168,6 +168,10 @@ def test_drafter_detection():
 def test_declared_width_used_then_out_of_range_ignored():
     res = r(declared_width=12, declared_detail="block_size 12", device=CPU)
     assert (res.width, res.source) == (12, Source.DRAFTER)
+    assert res.reason == "12 (drafter checkpoint: block_size 12)"
+    d = detect_drafter({"architectures": ["DFlashDraftModel"], "block_size": 16})
+    said = r(declared_width=d.declared_width, declared_detail=d.detail, device=CPU).reason
+    assert said == "16 (drafter checkpoint: architectures ['DFlashDraftModel'] name DFlash; declares block_size 16)"
     bad = r(declared_width=1000, device=CPU)
     assert bad.source is Source.FALLBACK and "outside" in bad.chain[3].why
 
