@@ -112,7 +112,8 @@ class Override:
             dev += f" cc {self.compute_capability}"
         if self.device_name:
             dev += f" ({self.device_name})"
-        q = self.quant_scheme or "any quantization"
+        # scheme "none" is an unquantized target: say so, as the resolution's header does
+        q = "unquantized" if self.quant_scheme == "none" else self.quant_scheme or "any quantization"
         if self.quant_bits:
             q += f" {self.quant_bits}-bit"
         if self.quant_group_size:

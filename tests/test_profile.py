@@ -255,3 +255,11 @@ def test_leftover_temp_files_are_cleaned_and_ignored(tmp_path):
     assert len(profile.load(p).entries) == 1  # a read ignores it
     profile.save(p, entry())
     assert not left.exists()
+
+
+def test_an_unquantized_entry_is_described_as_unquantized():
+    # what the console's "saved ..." and the resolution reason say about a bf16 target's entry
+    e = entry(backend=Backend.CPU, compute_capability=None, quant_scheme="none", quant_bits=16,
+              quant_group_size=None)
+    assert e.describe_keys() == "cpu, unquantized 16-bit target, model drafter"
+    assert entry().describe_keys() == "cuda cc 9.0, affine 4-bit g64 target, model drafter"
