@@ -159,6 +159,17 @@ def _r(v: list | None) -> str:
     return "-" if not v else f"{v[0]:.1f} / {v[1]:.1f} / {v[2]:.1f}"
 
 
+def _quantization(q: dict) -> str:
+    """The target's quantization in the words the console and sweep use (``unquantized
+    bfloat16``, ``affine 4-bit g64``); a scheme this version does not know, as stored."""
+    from policy.quantization import Quantization, Scheme
+
+    try:
+        return Quantization(Scheme(q["scheme"]), q.get("bits"), q.get("group_size"), q.get("dtype")).describe()
+    except (KeyError, ValueError):
+        return str(q.get("scheme"))
+
+
 def markdown(record: dict) -> str:
     host, pair, dec = record["host"], record["pair"], record["decision"]
     dev = host.get("device", {})
@@ -167,7 +178,7 @@ def markdown(record: dict) -> str:
         "",
         f"- host: {dev.get('backend')} {dev.get('architecture') or ''} {dev.get('name') or ''}, "
         f"MLX {host.get('mlx')}, mlx-lm {host.get('mlx_lm')}, kernel {host.get('kernel')}",
-        f"- pair: `{pair['target']}` [{pair['target_quantization']['scheme']}] + "
+        f"- pair: `{pair['target']}` [{_quantization(pair['target_quantization'])}] + "
         f"`{pair['drafter'] or 'lookup'}` ({pair['drafter_kind']}), id `{pair['pair_id']}`",
         f"- prompt: sha256 `{record['prompt']['sha256'][:16]}`, {record['prompt']['tokens']} tokens; "
         f"{record['config']['max_tokens']} new tokens; n = {record['config']['n']}, reps run {record['reps']}",
@@ -189,8 +200,9 @@ def markdown(record: dict) -> str:
         lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
         pred = record.get("prediction") or {}
         if pred.get("widths"):
+            unit = "per round, any width" if pred["draft_cost"] == "flat" else "per drafted token"
             lines.append(f"({pred['drafter_kind']} drafting is {pred['draft_cost']}, "
-                         f"{pred['draft_cost_ms']} ms)\n\n| width | speed-up | tokens/round | draft ms | "
+                         f"{pred['draft_cost_ms']} ms {unit})\n\n| width | speed-up | tokens/round | draft ms | "
                          f"verify ms |\n|---|---|---|---|---|")
             lines += [f"| {p['width']} | {p['speedup']} | {p['tokens_per_round']} | {p['draft_ms']} | "
                       f"{p['verify_ms']} |" for p in pred["widths"]]

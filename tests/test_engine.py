@@ -227,6 +227,8 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
     assert back["prompt"]["sha256"] == s.prompt_sha256 and back["arms"][1]["samples"][0]["rounds_detail"]
     md = record.markdown(back)
     assert "| w4 |" in md and "Decision" in md
+    assert "[unquantized bfloat16]" in md  # the console's words, not the stored scheme "none"
+    assert "ms per drafted token)" in md  # the unit of the model drafter's linear cost
 
 
 def test_session_cancel_is_clean(model_pair):
