@@ -183,6 +183,11 @@ def markdown(record: dict) -> str:
         f"- prompt: sha256 `{record['prompt']['sha256'][:16]}`, {record['prompt']['tokens']} tokens; "
         f"{record['config']['max_tokens']} new tokens; n = {record['config']['n']}, reps run {record['reps']}",
         f"- verify attention: {record.get('verify_attention') or 'fused'}",
+    ]
+    linear = record.get("config", {}).get("verify_linear")
+    if linear not in (None, "auto", "stock"):  # as sweep's header: named only when not stock
+        lines.append(f"- verify linear: {linear}")
+    lines += [
         "",
         "| arm | decode tok/s min / med / max | e2e tok/s min / med / max | acceptance | identity | verdict |",
         "|---|---|---|---|---|---|",
@@ -196,6 +201,9 @@ def markdown(record: dict) -> str:
     lines += ["", f"**Decision:** {dec['decision']} — {dec['why']}"]
     if record["drift"]["drifted"]:
         lines.append(f"\n**Drift:** {record['drift']['why']}")
+    if record.get("warnings"):  # what sweep and the console print beside the table
+        lines.append("\n**Warnings:**\n")
+        lines += [f"- {w}" for w in record["warnings"]]
     if record.get("predicted_best"):
         lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
         pred = record.get("prediction") or {}

@@ -165,6 +165,12 @@ def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
     pair = load_pair(demo.target("bf16"), demo.DRAFTER)  # bf16: nothing routable on a CPU
     cfg = dict(widths=(2,), prompt=DEMO_PROMPTS[0], n=1, max_tokens=8, exactness=False,
                predict=False, warmup=False)
-    said = run_session(pair, AbConfig(**cfg, verify_linear="gather")).warnings()
-    assert any("routed no projection" in w for w in said)
+    gathered = run_session(pair, AbConfig(**cfg, verify_linear="gather"))
+    said = [w for w in gathered.warnings() if "routed no projection" in w]
+    assert said
+    # The session's Markdown (m in the console) names the mode and carries the warning too.
+    from engine import host, record
+
+    md = record.markdown(record.build(gathered, pair, host.identity(), host.gate().to_dict()))
+    assert "- verify linear: gather" in md and f"- {said[0]}" in md
     assert not any("routed no projection" in w for w in run_session(pair, AbConfig(**cfg)).warnings())
