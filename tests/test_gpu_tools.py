@@ -75,8 +75,8 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     setting replaces ``default`` only when its modelled ms per token is 10 % lower in every pass."""
     from engine.demo import probe_loop
 
-    r = probe_loop.one("tiny", False, [4], 8, 1)
-    assert set(r["arms"]) == {"classic", "w4", "w4gather"}
+    r = probe_loop.one("tiny", False, [4], 8, 1, ("", "gather", "gv"))
+    assert set(r["arms"]) == {"classic", "w4", "w4gather", "w4gv"}
     assert r["arms"]["classic"]["step_ms"] > 0 and r["arms"]["w4"]["round_ms"] > 0
 
     def res(round_ms):
@@ -94,6 +94,15 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 8.9)]}) == "gather"
     assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 9.5)]}) == "stock"
     assert probe_loop.pick_linear({"default": [res(10)]}) == "stock"  # gather not timed
+
+    def three(stock, gather, gv):
+        r = both(stock, gather)
+        r["arms"]["w4gv"] = {"round_ms": gv}
+        return r
+
+    assert probe_loop.pick_attention({"default": [three(10, 8, 6), three(10, 8, 7)]}) == "vector"
+    assert probe_loop.pick_attention({"default": [three(10, 8, 6), three(10, 8, 7.5)]}) == "auto"
+    assert probe_loop.pick_attention({"default": [three(10, 9.5, 6), three(10, 9.5, 6)]}) == "auto"
 
 
 def test_the_gpu_tools_refuse_an_unknown_verify_linear_before_loading_a_model():

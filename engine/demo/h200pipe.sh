@@ -42,7 +42,8 @@ pipeline)
     # shellcheck disable=SC1091
     [ -f "$WORK/pick.env" ] && . "$WORK/pick.env"
     VL=${BW_VERIFY_LINEAR:-auto}  # engine.linear: gather when the probe measured it faster
-    log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL)"
+    VA=${BW_VERIFY_ATTENTION:-auto}  # vector when gather + vector beat gather alone
+    log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL, attention $VA)"
     python3 -m engine.demo.build_gpu --out "$P" --target-seconds "${TARGET_S:-150}" \
         --gen-seconds "${GEN_S:-80}" --drafter-seconds "${PAIR_DRAFTER_S:-120}" > "$R/build_gpu.log" 2>&1
     log "build rc $?"
@@ -51,7 +52,7 @@ pipeline)
         log "sweep $t"
         timeout 200 $BW sweep --target "$P/target-$t" --draft "$P/drafter" --widths 2,3,4,5,6,7,8,12,16 \
             -n 5 --sequential --max-reps 10 --max-seconds 150 --max-tokens 256 --prompt-file "$P/prompt.txt" \
-            --verify-linear "$VL" \
+            --verify-linear "$VL" --verify-attention "$VA" \
             --record-dir "$R/records-$t" > "$R/sweep-$t.txt" 2>&1
         # No record (the sweep failed): no file, so the steps below fall back to width 4 (an empty
         # file would pass `cat` and hand them an empty width).
@@ -61,25 +62,24 @@ pipeline)
     w=$(cat "$WORK/best-bf16" 2>/dev/null || echo 4)
     log "coldcheck bf16 width $w"
     timeout 300 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" --widths "$w" \
-        --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-attention auto \
-        --verify-linear "$VL" --fresh-runs 2 --out "$R/coldcheck-auto.json" > "$R/coldcheck.txt" 2>&1
+        --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" --verify-attention "$VA" --fresh-runs 2 --out "$R/coldcheck-auto.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
     for t in bf16 4bit; do
         w=$(cat "$WORK/best-$t" 2>/dev/null || echo 4)
         ws=$(printf '%s\n' 4 "$w" | sort -nu | paste -sd,)
         log "bench $t widths $ws"
         timeout 200 python3 -m engine.bench --target "$P/target-$t" --draft "$P/drafter" \
-            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" \
+            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" --verify-attention "$VA" \
             --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1
         log "bench $t rc $?"
     done
     log "lookup sweep bf16"
     timeout 150 $BW sweep --target "$P/target-bf16" --kind lookup --widths 2,4,8,12,16 -n 5 --max-tokens 256 \
-        --verify-linear "$VL" \
+        --verify-linear "$VL" --verify-attention "$VA" \
         --prompt-file "$P/prompt.txt" --record-dir "$R/records-lookup" > "$R/sweep-lookup-bf16.txt" 2>&1
     log "soak auto"
     timeout 60 python3 -m engine.soak --target "$P/target-bf16" --draft "$P/drafter" \
-        --rounds 2000 --width 4 --verify-attention auto --verify-linear "$VL" --json 2> "$R/soak-auto.err" | tail -3 > "$R/soak-auto.json"
+        --rounds 2000 --width 4 --verify-linear "$VL" --verify-attention "$VA" --json 2> "$R/soak-auto.err" | tail -3 > "$R/soak-auto.json"
     log "MTP head retraining (build_drafters --only mtp)"
     OUT=$R timeout 200 python3 -m engine.demo.build_drafters --out "$R/drafters" --gen-batch 4096 --val 256 \
         --batch 64 --blocks 16 --windows 8192 --only mtp --seconds mtp="${MTP_S:-60}" > "$R/build-mtp.log" 2>&1

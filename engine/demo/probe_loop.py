@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -79,7 +80,14 @@ def _models(shape: str, quant: bool):
     return out
 
 
-def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int) -> dict:
+# Arm variants beside the stock loop: the verify's projections through engine.linear's gather,
+# and the same with the vector attention (no cuBLAS call left in a 16-bit verify).
+VARIANTS: dict[str, dict] = {"": {}, "gather": {"linear": "gather"},
+                             "gv": {"linear": "gather", "attention": "vector"}}
+
+
+def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int,
+        variants: tuple[str, ...] = ("", "gather")) -> dict:
     """The loop figures under this process's MLX settings."""
     import mlx.core as mx
 
@@ -90,21 +98,20 @@ def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int) -> d
     prompt = [(7 * i + 3) % 200 + 10 for i in range(300)]
     arms: dict[str, dict] = {}
 
-    arms_list = [None, *widths, *[-w for w in widths]]  # negative: projections via engine.linear
+    arms_list = [None] + [(w, v) for v in variants for w in widths]
 
-    def run(width):
-        if width is None:
+    def run(arm):
+        if arm is None:
             return decode.classic(pair, prompt, tokens)
-        if width < 0:
-            return decode.speculative(pair, prompt, tokens, -width, split_every=1, linear="gather")
-        return decode.speculative(pair, prompt, tokens, width, split_every=1)
+        width, variant = arm
+        return decode.speculative(pair, prompt, tokens, width, split_every=1, **VARIANTS[variant])
 
     for w in arms_list:  # warm-up: compile kernels, first graphs
         run(w)
     samples: dict[str, list] = {}
     for _ in range(reps):
         for w in arms_list:
-            name = "classic" if w is None else (f"w{w}" if w > 0 else f"w{-w}gather")
+            name = "classic" if w is None else f"w{w[0]}{w[1]}"
             samples.setdefault(name, []).append(run(w))
     for name, runs in samples.items():
         if name == "classic":
@@ -142,10 +149,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--passes", type=int, default=2, help="passes over the settings, alternating order")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds for one setting's process")
     ap.add_argument("--pick", type=Path, help="write the picked setting here as shell export lines")
+    ap.add_argument("--variants", default="stock,gather,gv",
+                    help="arm variants: stock, gather (engine.linear), gv (gather + vector attention)")
     args = ap.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
+    variants = tuple("" if v == "stock" else v for v in args.variants.split(","))
+    if any(v not in VARIANTS for v in variants):
+        print(f"--variants {args.variants}: expected stock, gather, gv", file=sys.stderr)
+        return 2
     if args.one:
-        r = one(args.shape, args.quant, widths, args.tokens, args.reps)
+        r = one(args.shape, args.quant, widths, args.tokens, args.reps, variants)
         print(json.dumps(r) if args.json else r, flush=True)
         return 0
     names = args.settings.split(",")
@@ -160,7 +173,8 @@ def main(argv: list[str] | None = None) -> int:
             env = {k: v for k, v in os.environ.items() if k not in {k2 for s in SETTINGS.values() for k2 in s}}
             env.update(SETTINGS[name])
             cmd = [sys.executable, "-m", "engine.demo.probe_loop", "--one", "--json", "--shape", args.shape,
-                   "--widths", args.widths, "--tokens", str(args.tokens), "--reps", str(args.reps)]
+                   "--widths", args.widths, "--tokens", str(args.tokens), "--reps", str(args.reps),
+                   "--variants", args.variants]
             if args.quant:
                 cmd.append("--quant")
             try:
@@ -176,13 +190,16 @@ def main(argv: list[str] | None = None) -> int:
     doc["picked"] = pick(results)
     doc["modelled_ms_per_token_gather"] = {n: [modelled(r, "gather") for r in rs] for n, rs in results.items()}
     doc["picked_linear"] = pick_linear(results)
+    doc["picked_attention"] = pick_attention(results)
     print("modelled ms per token:", doc["modelled_ms_per_token"], "gather:", doc["modelled_ms_per_token_gather"],
-          "picked:", doc["picked"], "linear:", doc["picked_linear"], flush=True)
+          "picked:", doc["picked"], "linear:", doc["picked_linear"], "attention:", doc["picked_attention"],
+          flush=True)
     if args.out:
         args.out.write_text(json.dumps(doc, indent=1))
     if args.pick:
         lines = [f"export {k}={v}\n" for k, v in SETTINGS[doc["picked"]].items()]
         lines.append(f"export BW_VERIFY_LINEAR={doc['picked_linear']}\n")
+        lines.append(f"export BW_VERIFY_ATTENTION={doc['picked_attention']}\n")
         args.pick.write_text("".join(lines))
     return 0
 
@@ -198,22 +215,32 @@ def modelled(r: dict, suffix: str = "") -> float | None:
     arms = r.get("arms") or {}
     best = None
     for name, a in arms.items():
-        if name == "classic" or not name.endswith(suffix) or (not suffix and name.endswith("gather")):
+        m = re.fullmatch(r"w(\d+)(\D*)", name)
+        if m is None or m.group(2) != suffix:
             continue
-        k = int(name[1:len(name) - len(suffix)])
+        k = int(m.group(1))
         v = a["round_ms"] * (1 - ACCEPTANCE) / (1 - ACCEPTANCE ** k)
         best = v if best is None else min(best, v)
     return round(best, 3) if best is not None else None
 
 
+def _beats(runs: list, base: str, other: str) -> bool:
+    """``other`` arms' modelled ms per token below ``base`` arms' by MARGIN in every pass."""
+    pairs = [(modelled(r, base), modelled(r, other)) for r in runs]
+    return bool(pairs) and all(b is not None and o is not None and o < b * (1 - MARGIN) for b, o in pairs)
+
+
 def pick_linear(results: dict[str, list]) -> str:
     """``gather`` when, in the ``default`` setting's runs, the gather arms'
     modelled ms per token beat the stock arms' by MARGIN in every pass; else ``stock``."""
+    return "gather" if _beats(results.get("default") or [], "", "gather") else "stock"
+
+
+def pick_attention(results: dict[str, list]) -> str:
+    """``vector`` when gather is picked and the gather + vector arms beat the gather arms by
+    MARGIN in every pass of ``default``; else ``auto`` (plain on CUDA)."""
     runs = results.get("default") or []
-    pairs = [(modelled(r), modelled(r, "gather")) for r in runs]
-    if pairs and all(s is not None and g is not None and g < s * (1 - MARGIN) for s, g in pairs):
-        return "gather"
-    return "stock"
+    return "vector" if pick_linear(results) == "gather" and _beats(runs, "gather", "gv") else "auto"
 
 
 def pick(results: dict[str, list]) -> str:
