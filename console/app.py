@@ -579,7 +579,9 @@ class BlockwidthApp(App):
 
     def set_pair(self, pair: Any) -> None:
         self.pair = pair
-        self._show_phase(Phase.READY, f"{pair.describe()} · a (or Enter in a field) runs the A/B")
+        # The settings line says how to start ("press a"): the status carries the pair only, so it
+        # fits 80 columns instead of ending in a cut-off copy of that hint.
+        self._show_phase(Phase.READY, pair.describe())
 
     def action_open_pair(self) -> None:
         if self.phase.busy:
