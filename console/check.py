@@ -698,6 +698,9 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             print(f"blockwidth: error: {p}", file=err)
         if junit_path is not None:
             _write_junit(junit_path, check_report.junit_input_error(problems, meta), err)
+        if args.json:  # a CI step parsing stdout gets the reason, not an empty document
+            print(json.dumps({**meta, "exit_code": int(ExitCode.USAGE), "errors": problems,
+                              "counts": {}, "checks": []}, indent=1), file=out)
         return ExitCode.USAGE
 
     checks = static_checks(prof, device, mlx, pairs)

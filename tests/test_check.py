@@ -431,3 +431,15 @@ def test_a_pair_named_by_a_record_is_resolved_too(tmp_path, capsys):
     assert res[1]["figures"]["width"] == 6 and res[1]["figures"]["source"] == "profile"
     r.write_text(json.dumps({"pair": "not a table"}))  # a malformed record adds nothing and breaks nothing
     assert check_json(capsys, "--profile", str(p), "--device", "cpu")[0] == ExitCode.OK
+
+
+def test_json_on_bad_input_is_a_document_with_the_problems(tmp_path, capsys):
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[[entry]\nwidth = \n")
+    before = bad.read_bytes()
+    code, out, err = check(capsys, "--profile", str(bad), "--json")
+    doc = json.loads(out)
+    assert code == 2 and doc["exit_code"] == 2 and doc["checks"] == []
+    assert len(doc["errors"]) == 1 and "not valid TOML" in doc["errors"][0]
+    assert len(err.strip().splitlines()) == 1 and str(bad) in err  # the one line stays
+    assert bad.read_bytes() == before
