@@ -55,16 +55,23 @@ class VerifyAttention(str, Enum):
 CHOICES = tuple(m.value for m in VerifyAttention)
 
 
-def parse(value: str | VerifyAttention | None) -> VerifyAttention:
-    """The mode named by ``value``; a ValueError names the choices."""
+def parse_mode(kind: type[Enum], value, label: str):
+    """The member of ``kind`` (a str Enum with an ``AUTO``) named by ``value``, None meaning
+    ``AUTO``; a ValueError names ``label`` and the choices. Serves every verify-time choice."""
     if value is None:
-        return VerifyAttention.AUTO
-    if isinstance(value, VerifyAttention):
+        return kind.AUTO
+    if isinstance(value, kind):
         return value
     try:
-        return VerifyAttention(str(value).strip().lower())
+        return kind(str(value).strip().lower())
     except ValueError:
-        raise ValueError(f"verify attention {value!r}: expected one of {', '.join(CHOICES)}") from None
+        choices = ", ".join(m.value for m in kind)
+        raise ValueError(f"{label} {value!r}: expected one of {choices}") from None
+
+
+def parse(value: str | VerifyAttention | None) -> VerifyAttention:
+    """The mode named by ``value``; a ValueError names the choices."""
+    return parse_mode(VerifyAttention, value, "verify attention")
 
 
 def effective(mode: str | VerifyAttention | None, backend: str | None = None) -> VerifyAttention:

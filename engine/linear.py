@@ -35,6 +35,8 @@ from typing import Iterator
 import mlx.core as mx
 import mlx.nn as nn
 
+from engine.attention import current_backend, parse_mode
+
 MIN_ROWS = 2
 MAX_ROWS = 64
 
@@ -50,14 +52,7 @@ CHOICES = tuple(m.value for m in VerifyLinear)
 
 def parse(value: str | VerifyLinear | None) -> VerifyLinear:
     """The mode named by ``value``; a ValueError names the choices."""
-    if value is None:
-        return VerifyLinear.AUTO
-    if isinstance(value, VerifyLinear):
-        return value
-    try:
-        return VerifyLinear(str(value).strip().lower())
-    except ValueError:
-        raise ValueError(f"verify linear {value!r}: expected one of {', '.join(CHOICES)}") from None
+    return parse_mode(VerifyLinear, value, "verify linear")
 
 
 def effective(mode: str | VerifyLinear | None) -> VerifyLinear:
@@ -150,8 +145,6 @@ def uninstall() -> None:
 @contextmanager
 def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
     """Inside this block (this thread only), verify-shaped projections use ``mode``."""
-    from engine.attention import current_backend
-
     routing = LinearRouting(effective(mode))
     gather = routing.mode is VerifyLinear.GATHER
     if gather:
