@@ -19,15 +19,7 @@ mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 BW="python3 -m console.cli"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
-best_width() {  # the width with the highest median decode tok/s in the newest sweep record of $1
-    python3 - "$1" <<'EOF'
-import json, pathlib, sys
-recs = sorted(pathlib.Path(sys.argv[1]).glob("*.json"))
-r = json.loads(recs[-1].read_text())
-arms = [a for a in r["arms"] if a.get("width")]
-print(max(arms, key=lambda a: a["decode_tok_s"][1])["width"])
-EOF
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width
 case $verb in
 start)
     log "probe_loop (MLX CUDA graph settings, random 1B bf16)"

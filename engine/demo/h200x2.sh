@@ -31,15 +31,7 @@ wait_build() {  # until the detached build has finished, or $1 seconds since the
     cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
     return 0
 }
-best_width() {  # the width with the highest median decode tok/s in a sweep record
-    python3 - "$1" <<'EOF'
-import json, pathlib, sys
-recs = sorted(pathlib.Path(sys.argv[1]).glob("*.json"))
-r = json.loads(recs[-1].read_text())
-arms = [a for a in r["arms"] if a.get("width")]
-print(max(arms, key=lambda a: a["decode_tok_s"][1])["width"])
-EOF
-}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width
 case $stage in
 a)
     rm -f "$WORK/build.rc"
