@@ -70,11 +70,18 @@ def _rounds(run, prompt: list[int]):
         done += r.emitted
 
 
-def _engine(pair, drafter, prompt):
+def _engine(path, kind: str, make_drafter):
+    """The demo target with the drafter at ``path``, both in float32, decoding a demo prompt:
+    (pair, prompt, the run, the recorder of the drafter's logits)."""
+    pair = load_pair(TARGET, path, kind)
+    _f32(pair.target)
+    _f32(pair.drafter)
+    prompt = pair.tokenizer.encode(DEMO_PROMPTS[2])
+    drafter = make_drafter(pair.drafter, pair.target)
     rec = Recorder(drafter)
     run = speculative(pair, prompt, TOKENS, WIDTH, drafter=drafter)
     assert run.rounds and sum(r.drafted for r in run.rounds) > len(run.rounds)
-    return run, rec
+    return pair, prompt, run, rec
 
 
 def _same(train: mx.array, engine: mx.array) -> None:
@@ -87,11 +94,7 @@ def test_dflash_training_forward_is_what_the_engine_drafts(tmp_path, text):
     cfg = bd.dflash_config(TCONFIG)
     model, _ = bd.train_dflash([target], [rows], 4, 2, 2, 2e-3, cfg, np.random.default_rng(0), 24)
     path = bd.write_dflash(tmp_path / "dflash", cfg, model)
-    pair = load_pair(TARGET, path, "dflash")
-    _f32(pair.target)
-    _f32(pair.drafter)
-    prompt = pair.tokenizer.encode(DEMO_PROMPTS[2])
-    run, rec = _engine(pair, DFlashDrafter(pair.drafter, pair.target), prompt)
+    pair, prompt, run, rec = _engine(path, "dflash", DFlashDrafter)
     spec = pair.drafter.spec
     for (committed, k), logits in zip(_rounds(run, prompt), rec.logits):
         p = len(committed) - 1  # the pending token's position: context is rows 0..p-1
@@ -105,11 +108,7 @@ def test_mtp_training_forward_is_what_the_engine_drafts(tmp_path, text):
     target, rows = text
     head, _ = bd.train_mtp([target], [rows], 4, 2, 2e-3, TCONFIG, np.random.default_rng(0), 24)
     path = bd.write_mtp(tmp_path / "mtp", TCONFIG, head)
-    pair = load_pair(TARGET, path, "mtp")
-    _f32(pair.target)
-    _f32(pair.drafter)
-    prompt = pair.tokenizer.encode(DEMO_PROMPTS[2])
-    run, rec = _engine(pair, MTPDrafter(pair.drafter, pair.target), prompt)
+    pair, prompt, run, rec = _engine(path, "mtp", MTPDrafter)
     head = pair.drafter.heads[0]
     at = 0
     for committed, k in _rounds(run, prompt):
