@@ -19,6 +19,14 @@ async def _settle(app, pilot):
     await pilot.pause()
 
 
+async def _open_pair(app, pilot, *keys):
+    """The open-pair dialog (o), ``keys`` typed into it, and the load it starts settled."""
+    await pilot.press("o")
+    await pilot.pause()
+    await pilot.press(*keys)
+    await _settle(app, pilot)
+
+
 def _app(tmp_path):
     return BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"),
                                  record_dir=str(tmp_path / "rec")))
@@ -283,17 +291,11 @@ def test_open_another_pair_from_the_console(tmp_path):
         app = _app(tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
             await _settle(app, pilot)
-            await pilot.press("o")
-            await pilot.pause()
-            await pilot.press("ctrl+a", *str(demo.target("4bit")), "tab", "tab", "ctrl+a", *"lookup", "enter")
-            await _settle(app, pilot)
+            await _open_pair(app, pilot, "ctrl+a", *str(demo.target("4bit")), "tab", "tab", "ctrl+a", *"lookup", "enter")
             assert app.phase is Phase.READY, _text(app, "#status")
             assert app.pair.kind.value == "lookup" and app.pair.quantization.scheme.value == "affine"
             assert "affine" in _text(app, "#resolution")
-            await pilot.press("o")
-            await pilot.pause()
-            await pilot.press("ctrl+a", *"/nope/target", "enter")
-            await _settle(app, pilot)
+            await _open_pair(app, pilot, "ctrl+a", *"/nope/target", "enter")
             # A wrong path is refused before anything is dropped: the loaded pair stays.
             assert app.phase is Phase.READY and app.pair.kind.value == "lookup"
             assert "target field /nope/target" in _text(app, "#error")  # the dialog's words
@@ -312,18 +314,12 @@ def test_an_error_toast_keeps_its_brackets(tmp_path):
         app = _app(tmp_path)
         async with app.run_test(size=(100, 30)) as pilot:
             await _settle(app, pilot)
-            await pilot.press("o")
-            await pilot.pause()
-            await pilot.press(*"/nope/target", "enter")
-            await _settle(app, pilot)
+            await _open_pair(app, pilot, *"/nope/target", "enter")
             assert "still on target-bf16 [unquantized bfloat16]" in _text(app, "#error")
             toasts = [str(Toast(n).render()) for n in app._notifications]
             assert any("still on target-bf16 [unquantized bfloat16]" in t for t in toasts), toasts
             # The dialog's kind is named as its field, as the target and drafter are.
-            await pilot.press("o")
-            await pilot.pause()
-            await pilot.press("tab", "tab", *"eagle", "enter")
-            await _settle(app, pilot)
+            await _open_pair(app, pilot, "tab", "tab", *"eagle", "enter")
             assert "kind field eagle: the demo pair has no eagle drafter" in _text(app, "#error")
             assert app.pair.kind.value == "model"
 
