@@ -218,7 +218,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
               f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
               + (f", verify linear {session.config.verify_linear}"
-                 if session.config.verify_linear not in ("auto", "stock") else ""))
+                 if linear.effective(session.config.verify_linear) is not linear.VerifyLinear.STOCK else ""))
         print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
               f"{'identity':<16} verdict")
         for arm in [session.classic, *session.arms]:

@@ -463,9 +463,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     session.backend = attention.current_backend()
     session.attention = attention.effective(config.verify_attention, session.backend).value
     # The verify projections of every speculative forward this session runs: the arms, and the
-    # exactness probe, divergence replay and cost curve that judge and predict them (None: stock,
-    # and the runs' summaries stay as they were).
-    lin = None if linear.effective(config.verify_linear) is linear.VerifyLinear.STOCK else config.verify_linear
+    # exactness probe, divergence replay and cost curve that judge and predict them.
+    lin = config.verify_linear
     warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, max(widths),
                                                    pair.context_length)
     t_start = time.monotonic()
@@ -478,9 +477,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         started[0] += 1
         runs = max(config.planned_runs, started[0])
         emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
-        kw = {} if arm.width is None else {"attention": session.attention}
-        if arm.width is not None and lin is not None:
-            kw["linear"] = lin
+        kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
         run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
                                                          run=index, runs=runs, closing=closing)),

@@ -64,9 +64,7 @@ def one(args) -> int:
     width = None if args.one == "classic" else int(args.one)
     widest = max(int(w) for w in args.widths.split(","))
     warm_ids, shift = warmup_prompt(ids, args.max_tokens, widest, pair.context_length)
-    kw = {} if width is None else {"attention": args.verify_attention}
-    if width is not None and args.verify_linear not in ("auto", "stock"):
-        kw["linear"] = args.verify_linear
+    kw = {} if width is None else {"attention": args.verify_attention, "linear": args.verify_linear}
     decode(pair, warm_ids, args.max_tokens, width, **kw)
     run = decode(pair, ids, args.max_tokens, width, **kw)
     print(json.dumps({"decode_tok_s": run.decode_tok_s, "tokens": len(run.tokens), "warmup_shift": shift}))

@@ -17,7 +17,7 @@ import mlx.core as mx
 from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from engine.kvcache import RewindError, rewind
-from engine.linear import verify_linear
+from engine.linear import VerifyLinear, verify_linear
 
 
 class DecodeError(ValueError):
@@ -196,7 +196,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
     steps and prefill keep the fused kernel. None means ``auto``.
 
     ``linear`` chooses the projections of those forwards (engine.linear: ``stock``, or
-    ``gather`` for 16-bit targets on CUDA); None leaves them stock and out of the summary.
+    ``gather`` for 16-bit targets on CUDA); stock (None, ``auto``) stays out of the summary,
+    so a stock run's record reads as it did before the choice existed.
 
     Every ``split_every``-th round synchronises after drafting to time draft and
     verify apart; the others overlap them as mlx-lm does (a sync per round cost
@@ -228,7 +229,7 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
                 raise DecodeError(str(e)) from None
         t2 = perf()
     summary = routing.summary()
-    if linear is not None:
+    if lrouting.mode is not VerifyLinear.STOCK:
         summary["linear"] = lrouting.summary()
     return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
 
