@@ -296,10 +296,31 @@ def mtp_forward(head, embed, h: mx.array, rows: mx.array, depth: int) -> list[mx
 MTP_DEPTH = 3  # a width-4 round chains the head three times
 
 
+def init_from_last_layer(head, target) -> None:
+    """Start ``head`` from ``target``'s own last decoder layer and final norm, its projection
+    passing the hidden half through (identity) and the embedding half scaled down: at step 0
+    the head is the target's top layer applied once more to its output, a representation the
+    target's LM head already reads. For a large target with a short training budget (the 1B
+    pair: the demo head's random start learns the layer from nothing)."""
+    d = head.proj.weight.shape[0]
+    layer = target.model.layers[-1]
+    head.blocks[0].update(tree_map(lambda p: p.astype(mx.float32), layer.parameters()))
+    head.norm.update(tree_map(lambda p: p.astype(mx.float32), target.model.norm.parameters()))
+    w = head.proj.weight
+    e_half, h_half = (w[:, d:] * 0.1, mx.eye(d)) if head.hidden_first else (w[:, :d] * 0.1, mx.eye(d))
+    head.proj.weight = (mx.concatenate([h_half, e_half], axis=1) if head.hidden_first
+                        else mx.concatenate([e_half, h_half], axis=1))
+    mx.eval(head.parameters())
+
+
 def train_mtp(targets, text: list[np.ndarray], steps: int, batch: int, lr: float, target_config: dict,
-              rng: np.random.Generator, prompt: int, val: list[np.ndarray] | None = None):
-    """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text, as train_dflash."""
+              rng: np.random.Generator, prompt: int, val: list[np.ndarray] | None = None,
+              init_target=None):
+    """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text, as train_dflash.
+    ``init_target``: an unquantized target to start the head from (init_from_last_layer)."""
     head = mtp_head(target_config)
+    if init_target is not None:
+        init_from_last_layer(head, init_target)
     # Chained depths read the text as the drafts they stand for: only where it is the target's
     # own greedy continuation (t + 2 >= prompt). Depth 1 is labelled by the target's argmax.
     seq = text[0].shape[1]
@@ -464,6 +485,9 @@ def quantize_target(pair: Path) -> None:
     log(f"quantized {out}")
 
 
+PROMPTS: list[str] | None = None  # --prompts-file: measure on these instead of the demo prompts
+
+
 def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
             tokens: tuple[int, ...] = (64, 128), label: str | None = None) -> dict:
     """Per-drafted-token acceptance at ``width`` on the demo prompts, through this engine's loop,
@@ -479,7 +503,7 @@ def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
     for n in tokens:
         acc = dra = 0
         per = []
-        for prompt in DEMO_PROMPTS:
+        for prompt in PROMPTS or DEMO_PROMPTS:
             run = speculative(p, p.tokenizer.encode(prompt), n, width)
             acc, dra = acc + run.accepted, dra + run.drafted
             per.append(round(run.acceptance or 0.0, 3))
@@ -537,11 +561,20 @@ def main(argv: list[str] | None = None) -> int:
                          "drafter); 'none' starts at random")
     ap.add_argument("--accept-tokens", default="64,128", metavar="N,N",
                     help="decode lengths of the acceptance measurement on the demo prompts")
+    ap.add_argument("--mtp-init", choices=("random", "last"), default="random",
+                    help="start the MTP head at random (the demo head) or from the bfloat16 target's "
+                         "last layer and norm (a large target, a short budget)")
+    ap.add_argument("--prompts-file", type=Path, metavar="JSON",
+                    help="measure acceptance on this JSON list of prompts (a pair's held-out "
+                         "prompts.json) instead of the demo prompts")
     ap.add_argument("--measure", type=Path, metavar="DIR",
                     help="only measure the acceptance of the drafters already built in DIR")
     args = ap.parse_args(argv)
     args.accept_tokens = tuple(int(n) for n in str(args.accept_tokens).split(","))
     only = set(args.only or ("dflash", "mtp", "drafter"))
+    if args.prompts_file:
+        global PROMPTS
+        PROMPTS = [str(p) for p in json.loads(args.prompts_file.read_text())]
     if args.measure:
         result = acceptance(args.pair, args.measure, tokens=args.accept_tokens)
         (args.measure / "acceptance.json").write_text(json.dumps(result, indent=2))
@@ -592,7 +625,7 @@ def main(argv: list[str] | None = None) -> int:
         summary["dflash_params"] = int(sum(v.size for _, v in tree_flatten(model.parameters())))
     if "mtp" in only:
         head, loss = train_mtp(targets, text, args.mtp_steps, args.batch, args.mtp_lr, tconfig, rng,
-                               args.prompt, val)
+                               args.prompt, val, init_target=t16 if args.mtp_init == "last" else None)
         write_mtp(args.out / "mtp", tconfig, head)
         summary["mtp_loss"] = round(loss, 3)
         summary["mtp_params"] = int(sum(v.size for _, v in tree_flatten(head.parameters())))

@@ -7,9 +7,12 @@
 #                                         # ~3 min), pick, then start the pipeline below detached under it
 #   bash engine/demo/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
 #                                         # written so far to $OUT/results.tgz (call again and again)
-# The pipeline: build the 1B pair (build_gpu.py), sequential sweeps of both targets, the
-# fresh-process cold check and the bench against stock mlx-lm at the best width, a prompt-lookup
-# sweep, the MTP head's retraining. Weights stay in $WORK; every step's output goes to $WORK/results.
+# The pipeline (GPU 0): build the 1B pair (build_gpu.py), sequential sweeps of both targets with
+# its model drafter, then with an MTP head trained on the 1B target, the fresh-process cold check
+# at the best bf16 arm, the bench against stock mlx-lm, a soak. With GPUS=2 (nvidia-h200-x2) the
+# side chain runs on GPU 1 beside it: the demo DFlash drafter, the 1B MTP head (once the build is
+# done; on one GPU the pipeline trains it itself after the model sweeps), the demo model drafter.
+# Weights stay in $WORK; every step's output goes to $WORK/results.
 set -uo pipefail
 verb=${1:?verb: start | wait | pipeline}
 WORK=${WORK:-/root/bw}
@@ -19,17 +22,47 @@ mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 BW="python3 -m console.cli"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
-. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm
+mtp1b() {  # an MTP head for the 1B target, started from its last layer, on its own greedy text;
+           # acceptance at width 4 on the pair's held-out prompts (128 tokens), both targets
+    log "MTP head for the 1B target"
+    timeout 330 python3 -m engine.demo.build_drafters --pair "$P" --out "$R/mtp1b" --only mtp --targets bf16 \
+        --windows "${MTP_WINDOWS:-8192}" --gen-batch 2048 --val 128 --batch 32 --mtp-init last \
+        --seconds mtp="${MTP1B_S:-150}" --prompts-file "$P/prompts.json" --accept-tokens 128 \
+        > "$R/build-mtp1b.log" 2>&1
+    log "mtp1b rc $?"
+    rm -rf "$WORK/mtp1b"
+    # the weights stay on the host; the log and the acceptance come back
+    [ -d "$R/mtp1b/mtp" ] && mv "$R/mtp1b/mtp" "$WORK/mtp1b"
+    touch "$WORK/mtp1b.done"
+}
 case $verb in
 start)
-    log "probe_loop (MLX CUDA graph settings, random 1B bf16)"
-    rm -f "$WORK/pick.env"  # a failed probe must leave MLX's defaults, not an earlier run's pick
+    rm -f "$WORK/pick.env" "$WORK/pipeline.done" "$WORK/side.done" "$WORK/build.rc" "$WORK/mtp1b.done"
+    if [ "${GPUS:-1}" = 2 ]; then
+        CUDA_VISIBLE_DEVICES=1 setsid nohup bash "$0" side > "$R/side.out" 2>&1 < /dev/null &
+        log "side chain started on GPU 1"
+    fi
+    export CUDA_VISIBLE_DEVICES=0
+    log "probe_loop (stock, gather, gather + vector attention on a random 1B bf16 pair)"
+    # a failed probe must leave MLX's defaults, not an earlier run's pick
     timeout 240 python3 -m engine.demo.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
-        --settings "${SETTINGS:-default,nographs}" > "$R/probe_loop.txt" 2>&1
+        --settings "${SETTINGS:-default}" > "$R/probe_loop.txt" 2>&1
     log "picked: $(cat "$WORK/pick.env" 2>/dev/null)"
-    rm -f "$WORK/pipeline.done"
     setsid nohup bash "$0" pipeline > "$R/pipeline.out" 2>&1 < /dev/null &
     log "pipeline started" ;;
+side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
+    log "side: demo DFlash drafter (GPU 1)"
+    OUT=$R/demo HIDDEN_KINDS=dflash DFLASH_S=${DFLASH_S:-200} WINDOWS=${WINDOWS:-16384} \
+        timeout 400 bash engine/demo/drafters_gpu.sh hidden > "$R/side-dflash.out" 2>&1
+    log "side: dflash rc $?; waiting for the 1B build"
+    while [ ! -f "$WORK/build.rc" ]; do sleep 5; done
+    mtp1b
+    log "side: demo model drafter (GPU 1)"
+    OUT=$R/demo DRAFTER_S=${DRAFTER_S:-120} timeout 260 bash engine/demo/drafters_gpu.sh drafter \
+        > "$R/side-drafter.out" 2>&1
+    log "side: drafter rc $?"
+    touch "$WORK/side.done" ;;
 pipeline)
     # shellcheck disable=SC1091
     [ -f "$WORK/pick.env" ] && . "$WORK/pick.env"
@@ -38,50 +71,55 @@ pipeline)
     log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL, attention $VA)"
     python3 -m engine.demo.build_gpu --out "$P" --target-seconds "${TARGET_S:-150}" \
         --gen-seconds "${GEN_S:-80}" --drafter-seconds "${PAIR_DRAFTER_S:-120}" > "$R/build_gpu.log" 2>&1
-    log "build rc $?"
+    echo $? > "$WORK/build.rc"
+    log "build rc $(cat "$WORK/build.rc")"
     cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
-    for t in bf16 4bit; do
-        log "sweep $t"
-        timeout 200 $BW sweep --target "$P/target-$t" --draft "$P/drafter" --widths 2,3,4,5,6,7,8,12,16 \
-            -n 5 --sequential --max-reps 10 --max-seconds 150 --max-tokens 256 --prompt-file "$P/prompt.txt" \
-            --verify-linear "$VL" --verify-attention "$VA" \
-            --record-dir "$R/records-$t" > "$R/sweep-$t.txt" 2>&1
-        # No record (the sweep failed): no file, so the steps below fall back to width 4 (an empty
-        # file would pass `cat` and hand them an empty width).
-        best_width "$R/records-$t" > "$WORK/best-$t" 2>> "$R/pipeline.log" || rm -f "$WORK/best-$t"
-        log "sweep $t done; best $(cat "$WORK/best-$t" 2>/dev/null || echo 'none (width 4 below)')"
-    done
-    w=$(cat "$WORK/best-bf16" 2>/dev/null || echo 4)
-    log "coldcheck bf16 width $w"
-    timeout 300 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" --widths "$w" \
-        --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" --verify-attention "$VA" --fresh-runs 2 --out "$R/coldcheck-auto.json" > "$R/coldcheck.txt" 2>&1
+    sweeps() {  # $1: label, $2: drafter dir, $3: widths
+        for t in bf16 4bit; do
+            log "sweep $1 $t"
+            timeout 200 $BW sweep --target "$P/target-$t" --draft "$2" --widths "$3" \
+                -n 5 --sequential --max-reps 10 --max-seconds "${SWEEP_S:-130}" --max-tokens 256 \
+                --prompt-file "$P/prompt.txt" --verify-linear "$VL" --verify-attention "$VA" \
+                --record-dir "$R/records-$1-$t" > "$R/sweep-$1-$t.txt" 2>&1
+            log "sweep $1 $t rc $?; best $(best_arm "$R/records-$1-$t" 2>> "$R/pipeline.log")"
+        done
+    }
+    sweeps model "$P/drafter" 2,3,4,5,6,7,8,12,16
+    if [ "${GPUS:-1}" = 2 ]; then
+        t0=$(date +%s)
+        while [ ! -f "$WORK/mtp1b.done" ] && [ $(( $(date +%s) - t0 )) -lt 300 ]; do sleep 5; done
+    else
+        mtp1b
+    fi
+    [ -f "$WORK/mtp1b/config.json" ] && sweeps mtp "$WORK/mtp1b" 2,3,4,5,6,8
+    read -r d w ratio <<< "$(best_arm "$R"/records-*-bf16 2>> "$R/pipeline.log")"
+    case $d in *records-mtp-*) draft=$WORK/mtp1b ;; *) draft=$P/drafter ;; esac
+    w=${w:-4}
+    log "coldcheck bf16 width $w with $draft (sweep median $ratio x classic)"
+    timeout 300 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$draft" --widths "$w" \
+        --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
+        --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
     for t in bf16 4bit; do
-        w=$(cat "$WORK/best-$t" 2>/dev/null || echo 4)
-        ws=$(printf '%s\n' 4 "$w" | sort -nu | paste -sd,)
-        log "bench $t widths $ws"
+        read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
+        ws=$(printf '%s\n' 4 "${w:-4}" | sort -nu | paste -sd,)
+        log "bench $t widths $ws (model drafter: stock mlx-lm runs no MTP head)"
         timeout 200 python3 -m engine.bench --target "$P/target-$t" --draft "$P/drafter" \
-            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" --verify-attention "$VA" \
-            --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1
+            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" \
+            --verify-attention "$VA" --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1
         log "bench $t rc $?"
     done
-    log "lookup sweep bf16"
-    timeout 150 $BW sweep --target "$P/target-bf16" --kind lookup --widths 2,4,8,12,16 -n 5 --max-tokens 256 \
-        --verify-linear "$VL" --verify-attention "$VA" \
-        --prompt-file "$P/prompt.txt" --record-dir "$R/records-lookup" > "$R/sweep-lookup-bf16.txt" 2>&1
-    log "soak auto"
+    log "soak"
     timeout 60 python3 -m engine.soak --target "$P/target-bf16" --draft "$P/drafter" \
-        --rounds 2000 --width 4 --verify-linear "$VL" --verify-attention "$VA" --json 2> "$R/soak-auto.err" | tail -3 > "$R/soak-auto.json"
-    log "MTP head retraining (build_drafters --only mtp)"
-    OUT=$R timeout 200 python3 -m engine.demo.build_drafters --out "$R/drafters" --gen-batch 4096 --val 256 \
-        --batch 64 --blocks 16 --windows 8192 --only mtp --seconds mtp="${MTP_S:-60}" > "$R/build-mtp.log" 2>&1
-    log "mtp rc $?"
+        --rounds 2000 --width 4 --verify-linear "$VL" --verify-attention "$VA" --json 2> "$R/soak.err" \
+        | tail -3 > "$R/soak.json"
     log "pipeline done"
     touch "$WORK/pipeline.done" ;;
 wait)
     OUT=${OUT:?OUT must be set}
     t0=$(date +%s)
-    while [ ! -f "$WORK/pipeline.done" ] && [ $(( $(date +%s) - t0 )) -lt "${2:-500}" ]; do sleep 5; done
-    tail -5 "$R/pipeline.log"
+    done_() { [ -f "$WORK/pipeline.done" ] && { [ "${GPUS:-1}" != 2 ] || [ -f "$WORK/side.done" ]; }; }
+    while ! done_ && [ $(( $(date +%s) - t0 )) -lt "${2:-500}" ]; do sleep 5; done
+    tail -8 "$R/pipeline.log"
     tar czf "$OUT/results.tgz" -C "$WORK" results ;;
 esac
