@@ -9,7 +9,7 @@
 #                                         # written so far to $OUT/results.tgz (call again and again)
 # The pipeline (GPU 0): build the 1B pair (build_gpu.py), sequential sweeps of both targets with
 # its model drafter, then with an MTP head trained on the 1B target, the fresh-process cold check
-# at the best bf16 arm, the bench against stock mlx-lm, a soak. With GPUS=2 (nvidia-h200-x2) the
+# at the best bf16 arm, the bench against stock mlx-lm (BENCH_TARGETS, bf16). With GPUS=2 (nvidia-h200-x2) the
 # side chain runs on GPU 1 beside it: the demo DFlash drafter, the 1B MTP head (once the build is
 # done; on one GPU the pipeline trains it itself after the model sweeps), the demo model drafter.
 # Weights stay in $WORK; every step's output goes to $WORK/results.
@@ -52,6 +52,9 @@ start)
     setsid nohup bash "$0" pipeline > "$R/pipeline.out" 2>&1 < /dev/null &
     log "pipeline started" ;;
 side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
+    log "side: probe_overlap (host and GPU work of a forward, 1-8 rows, bf16 and 4-bit)"
+    for q in "" --quant; do timeout 120 python3 -m engine.demo.probe_overlap --json $q; done \
+        > "$R/probe_overlap.jsonl" 2> "$R/probe_overlap.err"
     log "side: demo DFlash drafter (GPU 1)"
     OUT=$R/demo HIDDEN_KINDS=dflash DFLASH_S=${DFLASH_S:-200} WINDOWS=${WINDOWS:-16384} \
         timeout 400 bash engine/demo/drafters_gpu.sh hidden > "$R/side-dflash.out" 2>&1
@@ -70,7 +73,7 @@ pipeline)
     VA=${BW_VERIFY_ATTENTION:-auto}  # vector when gather + vector beat gather alone
     log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL, attention $VA)"
     python3 -m engine.demo.build_gpu --out "$P" --target-seconds "${TARGET_S:-150}" \
-        --gen-seconds "${GEN_S:-80}" --drafter-seconds "${PAIR_DRAFTER_S:-120}" > "$R/build_gpu.log" 2>&1
+        --gen-seconds "${GEN_S:-60}" --drafter-seconds "${PAIR_DRAFTER_S:-100}" > "$R/build_gpu.log" 2>&1
     echo $? > "$WORK/build.rc"
     log "build rc $(cat "$WORK/build.rc")"
     cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
@@ -78,7 +81,7 @@ pipeline)
         for t in bf16 4bit; do
             log "sweep $1 $t"
             timeout 200 $BW sweep --target "$P/target-$t" --draft "$2" --widths "$3" \
-                -n 5 --sequential --max-reps 10 --max-seconds "${SWEEP_S:-130}" --max-tokens 256 \
+                -n 5 --sequential --max-reps 10 --max-seconds "${SWEEP_S:-110}" --max-tokens 256 \
                 --prompt-file "$P/prompt.txt" --verify-linear "$VL" --verify-attention "$VA" \
                 --record-dir "$R/records-$1-$t" > "$R/sweep-$1-$t.txt" 2>&1
             log "sweep $1 $t rc $?; best $(best_arm "$R/records-$1-$t" 2>> "$R/pipeline.log")"
@@ -100,7 +103,7 @@ pipeline)
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
         --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
-    for t in bf16 4bit; do
+    for t in ${BENCH_TARGETS:-bf16}; do
         read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
         ws=$(printf '%s\n' 4 "${w:-4}" | sort -nu | paste -sd,)
         log "bench $t widths $ws (model drafter: stock mlx-lm runs no MTP head)"
@@ -109,17 +112,18 @@ pipeline)
             --verify-attention "$VA" --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1
         log "bench $t rc $?"
     done
-    log "soak"
-    timeout 60 python3 -m engine.soak --target "$P/target-bf16" --draft "$P/drafter" \
-        --rounds 2000 --width 4 --verify-linear "$VL" --verify-attention "$VA" --json 2> "$R/soak.err" \
-        | tail -3 > "$R/soak.json"
     log "pipeline done"
     touch "$WORK/pipeline.done" ;;
 wait)
     OUT=${OUT:?OUT must be set}
     t0=$(date +%s)
     done_() { [ -f "$WORK/pipeline.done" ] && { [ "${GPUS:-1}" != 2 ] || [ -f "$WORK/side.done" ]; }; }
-    while ! done_ && [ $(( $(date +%s) - t0 )) -lt "${2:-500}" ]; do sleep 5; done
+    # a copy every minute: a call cut short by the device budget still brings back the latest one
+    while ! done_ && [ $(( $(date +%s) - t0 )) -lt "${2:-500}" ]; do
+        sleep 5
+        [ $(( ($(date +%s) - t0) % 60 )) -lt 5 ] && tar czf "$OUT/results.tgz.part" -C "$WORK" results \
+            && mv "$OUT/results.tgz.part" "$OUT/results.tgz"
+    done
     tail -8 "$R/pipeline.log"
-    tar czf "$OUT/results.tgz" -C "$WORK" results ;;
+    tar czf "$OUT/results.tgz.part" -C "$WORK" results && mv "$OUT/results.tgz.part" "$OUT/results.tgz" ;;
 esac
