@@ -12,7 +12,7 @@ layers, evaluated and synced, at 1, 2 and 4 rows:
 - ``attn``: the attention against each layer's cache (fused kernel at 1 row;
   plain, vector at 2+);
 - ``rest``: norms, RoPE, the MLP's activation, the residual adds;
-- ``layer``: whole layers, as the model runs them.
+- ``layers``: whole layers, as the model runs them; ``forward``: the whole model.
 
     python -m engine.demo.probe_parts --json [--quant]
 """
@@ -131,6 +131,15 @@ def main(argv: list[str] | None = None) -> int:
             got.append(perf() - t0)
             rewind(cache, k)
         row["layers"] = round(statistics.median(got[5:]) * 1e3, 3)
+        block = mx.array([11 + i for i in range(k)], mx.uint32)[None]
+        got = []
+        for i in range(args.reps):  # the whole model, as probe_overlap's synced figure
+            t0 = perf()
+            with verify_attention("auto"):
+                mx.eval(target(block, cache=cache))
+            got.append(perf() - t0)
+            rewind(cache, k)
+        row["forward"] = round(statistics.median(got[5:]) * 1e3, 3)
         out[f"rows{k}"] = row
     print(json.dumps(out, indent=None if args.json else 1))
     return 0
