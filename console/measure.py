@@ -335,7 +335,8 @@ def register(sub) -> None:
     attention_arg(p)
     p.add_argument("--verify-linear", choices=linear.CHOICES, default="auto",
                    help="projections of verify forwards: auto = stock; gather keeps 2..64-row 16-bit "
-                        "projections off cuBLAS on CUDA (engine/linear.py; not yet measured there)")
+                        "projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads "
+                        "the weights once for all rows (CUDA; engine/linear.py)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 

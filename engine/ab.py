@@ -279,13 +279,17 @@ class Session:
                 f"{k} {v:.0f}x" for k, v in slow.items()) + " the cost curve's forward of as many rows: "
                 "something is rebuilt every round (on CUDA, MLX's cuDNN attention plan cache, "
                 "MLX_CUDA_SDPA_CACHE_SIZE, is too small for these widths and positions).")
-        if linear.effective(self.config.verify_linear) is linear.VerifyLinear.GATHER:
+        mode = linear.effective(self.config.verify_linear)
+        if mode in (linear.VerifyLinear.GATHER, linear.VerifyLinear.GEMV):
             routed = sum((r.attention or {}).get("linear", {}).get("routed_calls", 0)
                          for arm in self.arms for r in arm.runs)
             if self.arms and any(arm.runs for arm in self.arms) and not routed:
-                out.append("verify linear gather routed no projection: here gather_mm takes only "
-                           "float32 weights (MLX's CPU), so these 16-bit projections stayed on the "
-                           "stock matmul and the figures are stock's.")
+                why = ("here gather_mm takes only float32 weights (MLX's CPU), so these 16-bit "
+                       "projections stayed on the stock matmul" if mode is linear.VerifyLinear.GATHER
+                       else "its kernel runs on CUDA only, for 16-bit weights, so every projection "
+                            "stayed on the stock matmul")
+                out.append(f"verify linear {mode.value} routed no projection: {why}, and the figures "
+                           "are stock's.")
         return out
 
     def prediction_lines(self) -> list[str]:

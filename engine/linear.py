@@ -19,8 +19,15 @@ sorted, the same call takes a CUTLASS grouped GEMM, which the probe measured at
 - ``stock``: MLX's matmul, as decoding without this module;
 - ``gather``: the route above, only inside :func:`verify_linear` and only in the
   thread that entered it; 1-row steps and prefill keep the stock matmul;
-- ``auto``: ``stock`` everywhere, until the H200 has measured ``gather``
-  (engine/demo/probe_gpu.py and probe_loop.py time both).
+- ``gemv``: on CUDA, 2..8-row 16-bit projections through this module's own kernel
+  (``mx.fast.cuda_kernel``): one warp per output feature reads its weight row once
+  and multiplies it with every row of the input, so a K-row projection reads the
+  weights once, as the 1-row gemv does. engine/demo/probe_parts.py measured on the
+  H200 that the projections are what doubles from 1 row to 2 (22 layers: 1.4 ms at
+  1 row, 3.0 ms at 2, stock or ``gather``, whose gemv_gather reads the weights once
+  per row); elsewhere (a CPU, quantized or float32 weights, 9+ rows) stock;
+- ``auto``: ``stock`` everywhere, until the H200 has measured the others in the
+  decode loop (engine/demo/probe_loop.py times them beside stock).
 """
 
 from __future__ import annotations
@@ -45,6 +52,10 @@ class VerifyLinear(str, Enum):
     AUTO = "auto"
     STOCK = "stock"
     GATHER = "gather"
+    GEMV = "gemv"
+
+
+GEMV_MAX_ROWS = 8  # the kernel keeps one float accumulator per row in registers
 
 
 CHOICES = tuple(m.value for m in VerifyLinear)
@@ -104,17 +115,80 @@ def gather_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -
     return out + bias if bias is not None else out
 
 
+# y[r, n] = sum_d x[r, d] * w[n, d] for r < K: one warp per n reads w's row n once, 8
+# 16-bit values (16 bytes) a lane at a time, and keeps one float sum per row of x (read
+# from L1/L2: K rows of D values); the warp's lanes then add their sums.
+_GEMV_SOURCE = """
+    const int lane = threadIdx.x & 31;
+    const int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    if (n >= N) return;
+    const T* wr = w + (size_t)n * D;
+    float acc[K];
+    #pragma unroll
+    for (int r = 0; r < K; ++r) acc[r] = 0.0f;
+    for (int i = lane * 8; i < D; i += 32 * 8) {
+        const uint4 wv = *reinterpret_cast<const uint4*>(wr + i);
+        const T* wp = reinterpret_cast<const T*>(&wv);
+        float wf[8];
+        #pragma unroll
+        for (int j = 0; j < 8; ++j) wf[j] = static_cast<float>(wp[j]);
+        #pragma unroll
+        for (int r = 0; r < K; ++r) {
+            const uint4 xv = *reinterpret_cast<const uint4*>(x + (size_t)r * D + i);
+            const T* xp = reinterpret_cast<const T*>(&xv);
+            #pragma unroll
+            for (int j = 0; j < 8; ++j) acc[r] += wf[j] * static_cast<float>(xp[j]);
+        }
+    }
+    #pragma unroll
+    for (int r = 0; r < K; ++r) {
+        float v = acc[r];
+        #pragma unroll
+        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+        if (lane == 0) out[(size_t)r * N + n] = static_cast<T>(v);
+    }
+"""
+_gemv_kernel = None
+
+
+def gemv_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
+    """``x @ weight.T (+ bias)`` for 2..8 rows of 16-bit ``x`` through the K-row gemv kernel
+    (CUDA only; the caller checks the shapes: last dim a multiple of 8, dtypes equal)."""
+    global _gemv_kernel
+    if _gemv_kernel is None:
+        _gemv_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_gemv", input_names=["x", "w"],
+                                           output_names=["out"], source=_GEMV_SOURCE)
+    d = x.shape[-1]
+    rows = x.size // d
+    n = weight.shape[0]
+    out = _gemv_kernel(inputs=[x.reshape(rows, d), weight],
+                       template=[("T", x.dtype), ("K", rows), ("D", d), ("N", n)],
+                       grid=(n * 32, 1, 1), threadgroup=(128, 1, 1),
+                       output_shapes=[(rows, n)], output_dtypes=[x.dtype])[0]
+    out = out.reshape(*x.shape[:-1], n)
+    return out + bias if bias is not None else out
+
+
 def _dispatch(self, x):
     routing = _active.get()
-    if routing is None or routing.mode is not VerifyLinear.GATHER or type(self) is not nn.Linear:
+    if routing is None or routing.mode not in (VerifyLinear.GATHER, VerifyLinear.GEMV) \
+            or type(self) is not nn.Linear:
         return _stock_call(self, x)
     rows = x.size // x.shape[-1] if x.ndim else 0
     w = self["weight"]
+    bias = self["bias"] if "bias" in self else None
+    if routing.mode is VerifyLinear.GEMV:
+        if (MIN_ROWS <= rows <= GEMV_MAX_ROWS and w.dtype in routing.dtypes and x.dtype == w.dtype
+                and x.shape[-1] % 8 == 0):
+            routing.routed += 1
+            return gemv_linear(x, w, bias)
+        routing.passed += 1
+        return _stock_call(self, x)
     if not (MIN_ROWS <= rows <= MAX_ROWS) or w.dtype not in routing.dtypes:
         routing.passed += 1
         return _stock_call(self, x)
     routing.routed += 1
-    return gather_linear(x, w, self["bias"] if "bias" in self else None)
+    return gather_linear(x, w, bias)
 
 
 _holders = 0  # gather blocks open in any thread: the dispatcher is in place only while > 0
@@ -146,10 +220,13 @@ def uninstall() -> None:
 def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
     """Inside this block (this thread only), verify-shaped projections use ``mode``."""
     routing = LinearRouting(effective(mode))
-    gather = routing.mode is VerifyLinear.GATHER
+    gather = routing.mode in (VerifyLinear.GATHER, VerifyLinear.GEMV)
     if gather:
         cuda = current_backend() == "cuda"
-        routing.dtypes = (mx.bfloat16, mx.float16, mx.float32) if cuda else (mx.float32,)
+        if routing.mode is VerifyLinear.GEMV:  # a CUDA kernel: nothing to route elsewhere
+            routing.dtypes = (mx.bfloat16, mx.float16) if cuda else ()
+        else:
+            routing.dtypes = (mx.bfloat16, mx.float16, mx.float32) if cuda else (mx.float32,)
         install()
     token = _active.set(routing)
     try:

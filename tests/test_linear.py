@@ -112,7 +112,7 @@ def test_a_closing_block_leaves_the_blocks_still_open_routed():
 def test_a_bad_choice_names_the_choices():
     with pytest.raises(ValueError, match="gather"):
         parse("cublas")
-    assert set(CHOICES) == {"auto", "stock", "gather"}
+    assert set(CHOICES) == {"auto", "stock", "gather", "gemv"}
 
 
 @pytest.mark.parametrize("width", [2, 4, 8])
@@ -174,3 +174,23 @@ def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
     md = record.markdown(record.build(gathered, pair, host.identity(), host.gate().to_dict()))
     assert "- verify linear: gather" in md and f"- {said[0]}" in md
     assert not any("routed no projection" in w for w in run_session(pair, AbConfig(**cfg)).warnings())
+
+
+def test_gemv_routes_nothing_on_a_cpu_keeps_classic_tokens_and_says_so():
+    """``gemv`` is a CUDA kernel: on this CPU every projection stays on the stock matmul (the
+    tokens are classic's, the run counts the passes) and the session warns that its figures
+    are stock's."""
+    from engine.ab import AbConfig, run_session
+
+    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+    ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
+    run = speculative(pair, ids, 24, 4, linear="gemv")
+    assert run.tokens == classic(pair, ids, 24).tokens
+    assert run.attention["linear"]["routed_calls"] == 0
+    assert run.attention["linear"]["stock_calls"] > 0
+    assert nn.Linear.__call__ is _STOCK
+    session = run_session(pair, AbConfig(widths=(2,), prompt=DEMO_PROMPTS[0], n=1, max_tokens=8,
+                                         exactness=False, predict=False, warmup=False,
+                                         verify_linear="gemv"))
+    assert any("verify linear gemv routed no projection" in w and "CUDA only" in w
+               for w in session.warnings())

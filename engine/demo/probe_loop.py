@@ -83,7 +83,8 @@ def _models(shape: str, quant: bool):
 # Arm variants beside the stock loop: the verify's projections through engine.linear's gather,
 # and the same with the vector attention (no cuBLAS call left in a 16-bit verify).
 VARIANTS: dict[str, dict] = {"": {}, "gather": {"linear": "gather"},
-                             "gv": {"linear": "gather", "attention": "vector"}}
+                             "gv": {"linear": "gather", "attention": "vector"},
+                             "gemv": {"linear": "gemv"}}
 
 
 def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int,
@@ -150,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds for one setting's process")
     ap.add_argument("--pick", type=Path, help="write the picked setting here as shell export lines")
     ap.add_argument("--variants", default="stock,gather,gv",
-                    help="arm variants: stock, gather (engine.linear), gv (gather + vector attention)")
+                    help="arm variants: stock, gather (engine.linear), gv (gather + vector attention), "
+                         "gemv (engine.linear's K-row kernel)")
     args = ap.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
     variants = tuple("" if v == "stock" else v for v in args.variants.split(","))
     if any(v not in VARIANTS for v in variants):
-        print(f"--variants {args.variants}: expected stock, gather, gv", file=sys.stderr)
+        print(f"--variants {args.variants}: expected stock, gather, gv, gemv", file=sys.stderr)
         return 2
     if args.one:
         r = one(args.shape, args.quant, widths, args.tokens, args.reps, variants)
@@ -189,9 +191,11 @@ def main(argv: list[str] | None = None) -> int:
     doc["modelled_ms_per_token"] = {n: [modelled(r) for r in rs] for n, rs in results.items()}
     doc["picked"] = pick(results)
     doc["modelled_ms_per_token_gather"] = {n: [modelled(r, "gather") for r in rs] for n, rs in results.items()}
+    doc["modelled_ms_per_token_gemv"] = {n: [modelled(r, "gemv") for r in rs] for n, rs in results.items()}
     doc["picked_linear"] = pick_linear(results)
     doc["picked_attention"] = pick_attention(results)
     print("modelled ms per token:", doc["modelled_ms_per_token"], "gather:", doc["modelled_ms_per_token_gather"],
+          "gemv:", doc["modelled_ms_per_token_gemv"],
           "picked:", doc["picked"], "linear:", doc["picked_linear"], "attention:", doc["picked_attention"],
           flush=True)
     if args.out:
@@ -231,9 +235,13 @@ def _beats(runs: list, base: str, other: str) -> bool:
 
 
 def pick_linear(results: dict[str, list]) -> str:
-    """``gather`` when, in the ``default`` setting's runs, the gather arms'
+    """``gemv``, else ``gather``, when, in the ``default`` setting's runs, its arms'
     modelled ms per token beat the stock arms' by MARGIN in every pass; else ``stock``."""
-    return "gather" if _beats(results.get("default") or [], "", "gather") else "stock"
+    runs = results.get("default") or []
+    for mode in ("gemv", "gather"):
+        if _beats(runs, "", mode):
+            return mode
+    return "stock"
 
 
 def pick_attention(results: dict[str, list]) -> str:

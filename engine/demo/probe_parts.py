@@ -80,6 +80,19 @@ def main(argv: list[str] | None = None) -> int:
         if k > 1 and not args.quant:
             with verify_linear("gather"):
                 row["proj_gather"] = timed(proj)
+            with verify_linear("gemv") as r:
+                row["proj_gemv"] = timed(proj)
+                row["gemv_routed"] = r.routed
+            # the kernel's products against the stock matmul's, relative to the largest
+            errs = []
+            for lin in (layers[0].self_attn.q_proj, layers[0].self_attn.k_proj, layers[0].mlp.up_proj,
+                        layers[0].mlp.down_proj):
+                xin = mx.random.normal((1, k, lin.weight.shape[1])).astype(x.dtype)
+                ref = xin.astype(mx.float32) @ lin.weight.astype(mx.float32).T
+                with verify_linear("gemv"):
+                    got = lin(xin).astype(mx.float32)
+                errs.append((mx.abs(got - ref).max() / mx.abs(ref).max()).item())
+            row["gemv_max_rel_err"] = round(max(errs), 5)
 
         qs = {(layer.self_attn.n_heads, layer.self_attn.head_dim):
               mx.random.normal((1, layer.self_attn.n_heads, k, layer.self_attn.head_dim)).astype(x.dtype)
