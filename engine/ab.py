@@ -357,7 +357,7 @@ def _more(session: Session) -> str:
     if session.config.sequential:
         return (f"the sequential budget of {session.config.max_reps} repetitions / "
                 f"{session.config.max_seconds:g} s ended first: a larger budget")
-    return "7 repetitions (-n 7; the console's n field) or sequential mode (--sequential)"
+    return "-n 7 or --sequential; in the console, n 7 or sequential mode"
 
 
 def decide(session: Session) -> None:
