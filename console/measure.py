@@ -273,7 +273,8 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
             print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
 
     curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                              attention=args.verify_attention, on_progress=progress)
+                              attention=args.verify_attention, linear=args.verify_linear,
+                              on_progress=progress)
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -283,7 +284,9 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         return ExitCode.OK
     print(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
           f"context {curve.context}, median of {curve.repeats}, each forward at a new KV length "
-          f"(cold); verify attention {curve.attention}")
+          f"(cold); verify attention {curve.attention}"
+          + ("" if linear.effective(args.verify_linear) is linear.VerifyLinear.STOCK
+             else f", verify linear {linear.effective(args.verify_linear).value}"))
     base = curve.ms(rows[0]) or 1.0
 
     def note(p) -> str:
@@ -293,6 +296,9 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
 
     points = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms, note(p)) for p in curve.points]
     print("\n".join(bars(points, "ms")))
+    if curve.linear is not None and not curve.linear["routed_calls"]:
+        print(f"verify linear {curve.linear['mode']} routed no projection: "
+              f"{linear.unrouted_reason(curve.linear['mode'])}, so these are the stock matmul's times")
     replayed = [p for p in curve.points if p.rows >= 2 and p.cold_over_warm and p.cold_over_warm >= 1.5]
     if replayed:
         print("cold >> warm: " + ", ".join(f"{p.rows} rows {p.cold_over_warm:.1f}x" for p in replayed)
@@ -333,10 +339,7 @@ def register(sub) -> None:
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
     attention_arg(p)
-    p.add_argument("--verify-linear", choices=linear.CHOICES, default="auto",
-                   help="projections of verify forwards: auto = stock; gather keeps 2..64-row 16-bit "
-                        "projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads "
-                        "the weights once for all rows (CUDA; engine/linear.py)")
+    linear_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -350,8 +353,16 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=integer(1, 1000, "timed repeats"), default=7,
                    help="timed repeats per row count (median), 1..1000")
     attention_arg(p)
+    linear_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def linear_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--verify-linear", choices=linear.CHOICES, default="auto",
+                   help="projections of verify forwards: auto = stock; gather keeps 2..64-row 16-bit "
+                        "projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads "
+                        "the weights once for all rows (CUDA; engine/linear.py)")
 
 
 def attention_arg(p: argparse.ArgumentParser) -> None:

@@ -284,12 +284,9 @@ class Session:
             routed = sum((r.attention or {}).get("linear", {}).get("routed_calls", 0)
                          for arm in self.arms for r in arm.runs)
             if self.arms and any(arm.runs for arm in self.arms) and not routed:
-                why = ("here gather_mm takes only float32 weights (MLX's CPU), so these 16-bit "
-                       "projections stayed on the stock matmul" if mode is linear.VerifyLinear.GATHER
-                       else "its kernel runs on CUDA only, for 16-bit weights, so every projection "
-                            "stayed on the stock matmul")
-                out.append(f"verify linear {mode.value} routed no projection: {why}, and the figures "
-                           "are stock's.")
+                out.append(f"verify linear {mode.value} routed no projection: "
+                           f"{linear.unrouted_reason(mode)}, so the projections stayed on the stock "
+                           "matmul and the figures are stock's.")
         return out
 
     def prediction_lines(self) -> list[str]:

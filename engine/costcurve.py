@@ -50,6 +50,8 @@ class CostCurve:
     repeats: int
     points: tuple[Point, ...] = field(default_factory=tuple)
     attention: str = "fused"  # the verify attention the forwards of 2+ rows used
+    # engine.linear's summary (mode, routed and stock calls) when not stock; None for stock
+    linear: dict | None = None
 
     def ms(self, rows: int) -> float | None:
         for p in self.points:
@@ -61,8 +63,11 @@ class CostCurve:
         return [p for p in self.points if p.boundary]
 
     def to_dict(self) -> dict:
-        return {"context": self.context, "repeats": self.repeats, "attention": self.attention,
-                "points": [p.to_dict() for p in self.points]}
+        out = {"context": self.context, "repeats": self.repeats, "attention": self.attention,
+               "points": [p.to_dict() for p in self.points]}
+        if self.linear is not None:
+            out["linear"] = self.linear
+        return out
 
 
 def parse_rows(text: str) -> tuple[int, ...]:
@@ -122,7 +127,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
 
     from engine.attention import verify_attention
     from engine.kvcache import rewind as trim_prompt_cache
-    from engine.linear import verify_linear
+    from engine.linear import VerifyLinear, verify_linear
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
@@ -133,10 +138,11 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     mx.eval(model(prefix[None], cache=cache))
     points = []
     mode = "fused"
+    lsum: dict | None = None
     for i, k in enumerate(rows):
         x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32)
         cold, hot, first = [], [], None
-        with verify_attention(attention) as routing, verify_linear(linear):
+        with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
             mode = routing.mode.value
             for r in range(warmup + repeats):
                 t0 = time.perf_counter()
@@ -155,6 +161,10 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
                     trim_prompt_cache(cache, k)  # back to the same length
                     if r >= 1:
                         hot.append(dt)
+        if lrouting.mode is not VerifyLinear.STOCK:
+            got = lrouting.summary()
+            lsum = got if lsum is None else {**got, "routed_calls": lsum["routed_calls"] + got["routed_calls"],
+                                             "stock_calls": lsum["stock_calls"] + got["stock_calls"]}
         trim_prompt_cache(cache, warmup + repeats)  # every row count starts at ``context``
         points.append(Point(k, statistics.median(cold), min(cold), max(cold),
                             warm_ms=statistics.median(hot) if hot else None, first_ms=first))
@@ -162,7 +172,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
             on_progress(i + 1, len(rows))
         if cancel and cancel():
             break
-    return CostCurve(context, repeats, mark_boundaries(points), mode)
+    return CostCurve(context, repeats, mark_boundaries(points), mode, lsum)
 
 
 def expected_tokens(acceptance: float, width: int) -> float:

@@ -66,6 +66,13 @@ def parse(value: str | VerifyLinear | None) -> VerifyLinear:
     return parse_mode(VerifyLinear, value, "verify linear")
 
 
+def unrouted_reason(mode: str | VerifyLinear | None) -> str:
+    """Why a ``mode`` block can route nothing here (for the warnings that say so)."""
+    if effective(mode) is VerifyLinear.GEMV:
+        return "its kernel runs on CUDA only, for 16-bit weights"
+    return "here gather_mm takes only float32 weights (MLX's CPU)"
+
+
 def effective(mode: str | VerifyLinear | None) -> VerifyLinear:
     mode = parse(mode)
     return VerifyLinear.STOCK if mode is VerifyLinear.AUTO else mode

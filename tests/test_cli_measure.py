@@ -15,6 +15,22 @@ def test_costcurve_json():
     assert [x["rows"] for x in d["points"]] == [1, 2, 4] and d["target_quantization"]["scheme"] == "none"
 
 
+def test_costcurve_takes_the_verify_linear_choice_and_says_when_it_routed_nothing():
+    """--verify-linear reaches costcurve's forwards: the JSON carries the routing summary (no
+    key for stock, so stock curves read as before), and on this CPU gemv, a CUDA kernel,
+    routes nothing, which the text output says above its times."""
+    p = run_cli("costcurve", "--rows", "1,2", "--repeats", "2", "--context", "8", "--verify-linear", "gemv",
+                "--json")
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["linear"]["mode"] == "gemv" and d["linear"]["routed_calls"] == 0
+    assert d["linear"]["stock_calls"] > 0
+    p = run_cli("costcurve", "--rows", "1,2", "--repeats", "2", "--context", "8", "--verify-linear", "gemv")
+    assert "verify linear gemv" in p.stdout and "routed no projection: its kernel runs on CUDA only" in p.stdout
+    p = run_cli("costcurve", "--rows", "1,2", "--repeats", "2", "--context", "8", "--json")
+    assert "linear" not in json.loads(p.stdout)
+
+
 def test_costcurve_text_plot():
     p = run_cli("costcurve", "--demo-target", "4bit", "--rows", "1-3", "--repeats", "2", "--context", "8")
     assert p.returncode == 0, p.stderr
