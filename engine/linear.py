@@ -176,6 +176,22 @@ def gemv_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> 
     return out + bias if bias is not None else out
 
 
+def gemv_fits(x_shape: tuple, x_dtype, w_shape: tuple, w_dtype, dtypes: tuple) -> bool:
+    """Whether the gemv kernel computes ``x @ w.T`` exactly as its source assumes: 2..8 rows,
+    a 2-D weight whose input width is x's last dim (the kernel reads D = x's last dim from every
+    weight row, so a narrower weight, which the stock matmul rejects, would be read past its
+    end), that width a multiple of 8 (16-byte loads, no tail), and x and w of one 16-bit dtype
+    (the kernel's one type T)."""
+    if not x_shape or len(w_shape) != 2:
+        return False
+    d = x_shape[-1]
+    rows = 1
+    for n in x_shape[:-1]:
+        rows *= n
+    return (MIN_ROWS <= rows <= GEMV_MAX_ROWS and d > 0 and d % 8 == 0 and w_shape[1] == d
+            and w_shape[0] > 0 and w_dtype in dtypes and x_dtype == w_dtype)
+
+
 def _dispatch(self, x):
     routing = _active.get()
     if routing is None or routing.mode not in (VerifyLinear.GATHER, VerifyLinear.GEMV) \
@@ -185,8 +201,7 @@ def _dispatch(self, x):
     w = self["weight"]
     bias = self["bias"] if "bias" in self else None
     if routing.mode is VerifyLinear.GEMV:
-        if (MIN_ROWS <= rows <= GEMV_MAX_ROWS and w.dtype in routing.dtypes and x.dtype == w.dtype
-                and x.shape[-1] % 8 == 0):
+        if gemv_fits(x.shape, x.dtype, w.shape, w.dtype, routing.dtypes):
             routing.routed += 1
             return gemv_linear(x, w, bias)
         routing.passed += 1

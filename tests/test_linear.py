@@ -13,7 +13,7 @@ import pytest
 from engine import demo
 from engine.decode import classic, speculative
 from engine.demo.prompts import DEMO_PROMPTS
-from engine.linear import CHOICES, gather_linear, parse, verify_linear
+from engine.linear import CHOICES, gather_linear, gemv_fits, parse, verify_linear
 from engine.pair import load_pair
 
 _STOCK = nn.Linear.__call__
@@ -194,3 +194,24 @@ def test_gemv_routes_nothing_on_a_cpu_keeps_classic_tokens_and_says_so():
                                          verify_linear="gemv"))
     assert any("verify linear gemv routed no projection" in w and "CUDA only" in w
                for w in session.warnings())
+
+
+def test_gemv_takes_only_the_shapes_its_kernel_reads_in_bounds():
+    """The CUDA kernel cannot run here, so its dispatch rule is checked as a rule: it reads
+    D = x's last dim from every weight row with 16-byte loads and keeps 8 row sums, so only
+    2..8 rows, D a multiple of 8, a weight of exactly D inputs and one 16-bit dtype may go."""
+    bf, half, f32 = mx.bfloat16, mx.float16, mx.float32
+    cuda = (bf, half)
+    assert gemv_fits((1, 4, 64), bf, (48, 64), bf, cuda)
+    assert gemv_fits((2, 64), half, (48, 64), half, cuda)
+    assert gemv_fits((1, 8, 64), bf, (48, 64), bf, cuda)
+    assert not gemv_fits((1, 1, 64), bf, (48, 64), bf, cuda)  # a 1-row step: MLX's own gemv
+    assert not gemv_fits((1, 9, 64), bf, (48, 64), bf, cuda)  # more rows than accumulators
+    assert not gemv_fits((1, 4, 60), bf, (48, 60), bf, cuda)  # 16-byte loads would run past D
+    assert not gemv_fits((1, 4, 64), bf, (48, 32), bf, cuda)  # would read past each weight row
+    assert not gemv_fits((1, 4, 64), bf, (48, 128), bf, cuda)  # the stock matmul's shape error
+    assert not gemv_fits((1, 4, 64), bf, (2, 48, 64), bf, cuda)
+    assert not gemv_fits((1, 4, 64), f32, (48, 64), bf, cuda)  # one type T for both
+    assert not gemv_fits((1, 4, 64), f32, (48, 64), f32, cuda)
+    assert not gemv_fits((1, 4, 64), bf, (48, 64), bf, ())  # a CPU routes nothing
+    assert not gemv_fits((), bf, (48, 64), bf, cuda)
