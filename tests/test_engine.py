@@ -183,6 +183,8 @@ def test_decision_rules_on_constructed_samples():
     assert none.recommendation is None and none.decision == "no width beats classic here"
     und = _session([100, 101, 102, 101], {4: ([95, 101, 105], True)})
     assert und.decision == "undecided"
+    # the console shows this line too: how to get more repetitions, in words both front ends use
+    assert "n 7" in und.why and "sequential" in und.why and "--" not in und.why
 
 
 def test_drift_rule():
