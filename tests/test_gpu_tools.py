@@ -95,6 +95,19 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 9.5)]}) == "stock"
     assert probe_loop.pick_linear({"default": [res(10)]}) == "stock"  # gather not timed
 
+    def lin(stock, gather, gemv):
+        r = both(stock, gather)
+        r["arms"]["w4gemv"] = {"round_ms": gemv}
+        return r
+
+    # gemv alone wins every pass; both win and the faster median is picked, whichever it is
+    assert probe_loop.pick_linear({"default": [lin(10, 9.5, 8), lin(10, 9.5, 8.5)]}) == "gemv"
+    assert probe_loop.pick_linear({"default": [lin(10, 7, 8.5), lin(10, 7, 8.5)]}) == "gather"
+    assert probe_loop.pick_linear({"default": [lin(10, 8.5, 7), lin(10, 8.5, 7)]}) == "gemv"
+    assert probe_loop.pick_linear({"default": [lin(10, 9.5, 8), lin(10, 9.5, 9.5)]}) == "stock"
+    # gather + vector is judged only beside a picked gather
+    assert probe_loop.pick_attention({"default": [lin(10, 8.5, 7), lin(10, 8.5, 7)]}) == "auto"
+
     def three(stock, gather, gv):
         r = both(stock, gather)
         r["arms"]["w4gv"] = {"round_ms": gv}
