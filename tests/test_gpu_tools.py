@@ -75,8 +75,9 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     setting replaces ``default`` only when its modelled ms per token is 10 % lower in every pass."""
     from engine.demo import probe_loop
 
-    r = probe_loop.one("tiny", False, [4], 8, 1, ("", "gather", "gv"))
-    assert set(r["arms"]) == {"classic", "w4", "w4gather", "w4gv"}
+    r = probe_loop.one("tiny", False, [4], 8, 1, ("", "gather", "gv", "gemv"))
+    assert set(r["arms"]) == {"classic", "w4", "w4gather", "w4gv", "w4gemv"}
+    assert r["arms"]["w4gemv"]["linear_routed_calls"] == 0  # the kernel is CUDA's
     assert r["arms"]["classic"]["step_ms"] > 0 and r["arms"]["w4"]["round_ms"] > 0
 
     def res(round_ms):
