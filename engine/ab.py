@@ -279,15 +279,29 @@ class Session:
                 f"{k} {v:.0f}x" for k, v in slow.items()) + " the cost curve's forward of as many rows: "
                 "something is rebuilt every round (on CUDA, MLX's cuDNN attention plan cache, "
                 "MLX_CUDA_SDPA_CACHE_SIZE, is too small for these widths and positions).")
-        mode = linear.effective(self.config.verify_linear)
-        if mode in (linear.VerifyLinear.GATHER, linear.VerifyLinear.GEMV):
-            routed = sum((r.attention or {}).get("linear", {}).get("routed_calls", 0)
-                         for arm in self.arms for r in arm.runs)
-            if self.arms and any(arm.runs for arm in self.arms) and not routed:
-                out.append(f"verify linear {mode.value} routed no projection: "
-                           f"{linear.unrouted_reason(mode)}, so the projections stayed on the stock "
-                           "matmul and the figures are stock's.")
+        out += self._linear_warnings()
         return out
+
+    def _linear_warnings(self) -> list[str]:
+        """Arms whose verify projections the chosen route never took: their figures are stock's.
+        A width-w verify has w rows, and the route takes 2..MAX_ROWS (gather) or 2..GEMV_MAX_ROWS
+        (gemv) of them: a gemv sweep over widths 2..16 routes at w8 and not at w12."""
+        mode = linear.effective(self.config.verify_linear)
+        if mode not in (linear.VerifyLinear.GATHER, linear.VerifyLinear.GEMV):
+            return []
+        ran = [arm for arm in self.arms if arm.runs]
+        idle = [arm for arm in ran if not sum((r.attention or {}).get("linear", {}).get("routed_calls", 0)
+                                              for r in arm.runs)]
+        if not idle:
+            return []
+        if len(idle) < len(ran):
+            top = linear.MAX_ROWS if mode is linear.VerifyLinear.GATHER else linear.GEMV_MAX_ROWS
+            return [f"verify linear {mode.value} routed no projection at "
+                    f"{', '.join(a.name for a in idle)}: it takes verifies of {linear.MIN_ROWS}..{top} "
+                    "rows (a width's rows), so those arms' figures are stock's."]
+        return [f"verify linear {mode.value} routed no projection: "
+                f"{linear.unrouted_reason(mode, self.backend or None)}, so the projections stayed on "
+                "the stock matmul and the figures are stock's."]
 
     def prediction_lines(self) -> list[str]:
         """The prediction with both of its terms, so an operator sees why a width wins."""

@@ -66,9 +66,15 @@ def parse(value: str | VerifyLinear | None) -> VerifyLinear:
     return parse_mode(VerifyLinear, value, "verify linear")
 
 
-def unrouted_reason(mode: str | VerifyLinear | None) -> str:
-    """Why a ``mode`` block can route nothing here (for the warnings that say so)."""
-    if effective(mode) is VerifyLinear.GEMV:
+def unrouted_reason(mode: str | VerifyLinear | None, backend: str | None = None) -> str:
+    """Why a ``mode`` block routed nothing on ``backend`` (probed when None), for the warnings
+    that say so. On CUDA the reason is the model or the rows, not the backend."""
+    gemv = effective(mode) is VerifyLinear.GEMV
+    if (backend or current_backend()) == "cuda":
+        return (f"on CUDA it takes bfloat16 or float16{'' if gemv else ' (or float32)'} projections "
+                f"of {MIN_ROWS}..{GEMV_MAX_ROWS if gemv else MAX_ROWS} rows, and these were quantized, "
+                "of another dtype or of more rows")
+    if gemv:
         return "its kernel runs on CUDA only, for 16-bit weights"
     return "here gather_mm takes only float32 weights (MLX's CPU)"
 

@@ -215,3 +215,34 @@ def test_gemv_takes_only_the_shapes_its_kernel_reads_in_bounds():
     assert not gemv_fits((1, 4, 64), f32, (48, 64), f32, cuda)
     assert not gemv_fits((1, 4, 64), bf, (48, 64), bf, ())  # a CPU routes nothing
     assert not gemv_fits((), bf, (48, 64), bf, cuda)
+
+
+def _linear_session(mode: str, backend: str, routed: dict[int, int]):
+    """A session's arms as their records hold them: per run, the projections the route took."""
+    from engine.ab import AbConfig, Arm, Session, Verdict
+    from engine.decode import DecodeRun, Round
+
+    s = Session(AbConfig(widths=tuple(routed), prompt="x", verify_linear=mode), [1],
+                Arm(None, verdict=Verdict.CONTROL), [])
+    s.backend = backend
+    s.classic.runs = [DecodeRun(None, [1, 2], 5, 0.01, 0.02, [Round(0, 0, 1, 0.0, 0.0, 0.0)])]
+    for w, n in routed.items():
+        summary = {"linear": {"mode": mode, "routed_calls": n, "stock_calls": 0 if n else 7}}
+        s.arms.append(Arm(w, runs=[DecodeRun(w, [1, 2], 5, 0.01, 0.02,
+                                             [Round(3, 2, 1, 0.0, 0.0, 0.0)], summary)]))
+    return [w for w in s.warnings() if "routed no projection" in w]
+
+
+def test_the_routed_nothing_warning_says_why_on_cuda_and_names_the_arms_left_stock():
+    """On CUDA the reason is the pair or the widths, not "MLX's CPU"; a gemv sweep with widths
+    over 8 names those arms (their figures are stock's) though the others routed."""
+    said = _linear_session("gemv", "cuda", {4: 0, 8: 0})
+    assert len(said) == 1 and "CPU" not in said[0] and "of 2..8 rows" in said[0], said
+    said = _linear_session("gather", "cuda", {4: 0})
+    assert len(said) == 1 and "CPU" not in said[0] and "of 2..64 rows" in said[0], said
+    said = _linear_session("gemv", "cuda", {4: 154, 8: 154, 12: 0, 16: 0})
+    assert said == ["verify linear gemv routed no projection at w12, w16: it takes verifies of "
+                    "2..8 rows (a width's rows), so those arms' figures are stock's."]
+    assert not _linear_session("gemv", "cuda", {4: 154, 8: 154})
+    assert "CUDA only" in _linear_session("gemv", "cpu", {4: 0})[0]
+    assert "float32" in _linear_session("gather", "cpu", {4: 0})[0]
