@@ -124,3 +124,23 @@ def test_mtp_training_forward_is_what_the_engine_drafts(tmp_path, text):
         # depth d of row p - 1 (hidden at p - 1, token at p) proposes the round's d-th draft
         train = mx.concatenate([lm(o[0, p - 1:p]) for o in outs])
         _same(train, engine)
+
+
+def test_build_drafters_refuses_a_bad_prompts_file_in_one_line_before_loading(tmp_path, capsys):
+    """--prompts-file used to take any JSON list through str() (objects measured on their
+    reprs; [] fell back to the demo prompts silently) and to stop in a traceback otherwise.
+    The pair does not exist: a file that got past the check would fail on loading it."""
+    f = tmp_path / "prompts.json"
+    for text in ("{not json", '{"prompts": ["a"]}', "[]", '[{"prompt": "a"}]', '["a", ""]', None):
+        if text is None:
+            f.unlink()
+        else:
+            f.write_text(text)
+        argv = ["--out", str(tmp_path / "out"), "--pair", str(tmp_path / "no-pair"),
+                "--prompts-file", str(f)]
+        assert bd.main(argv) == 2, text
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"--prompts-file {f}: "), (text, err)
+    assert not (tmp_path / "out").exists() and bd.PROMPTS is None
+    f.write_text('["def f(x):", "import os"]')  # a pair's prompts.json
+    assert bd._read_prompts(f) == ["def f(x):", "import os"]

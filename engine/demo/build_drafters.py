@@ -528,6 +528,22 @@ def acceptance(pair: Path, built: Path, width: int = 4, tokens: tuple[int, ...] 
     return out
 
 
+def _read_prompts(path: Path) -> list[str] | None:
+    """--prompts-file: a non-empty JSON list of non-empty strings; else None, one line said.
+    (Each item was passed through str(): a list of objects measured on their reprs, and an
+    empty list fell back to the demo prompts without a word.)"""
+    try:
+        got = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        print(f"--prompts-file {path}: {e}", file=sys.stderr)
+        return None
+    if not isinstance(got, list) or not got or not all(isinstance(p, str) and p for p in got):
+        print(f"--prompts-file {path}: expected a non-empty JSON list of prompts (strings)",
+              file=sys.stderr)
+        return None
+    return got
+
+
 def main(argv: list[str] | None = None) -> int:
     from mlx_lm.utils import load_model
 
@@ -572,9 +588,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     args.accept_tokens = tuple(int(n) for n in str(args.accept_tokens).split(","))
     only = set(args.only or ("dflash", "mtp", "drafter"))
+    global PROMPTS
+    PROMPTS = None  # not an earlier main()'s in this process (the tests call it)
     if args.prompts_file:
-        global PROMPTS
-        PROMPTS = [str(p) for p in json.loads(args.prompts_file.read_text())]
+        PROMPTS = _read_prompts(args.prompts_file)
+        if PROMPTS is None:  # said why; checked before minutes of loading and training
+            return 2
     if args.measure:
         result = acceptance(args.pair, args.measure, tokens=args.accept_tokens)
         (args.measure / "acceptance.json").write_text(json.dumps(result, indent=2))
