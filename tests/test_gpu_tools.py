@@ -210,3 +210,24 @@ def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
     for row in TABLE:
         if row.backend is Backend.CUDA and row.compute_capability == "9.0":
             assert (row.drafter_kind.value, "9.0", row.scheme.value) in won, row
+
+
+def test_the_h200_pipeline_sweeps_no_earlier_runs_mtp_head(tmp_path):
+    """On two GPUs the pipeline waits a while for the side chain's 1B MTP head, then sweeps
+    $WORK/mtp1b: a head an earlier run left there (a reused host) must not be swept as this
+    run's when the side chain has not finished (stub python3; no wait)."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "python3").chmod(0o755)
+    work = tmp_path / "work"
+    (work / "mtp1b").mkdir(parents=True)
+    (work / "mtp1b" / "config.json").write_text("{}")
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "GPUS": "2",
+           "MTP1B_WAIT": "0"}
+    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "pipeline"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    log = (work / "results" / "pipeline.log").read_text()
+    assert "sweep mtp" not in log and "no mtp sweep" in log, log
+    assert "coldcheck bf16 width 4 with " in log and "mtp1b" not in log.split("coldcheck")[1], log

@@ -39,6 +39,7 @@ mtp1b() {  # an MTP head for the 1B target, started from its last layer, on its 
 case $verb in
 start)
     rm -f "$WORK/pick.env" "$WORK/pipeline.done" "$WORK/side.done" "$WORK/build.rc" "$WORK/mtp1b.done"
+    rm -rf "$WORK/mtp1b"  # an earlier run's head on a reused host is not this run's
     if [ "${GPUS:-1}" = 2 ]; then
         CUDA_VISIBLE_DEVICES=1 setsid nohup bash "$0" side > "$R/side.out" 2>&1 < /dev/null &
         log "side chain started on GPU 1"
@@ -90,11 +91,17 @@ pipeline)
     sweeps model "$P/drafter" 2,3,4,5,6,7,8,12,16
     if [ "${GPUS:-1}" = 2 ]; then
         t0=$(date +%s)
-        while [ ! -f "$WORK/mtp1b.done" ] && [ $(( $(date +%s) - t0 )) -lt 300 ]; do sleep 5; done
+        while [ ! -f "$WORK/mtp1b.done" ] && [ $(( $(date +%s) - t0 )) -lt "${MTP1B_WAIT:-300}" ]; do sleep 5; done
     else
         mtp1b
     fi
-    [ -f "$WORK/mtp1b/config.json" ] && sweeps mtp "$WORK/mtp1b" 2,3,4,5,6,8
+    # only this run's head: mtp1b.done is removed by start, and a head still training on GPU 1
+    # after the wait is neither swept nor moved under the sweep's feet
+    if [ -f "$WORK/mtp1b.done" ] && [ -f "$WORK/mtp1b/config.json" ]; then
+        sweeps mtp "$WORK/mtp1b" 2,3,4,5,6,8
+    else
+        log "no MTP head for the 1B target from this run: no mtp sweep"
+    fi
     read -r d w ratio <<< "$(best_arm "$R"/records-*-bf16 2>> "$R/pipeline.log")"
     case $d in *records-mtp-*) draft=$WORK/mtp1b ;; *) draft=$P/drafter ;; esac
     w=${w:-4}
