@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 from engine import demo
 from tests.conftest import ROOT
@@ -231,3 +232,31 @@ def test_the_h200_pipeline_sweeps_no_earlier_runs_mtp_head(tmp_path):
     log = (work / "results" / "pipeline.log").read_text()
     assert "sweep mtp" not in log and "no mtp sweep" in log, log
     assert "coldcheck bf16 width 4 with " in log and "mtp1b" not in log.split("coldcheck")[1], log
+
+
+def test_best_arm_compares_record_dirs_and_skips_arms_without_figures(tmp_path):
+    """gpu_lib.sh best_arm picks the cold check's (dir, width) by median over classic's median
+    across the drafter kinds' newest records. An arm with no figures (not measured) or a
+    record without a classic median used to stop it with nothing printed, so the cold check
+    fell back to width 4 and the model drafter whatever the other records said."""
+    def rec(d: Path, name: str, classic, arms: dict) -> None:
+        d.mkdir(exist_ok=True)
+        doc = {"arms": [{"width": None, "decode_tok_s": classic}]
+               + [{"width": w, "decode_tok_s": v} for w, v in arms.items()]}
+        (d / name).write_text(json.dumps(doc))
+
+    model, mtp, broken = tmp_path / "records-model-bf16", tmp_path / "records-mtp-bf16", tmp_path / "b"
+    rec(model, "session-1.json", [90, 100, 110], {4: [100, 120, 130]})  # older: not read
+    rec(model, "session-2.json", [90, 100, 110], {4: [95, 105, 115], 16: []})
+    rec(mtp, "session-1.json", [40, 50, 60], {6: [50, 55, 60], 8: []})
+    rec(broken, "session-1.json", [], {4: [1, 2, 3]})
+
+    def best(*dirs: Path) -> str:
+        out = subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; best_arm "$@"', "_",
+                              *map(str, dirs)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    assert best(model, mtp, broken) == f"{mtp} 6 1.1"
+    assert best(model) == f"{model} 4 1.05"
+    assert best(broken, tmp_path / "none") == ""

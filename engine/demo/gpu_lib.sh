@@ -19,10 +19,17 @@ for d in sys.argv[1:]:
     recs = sorted(pathlib.Path(d).glob("*.json"))
     if not recs:
         continue
-    r = json.loads(recs[-1].read_text())
-    classic = next(a for a in r["arms"] if not a.get("width"))["decode_tok_s"][1]
-    for a in r["arms"]:
-        if a.get("width") and (best is None or a["decode_tok_s"][1] / classic > best[2]):
+    try:
+        arms = json.loads(recs[-1].read_text())["arms"]
+        classic = next(a for a in arms if not a.get("width"))["decode_tok_s"][1]
+    except (ValueError, KeyError, IndexError, StopIteration, TypeError) as e:
+        print(f"best_arm: {recs[-1]}: no classic median ({e!r}); skipped", file=sys.stderr)
+        continue
+    # an arm that ran no round has no figures ("not measured"): it cannot be the best, and it
+    # must not stop the other arms and directories from being compared
+    for a in arms:
+        if a.get("width") and a.get("decode_tok_s") and (
+                best is None or a["decode_tok_s"][1] / classic > best[2]):
             best = (d, a["width"], a["decode_tok_s"][1] / classic)
 if best:
     print(best[0], best[1], round(best[2], 3))
