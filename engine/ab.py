@@ -142,7 +142,7 @@ class AbConfig:
     exactness: bool = True
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
-    verify_linear: str = "auto"  # engine.linear: auto (= stock) | stock | gather
+    verify_linear: str = "auto"  # engine.linear: auto (= stock) | stock | gather | gemv
 
     @property
     def planned_runs(self) -> int:

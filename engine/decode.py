@@ -196,8 +196,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
     steps and prefill keep the fused kernel. None means ``auto``.
 
     ``linear`` chooses the projections of those forwards (engine.linear: ``stock``, or
-    ``gather`` for 16-bit targets on CUDA); stock (None, ``auto``) stays out of the summary,
-    so a stock run's record reads as it did before the choice existed.
+    ``gather`` / ``gemv`` for 16-bit targets on CUDA); stock (None, ``auto``) stays out of the
+    summary, so a stock run's record reads as it did before the choice existed.
 
     Every ``split_every``-th round synchronises after drafting to time draft and
     verify apart; the others overlap them as mlx-lm does (a sync per round cost

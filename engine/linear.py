@@ -25,7 +25,8 @@ sorted, the same call takes a CUTLASS grouped GEMM, which the probe measured at
   weights once, as the 1-row gemv does. engine/demo/probe_parts.py measured on the
   H200 that the projections are what doubles from 1 row to 2 (22 layers: 1.4 ms at
   1 row, 3.0 ms at 2, stock or ``gather``, whose gemv_gather reads the weights once
-  per row); elsewhere (a CPU, quantized or float32 weights, 9+ rows) stock;
+  per row); elsewhere (a CPU, quantized or float32 weights, 9+ rows, an input width that is
+  not a multiple of 8 or not the weight's: :func:`gemv_fits`) stock;
 - ``auto``: ``stock`` everywhere, until the H200 has measured the others in the
   decode loop (engine/demo/probe_loop.py times them beside stock).
 """
@@ -87,10 +88,11 @@ def effective(mode: str | VerifyLinear | None) -> VerifyLinear:
 @dataclass
 class LinearRouting:
     mode: VerifyLinear
-    # Weight dtypes gather_mm takes here: CUDA's gather_mv any float; the CPU's float32 only.
+    # Weight dtypes the route takes here: gather, CUDA's gather_mv any float and the CPU's
+    # gather_mm float32 only; gemv, bfloat16 and float16 on CUDA, none elsewhere.
     dtypes: tuple = (mx.float32,)
-    routed: int = 0  # verify-shaped projections sent to gather_mv
-    passed: int = 0  # projections a gather block left to the stock matmul (stock: not counted)
+    routed: int = 0  # verify-shaped projections sent to gather_mv or the gemv kernel
+    passed: int = 0  # projections a gather/gemv block left to the stock matmul (stock: not counted)
 
     def summary(self) -> dict:
         return {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
@@ -219,12 +221,12 @@ def _dispatch(self, x):
     return gather_linear(x, w, bias)
 
 
-_holders = 0  # gather blocks open in any thread: the dispatcher is in place only while > 0
+_holders = 0  # gather/gemv blocks open in any thread: the dispatcher is in place only while > 0
 
 
 def install() -> None:
     """Put the dispatcher in front of ``nn.Linear.__call__``. It is there only while a
-    ``gather`` block is open: every other forward keeps the stock method, with no added
+    ``gather`` or ``gemv`` block is open: every other forward keeps the stock method, with no added
     Python call per projection."""
     global _stock_call, _holders
     with _install_lock:
