@@ -81,7 +81,8 @@ def _models(shape: str, quant: bool):
 
 
 # Arm variants beside the stock loop: the verify's projections through engine.linear's gather,
-# and the same with the vector attention (no cuBLAS call left in a 16-bit verify).
+# the same with the vector attention (no cuBLAS call left in a 16-bit verify), and through
+# engine.linear's K-row gemv kernel (not in --variants' default: ask for it).
 VARIANTS: dict[str, dict] = {"": {}, "gather": {"linear": "gather"},
                              "gv": {"linear": "gather", "attention": "vector"},
                              "gemv": {"linear": "gemv"}}

@@ -8,7 +8,9 @@ to the vector kernel (``vector``) did not close it (probe_loop). This probe
 times the parts of the target's 22 layers alone, each as one graph of all
 layers, evaluated and synced, at 1, 2 and 4 rows:
 
-- ``proj``: the seven projections of every layer (stock matmul; ``gather``);
+- ``proj``: the seven projections of every layer (stock matmul; ``proj_gather``; ``proj_gemv``
+  through engine.linear's K-row kernel, with ``gemv_routed`` the calls it took, 0 on a CPU, and
+  ``gemv_max_rel_err`` its products against float32 ones relative to the largest);
 - ``attn``: the attention against each layer's cache (fused kernel at 1 row;
   plain, vector at 2+);
 - ``rest``: norms, RoPE, the MLP's activation, the residual adds;
