@@ -490,7 +490,8 @@ PROMPTS: list[str] | None = None  # --prompts-file: measure on these instead of 
 
 def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
             tokens: tuple[int, ...] = (64, 128), label: str | None = None) -> dict:
-    """Per-drafted-token acceptance at ``width`` on the demo prompts, through this engine's loop,
+    """Per-drafted-token acceptance at ``width`` on the demo prompts (or --prompts-file's), through
+    this engine's loop,
     of the ``kind`` drafter at ``path`` against one demo target: pooled and per prompt, per length,
     and over all lengths ("all": accepted / drafted summed)."""
     from engine.decode import speculative
@@ -576,7 +577,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="start the draft model from these weights (default: the pair's committed "
                          "drafter); 'none' starts at random")
     ap.add_argument("--accept-tokens", default="64,128", metavar="N,N",
-                    help="decode lengths of the acceptance measurement on the demo prompts")
+                    help="decode lengths of the acceptance measurement on the demo prompts "
+                         "(or --prompts-file's)")
     ap.add_argument("--mtp-init", choices=("random", "last"), default="random",
                     help="start the MTP head at random (the demo head) or from the bfloat16 target's "
                          "last layer and norm (a large target, a short budget)")
