@@ -107,8 +107,17 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick_linear({"default": [lin(10, 7, 8.5), lin(10, 7, 8.5)]}) == "gather"
     assert probe_loop.pick_linear({"default": [lin(10, 8.5, 7), lin(10, 8.5, 7)]}) == "gemv"
     assert probe_loop.pick_linear({"default": [lin(10, 9.5, 8), lin(10, 9.5, 9.5)]}) == "stock"
-    # gather + vector is judged only beside a picked gather
+    # gemv picked, no gemv + vector arm timed: the attention stays auto
     assert probe_loop.pick_attention({"default": [lin(10, 8.5, 7), lin(10, 8.5, 7)]}) == "auto"
+
+    def lin_v(gemvv):
+        r = lin(10, 9.5, 8)
+        r["arms"]["w4gemvv"] = {"round_ms": gemvv}
+        return r
+
+    # vector is judged beside the picked route: gemv + vector against gemv
+    assert probe_loop.pick_attention({"default": [lin_v(6.5), lin_v(7)]}) == "vector"
+    assert probe_loop.pick_attention({"default": [lin_v(6.5), lin_v(7.5)]}) == "auto"
 
     def three(stock, gather, gv):
         r = both(stock, gather)

@@ -45,10 +45,11 @@ start)
         log "side chain started on GPU 1"
     fi
     export CUDA_VISIBLE_DEVICES=0
-    log "probe_loop (stock, gather, gather + vector attention on a random 1B bf16 pair)"
+    log "probe_loop (stock, gather, gemv, each with vector attention too, on a random 1B bf16 pair)"
     # a failed probe must leave MLX's defaults, not an earlier run's pick
     timeout 240 python3 -m engine.demo.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
-        --settings "${SETTINGS:-default}" > "$R/probe_loop.txt" 2>&1
+        --settings "${SETTINGS:-default}" --variants "${VARIANTS:-stock,gather,gv,gemv,gemvv}" \
+        > "$R/probe_loop.txt" 2>&1
     log "picked: $(cat "$WORK/pick.env" 2>/dev/null)"
     setsid nohup bash "$0" pipeline > "$R/pipeline.out" 2>&1 < /dev/null &
     log "pipeline started" ;;

@@ -82,10 +82,12 @@ def _models(shape: str, quant: bool):
 
 # Arm variants beside the stock loop: the verify's projections through engine.linear's gather,
 # the same with the vector attention (no cuBLAS call left in a 16-bit verify), and through
-# engine.linear's K-row gemv kernel (not in --variants' default: ask for it).
+# engine.linear's K-row gemv kernel, alone and with the vector attention (gemv and gemvv are not
+# in --variants' default; h200pipe.sh asks for all five).
 VARIANTS: dict[str, dict] = {"": {}, "gather": {"linear": "gather"},
                              "gv": {"linear": "gather", "attention": "vector"},
-                             "gemv": {"linear": "gemv"}}
+                             "gemv": {"linear": "gemv"},
+                             "gemvv": {"linear": "gemv", "attention": "vector"}}
 
 
 def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int,
@@ -153,12 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pick", type=Path, help="write the picked setting here as shell export lines")
     ap.add_argument("--variants", default="stock,gather,gv",
                     help="arm variants: stock, gather (engine.linear), gv (gather + vector attention), "
-                         "gemv (engine.linear's K-row kernel)")
+                         "gemv (engine.linear's K-row kernel), gemvv (gemv + vector attention)")
     args = ap.parse_args(argv)
     widths = [int(w) for w in args.widths.split(",")]
     variants = tuple("" if v == "stock" else v for v in args.variants.split(","))
     if any(v not in VARIANTS for v in variants):
-        print(f"--variants {args.variants}: expected stock, gather, gv, gemv", file=sys.stderr)
+        print(f"--variants {args.variants}: expected stock, gather, gv, gemv, gemvv", file=sys.stderr)
         return 2
     if args.one:
         r = one(args.shape, args.quant, widths, args.tokens, args.reps, variants)
@@ -246,11 +248,16 @@ def pick_linear(results: dict[str, list]) -> str:
     return min(won)[1] if won else "stock"
 
 
+WITH_VECTOR = {"gather": "gv", "gemv": "gemvv", "stock": None}  # the picked route + vector attention
+
+
 def pick_attention(results: dict[str, list]) -> str:
-    """``vector`` when gather is picked and the gather + vector arms beat the gather arms by
-    MARGIN in every pass of ``default``; else ``auto`` (plain on CUDA)."""
+    """``vector`` when the picked projection route with vector attention (gv, gemvv) beats the
+    route alone by MARGIN in every pass of ``default``; else ``auto`` (plain on CUDA)."""
     runs = results.get("default") or []
-    return "vector" if pick_linear(results) == "gather" and _beats(runs, "gather", "gv") else "auto"
+    route = pick_linear(results)
+    both = WITH_VECTOR.get(route)
+    return "vector" if both and _beats(runs, route, both) else "auto"
 
 
 def pick(results: dict[str, list]) -> str:
