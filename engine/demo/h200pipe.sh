@@ -61,8 +61,13 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
     OUT=$R/demo HIDDEN_KINDS=dflash DFLASH_S=${DFLASH_S:-200} WINDOWS=${WINDOWS:-16384} \
         timeout 400 bash engine/demo/drafters_gpu.sh hidden > "$R/side-dflash.out" 2>&1
     log "side: dflash rc $?; waiting for the 1B build"
-    while [ ! -f "$WORK/build.rc" ]; do sleep 5; done
-    mtp1b
+    t0=$(date +%s)  # the build takes ~7 minutes; a pipeline that died before it must not hold GPU 1
+    while [ ! -f "$WORK/build.rc" ] && [ $(( $(date +%s) - t0 )) -lt "${BUILD_WAIT:-1200}" ]; do sleep 5; done
+    if [ -f "$WORK/build.rc" ]; then
+        mtp1b
+    else
+        log "side: no 1B build after ${BUILD_WAIT:-1200} s; no MTP head"
+    fi
     log "side: demo model drafter (GPU 1)"
     OUT=$R/demo DRAFTER_S=${DRAFTER_S:-120} timeout 260 bash engine/demo/drafters_gpu.sh drafter \
         > "$R/side-drafter.out" 2>&1
@@ -125,7 +130,8 @@ pipeline)
 wait)
     OUT=${OUT:?OUT must be set}
     t0=$(date +%s)
-    done_() { [ -f "$WORK/pipeline.done" ] && { [ "${GPUS:-1}" != 2 ] || [ -f "$WORK/side.done" ]; }; }
+    # a side chain was started (side.out exists) whatever GPUS this call was given: wait for it too
+    done_() { [ -f "$WORK/pipeline.done" ] && { [ ! -f "$R/side.out" ] || [ -f "$WORK/side.done" ]; }; }
     # a copy every minute: a call cut short by the device budget still brings back the latest one
     while ! done_ && [ $(( $(date +%s) - t0 )) -lt "${2:-500}" ]; do
         sleep 5
