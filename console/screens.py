@@ -13,6 +13,9 @@ from textual.widgets import Input, Label, Static
 class HelpScreen(ModalScreen[None]):
     """Every key, from the app's own binding table (so it cannot fall out of date)."""
 
+    # Focus the scroll container: on 80x24 the list is taller than the dialog, and with no
+    # focus the arrows and PgUp/PgDn scroll nothing, so the last keys could not be read.
+    AUTO_FOCUS = "#help"
     BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close")]
     CSS = """
     HelpScreen { align: center middle; }
@@ -53,6 +56,7 @@ class ConfirmScreen(ModalScreen[bool]):
 
 
 class TextScreen(ModalScreen[None]):
+    AUTO_FOCUS = "#text"  # as HelpScreen: a long text must scroll from the keyboard
     BINDINGS = [Binding("escape,q,enter", "dismiss", "Close")]
     CSS = """
     TextScreen { align: center middle; }

@@ -370,3 +370,21 @@ def test_verify_attention_is_a_console_option_and_a_bad_one_is_refused():
     assert args.command is None and args.verify_attention == "bucketed"  # the console takes it
     out = run_cli("--verify-attention", "cudnn", "resolve")
     assert out.returncode == 2 and "cudnn" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def test_help_scrolls_from_the_keyboard_at_80x24(tmp_path):
+    """On 80x24 the key list is taller than its dialog: PgDn must reach the last key."""
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            await pilot.press("question_mark")
+            await pilot.pause()
+            box = app.screen.query_one("#help")
+            assert box.max_scroll_y > 0  # the list does not fit: the case this test is about
+            await pilot.press("end")
+            await pilot.pause()
+            assert box.scroll_y == box.max_scroll_y
+            await pilot.press("q")
+            assert not isinstance(app.screen, HelpScreen)
+    run(go())
