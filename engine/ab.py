@@ -367,7 +367,8 @@ def _more(session: Session) -> str:
     """How to get more repetitions, given what this session already did."""
     if session.config.sequential:
         return (f"the sequential budget of {session.config.max_reps} repetitions / "
-                f"{session.config.max_seconds:g} s ended first: a larger budget")
+                f"{session.config.max_seconds:g} s ended first; the sweep command's max-reps and "
+                "max-seconds options raise it")
     # The console shows this in its error line too, where a "--" flag is out of place (test_app)
     return "-n 7 or the sequential flag; in the console, n 7 or sequential mode"
 
