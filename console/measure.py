@@ -287,14 +287,19 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
           f"(cold); verify attention {curve.attention}"
           + ("" if linear.effective(args.verify_linear) is linear.VerifyLinear.STOCK
              else f", verify linear {linear.effective(args.verify_linear).value}"))
+    # "warm" and "first" were bare numbers beside the bar, "first" rounded to whole ms: say
+    # once what each is, and print both as the bar's median is printed.
+    print("  bar: cold ms (= min, # median, - max); warm: median ms of one forward repeated at "
+          "one KV length; first: ms of this process's first forward of that many rows")
     base = curve.ms(rows[0]) or 1.0
 
     def note(p) -> str:
-        warm = f" warm {p.warm_ms:.2f}" if p.warm_ms is not None else ""
-        first = f" first {p.first_ms:.0f}" if p.first_ms is not None else ""
+        warm = f" warm {p.warm_ms:.1f}" if p.warm_ms is not None else ""
+        first = f" first {p.first_ms:.1f}" if p.first_ms is not None else ""
         return f"({p.median_ms / base:.2f}x){warm}{first}" + (f"  <- {p.boundary}" if p.boundary else "")
 
-    points = [(f"{p.rows} rows", p.min_ms, p.median_ms, p.max_ms, note(p)) for p in curve.points]
+    points = [(f"{p.rows} row{'' if p.rows == 1 else 's'}", p.min_ms, p.median_ms, p.max_ms, note(p))
+              for p in curve.points]
     print("\n".join(bars(points, "ms")))
     if curve.linear is not None and not curve.linear["routed_calls"]:
         print(f"verify linear {curve.linear['mode']} routed no projection: "

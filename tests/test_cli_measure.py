@@ -34,7 +34,11 @@ def test_costcurve_takes_the_verify_linear_choice_and_says_when_it_routed_nothin
 def test_costcurve_text_plot():
     p = run_cli("costcurve", "--demo-target", "4bit", "--rows", "1-3", "--repeats", "2", "--context", "8")
     assert p.returncode == 0, p.stderr
-    assert "affine 4-bit g64" in p.stdout and "\n3 rows   |" in p.stdout
+    assert "affine 4-bit g64" in p.stdout and "\n3 rows   |" in p.stdout and "\n1 row    |" in p.stdout
+    # the figures beside each bar are named once, and none is rounded to whole ms
+    assert "warm: median ms" in p.stdout and "first: ms" in p.stdout
+    assert all(line.split(" first ")[1][:8].count(".") == 1 for line in p.stdout.splitlines()
+               if " first " in line and "|" in line)
 
 
 def test_sweep_json_and_record(tmp_path):
