@@ -24,6 +24,13 @@ RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKi
 _READ_BY_LOADERS = {".json", ".model", ".jinja", ".txt", ".tiktoken", ".jsonl", ".safetensors"}
 
 
+# Sizes every architecture reads from config.json. transformers validates them only inside
+# the tokenizer load (it reads the config to pick the tokenizer class), so a bad one was
+# reported as "tokenizer cannot be loaded"; checked here, the message names the file and key.
+_SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+              "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
+
+
 class PairError(Exception):
     """A pair that cannot be loaded; the message names the input and what is wrong."""
 
@@ -63,6 +70,11 @@ def _check_folder(path: Path, what: str) -> dict:
         config = read_config(path)
     except ConfigError as e:
         raise PairError(f"{what} {e}") from None
+    for key in _SIZE_KEYS:
+        v = config.get(key)
+        # None is a stated "not set" (some configs write head_dim: null); bool is not a size
+        if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
+            raise PairError(f"{what} {path / 'config.json'}: {key} = {v!r}: expected a positive integer")
     # mlx-lm and transformers open these without asking what they are: a FIFO would block
     # the load forever, /dev/zero would never end.
     for f in sorted(path.iterdir()):

@@ -154,6 +154,24 @@ def test_odd_architectures_and_a_directory_for_weights(tmp_path):
     assert p.returncode == 2 and "is a directory" in p.stderr and "Traceback" not in p.stderr
 
 
+@pytest.mark.parametrize("role,key,value", [("drafter", "hidden_size", "big"), ("target", "vocab_size", 0),
+                                            ("drafter", "num_hidden_layers", True)])
+def test_a_bad_size_in_config_json_names_the_file_and_key(tmp_path, role, key, value):
+    """transformers validates these only while loading the tokenizer, which used to blame it."""
+    target = _copy(DEMO / "target-bf16", tmp_path / "target")
+    drafter = _copy(DEMO / "drafter", tmp_path / "drafter")
+    bad = target if role == "target" else drafter
+    config = json.loads((bad / "config.json").read_text())
+    config[key] = value
+    (bad / "config.json").write_text(json.dumps(config))
+    before = (bad / "config.json").read_bytes()
+    p = run_cli("sweep", "--target", str(target), "--draft", str(drafter), "-n", "1", "--max-tokens", "8",
+                "--widths", "2", "--record-dir", str(tmp_path / "rec"))
+    line = one_line_exit(p)
+    assert f"{bad / 'config.json'}: {key} = {value!r}" in line and "tokenizer" not in line, line
+    assert (bad / "config.json").read_bytes() == before
+
+
 # --- records ---------------------------------------------------------------------------
 
 
