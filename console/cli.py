@@ -132,7 +132,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         p = f"{d['parameters'] / 1e6:.2f}M" if d["parameters"] else "unknown"
         return "\n".join([
             f"{d['path']}",
-            f"  model        {d['model_type']} {', '.join(arch_words)}",
+            f"  model        {d['model_type'] or '(no model_type)'} {', '.join(arch_words)}",
             f"  parameters   {p}" + (f" ({params_note})" if params_note else ""),
             f"  quantization {quant.describe()}  ({quant.detail})",
             f"  dtype        {d['dtype']}",

@@ -172,6 +172,15 @@ def test_a_bad_size_in_config_json_names_the_file_and_key(tmp_path, role, key, v
     assert (bad / "config.json").read_bytes() == before
 
 
+def test_inspect_says_when_config_json_has_no_model_type(tmp_path):
+    d = _copy(DEMO / "drafter", tmp_path / "drafter")
+    config = json.loads((d / "config.json").read_text())
+    del config["model_type"]
+    (d / "config.json").write_text(json.dumps(config))
+    p = run_cli("inspect", str(d))
+    assert p.returncode == 0 and "(no model_type)" in p.stdout and "None" not in p.stdout, p.stdout
+
+
 # --- records ---------------------------------------------------------------------------
 
 
