@@ -178,19 +178,22 @@ def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
                      False)
 
 
-def drafter_info(paths: PairPaths, kind: str | None) -> DrafterInfo:
+def drafter_info(paths: PairPaths, kind: str | None,
+                 names: Mapping[str, str] = CLI_PAIR_NAMES) -> DrafterInfo:
+    """``names``: as in ``pair_paths``, so a drafter opened in the console's fields is not
+    blamed on a ``--draft`` flag nobody gave."""
     explicit = DrafterKind(kind) if kind else None
     if paths.drafter is None:
         k = explicit or DrafterKind.LOOKUP
-        how = "--kind given" if explicit else "no --draft: the model-free lookup drafter"
+        how = f"{names['kind']} given" if explicit else f"no {names['draft']}: the model-free lookup drafter"
         return DrafterInfo(k, None, how)
     try:
         detected = read_drafter(paths.drafter)
     except ConfigError as e:
-        raise InputError(f"--draft {e}") from None
+        raise InputError(f"{names['draft']} {e}") from None
     if explicit and explicit is not detected.kind:
         return DrafterInfo(explicit, detected.declared_width,
-                           f"--kind {explicit.value} given (detection said {detected.kind.value})")
+                           f"{names['kind']} {explicit.value} given (detection said {detected.kind.value})")
     return detected
 
 
@@ -200,7 +203,7 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
                profile_missing_ok: bool = False, download: bool = True,
                names: Mapping[str, str] = CLI_PAIR_NAMES) -> tuple[Resolution, PairPaths, DrafterInfo]:
     paths = pair_paths(target, draft, variant, kind, download=download, names=names)
-    info = drafter_info(paths, kind)
+    info = drafter_info(paths, kind, names)
     quant = target_quantization(paths.target)
     dev = device_for(device)
     prof = load_profile(profile, profile_missing_ok)

@@ -388,3 +388,27 @@ def test_help_scrolls_from_the_keyboard_at_80x24(tmp_path):
             await pilot.press("q")
             assert not isinstance(app.screen, HelpScreen)
     run(go())
+
+
+def test_a_broken_drafter_opened_in_the_console_is_named_as_its_field(tmp_path):
+    # The resolver's read of the drafter's config.json said "--draft ...", a flag nobody gave.
+    import shutil
+
+    from textual.widgets._toast import Toast
+
+    from engine import demo
+
+    bad = tmp_path / "drafter"
+    shutil.copytree(demo.target("bf16").parent / "drafter", bad)
+    (bad / "config.json").write_text('{"model_type": "llama", ')
+
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await _settle(app, pilot)
+            await _open_pair(app, pilot, "ctrl+a", *str(demo.target("bf16")), "tab", *str(bad), "enter")
+            toasts = [str(Toast(n).render()) for n in app._notifications]
+            assert any(f"drafter field {bad}/config.json: not valid JSON" in t for t in toasts), toasts
+            assert not any("--draft" in t for t in toasts), toasts
+
+    run(go())
