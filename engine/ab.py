@@ -322,6 +322,12 @@ class Session:
         raise KeyError(width)
 
 
+def _apart(*pairs: tuple[float, float]) -> int:
+    """Decimals (1..3) at which each pair's two values print differently: two ranges judged
+    apart by 0.05 tok/s must not read "27.1-27.1 against 27.1-27.1"."""
+    return next((d for d in (1, 2, 3) if all(f"{a:.{d}f}" != f"{b:.{d}f}" for a, b in pairs)), 3)
+
+
 def judge(classic: Arm, arm: Arm) -> None:
     """Set ``arm.verdict`` and ``arm.why`` from its runs against classic's."""
     if not arm.runs:
@@ -334,16 +340,18 @@ def judge(classic: Arm, arm: Arm) -> None:
     c, w = classic.decode_range(), arm.decode_range()
     same = arm.identity is not None and arm.identity.identical_ids
     if w.min > c.max:
+        d = _apart((w.min, c.max))
         if same:
             arm.verdict = Verdict.WINS
-            arm.why = f"slowest {w.min:.1f} tok/s beats classic's fastest {c.max:.1f}; output byte-identical"
+            arm.why = f"slowest {w.min:.{d}f} tok/s beats classic's fastest {c.max:.{d}f}; output byte-identical"
         else:
             arm.verdict = Verdict.FASTER_DIFFERS
-            arm.why = (f"slowest {w.min:.1f} tok/s beats classic's fastest {c.max:.1f}, "
+            arm.why = (f"slowest {w.min:.{d}f} tok/s beats classic's fastest {c.max:.{d}f}, "
                        f"but output differs from classic")
     elif w.max < c.min:
+        d = _apart((w.max, c.min))
         arm.verdict = Verdict.SLOWER
-        arm.why = f"fastest {w.max:.1f} tok/s is below classic's slowest {c.min:.1f}"
+        arm.why = f"fastest {w.max:.{d}f} tok/s is below classic's slowest {c.min:.{d}f}"
     else:
         arm.verdict = Verdict.UNDECIDED
         arm.why = (f"{w.min:.1f}-{w.max:.1f} tok/s overlaps classic's {c.min:.1f}-{c.max:.1f}")
@@ -401,8 +409,10 @@ def decide(session: Session) -> None:
     if opening and closing and not opening.overlaps(closing):
         half = (len(session.classic.runs) + 1) // 2
         chance = disjoint_by_chance(half, len(session.classic.runs) - half)
-        span = (f"opening {opening.min:.1f}-{opening.max:.1f} tok/s, "
-                f"closing {closing.min:.1f}-{closing.max:.1f}")
+        lo, hi = sorted((opening, closing), key=lambda r: r.min)  # lo.max < hi.min: the gap
+        d = _apart((lo.max, hi.min))
+        span = (f"opening {opening.min:.{d}f}-{opening.max:.{d}f} tok/s, "
+                f"closing {closing.min:.{d}f}-{closing.max:.{d}f}")
         session.drift, session.drift_chance = True, chance
         if chance <= DRIFT_CHANCE:
             session.drift_why = f"classic drifted: {span}; nothing here can be saved"

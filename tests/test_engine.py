@@ -200,6 +200,19 @@ def test_drift_rule():
     assert not calm.drift and calm.saveable
 
 
+def test_ranges_judged_apart_print_apart():
+    # One classic run each side, 0.09 tok/s apart (the demo 4-bit DFlash sweep): the reason
+    # read "opening 27.1-27.1 tok/s, closing 27.1-27.1" for runs it called non-overlapping.
+    s = _session([27.148, 27.058], {4: ([27.10], True)})
+    assert s.drift and "opening 27.15-27.15 tok/s, closing 27.06-27.06" in s.drift_why, s.drift_why
+    s = _session([27.05, 27.0], {2: ([27.07], True), 4: ([26.96], True)})
+    assert s.arm(2).why.startswith("slowest 27.07 tok/s beats classic's fastest 27.05")
+    assert s.arm(4).why.startswith("fastest 26.96 tok/s is below classic's slowest 27.00")
+    # apart at one decimal: printed as before
+    s = _session([100, 101, 102, 101], {4: ([130, 131, 132], True)})
+    assert s.arm(4).why.startswith("slowest 130.0 tok/s beats classic's fastest 102.0")
+
+
 def test_zero_round_arm_is_not_measured():
     s = _session([100, 101, 102, 101], {4: ([130, 131, 132], True)})
     s.arms[0].runs = [DecodeRun(4, [1, 2], 5, 0.01, 0.01, [Round(0, 0, 1, 0, 0, 0)] * 2)]
