@@ -265,20 +265,32 @@ class Session:
                            "table may be warm: a width that meets new positions in service may pay "
                            "this every round (on CUDA: cuDNN attention plans per KV length, cached up "
                            "to MLX_CUDA_SDPA_CACHE_SIZE).")
+        # The causes named below (cuDNN plans per KV length) are CUDA's. A first CPU session on
+        # a shared host met both warnings with their CUDA reasons and "try plain", which changes
+        # nothing there: elsewhere they are said as what was seen, with the host's load as a cause.
+        cuda = self.backend == "cuda"
         replay = self.replayed_arms()
         if replay:
-            out.append("first run at the session's positions was slower than the repeats: " + ", ".join(
-                f"{k} {v:.1f}x" for k, v in replay.items()) + ". The repeats replayed what it built for "
-                "those exact positions, which a new request cannot; a win is still judged on the "
-                "slowest run, which is the first"
-                + (f" (verify attention {self.attention}; try plain)" if self.attention == "fused" else "")
-                + ".")
+            seen = ("first run at the session's positions was slower than the repeats: " + ", ".join(
+                f"{k} {v:.1f}x" for k, v in replay.items()))
+            if cuda:
+                out.append(seen + ". The repeats replayed what it built for those exact positions, "
+                           "which a new request cannot; a win is still judged on the slowest run, "
+                           "which is the first"
+                           + (f" (verify attention {self.attention}; try plain)" if self.attention == "fused"
+                              else "") + ".")
+            else:
+                out.append(seen + f". On {self.backend or 'this backend'} nothing is known to be "
+                           "rebuilt per position, so the host's other load is the likelier cause; a "
+                           "win is still judged on the slowest run, which is the first.")
         slow = self.verify_overhead()
         if slow:
-            out.append("verify inside decoding cost " + ", ".join(
-                f"{k} {v:.0f}x" for k, v in slow.items()) + " the cost curve's forward of as many rows: "
-                "something is rebuilt every round (on CUDA, MLX's cuDNN attention plan cache, "
-                "MLX_CUDA_SDPA_CACHE_SIZE, is too small for these widths and positions).")
+            listed = ", ".join(f"{k} {v:.0f}x" for k, v in slow.items())
+            out.append(f"verify inside decoding cost {listed} the cost curve's forward of as many rows: "
+                       + ("something is rebuilt every round (on CUDA, MLX's cuDNN attention plan cache, "
+                          "MLX_CUDA_SDPA_CACHE_SIZE, is too small for these widths and positions)."
+                          if cuda else "something costs more per round inside decoding than alone, or "
+                          "the host was busier than while the cost curve ran."))
         out += self._linear_warnings()
         return out
 

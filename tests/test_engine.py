@@ -213,6 +213,20 @@ def test_ranges_judged_apart_print_apart():
     assert s.arm(4).why.startswith("slowest 130.0 tok/s beats classic's fastest 102.0")
 
 
+def test_replay_warning_names_cuda_causes_only_on_cuda():
+    # A first run twice as slow as its repeats: on CUDA a replayed cuDNN plan, elsewhere (a
+    # first CPU session on a shared host) more likely the host's load, and "try plain" no cure.
+    s = _session([100, 101, 102, 101], {4: ([50, 100, 100], True)})
+    s.warmup_shift, s.attention = 1, "fused"
+    s.backend = "cuda"
+    cuda = " ".join(s.warnings())
+    assert "w4 2.0x" in cuda and "replayed what it built" in cuda and "try plain" in cuda
+    s.backend = "cpu"
+    cpu = " ".join(s.warnings())
+    assert "w4 2.0x" in cpu and "the host's other load" in cpu
+    assert "replayed" not in cpu and "try plain" not in cpu and "cuDNN" not in cpu
+
+
 def test_zero_round_arm_is_not_measured():
     s = _session([100, 101, 102, 101], {4: ([130, 131, 132], True)})
     s.arms[0].runs = [DecodeRun(4, [1, 2], 5, 0.01, 0.01, [Round(0, 0, 1, 0, 0, 0)] * 2)]
