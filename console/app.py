@@ -314,7 +314,9 @@ class BlockwidthApp(App):
                         yield Static("", id="side-identity")
                         yield Static("", id="side-chain")
             with TabPane("2 Identity", id="tab-identity"):
-                yield Static("run an A/B session; [ and ] pick the width to compare", id="identity-head")
+                # markup=False: read as markup, "[ and ]" was a tag and vanished from the line
+                yield Static("run an A/B session; [ and ] pick the width to compare", id="identity-head",
+                             markup=False)
                 with Horizontal():
                     with VerticalScroll(classes="diffcol"):
                         yield Static("", id="classic-text")

@@ -412,3 +412,14 @@ def test_a_broken_drafter_opened_in_the_console_is_named_as_its_field(tmp_path):
             assert not any("--draft" in t for t in toasts), toasts
 
     run(go())
+
+
+def test_the_identity_tab_names_its_keys_before_a_session(tmp_path):
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            await pilot.press("2")
+            assert "[ and ] pick the width" in _text(app, "#identity-head")
+
+    run(go())
