@@ -45,6 +45,20 @@ MARK_STYLE = {"pass": "green", "warn": "yellow", "stale": "yellow", "skip": "dim
               "unchecked": "dim"}
 
 
+class MarkedCheckbox(Checkbox):
+    """A checkbox whose mark is blank when off. Textual's draws its X either way and tells the
+    states apart by colour alone, which in the compact controls row a user toggled without
+    noticing (new-user tryout)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.BUTTON_INNER = "X" if self.value else " "
+
+    def watch_value(self) -> None:
+        self.BUTTON_INNER = "X" if self.value else " "
+        super().watch_value()
+
+
 @dataclass(frozen=True)
 class Options:
     target: str | None = None
@@ -289,7 +303,7 @@ class BlockwidthApp(App):
                     yield Input("3", id="n", compact=True)
                     yield Label("tokens")
                     yield Input("64", id="tokens", compact=True)
-                    yield Checkbox("sequential", True, id="sequential", compact=True,
+                    yield MarkedCheckbox("sequential", True, id="sequential", compact=True,
                                    tooltip=f"add repetitions until decided (at most 12, {BUDGET_S} s)")
                 with Horizontal(id="prompt-row"):
                     yield Label("prompt")

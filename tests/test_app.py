@@ -175,6 +175,23 @@ def test_escape_leaves_a_field_and_keys_act_again(tmp_path):
     run(go())
 
 
+def test_the_sequential_box_shows_its_state_by_its_mark_not_by_colour_alone(tmp_path):
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            box = app.query_one("#sequential")
+            assert box.value and "X" in box.render().plain
+            box.value = False
+            await pilot.pause()
+            assert "X" not in box.render().plain
+            box.value = True
+            await pilot.pause()
+            assert "X" in box.render().plain
+
+    run(go())
+
+
 def test_field_errors_name_the_console_field(tmp_path):
     async def go():
         app = _app(tmp_path)
