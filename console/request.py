@@ -75,6 +75,9 @@ def parse_widths(text: str) -> tuple[int, ...]:
     out = []
     for part in str(text).split(","):
         part = part.strip()
+        if not part:
+            raise FieldError(Field.WIDTHS, text, "empty: give widths such as 2,4,8"
+                             if not str(text).strip() else "an empty entry between commas")
         if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
             raise FieldError(Field.WIDTHS, text, f"{part!r} is not an integer")
         w = int(part)

@@ -105,6 +105,9 @@ def _load_model(path: Path, what: str):
 
     try:
         model, _ = load_model(path, lazy=False, trust_remote_code=False)
+    except KeyError as e:  # a key mlx-lm reads from config.json is missing
+        raise PairError(f"{what} {path}: mlx-lm cannot load it: a key it reads is missing "
+                        f"({e.args[0]!r}, in config.json or the weights)") from None
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
         raise PairError(f"{what} {path}: mlx-lm cannot load it ({_one_line(e)})") from None
     return model

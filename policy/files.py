@@ -74,7 +74,7 @@ def read_text(path: Path, limit: int) -> str:
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
-        raise FileProblem(f"{Path(path)}: not UTF-8 text (byte {e.start})") from None
+        raise FileProblem(f"{Path(path)}: not UTF-8 text (at byte offset {e.start}, counting from 0)") from None
 
 
 def _reject_constant(name: str) -> Any:

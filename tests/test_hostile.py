@@ -181,6 +181,20 @@ def test_inspect_says_when_config_json_has_no_model_type(tmp_path):
     assert p.returncode == 0 and "(no model_type)" in p.stdout and "None" not in p.stdout, p.stdout
 
 
+def test_sweep_names_the_missing_key_of_a_drafter_without_model_type(tmp_path):
+    d = _copy(DEMO / "drafter", tmp_path / "drafter")
+    config = json.loads((d / "config.json").read_text())
+    del config["model_type"]
+    (d / "config.json").write_text(json.dumps(config))
+    before = (d / "config.json").read_bytes()
+    p = run_cli("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "--widths", "2", "-n", "1",
+                "--max-tokens", "4",
+                "--record-dir", str(tmp_path / "rec"))
+    line = one_line_exit(p)
+    assert "'model_type'" in line and "missing" in line and "KeyError" not in line, line
+    assert (d / "config.json").read_bytes() == before
+
+
 # --- records ---------------------------------------------------------------------------
 
 
@@ -267,6 +281,8 @@ def test_profile_and_record_dir_before_sweep_are_where_it_writes(tmp_path):
     (("resolve", "--profile", "/dev/zero"), "is a character device"),
     (("resolve", "--bogus"), "unrecognized arguments: --bogus"),
     (("sweep", "--widths", "1_0"), "'1_0' is not an integer"),
+    (("sweep", "--widths", ""), "--widths '': empty: give widths such as 2,4,8"),
+    (("sweep", "--widths", "2,,4"), "an empty entry between commas"),
     (("sweep", "--widths", "\u0664"), "is not an integer"),
     (("costcurve", "--rows", "1_0"), "--rows '1_0'"),
     (("costcurve", "--rows", "\u0664"), "--rows"),
