@@ -391,13 +391,21 @@ class BlockwidthApp(App):
         self.query_one("#cancel", Button).disabled = not phase.busy or phase is Phase.CANCELLING
         self.refresh_bindings()
 
-    def _error(self, text: str) -> None:
+    def _error(self, text: str, refusal: bool = False) -> None:
+        """Show ``text`` on the error line (empty: clear it). ``refusal``: a key's "nothing to do"
+        answer, which the next action that works takes away (_clear_refusal); other errors stay
+        until what caused them is redone."""
         err = self.query_one("#error", Static)
         err.update(Text(text))
         err.set_class(not text, "-empty")
+        self._refusal_shown = bool(text) and refusal
         if text:
             # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags
             self.notify(text, severity="error", timeout=8, markup=False)
+
+    def _clear_refusal(self) -> None:
+        if getattr(self, "_refusal_shown", False):
+            self._error("")
 
     # ---- keys: focus, tabs, help, palette
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -435,6 +443,7 @@ class BlockwidthApp(App):
 
     @on(TabbedContent.TabActivated)
     def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
+        self._clear_refusal()
         if event.pane.id == "tab-records":  # by key or by mouse: read them fresh
             self.read_records()
         self.refresh_bindings()
@@ -710,7 +719,7 @@ class BlockwidthApp(App):
         if self.phase.busy:
             return
         if self.pair is None:
-            self._error("the pair is not loaded yet (or failed to load): nothing to run")
+            self._error("the pair is not loaded yet (or failed to load): nothing to run", refusal=True)
             return
         try:
             req = self._read_request()
@@ -923,10 +932,10 @@ class BlockwidthApp(App):
     # ---- profile actions
     def action_save(self) -> None:
         if self.session is None:
-            self._error("nothing to save: run an A/B session first")
+            self._error("nothing to save: run an A/B session first", refusal=True)
             return
         if self.query_one("#results").has_class("-stale"):
-            self._error("not saved: the fields changed since this run; run it again (a) first")
+            self._error("not saved: the fields changed since this run; run it again (a) first", refusal=True)
             return
         self.save_in_background(self.session, self.record_path)
 
@@ -955,7 +964,7 @@ class BlockwidthApp(App):
         table = self.query_one("#profile-table", DataTable)
         entries = self._profile_entries
         if not entries or table.cursor_row is None or table.cursor_row >= len(entries):
-            self._error("no profile entry to delete: the profile is empty")
+            self._error("no profile entry to delete: the profile is empty", refusal=True)
             return
         entry = entries[table.cursor_row]
 
@@ -1002,8 +1011,9 @@ class BlockwidthApp(App):
     def action_copy_command(self) -> None:
         cmd = self.server_command()
         if cmd is None:
-            self._error("no width to copy: the resolution is classic (or not ready)")
+            self._error("no width to copy: the resolution is classic (or not ready)", refusal=True)
             return
+        self._clear_refusal()
         self.copy_to_clipboard(cmd[0])
         self.push_screen(TextScreen(Text.assemble(
             ("copied to the clipboard (where the terminal allows it):\n\n", "bold"), cmd[0],
@@ -1014,8 +1024,9 @@ class BlockwidthApp(App):
     def action_copy_env(self) -> None:
         cmd = self.server_command()
         if cmd is None:
-            self._error("no width to copy: the resolution is classic (or not ready)")
+            self._error("no width to copy: the resolution is classic (or not ready)", refusal=True)
             return
+        self._clear_refusal()
         self.copy_to_clipboard(f"export {cmd[1]}")
         self.notify(f"copied: export {cmd[1]}", timeout=5, markup=False)
 
@@ -1072,14 +1083,15 @@ class BlockwidthApp(App):
         if self.query_one(TabbedContent).active == "tab-records":
             i = self.query_one("#records-table", DataTable).cursor_row
             if not self._records or i is None or i >= len(self._records):
-                self._error("no record highlighted")
+                self._error("no record highlighted", refusal=True)
                 return
             path = self._records[i][0]
         elif self.record_path is not None:
             path = self.record_path
         else:
-            self._error("nothing to export: run an A/B session first (or pick one on the Records tab)")
+            self._error("nothing to export: run an A/B session first (or pick one on the Records tab)", refusal=True)
             return
+        self._clear_refusal()
         self.export_in_background(path)
 
     @work(thread=True, exit_on_error=False, group="export", name="export Markdown")

@@ -192,6 +192,24 @@ def test_the_sequential_box_shows_its_state_by_its_mark_not_by_colour_alone(tmp_
     run(go())
 
 
+def test_a_keys_refusal_leaves_the_error_line_when_the_next_action_works(tmp_path):
+    """m with no session answers 'nothing to export' on the error line; moving to another tab
+    takes it away (a refusal is an answer to one key, not a state), while the pair stays."""
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            err = app.query_one("#error")
+            await pilot.press("m")
+            await pilot.pause()
+            assert "nothing to export" in str(err.render()) and not err.has_class("-empty")
+            await pilot.press("2")
+            await pilot.pause()
+            assert err.has_class("-empty") and "nothing to export" not in str(err.render())
+
+    run(go())
+
+
 def test_field_errors_name_the_console_field(tmp_path):
     async def go():
         app = _app(tmp_path)
