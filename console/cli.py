@@ -106,8 +106,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         params, params_note = None, str(e)
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     arch_words = [a if isinstance(a, str) else json.dumps(a) for a in archs]  # [1, null] is not text
-    looks = (info.kind is not DrafterKind.MODEL or info.declared_width is not None
-             or "draft" in path.name.lower())
+    # From the checkpoint alone: a folder's name ("draft") does not make a model a drafter, and a
+    # copy of one under another name must get the same answer.
+    looks = info.kind is not DrafterKind.MODEL or info.declared_width is not None
     data = {
         "path": str(path),
         "model_type": config.get("model_type"),
@@ -137,8 +138,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             f"  quantization {quant.describe()}  ({quant.detail})",
             f"  dtype        {d['dtype']}",
             (f"  drafter?     yes: {d['drafter_kind']} ({d['drafter_detail']})" if looks else
-             f"  drafter?     not a dedicated drafter ({d['drafter_detail']}); usable as kind "
-             f"{d['drafter_kind']}"),
+             f"  drafter?     usable as kind {d['drafter_kind']} ({d['drafter_detail']}); "
+             f"nothing in it declares a drafter"),
             f"  declared     {d['declared_width'] if d['declared_width'] else 'no width'}",
             f"  reads        {d['reads']}",
         ] + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
