@@ -28,11 +28,18 @@ class HelpScreen(ModalScreen[None]):
         self.rows = rows
 
     def compose(self) -> ComposeResult:
-        t = Text.assemble(("keys", "bold"), "  (Escape, ? or q closes)\n")
+        from rich.console import Group
+        from rich.table import Table
+
+        # A grid, not one text: a description that wraps at 80 columns stays in its column
+        # instead of running back under the keys.
+        grid = Table.grid(padding=(0, 2))
+        grid.add_column(justify="right", style="bold", no_wrap=True)
+        grid.add_column()
         for key, what in self.rows:
-            t.append(f"{key:>7}  ", style="bold")
-            t.append(f"{what}\n")
-        yield VerticalScroll(Static(t), id="help")
+            grid.add_row(key, what)
+        yield VerticalScroll(Static(Group(Text.assemble(("keys", "bold"), "  (Escape, ? or q closes)"),
+                                          grid)), id="help")
 
 
 class ConfirmScreen(ModalScreen[bool]):

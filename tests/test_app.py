@@ -1,6 +1,7 @@
 """The Textual console driven from the keyboard only, as an operator would, on the demo pair (CPU)."""
 
 import asyncio
+import io
 
 from textual.widgets import Input
 
@@ -45,6 +46,15 @@ async def _type_fields(pilot, widths: str, n: str, tokens: str, sequential: bool
     await pilot.press("shift+tab")  # back in the tokens field, where Enter runs
 
 
+def _help_text(app, width: int) -> str:
+    """The open help dialog's text as Rich lays it out ``width`` columns wide."""
+    from rich.console import Console
+
+    con = Console(width=width, record=True, file=io.StringIO())
+    con.print(app.screen.query_one("#help Static").content)
+    return con.export_text()
+
+
 def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
     async def go():
         app = _app(tmp_path)
@@ -81,7 +91,7 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             await pilot.press("escape")
             await pilot.press("?")
             assert isinstance(app.screen, HelpScreen)
-            help_text = str(app.screen.query_one("#help Static").render())
+            help_text = _help_text(app, 200)
             for b in app.BINDINGS:
                 assert app.HELP[b.action] in help_text
             await pilot.press("escape")
@@ -420,6 +430,14 @@ def test_help_scrolls_from_the_keyboard_at_80x24(tmp_path):
             await pilot.press("end")
             await pilot.pause()
             assert box.scroll_y == box.max_scroll_y
+            # a wrapped description stays in its column: no help line starts at the key column
+            # with a lowercase word, as a description's second line did before
+            lines = _help_text(app, 70).splitlines()[1:]
+            key_width = max(len(k) for k, _ in app.key_rows())
+            assert len(lines) > len(app.key_rows())  # some descriptions wrapped at this width
+            # every line is a key's (text in the key column) or a continuation (blank there)
+            keys = [ln for ln in lines if ln[:key_width].strip()]
+            assert len(keys) == len(app.key_rows()), lines
             await pilot.press("q")
             assert not isinstance(app.screen, HelpScreen)
     run(go())
