@@ -88,19 +88,18 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick({"default": [res(10), res(10)], "a": [res(5), res(9.5)]}) == "default"
     assert probe_loop.pick({"default": [res(10)], "a": [{"error": "timed out"}]}) == "default"
 
-    def both(stock, gather):
+    def arms(stock, **variants):
+        """A pass with w4 at ``stock`` round ms and w4<variant> at each given one."""
         r = res(stock)
-        r["arms"]["w4gather"] = {"round_ms": gather}
+        r["arms"].update({f"w4{v}": {"round_ms": ms} for v, ms in variants.items()})
         return r
 
-    assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 8.9)]}) == "gather"
-    assert probe_loop.pick_linear({"default": [both(10, 8), both(10, 9.5)]}) == "stock"
+    assert probe_loop.pick_linear({"default": [arms(10, gather=8), arms(10, gather=8.9)]}) == "gather"
+    assert probe_loop.pick_linear({"default": [arms(10, gather=8), arms(10, gather=9.5)]}) == "stock"
     assert probe_loop.pick_linear({"default": [res(10)]}) == "stock"  # gather not timed
 
-    def lin(stock, gather, gemv):
-        r = both(stock, gather)
-        r["arms"]["w4gemv"] = {"round_ms": gemv}
-        return r
+    def lin(stock, gather, gemv, **more):
+        return arms(stock, gather=gather, gemv=gemv, **more)
 
     # gemv alone wins every pass; both win and the faster median is picked, whichever it is
     assert probe_loop.pick_linear({"default": [lin(10, 9.5, 8), lin(10, 9.5, 8.5)]}) == "gemv"
@@ -109,24 +108,20 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
     assert probe_loop.pick_linear({"default": [lin(10, 9.5, 8), lin(10, 9.5, 9.5)]}) == "stock"
     # gemv picked, no gemv + vector arm timed: the attention stays auto
     assert probe_loop.pick_attention({"default": [lin(10, 8.5, 7), lin(10, 8.5, 7)]}) == "auto"
-
-    def lin_v(gemvv):
-        r = lin(10, 9.5, 8)
-        r["arms"]["w4gemvv"] = {"round_ms": gemvv}
-        return r
-
     # vector is judged beside the picked route: gemv + vector against gemv
-    assert probe_loop.pick_attention({"default": [lin_v(6.5), lin_v(7)]}) == "vector"
-    assert probe_loop.pick_attention({"default": [lin_v(6.5), lin_v(7.5)]}) == "auto"
+    def gemvv(*ms):
+        return {"default": [lin(10, 9.5, 8, gemvv=m) for m in ms]}
 
-    def three(stock, gather, gv):
-        r = both(stock, gather)
-        r["arms"]["w4gv"] = {"round_ms": gv}
-        return r
+    assert probe_loop.pick_attention(gemvv(6.5, 7)) == "vector"
+    assert probe_loop.pick_attention(gemvv(6.5, 7.5)) == "auto"
 
-    assert probe_loop.pick_attention({"default": [three(10, 8, 6), three(10, 8, 7)]}) == "vector"
-    assert probe_loop.pick_attention({"default": [three(10, 8, 6), three(10, 8, 7.5)]}) == "auto"
-    assert probe_loop.pick_attention({"default": [three(10, 9.5, 6), three(10, 9.5, 6)]}) == "auto"
+    # ... and gather + vector against gather
+    def gv(gather, *ms):
+        return {"default": [arms(10, gather=gather, gv=m) for m in ms]}
+
+    assert probe_loop.pick_attention(gv(8, 6, 7)) == "vector"
+    assert probe_loop.pick_attention(gv(8, 6, 7.5)) == "auto"
+    assert probe_loop.pick_attention(gv(9.5, 6, 6)) == "auto"
 
 
 def test_the_gpu_tools_refuse_an_unknown_verify_linear_before_loading_a_model():
