@@ -302,14 +302,13 @@ class Session:
         if mode not in (linear.VerifyLinear.GATHER, linear.VerifyLinear.GEMV):
             return []
         ran = [arm for arm in self.arms if arm.runs]
-        idle = [arm for arm in ran if not sum((r.attention or {}).get("linear", {}).get("routed_calls", 0)
-                                              for r in arm.runs)]
+        idle = [arm for arm in ran if not sum(r.linear_routed for r in arm.runs)]
         if not idle:
             return []
         if len(idle) < len(ran):
-            top = linear.MAX_ROWS if mode is linear.VerifyLinear.GATHER else linear.GEMV_MAX_ROWS
             return [f"verify linear {mode.value} routed no projection at "
-                    f"{', '.join(a.name for a in idle)}: it takes verifies of {linear.MIN_ROWS}..{top} "
+                    f"{', '.join(a.name for a in idle)}: it takes verifies of "
+                    f"{linear.MIN_ROWS}..{linear.max_rows(mode)} "
                     "rows (a width's rows), so those arms' figures are stock's."]
         return [f"verify linear {mode.value} routed no projection: "
                 f"{linear.unrouted_reason(mode, self.backend or None)}, so the projections stayed on "

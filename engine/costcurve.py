@@ -138,40 +138,38 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     mx.eval(model(prefix[None], cache=cache))
     points = []
     mode = "fused"
-    lsum: dict | None = None
-    for i, k in enumerate(rows):
-        x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32)
-        cold, hot, first = [], [], None
-        with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
-            mode = routing.mode.value
-            for r in range(warmup + repeats):
-                t0 = time.perf_counter()
-                mx.eval(model(x, cache=cache))
-                dt = (time.perf_counter() - t0) * 1e3
-                trim_prompt_cache(cache, k - 1)  # keep one token: the next forward is one longer
-                if r == 0:
-                    first = dt
-                if r >= warmup:
-                    cold.append(dt)
-            if warm:
-                for r in range(1 + repeats):
+    # One projection block around every row count: its counts are the whole curve's.
+    with verify_linear(linear) as lrouting:
+        for i, k in enumerate(rows):
+            x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32)
+            cold, hot, first = [], [], None
+            with verify_attention(attention) as routing:
+                mode = routing.mode.value
+                for r in range(warmup + repeats):
                     t0 = time.perf_counter()
                     mx.eval(model(x, cache=cache))
                     dt = (time.perf_counter() - t0) * 1e3
-                    trim_prompt_cache(cache, k)  # back to the same length
-                    if r >= 1:
-                        hot.append(dt)
-        if lrouting.mode is not VerifyLinear.STOCK:
-            got = lrouting.summary()
-            lsum = got if lsum is None else {**got, "routed_calls": lsum["routed_calls"] + got["routed_calls"],
-                                             "stock_calls": lsum["stock_calls"] + got["stock_calls"]}
-        trim_prompt_cache(cache, warmup + repeats)  # every row count starts at ``context``
-        points.append(Point(k, statistics.median(cold), min(cold), max(cold),
-                            warm_ms=statistics.median(hot) if hot else None, first_ms=first))
-        if on_progress:
-            on_progress(i + 1, len(rows))
-        if cancel and cancel():
-            break
+                    trim_prompt_cache(cache, k - 1)  # keep one token: the next forward is one longer
+                    if r == 0:
+                        first = dt
+                    if r >= warmup:
+                        cold.append(dt)
+                if warm:
+                    for r in range(1 + repeats):
+                        t0 = time.perf_counter()
+                        mx.eval(model(x, cache=cache))
+                        dt = (time.perf_counter() - t0) * 1e3
+                        trim_prompt_cache(cache, k)  # back to the same length
+                        if r >= 1:
+                            hot.append(dt)
+            trim_prompt_cache(cache, warmup + repeats)  # every row count starts at ``context``
+            points.append(Point(k, statistics.median(cold), min(cold), max(cold),
+                                warm_ms=statistics.median(hot) if hot else None, first_ms=first))
+            if on_progress:
+                on_progress(i + 1, len(rows))
+            if cancel and cancel():
+                break
+    lsum = None if lrouting.mode is VerifyLinear.STOCK else lrouting.summary()
     return CostCurve(context, repeats, mark_boundaries(points), mode, lsum)
 
 

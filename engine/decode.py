@@ -54,6 +54,11 @@ class DecodeRun:
         return self.width is None
 
     @property
+    def linear_routed(self) -> int:
+        """Verify projections engine.linear routed in this run (0 for stock and classic runs)."""
+        return ((self.attention or {}).get("linear") or {}).get("routed_calls", 0)
+
+    @property
     def decode_tok_s(self) -> float:
         return len(self.tokens) / self.decode_s if self.decode_s > 0 else 0.0
 

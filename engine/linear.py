@@ -67,13 +67,18 @@ def parse(value: str | VerifyLinear | None) -> VerifyLinear:
     return parse_mode(VerifyLinear, value, "verify linear")
 
 
+def max_rows(mode: str | VerifyLinear | None) -> int:
+    """The most verify rows ``mode``'s route takes (gemv: its register accumulators)."""
+    return GEMV_MAX_ROWS if effective(mode) is VerifyLinear.GEMV else MAX_ROWS
+
+
 def unrouted_reason(mode: str | VerifyLinear | None, backend: str | None = None) -> str:
     """Why a ``mode`` block routed nothing on ``backend`` (probed when None), for the warnings
     that say so. On CUDA the reason is the model or the rows, not the backend."""
     gemv = effective(mode) is VerifyLinear.GEMV
     if (backend or current_backend()) == "cuda":
         return (f"on CUDA it takes bfloat16 or float16{'' if gemv else ' (or float32)'} projections "
-                f"of {MIN_ROWS}..{GEMV_MAX_ROWS if gemv else MAX_ROWS} rows, and these were quantized, "
+                f"of {MIN_ROWS}..{max_rows(mode)} rows, and these were quantized, "
                 "of another dtype or of more rows")
     if gemv:
         return "its kernel runs on CUDA only, for 16-bit weights"
@@ -205,7 +210,6 @@ def _dispatch(self, x):
     if routing is None or routing.mode not in (VerifyLinear.GATHER, VerifyLinear.GEMV) \
             or type(self) is not nn.Linear:
         return _stock_call(self, x)
-    rows = x.size // x.shape[-1] if x.ndim else 0
     w = self["weight"]
     bias = self["bias"] if "bias" in self else None
     if routing.mode is VerifyLinear.GEMV:
@@ -214,6 +218,7 @@ def _dispatch(self, x):
             return gemv_linear(x, w, bias)
         routing.passed += 1
         return _stock_call(self, x)
+    rows = x.size // x.shape[-1] if x.ndim else 0
     if not (MIN_ROWS <= rows <= MAX_ROWS) or w.dtype not in routing.dtypes:
         routing.passed += 1
         return _stock_call(self, x)

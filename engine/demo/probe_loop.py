@@ -131,8 +131,7 @@ def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int,
                                                     for r in rounds), 3),
                 "acceptance": round(sum(r.accepted for r in rounds) / max(sum(r.drafted for r in rounds), 1), 3),
                 # gather arms: projections engine.linear routed (0 would mean "gather" was stock)
-                "linear_routed_calls": sum((r.attention or {}).get("linear", {}).get("routed_calls", 0)
-                                           for r in runs),
+                "linear_routed_calls": sum(r.linear_routed for r in runs),
             }
     return {"mlx": mx.__version__, "device": str(mx.default_device()), "shape": shape,
             "quant": "4bit" if quant else "bf16", "tokens": tokens, "reps": reps, "arms": arms,
