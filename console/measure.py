@@ -217,8 +217,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"pair   {pair.describe()}")
         print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
               f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
-              + (f", verify linear {session.config.verify_linear}"
-                 if linear.effective(session.config.verify_linear) is not linear.VerifyLinear.STOCK else ""))
+              + _linear_note(session.config.verify_linear))
         print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
               f"{'identity':<16} verdict")
         for arm in [session.classic, *session.arms]:
@@ -285,8 +284,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     print(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
           f"context {curve.context}, median of {curve.repeats}, each forward at a new KV length "
           f"(cold); verify attention {curve.attention}"
-          + ("" if linear.effective(args.verify_linear) is linear.VerifyLinear.STOCK
-             else f", verify linear {linear.effective(args.verify_linear).value}"))
+          + _linear_note(args.verify_linear))
     # "warm" and "first" were bare numbers beside the bar, "first" rounded to whole ms: say
     # once what each is, and print both as the bar's median is printed.
     print("  bar: cold ms (= min, # median, - max); warm: median ms of one forward repeated at "
@@ -361,6 +359,12 @@ def register(sub) -> None:
     linear_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def _linear_note(mode: str) -> str:
+    """", verify linear M" for a header line; nothing for stock, so stock headers read as before."""
+    m = linear.effective(mode)
+    return "" if m is linear.VerifyLinear.STOCK else f", verify linear {m.value}"
 
 
 def linear_arg(p: argparse.ArgumentParser) -> None:
