@@ -307,9 +307,10 @@ def init_from_last_layer(head, target) -> None:
     head.blocks[0].update(tree_map(lambda p: p.astype(mx.float32), layer.parameters()))
     head.norm.update(tree_map(lambda p: p.astype(mx.float32), target.model.norm.parameters()))
     w = head.proj.weight
-    e_half, h_half = (w[:, d:] * 0.1, mx.eye(d)) if head.hidden_first else (w[:, :d] * 0.1, mx.eye(d))
-    head.proj.weight = (mx.concatenate([h_half, e_half], axis=1) if head.hidden_first
-                        else mx.concatenate([e_half, h_half], axis=1))
+    # the projection's input is [hidden, embedding] (MiMo) or [embedding, hidden] (the others)
+    e_half = (w[:, d:] if head.hidden_first else w[:, :d]) * 0.1
+    halves = [mx.eye(d), e_half] if head.hidden_first else [e_half, mx.eye(d)]
+    head.proj.weight = mx.concatenate(halves, axis=1)
     mx.eval(head.parameters())
 
 
