@@ -264,3 +264,22 @@ def test_best_arm_compares_record_dirs_and_skips_arms_without_figures(tmp_path):
     assert best(model, mtp, broken) == f"{mtp} 6 1.1"
     assert best(model) == f"{model} 4 1.05"
     assert best(broken, tmp_path / "none") == ""
+
+
+def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
+    """engine.demo.probe_overlap and probe_parts, the H200 probes behind the README's account of
+    a verify's cost, on a tiny random model in this process: every figure is there and positive,
+    and gemv (a CUDA kernel) routed nothing here while its products still match float32."""
+    from engine.demo import probe_overlap, probe_parts
+
+    assert probe_overlap.main(["--shape", "tiny", "--rows", "1,2", "--steps", "8", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["pipelined_1row_ms"] > 0
+    assert all(d[f"rows{k}"][f] > 0 for k in (1, 2) for f in ("build_ms", "eval_ms", "synced_ms"))
+    assert probe_parts.main(["--shape", "tiny", "--rows", "1,2", "--reps", "7", "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert all(d["rows1"][f] > 0 for f in ("proj", "attn", "rest", "layers", "forward"))
+    two = d["rows2"]
+    assert all(two[f] > 0 for f in ("proj", "proj_gather", "proj_gemv", "attn", "attn_vector",
+                                    "attn_fused", "rest", "layers", "forward"))
+    assert two["gemv_routed"] == 0 and two["gemv_max_rel_err"] < 0.01

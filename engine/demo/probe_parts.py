@@ -54,12 +54,16 @@ def main(argv: list[str] | None = None) -> int:
     mx.eval(target(prompt[None], cache=cache))
     perf = time.perf_counter
 
-    def timed(fn) -> float:
+    def timed(fn, after=None) -> float:
+        """Median ms of evaluating ``fn()``'s graph, the first 5 of ``reps`` dropped; ``after``
+        runs untimed after each (a cache rewind)."""
         got = []
         for i in range(args.reps):
             t0 = perf()
             mx.eval(fn())
             got.append(perf() - t0)
+            if after is not None:
+                after()
         return round(statistics.median(got[5:]) * 1e3, 3)
 
     out: dict = {"mlx": mx.__version__, "device": str(mx.default_device()), "shape": args.shape,
@@ -96,10 +100,9 @@ def main(argv: list[str] | None = None) -> int:
                 errs.append((mx.abs(got - ref).max() / mx.abs(ref).max()).item())
             row["gemv_max_rel_err"] = round(max(errs), 5)
 
-        qs = {(layer.self_attn.n_heads, layer.self_attn.head_dim):
-              mx.random.normal((1, layer.self_attn.n_heads, k, layer.self_attn.head_dim)).astype(x.dtype)
-              for layer in layers[:1]}
-        mx.eval(qs)
+        first = layers[0].self_attn  # every layer has its shape
+        q = mx.random.normal((1, first.n_heads, k, first.head_dim)).astype(x.dtype)
+        mx.eval(q)
 
         def attn(mode: str):
             def run():
@@ -107,7 +110,6 @@ def main(argv: list[str] | None = None) -> int:
                 with verify_attention(mode):
                     for layer, c in zip(layers, cache):
                         a = layer.self_attn
-                        q = qs[(a.n_heads, a.head_dim)]
                         keys, values = c.keys[..., : c.offset, :], c.values[..., : c.offset, :]
                         mask = create_attention_mask(x, c) if k > 1 else None
                         outs.append(mx.fast.scaled_dot_product_attention(q, keys, values, scale=a.scale,
@@ -139,22 +141,17 @@ def main(argv: list[str] | None = None) -> int:
                     h = layer(h, mask, c)
             return h
 
-        got = []
-        for i in range(args.reps):
-            t0 = perf()
-            mx.eval(layer_pass())
-            got.append(perf() - t0)
+        def back():
             rewind(cache, k)
-        row["layers"] = round(statistics.median(got[5:]) * 1e3, 3)
+
+        row["layers"] = timed(layer_pass, back)
         block = mx.array([11 + i for i in range(k)], mx.uint32)[None]
-        got = []
-        for i in range(args.reps):  # the whole model, as probe_overlap's synced figure
-            t0 = perf()
+
+        def forward():  # the whole model, as probe_overlap's synced figure
             with verify_attention("auto"):
-                mx.eval(target(block, cache=cache))
-            got.append(perf() - t0)
-            rewind(cache, k)
-        row["forward"] = round(statistics.median(got[5:]) * 1e3, 3)
+                return target(block, cache=cache)
+
+        row["forward"] = timed(forward, back)
         out[f"rows{k}"] = row
     print(json.dumps(out, indent=None if args.json else 1))
     return 0
