@@ -159,7 +159,8 @@ def main(argv: list[str] | None = None) -> int:
     widths = [int(w) for w in args.widths.split(",")]
     variants = tuple("" if v == "stock" else v for v in args.variants.split(","))
     if any(v not in VARIANTS for v in variants):
-        print(f"--variants {args.variants}: expected stock, gather, gv, gemv, gemvv", file=sys.stderr)
+        known = ", ".join(v or "stock" for v in VARIANTS)
+        print(f"--variants {args.variants}: expected {known}", file=sys.stderr)
         return 2
     if args.one:
         r = one(args.shape, args.quant, widths, args.tokens, args.reps, variants)
