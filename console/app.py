@@ -167,6 +167,7 @@ class BlockwidthApp(App):
     TITLE = "blockwidth"
     SUB_TITLE = "draft block width for speculative decoding on MLX"
     AUTO_FOCUS = "#results"
+    _refusal_shown = False  # the error line holds a key's refusal (_error, _clear_refusal)
     CSS = """
     TabbedContent { height: 1fr; }
     TabbedContent > ContentSwitcher { height: 1fr; }
@@ -404,7 +405,7 @@ class BlockwidthApp(App):
             self.notify(text, severity="error", timeout=8, markup=False)
 
     def _clear_refusal(self) -> None:
-        if getattr(self, "_refusal_shown", False):
+        if self._refusal_shown:
             self._error("")
 
     # ---- keys: focus, tabs, help, palette
