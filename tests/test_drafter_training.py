@@ -13,7 +13,7 @@ import json
 import mlx.core as mx
 import numpy as np
 import pytest
-from mlx.utils import tree_map
+from mlx.utils import tree_flatten, tree_map
 
 from engine import demo, hidden
 from engine.decode import speculative
@@ -144,3 +144,42 @@ def test_build_drafters_refuses_a_bad_prompts_file_in_one_line_before_loading(tm
     assert not (tmp_path / "out").exists() and bd.PROMPTS is None
     f.write_text('["def f(x):", "import os"]')  # a pair's prompts.json
     assert bd._read_prompts(f) == ["def f(x):", "import os"]
+
+
+def test_dflash_training_can_continue_a_checkpoint(text):
+    """--dflash-init: training starts from the checkpoint's weights (at learning rate 0 they are
+    what it holds after a step), not from random ones."""
+    from engine.dflash import load_model, parse_spec, read_config
+
+    target, rows = text
+    path = demo.DFLASH
+    cfg = read_config(path)
+    model, _ = bd.train_dflash([target], [rows], 1, 2, 2, 0.0, cfg, np.random.default_rng(0), 8,
+                               init=path)
+    ref = load_model(path, parse_spec(cfg, "ref"), cfg, "ref")
+    got, want = dict(tree_flatten(model.parameters())), dict(tree_flatten(ref.parameters()))
+    assert got.keys() == want.keys()
+    for k in want:
+        assert mx.array_equal(got[k].astype(mx.float32), want[k].astype(mx.float32)), k
+
+
+def test_a_drafter_is_adopted_when_its_worse_target_improves():
+    """One drafter serves both demo targets: a candidate that trades part of the bf16 target's
+    surplus for the 4-bit target's shortfall is kept; one that lowers the worse figure is not."""
+    assert bd.adopt({"bf16": {"candidate": 0.65, "committed": 0.70},
+                     "4bit": {"candidate": 0.61, "committed": 0.557}})
+    assert not bd.adopt({"bf16": {"candidate": 0.55, "committed": 0.70},
+                         "4bit": {"candidate": 0.62, "committed": 0.557}})
+    assert not bd.adopt({"bf16": {"candidate": 0.70, "committed": 0.70},
+                         "4bit": {"candidate": 0.557, "committed": 0.557}})
+
+
+@pytest.mark.parametrize("argv, names", [
+    (["--drafter-4bit-share", "1.5"], "--drafter-4bit-share 1.5: "),
+    (["--dflash-init", "no-such-dir"], "--dflash-init no-such-dir: "),
+])
+def test_build_drafters_refuses_bad_training_options_in_one_line(tmp_path, capsys, argv, names):
+    assert bd.main(["--out", str(tmp_path / "out"), "--pair", str(tmp_path / "no-pair"), *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(names), err
+    assert not (tmp_path / "out").exists()

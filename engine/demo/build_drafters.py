@@ -11,7 +11,8 @@ the published formats the engine loads:
   feeding its own output back, x[t+3] and x[t+4] (a width-4 round);
 - ``drafter/``: the Llama draft model, fine-tuned from the committed one on
   greedy text of both the bfloat16 and the 4-bit target (labels: each target's
-  own argmax), written only when it beats the committed drafter on both targets.
+  own argmax, ``--drafter-4bit-share`` of the rows the 4-bit one's), written only
+  when its worse target's acceptance beats the committed drafter's worse one.
 
 The training text is the targets' greedy continuations of corpus windows, so
 every label is what the target itself would emit (blocks and chained steps start
@@ -193,13 +194,20 @@ def _features(target, x: mx.array, layers: tuple[int, ...]) -> mx.array:
 
 def train_dflash(targets, text: list[np.ndarray], steps: int, batch: int, blocks: int, lr: float,
                  config: dict, rng: np.random.Generator, prompt: int,
-                 val: list[np.ndarray] | None = None):
+                 val: list[np.ndarray] | None = None, init: Path | None = None):
     """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text; a batch pairs a
-    target's hidden states with its own text, so every label is that target's argmax."""
-    from engine.dflash import DFlashModel, parse_spec
+    target's hidden states with its own text, so every label is that target's argmax.
+    ``init``: continue from that DFlash checkpoint (of this config) instead of random weights."""
+    from engine.dflash import DFlashModel, load_model, parse_spec
 
     spec = parse_spec(config, "demo dflash")
-    model = DFlashModel(spec)
+    if init is not None:
+        model = load_model(init, spec, config, f"--dflash-init {init}")
+        model.update(tree_map(lambda p: p.astype(mx.float32), model.parameters()))
+        model.train()
+        log(f"dflash: fine-tuning {init}")
+    else:
+        model = DFlashModel(spec)
     layers = spec.target_layer_ids
     seq = text[0].shape[1]
     first = max(prompt - 1, 1)  # blocks start at the prompt's last token or later: every label is
@@ -401,6 +409,8 @@ def _fit(model, loss_fn, make_batch, steps: int, lr: float, name: str,
             mx.eval(kept)
         log(f"{name} step {i} held-out draft agreement w4 {score:.3f}{tag} ({time.time() - t0:.0f}s)")
 
+    if validate is not None:
+        check(0.0)  # the starting weights compete too: a fine-tune that never beats them keeps them
     while True:
         if i == 3 and budget:
             t0 = time.time()  # the budget starts after the first steps: on CUDA they JIT-compile
@@ -577,6 +587,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter-init", type=Path, metavar="DIR",
                     help="start the draft model from these weights (default: the pair's committed "
                          "drafter); 'none' starts at random")
+    ap.add_argument("--dflash-init", type=Path, metavar="DIR",
+                    help="continue training this DFlash checkpoint (e.g. the pair's committed "
+                         "dflash/) instead of starting at random")
+    ap.add_argument("--drafter-4bit-share", type=float, default=0.5, metavar="F",
+                    help="share of the draft model's training rows labelled by the 4-bit target "
+                         "(the rest by the bfloat16 one); where the two targets disagree one "
+                         "drafter can follow only one of them")
     ap.add_argument("--accept-tokens", default="64,128", metavar="N,N",
                     help="decode lengths of the acceptance measurement on the demo prompts "
                          "(or --prompts-file's)")
@@ -590,6 +607,13 @@ def main(argv: list[str] | None = None) -> int:
                     help="only measure the acceptance of the drafters already built in DIR")
     args = ap.parse_args(argv)
     args.accept_tokens = tuple(int(n) for n in str(args.accept_tokens).split(","))
+    if not 0.0 <= args.drafter_4bit_share <= 1.0:
+        print(f"--drafter-4bit-share {args.drafter_4bit_share}: a share from 0 to 1", file=sys.stderr)
+        return 2
+    if args.dflash_init is not None and not (args.dflash_init / "config.json").is_file():
+        print(f"--dflash-init {args.dflash_init}: no config.json there (a DFlash checkpoint folder)",
+              file=sys.stderr)
+        return 2
     only = set(args.only or ("dflash", "mtp", "drafter"))
     global PROMPTS
     PROMPTS = None  # not an earlier main()'s in this process (the tests call it)
@@ -641,7 +665,7 @@ def main(argv: list[str] | None = None) -> int:
     if "dflash" in only:
         cfg = dflash_config(tconfig)
         model, loss = train_dflash(targets, text, args.dflash_steps, args.batch, args.blocks,
-                                   args.dflash_lr, cfg, rng, args.prompt, val)
+                                   args.dflash_lr, cfg, rng, args.prompt, val, init=args.dflash_init)
         write_dflash(args.out / "dflash", cfg, model)
         summary["dflash_loss"] = round(loss, 3)
         summary["dflash_params"] = int(sum(v.size for _, v in tree_flatten(model.parameters())))
@@ -660,6 +684,16 @@ def main(argv: list[str] | None = None) -> int:
     (args.out / name).write_text(json.dumps(summary, indent=2))
     log(json.dumps(summary))
     return 0
+
+
+def adopt(wins: dict[str, dict[str, float]]) -> bool:
+    """Whether a candidate drafter replaces the committed one, given each target's acceptance
+    (``{"bf16": {"candidate": a, "committed": b}, ...}``): when its worse target's figure beats the
+    committed drafter's worse one. One drafter serves both demo targets and they disagree on some
+    tokens, so raising one can cost the other; the pair is as good as its worse target (the aim is
+    >= 0.6 on each), and a candidate that trades a surplus on one for the other's shortfall is
+    kept."""
+    return min(w["candidate"] for w in wins.values()) > min(w["committed"] for w in wins.values())
 
 
 def train_drafter(args, targets: list, data: np.ndarray, text: np.ndarray, val: np.ndarray,
@@ -689,9 +723,12 @@ def train_drafter(args, targets: list, data: np.ndarray, text: np.ndarray, val: 
         cx, _ = next(corpus)
         rows = rng.integers(0, text.shape[0], size=2 * args.batch - n_corpus)
         x = mx.concatenate([cx[:, :seq], mx.array(text[rows, :seq])], axis=0)
-        # half the rows labelled by each target: the drafter serves both
-        half = x.shape[0] // 2
-        y = mx.concatenate([mx.argmax(t16(x[:half]), axis=-1), mx.argmax(t4(x[half:]), axis=-1)])
+        # rows labelled by each target (--drafter-4bit-share by the 4-bit one): the drafter
+        # serves both
+        half = min(max(round(x.shape[0] * (1 - args.drafter_4bit_share)), 0), x.shape[0])
+        parts = ([mx.argmax(t16(x[:half]), axis=-1)] if half else []) + \
+            ([mx.argmax(t4(x[half:]), axis=-1)] if half < x.shape[0] else [])
+        y = mx.concatenate(parts)
         return x, mx.stop_gradient(y), None
 
     def ce(model, x, y, _target):
@@ -737,13 +774,13 @@ def train_drafter(args, targets: list, data: np.ndarray, text: np.ndarray, val: 
                       label="committed drafter")["all"]
         wins[variant] = {"candidate": round(new, 3), "committed": round(old, 3)}
     result["demo_acceptance_w4"] = wins
-    result["adopted"] = all(w["candidate"] > w["committed"] for w in wins.values())
+    result["adopted"] = adopt(wins)
     if result["adopted"]:
         shutil.copytree(cand, final)
-        log(f"drafter: ADOPTED, the candidate beats the committed drafter on both targets {wins}; "
+        log(f"drafter: ADOPTED, the candidate raises the worse target's acceptance {wins}; "
             f"wrote {final}")
     else:
-        log(f"drafter: NOT adopted, the candidate does not beat the committed drafter on both targets "
+        log(f"drafter: NOT adopted, the candidate does not raise the worse target's acceptance "
             f"{wins}; keep the committed one (candidate left in {cand} for inspection)")
     return result
 

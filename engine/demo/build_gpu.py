@@ -158,7 +158,26 @@ def acceptance(target_dir: Path, drafter_dir: Path, prompts: list[str], width: i
     return {"width": width, "tokens": tokens,
             "pooled": round(sum(r.accepted for r in runs) / max(drafted, 1), 3),
             "per_position": round(per_token_acceptance(runs) or 0.0, 3),
+            "teacher_forced": round(teacher_forced(pair, prompts, tokens), 3),
             "per_prompt": [round(r.acceptance or 0.0, 3) for r in runs]}
+
+
+def teacher_forced(pair, prompts: list[str], tokens: int) -> float:
+    """The drafter's top-1 agreement with the target's classic greedy continuation of each prompt,
+    reading the target's own text (one drafter forward per prompt): the ceiling of the per-position
+    acceptance on these prompts. A decode-time acceptance well under it would point at the engine's
+    draft loop; one near it, at the drafter."""
+    from engine.decode import classic
+
+    hit = n = 0
+    for p in prompts:
+        ids = pair.tokenizer.encode(p)
+        out = classic(pair, ids, tokens).tokens
+        seq = ids + out
+        guess = mx.argmax(pair.drafter(mx.array([seq[:-1]]))[0, len(ids) - 1:], axis=-1).tolist()
+        hit += sum(g == t for g, t in zip(guess, out))
+        n += len(out)
+    return hit / max(n, 1)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gen-seconds", type=float, default=45,
                     help="time for the target's greedy continuations the drafter learns from")
     ap.add_argument("--gen-batch", type=int, default=512)
-    ap.add_argument("--gen-rows", type=int, default=32768)
+    ap.add_argument("--gen-rows", type=int, default=65536)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--seq", type=int, default=256)
     ap.add_argument("--prompts", type=int, default=8)

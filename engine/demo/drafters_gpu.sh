@@ -5,7 +5,9 @@
 #   bash engine/demo/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~3.7 min (h200x2.sh allows 250 s)
 #   bash engine/demo/drafters_gpu.sh drafter   # the model drafter, fine-tuned on both targets, ~1.8 min (130 s)
 #   bash engine/demo/drafters_gpu.sh sweep     # widths 2..16 with the DFlash drafter, both targets
-# HIDDEN_KINDS=dflash trains the DFlash drafter alone.
+# HIDDEN_KINDS=dflash trains the DFlash drafter alone; DFLASH_INIT=DIR continues that checkpoint
+# (DFLASH_LR: its peak learning rate, default 2e-3).
+# SHARE4: the share of the model drafter's rows labelled by the 4-bit target (default 0.5).
 # hidden then drafter back to back take about 5.5 minutes on one H200 with the defaults below
 # (training budgets DFLASH_S=120 MTP_S=70 DRAFTER_S=75 seconds; greedy continuations of 193
 # tokens after 64 of corpus, WINDOWS=32768 for hidden and DRAFTER_WINDOWS=8192 for drafter,
@@ -27,10 +29,11 @@ case $stage in
 hidden)
     python3 -m engine.demo.build_drafters "${common[@]}" --windows "${WINDOWS:-32768}" \
         $(for k in ${HIDDEN_KINDS:-dflash mtp}; do printf -- '--only %s ' "$k"; done) \
-        --seconds dflash="${DFLASH_S:-120}" --seconds mtp="${MTP_S:-70}" 2>&1 | tee "$D/build-hidden.log" ;;
+        --seconds dflash="${DFLASH_S:-120}" --seconds mtp="${MTP_S:-70}" \
+        ${DFLASH_INIT:+--dflash-init "$DFLASH_INIT"} --dflash-lr "${DFLASH_LR:-2e-3}" 2>&1 | tee "$D/build-hidden.log" ;;
 drafter)
     python3 -m engine.demo.build_drafters "${common[@]}" --windows "${DRAFTER_WINDOWS:-8192}" \
-        --only drafter \
+        --only drafter --drafter-4bit-share "${SHARE4:-0.5}" \
         --seconds drafter="${DRAFTER_S:-75}" 2>&1 | tee "$D/build-drafter.log" ;;
 sweep)
     mkdir -p "$OUT/sweeps"
