@@ -282,6 +282,7 @@ class BlockwidthApp(App):
         self._planned = 0
         self._added_width: int | None = None  # the width in effect, added to a run that lacked it
         self._resolve_failed = False
+        self._load_error: str | None = None  # why the pair did not load (the pair panel says it)
         # Pair errors name the flags the console was started with, until the operator opens a
         # pair in the console's own fields.
         self._pair_names: Any = CLI_PAIR_NAMES
@@ -529,16 +530,30 @@ class BlockwidthApp(App):
         keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
         self.query_one("#resolution", Static).update(Text.assemble(
             head, "\n", res.reason, *(() if narrow else ("\n", keyed))))
-        drafter = _short_path(paths.drafter, paths.demo)
-        lines = [Text.assemble(("target  ", "bold"), _short_path(paths.target, paths.demo)),
-                 Text.assemble(("drafter ", "bold"), f"{drafter}  ({info.kind.value})"),
-                 Text.assemble(("device  ", "bold"), res.device.describe())]
-        if narrow:
-            d = paths.drafter.name if paths.drafter else "prompt lookup"
-            lines = [Text.assemble(("pair ", "bold"), f"{'demo: ' if paths.demo else ''}{paths.target.name}"
-                                   f" + {d} ({info.kind.value}) · {res.device.describe()}")]
+        self._render_pair()
+
+    def _render_pair(self) -> None:
+        """The pair panel: the pair and device once resolved, and why the pair did not load.
+        That failure is said here only, where the operator reads which pair this is; every
+        redraw of the top keeps it until another pair is opened."""
+        res, paths, info = self.res, self.paths, self.info
+        lines: list[Text] = []
+        if res is not None:
+            drafter = _short_path(paths.drafter, paths.demo)
+            lines = [Text.assemble(("target  ", "bold"), _short_path(paths.target, paths.demo)),
+                     Text.assemble(("drafter ", "bold"), f"{drafter}  ({info.kind.value})"),
+                     Text.assemble(("device  ", "bold"), res.device.describe())]
+            if self.has_class("narrow"):
+                d = paths.drafter.name if paths.drafter else "prompt lookup"
+                lines = [Text.assemble(("pair ", "bold"), f"{'demo: ' if paths.demo else ''}{paths.target.name}"
+                                       f" + {d} ({info.kind.value}) · {res.device.describe()}")]
+        if self._load_error is not None:
+            lines.append(Text(f"pair not loaded: {self._load_error}", style="red"))
+        if not lines:
+            return  # neither resolved nor failed yet: "loading the pair…" stays
         t = Text("\n").join(lines)
-        t.no_wrap, t.overflow = True, "ellipsis"  # a path is cut at the edge, never broken mid-word
+        # A path is cut at the edge, never broken mid-word; a failure wraps, so all of it shows.
+        t.no_wrap, t.overflow = self._load_error is None, "ellipsis"
         self.query_one("#pair", Static).update(t)
 
     def _in_effect(self) -> tuple[str, Tone] | None:
@@ -637,6 +652,7 @@ class BlockwidthApp(App):
         self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
         self._pair_names = CONSOLE_PAIR_NAMES
         self.pair = self.res = self.session = self.request = self.record_path = None
+        self._load_error = None
         self.query_one("#arms", DataTable).clear()
         for wid in ("#plot", "#details", "#headline", "#settings"):
             self.query_one(wid, Static).update("")
@@ -1115,9 +1131,11 @@ class BlockwidthApp(App):
         err = event.worker.error
         group = event.worker.group
         if group == "pair":
-            self.query_one("#pair", Static).update(Text(f"pair not loaded: {err}", style="red"))
-            self._error(f"loading the pair failed: {err}")
-            self._show_phase(Phase.LOAD_FAILED, str(err))
+            # Said once, in the pair panel (the error line and a toast each repeated it, and the
+            # status line cut it off at 80 columns); the status line points there.
+            self._load_error = str(err)
+            self._render_pair()
+            self._show_phase(Phase.LOAD_FAILED, "why: above; o opens another pair")
         elif group == "ab":
             self.session_failed(err)
         else:
