@@ -474,11 +474,11 @@ def _prompt_for(e: Override) -> tuple[str, str]:
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
-    from console.inputs import InputError
+    from console.inputs import CLI_PAIR_NAMES, InputError
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
-    from engine.pair import RUNNABLE, PairError, load_pair
+    from engine.pair import ROLE_WORDS, RUNNABLE, PairError, load_pair
     from policy.drafter import DrafterKind
 
     name = f"measure: {p.label}"
@@ -496,7 +496,9 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         widths, widths_from = (e.width,), "the entry"
     prompt, prompt_from = _prompt_for(e)
     try:
-        pair = load_pair(p.target, p.drafter, p.kind)
+        # a pair from the flags is named by them, as every command names it
+        pair = load_pair(p.target, p.drafter, p.kind,
+                         names=CLI_PAIR_NAMES if p.origin == "command line" else ROLE_WORDS)
     except PairError as err:
         raise InputError(str(err)) from None
     gate = host.gate()

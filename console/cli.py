@@ -96,7 +96,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         config = read_config(path)
     except ConfigError as e:
-        raise InputError(str(e)) from None
+        # named after what was typed before the path, as resolve's --target and sweep's are
+        raise InputError(f"inspect {e}") from None
     quant = classify(config, read_sidecar(path))
     info = detect_drafter(config)
     try:

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from engine import attention, linear
-from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
+from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
 from console.save import save_session
@@ -102,7 +102,8 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str)
     from engine.pair import PairError, load_pair
 
     try:
-        return load_pair(paths.target, paths.drafter, kind)
+        # named by the flags, as resolve and --check name them
+        return load_pair(paths.target, paths.drafter, kind, names=CLI_PAIR_NAMES)
     except PairError as e:
         raise InputError(str(e)) from None
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -33,6 +33,11 @@ _SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
 
 class PairError(Exception):
     """A pair that cannot be loaded; the message names the input and what is wrong."""
+
+
+# How an error names the two inputs: these words, or a front end's own (the command line's
+# --target and --draft), so that a broken file reads the same in every command that meets it.
+ROLE_WORDS: Mapping[str, str] = {"target": "target", "draft": "drafter"}
 
 
 @dataclass
@@ -132,17 +137,19 @@ def _vocab(tokenizer) -> dict:
 
 
 def load_pair(target: Path | str, drafter: Path | str | None = None,
-              kind: DrafterKind | str | None = None) -> Pair:
-    """Load a pair. ``drafter=None`` means the lookup drafter."""
+              kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS) -> Pair:
+    """Load a pair. ``drafter=None`` means the lookup drafter. ``names``: what errors call the
+    target and the drafter (keys ``target`` and ``draft``)."""
     target = Path(target)
-    tconfig = _check_folder(target, "target")
+    tname, dname = names["target"], names["draft"]
+    tconfig = _check_folder(target, tname)
     if kind is not None:
         kind = DrafterKind(kind)
     if drafter is None:
         kind = kind or DrafterKind.LOOKUP
     else:
         drafter = Path(drafter)
-        dconfig = _check_folder(drafter, "drafter")
+        dconfig = _check_folder(drafter, dname)
         kind = kind or detect_drafter(dconfig).kind
     if kind not in RUNNABLE:
         raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
@@ -153,23 +160,23 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     if kind is DrafterKind.LOOKUP and drafter is not None:
         raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
 
-    model = _load_model(target, "target")
-    tokenizer = _load_tokenizer(target, "target", tconfig)
+    model = _load_model(target, tname)
+    tokenizer = _load_tokenizer(target, tname, tconfig)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, read_sidecar(target)), kind,
                 fingerprints={"target": fingerprint(target)})
     if kind is DrafterKind.MODEL:
         tv = tconfig.get("vocab_size")
         dv = dconfig.get("vocab_size")
         if tv != dv:
-            raise PairError(f"drafter {drafter}: vocabulary of {dv} tokens differs from target "
+            raise PairError(f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
                             f"{target}'s {tv}; a model drafter must share the target's tokenizer")
         if any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
-            dtok = _load_tokenizer(drafter, "drafter", dconfig)
+            dtok = _load_tokenizer(drafter, dname, dconfig)
             a, b = _vocab(tokenizer), _vocab(dtok)
             if a and b and a != b:
-                raise PairError(f"drafter {drafter}: tokenizer of {len(b)} tokens differs from target "
+                raise PairError(f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
                                 f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
-        pair.drafter = _load_model(drafter, "drafter")
+        pair.drafter = _load_model(drafter, dname)
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):

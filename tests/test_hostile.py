@@ -195,6 +195,40 @@ def test_sweep_names_the_missing_key_of_a_drafter_without_model_type(tmp_path):
     assert (d / "config.json").read_bytes() == before
 
 
+def _break(d: Path, where: str) -> None:
+    if where == "config.json":
+        (d / where).write_text('{"model_type": "llama", ')  # cut off mid-object
+    else:
+        data = json.loads((d / where).read_text())
+        data["auto_map"] = {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}
+        (d / where).write_text(json.dumps(data))
+
+
+@pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json"])
+@pytest.mark.parametrize("role", ["target", "drafter"])
+@pytest.mark.parametrize("typed", ["relative", "absolute"])
+def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, typed):
+    """The tryout met one broken file named three ways by resolve, inspect and sweep. Each now
+    says the path as typed, the file inside it and what is wrong, in one line, exit 2: after
+    the option that took the path (resolve, sweep and costcurve alike), or after `inspect`."""
+    bad = _copy(DEMO / ("drafter" if role == "drafter" else "target-bf16"), tmp_path / "ckpt")
+    _break(bad, where)
+    path = "ckpt" if typed == "relative" else str(bad)
+    flag = "--target" if role == "target" else "--draft"
+    pair = [flag, path] if role == "target" else ["--target", str(DEMO / "target-bf16"), flag, path]
+    commands = [["resolve", "--device", "cpu", *pair],
+                ["sweep", *pair, "-n", "1", "--max-tokens", "4", "--widths", "2",
+                 "--record-dir", str(tmp_path / "rec")]]
+    if role == "target":
+        commands.append(["costcurve", *pair, "--rows", "1", "--repeats", "1"])
+    lines = {args[0]: one_line_exit(run_cli(*args, cwd=tmp_path)).strip() for args in commands}
+    name = f"{path}/{where}"
+    assert lines["resolve"].startswith(f"blockwidth: error: {flag} {name}: "), lines
+    assert len(set(lines.values())) == 1, lines
+    inspected = one_line_exit(run_cli("inspect", path, cwd=tmp_path)).strip()
+    assert inspected == lines["resolve"].replace(f"{flag} {name}", f"inspect {name}", 1), (inspected, lines)
+
+
 # --- records ---------------------------------------------------------------------------
 
 
