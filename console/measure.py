@@ -343,7 +343,7 @@ def register(sub) -> None:
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
     attention_arg(p)
-    linear_arg(p)
+    linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -357,7 +357,7 @@ def register(sub) -> None:
     p.add_argument("--repeats", type=integer(1, 1000, "timed repeats"), default=7,
                    help="timed repeats per row count (median), 1..1000")
     attention_arg(p)
-    linear_arg(p)
+    linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
 
@@ -366,13 +366,6 @@ def _linear_note(mode: str) -> str:
     """", verify linear M" for a header line; nothing for stock, so stock headers read as before."""
     m = linear.effective(mode)
     return "" if m is linear.VerifyLinear.STOCK else f", verify linear {m.value}"
-
-
-def linear_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verify-linear", choices=linear.CHOICES, default="auto",
-                   help="projections of verify forwards: auto = stock; gather keeps 2..64-row 16-bit "
-                        "projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads "
-                        "the weights once for all rows (CUDA; engine/linear.py)")
 
 
 def attention_arg(p: argparse.ArgumentParser) -> None:

@@ -25,7 +25,7 @@ import time
 import mlx.core as mx
 
 # Checked when the arguments are parsed: a bad name stops the tool before any model loads.
-from engine.linear import CHOICES as LINEAR_CHOICES
+from engine.linear import add_arg as add_linear_arg
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,8 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--fresh", action="store_true",
                     help="a new prompt for every repetition; the first prompt only warms up")
     ap.add_argument("--verify-attention", default="auto", help="the engine's verify attention")
-    ap.add_argument("--verify-linear", default=None, choices=LINEAR_CHOICES,
-                    help="the engine's verify projections (engine.linear)")
+    add_linear_arg(ap)
     ap.add_argument("--json-out", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     if args.device == "cpu":

@@ -5,6 +5,7 @@ MLX's CPU gather_mm takes float32 only, so here it is exercised on float32 weigh
 (the demo target cast to float32) and must leave 16-bit ones to the stock matmul."""
 
 import threading
+from pathlib import Path
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -246,3 +247,29 @@ def test_the_routed_nothing_warning_says_why_on_cuda_and_names_the_arms_left_sto
     assert not _linear_session("gemv", "cuda", {4: 154, 8: 154})
     assert "CUDA only" in _linear_session("gemv", "cpu", {4: 0})[0]
     assert "float32" in _linear_session("gather", "cpu", {4: 0})[0]
+
+
+def test_verify_linear_is_one_declaration_everywhere():
+    """bench, soak and coldcheck each declared --verify-linear, with defaults None and "auto" and
+    one help among three; every command and tool now takes engine.linear.add_arg's."""
+    import os
+    import re
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    def entry(*module_args: str) -> str:
+        env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
+        out = subprocess.run([sys.executable, "-m", *module_args, "--help"], capture_output=True,
+                             text=True, env=env, cwd=ROOT, timeout=300).stdout
+        m = re.search(r"^ +--verify-linear \{.*?(?=^ +-|\Z)", out, re.S | re.M)
+        assert m, out
+        return " ".join(m.group(0).split())
+
+    helps = {args: entry(*args) for args in [("engine.bench",), ("engine.soak",), ("engine.coldcheck",),
+                                             ("console.cli", "sweep"), ("console.cli", "costcurve")]}
+    assert len(set(helps.values())) == 1 and "auto = stock" in helps[("engine.soak",)], helps
+    declared = [p.relative_to(ROOT) for d in ("engine", "console") for p in (ROOT / d).rglob("*.py")
+                if re.search(r'add_argument\(\s*"--verify-linear"', p.read_text(encoding="utf-8"))]
+    assert declared == [Path("engine/linear.py")], declared
