@@ -162,10 +162,10 @@ def _r(v: list | None) -> str:
 def _quantization(q: dict) -> str:
     """The target's quantization in the words the console and sweep use (``unquantized
     bfloat16``, ``affine 4-bit g64``); a scheme this version does not know, as stored."""
-    from policy.quantization import Quantization, Scheme
+    from policy.quantization import Quantization
 
     try:
-        return Quantization(Scheme(q["scheme"]), q.get("bits"), q.get("group_size"), q.get("dtype")).describe()
+        return Quantization.from_dict(q).describe()
     except (KeyError, ValueError):
         return str(q.get("scheme"))
 

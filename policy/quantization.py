@@ -62,6 +62,13 @@ class Quantization:
             "detail": self.detail,
         }
 
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Quantization:
+        """The value ``to_dict`` wrote (a record's ``target_quantization``); a KeyError or
+        ValueError when ``d`` is not one (a scheme this version does not know)."""
+        return cls(Scheme(d["scheme"]), d.get("bits"), d.get("group_size"), d.get("dtype"),
+                   d.get("detail") or "")
+
     def key(self) -> tuple[str, int | None, int | None]:
         """What a profile entry or table row matches on."""
         return (self.scheme.value, self.bits, self.group_size)

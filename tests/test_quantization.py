@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from policy.quantization import ConfigError, Scheme, classify, read_quantization
+from policy.quantization import ConfigError, Quantization, Scheme, classify, read_quantization
 
 CASES = [
     # (name, config, sidecar, scheme, bits, group_size)
@@ -85,6 +85,20 @@ def test_mixed_precision_is_named():
     assert "mixed" in q.detail and "8-bit" in q.detail
     hybrid = classify(next(c for c in CASES if c[0] == 'modelopt hybrid fp8 + nvfp4')[1])
     assert "FP8 on 1 layers" in hybrid.detail and "NVFP4 on 2 layers" in hybrid.detail
+
+
+@pytest.mark.parametrize("name,config,sidecar", [c[:3] for c in CASES], ids=[c[0] for c in CASES])
+def test_to_dict_and_from_dict_round_trip(name, config, sidecar):
+    """A record stores the target's quantization with to_dict and reads it back with from_dict."""
+    q = classify(config, sidecar)
+    assert Quantization.from_dict(json.loads(json.dumps(q.to_dict()))) == q
+
+
+def test_from_dict_refuses_a_scheme_it_does_not_know():
+    with pytest.raises(ValueError):
+        Quantization.from_dict({"scheme": "turbo", "bits": 3})
+    with pytest.raises(KeyError):
+        Quantization.from_dict({"bits": 4})
 
 
 def test_describe_words():
