@@ -141,9 +141,21 @@ def test_build_drafters_refuses_a_bad_prompts_file_in_one_line_before_loading(tm
         assert bd.main(argv) == 2, text
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and err[0].startswith(f"--prompts-file {f}: "), (text, err)
-    assert not (tmp_path / "out").exists() and bd.PROMPTS is None
+    assert not (tmp_path / "out").exists()
     f.write_text('["def f(x):", "import os"]')  # a pair's prompts.json
     assert bd._read_prompts(f) == ["def f(x):", "import os"]
+
+
+def test_acceptance_is_measured_on_the_prompts_it_is_given():
+    """--prompts-file's prompts reach acceptance and measure as an argument (they were a module
+    global that main() set, and reset so that one call's did not leak into the next); without
+    them the demo prompts are measured."""
+    mine = ["def f(x):", "import os"]
+    got = bd.acceptance(bd.PAIR, bd.PAIR, tokens=(8,), names={"drafter"}, prompts=mine)
+    assert set(got) == {"model bf16 8 tokens", "model 4bit 8 tokens"}
+    assert all(len(v["per_prompt"]) == len(mine) for v in got.values()), got
+    demo_run = bd.measure(bd.PAIR, "model", bd.PAIR / "drafter", "bf16", tokens=(8,))
+    assert len(demo_run[8]["per_prompt"]) == len(DEMO_PROMPTS)
 
 
 def test_dflash_training_can_continue_a_checkpoint(text):

@@ -496,12 +496,10 @@ def quantize_target(pair: Path) -> None:
     log(f"quantized {out}")
 
 
-PROMPTS: list[str] | None = None  # --prompts-file: measure on these instead of the demo prompts
-
-
 def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
-            tokens: tuple[int, ...] = (64, 128), label: str | None = None) -> dict:
-    """Per-drafted-token acceptance at ``width`` on the demo prompts (or --prompts-file's), through
+            tokens: tuple[int, ...] = (64, 128), label: str | None = None,
+            prompts: list[str] | None = None) -> dict:
+    """Per-drafted-token acceptance at ``width`` on ``prompts`` (None: the demo prompts), through
     this engine's loop,
     of the ``kind`` drafter at ``path`` against one demo target: pooled and per prompt, per length,
     and over all lengths ("all": accepted / drafted summed)."""
@@ -515,7 +513,7 @@ def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
     for n in tokens:
         acc = dra = 0
         per = []
-        for prompt in PROMPTS or DEMO_PROMPTS:
+        for prompt in prompts or DEMO_PROMPTS:
             run = speculative(p, p.tokenizer.encode(prompt), n, width)
             acc, dra = acc + run.accepted, dra + run.drafted
             per.append(round(run.acceptance or 0.0, 3))
@@ -527,14 +525,14 @@ def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
 
 
 def acceptance(pair: Path, built: Path, width: int = 4, tokens: tuple[int, ...] = (64, 128),
-               names: set[str] | None = None) -> dict:
+               names: set[str] | None = None, prompts: list[str] | None = None) -> dict:
     """``measure`` for every drafter in ``built`` (of ``names``) against both demo targets."""
     out: dict = {}
     for kind, name in (("model", "drafter"), ("dflash", "dflash"), ("mtp", "mtp")):
         if not (built / name).is_dir() or (names is not None and name not in names):
             continue
         for variant in ("bf16", "4bit"):
-            got = measure(pair, kind, built / name, variant, width, tokens)
+            got = measure(pair, kind, built / name, variant, width, tokens, prompts=prompts)
             for n in tokens:
                 out[f"{kind} {variant} {n} tokens"] = got[n]
     return out
@@ -615,14 +613,13 @@ def main(argv: list[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     only = set(args.only or ("dflash", "mtp", "drafter"))
-    global PROMPTS
-    PROMPTS = None  # not an earlier main()'s in this process (the tests call it)
+    prompts = None  # --prompts-file: measure on these instead of the demo prompts
     if args.prompts_file:
-        PROMPTS = _read_prompts(args.prompts_file)
-        if PROMPTS is None:  # said why; checked before minutes of loading and training
+        prompts = _read_prompts(args.prompts_file)
+        if prompts is None:  # said why; checked before minutes of loading and training
             return 2
     if args.measure:
-        result = acceptance(args.pair, args.measure, tokens=args.accept_tokens)
+        result = acceptance(args.pair, args.measure, tokens=args.accept_tokens, prompts=prompts)
         (args.measure / "acceptance.json").write_text(json.dumps(result, indent=2))
         return 0
 
@@ -679,7 +676,8 @@ def main(argv: list[str] | None = None) -> int:
         summary["drafter"] = train_drafter(args, targets, data, np.concatenate(text),
                                            np.concatenate(val), rng)
     summary["seconds"] = round(time.time() - started, 1)
-    summary["acceptance_w4"] = acceptance(args.pair, args.out, tokens=args.accept_tokens, names=only)
+    summary["acceptance_w4"] = acceptance(args.pair, args.out, tokens=args.accept_tokens, names=only,
+                                          prompts=prompts)
     name = "build-drafters" + ("-" + "-".join(sorted(only)) if args.only else "") + ".json"
     (args.out / name).write_text(json.dumps(summary, indent=2))
     log(json.dumps(summary))
