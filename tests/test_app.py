@@ -298,14 +298,6 @@ def test_console_cancel_stops_the_session_and_says_so(tmp_path):
     run(go())
 
 
-def _weightless_target(tmp_path):
-    """A folder that passes the console's start-up checks and fails only when the pair loads."""
-    bad = tmp_path / "t"
-    bad.mkdir()
-    (bad / "config.json").write_text('{"model_type": "llama"}')
-    return bad
-
-
 def _screen_text(app) -> str:
     """Every Static on the screen, toasts included: all the operator can read."""
     from textual.widgets import Static
@@ -313,33 +305,20 @@ def _screen_text(app) -> str:
     return "\n".join(str(w.render()) for w in app.screen.query(Static))
 
 
-def test_failed_pair_load_shows_no_working_bar(tmp_path):
-    bad = _weightless_target(tmp_path)
-
-    async def go():
-        app = BlockwidthApp(Options(target=str(bad), device="cpu", profile=str(tmp_path / "p.toml")))
-        async with app.run_test(size=(120, 40)) as pilot:
-            await _settle(app, pilot)
-            assert app.phase is Phase.LOAD_FAILED
-            assert app.query_one("#progress").has_class("-idle")
-            assert "no *.safetensors" in _text(app, "#pair")
-            await pilot.press("a")
-            assert "not loaded" in _text(app, "#error")
-
-    run(go())
-
-
-def test_failed_pair_load_is_said_once_and_stays(tmp_path):
+def test_failed_pair_load_is_said_once_and_shows_no_working_bar(tmp_path):
     """At 80x24 the tryout read the same load error in the pair panel, the error line, the status
     line and a toast. It is said once, in the pair panel under the width, with all its words, and
     a redraw of the top (a resize, a key's refusal) keeps it there."""
-    bad = _weightless_target(tmp_path)
+    bad = tmp_path / "t"  # passes the console's start-up checks; fails only as the pair loads
+    bad.mkdir()
+    (bad / "config.json").write_text('{"model_type": "llama"}')
 
     async def go():
         app = BlockwidthApp(Options(target=str(bad), device="cpu", profile=str(tmp_path / "p.toml")))
         async with app.run_test(size=(80, 24)) as pilot:
             await _settle(app, pilot)
             assert app.phase is Phase.LOAD_FAILED
+            assert app.query_one("#progress").has_class("-idle")
             reason = f"target {bad}: no *.safetensors"
             assert _screen_text(app).count(reason) == 1, _screen_text(app)
             pair = _text(app, "#pair")
@@ -347,6 +326,7 @@ def test_failed_pair_load_is_said_once_and_stays(tmp_path):
             assert "pair t + " in pair  # which pair it was, too
             assert "above" in _text(app, "#status")
             await pilot.press("a")  # refused: the error line answers the key
+            assert "not loaded" in _text(app, "#error")
             await pilot.resize_terminal(120, 40)
             await pilot.pause()
             assert _screen_text(app).count(reason) == 1 and reason in _text(app, "#pair")
