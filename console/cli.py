@@ -215,9 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
     _pair_args(ap)
     _resolution_args(ap)
     ap.add_argument("--record-dir", help="where A/B session records go (default: user data dir)")
-    from console.measure import attention_arg
+    from engine.attention import add_arg as add_attention_arg
 
-    attention_arg(ap)
+    add_attention_arg(ap)
     check.add_arguments(ap)
     _mark_before(ap)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")

@@ -342,7 +342,7 @@ def register(sub) -> None:
                    help="with --save: the entry matches only this pair (by content fingerprint)")
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
-    attention_arg(p)
+    attention.add_arg(p)
     linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
@@ -356,7 +356,7 @@ def register(sub) -> None:
                                      "the target's context)")
     p.add_argument("--repeats", type=integer(1, 1000, "timed repeats"), default=7,
                    help="timed repeats per row count (median), 1..1000")
-    attention_arg(p)
+    attention.add_arg(p)
     linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
@@ -366,10 +366,3 @@ def _linear_note(mode: str) -> str:
     """", verify linear M" for a header line; nothing for stock, so stock headers read as before."""
     m = linear.effective(mode)
     return "" if m is linear.VerifyLinear.STOCK else f", verify linear {m.value}"
-
-
-def attention_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--verify-attention", choices=attention.CHOICES, default="auto",
-                   help="attention of verify forwards (2..64 rows against the KV cache): auto = plain "
-                        "on CUDA (no per-length cuDNN plan), fused elsewhere")
-

@@ -249,9 +249,14 @@ def test_the_routed_nothing_warning_says_why_on_cuda_and_names_the_arms_left_sto
     assert "float32" in _linear_session("gather", "cpu", {4: 0})[0]
 
 
-def test_verify_linear_is_one_declaration_everywhere():
+@pytest.mark.parametrize("flag, home, said", [
+    ("--verify-linear", "engine/linear.py", "auto = stock"),
+    ("--verify-attention", "engine/attention.py", "auto = plain on CUDA"),
+])
+def test_verify_choices_are_one_declaration_everywhere(flag, home, said):
     """bench, soak and coldcheck each declared --verify-linear, with defaults None and "auto" and
-    one help among three; every command and tool now takes engine.linear.add_arg's."""
+    one help among three, and --verify-attention with no choices (a bad name reached the engine);
+    every command and tool now takes engine.linear's and engine.attention's add_arg."""
     import os
     import re
     import subprocess
@@ -263,13 +268,13 @@ def test_verify_linear_is_one_declaration_everywhere():
         env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
         out = subprocess.run([sys.executable, "-m", *module_args, "--help"], capture_output=True,
                              text=True, env=env, cwd=ROOT, timeout=300).stdout
-        m = re.search(r"^ +--verify-linear \{.*?(?=^ +-|\Z)", out, re.S | re.M)
+        m = re.search(rf"^ +{flag} \{{.*?(?=^ +-|\Z)", out, re.S | re.M)
         assert m, out
         return " ".join(m.group(0).split())
 
     helps = {args: entry(*args) for args in [("engine.bench",), ("engine.soak",), ("engine.coldcheck",),
                                              ("console.cli", "sweep"), ("console.cli", "costcurve")]}
-    assert len(set(helps.values())) == 1 and "auto = stock" in helps[("engine.soak",)], helps
+    assert len(set(helps.values())) == 1 and said in helps[("engine.soak",)], helps
     declared = [p.relative_to(ROOT) for d in ("engine", "console") for p in (ROOT / d).rglob("*.py")
-                if re.search(r'add_argument\(\s*"--verify-linear"', p.read_text(encoding="utf-8"))]
-    assert declared == [Path("engine/linear.py")], declared
+                if re.search(rf'add_argument\(\s*"{flag}"', p.read_text(encoding="utf-8"))]
+    assert declared == [Path(home)], declared
