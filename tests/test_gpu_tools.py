@@ -266,6 +266,20 @@ def test_best_arm_compares_record_dirs_and_skips_arms_without_figures(tmp_path):
     assert best(broken, tmp_path / "none") == ""
 
 
+def test_wait_for_succeeds_on_a_file_and_fails_when_its_time_is_up(tmp_path):
+    """gpu_lib.sh wait_for, the pipeline's waits for the build, the side chain and the MTP head:
+    its status says whether the file came, which the pipeline reads to go on or to skip."""
+    there = tmp_path / "build.rc"
+    there.write_text("0")
+
+    def status(path: Path, seconds: int) -> int:
+        return subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; wait_for "$@"', "_", str(path),
+                               str(seconds)], cwd=ROOT, timeout=60).returncode
+
+    assert status(there, 0) == 0
+    assert status(tmp_path / "side.done", 0) == 1
+
+
 def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
     """engine.demo.probe_overlap and probe_parts, the H200 probes behind the README's account of
     a verify's cost, on a tiny random model in this process: every figure is there and positive,

@@ -1,5 +1,12 @@
 # Shell helpers shared by the GPU evidence scripts (h200x2.sh, h200pipe.sh); sourced, not run.
 
+wait_for() {  # until file $1 exists or $2 seconds have passed; succeeds when the file is there
+    local t0
+    t0=$(date +%s)
+    while [ ! -f "$1" ] && [ $(( $(date +%s) - t0 )) -lt "$2" ]; do sleep 5; done
+    [ -f "$1" ]
+}
+
 best_width() {  # the width with the highest median decode tok/s in the newest sweep record of $1
                # (within one record the highest median is the highest ratio over classic's)
     local _d w _r

@@ -23,7 +23,7 @@ mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 BW="python3 -m console.cli"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
-. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for
 mtp1b() {  # an MTP head for the 1B target, started from its last layer, on its own greedy text;
            # acceptance at width 4 on the pair's held-out prompts (128 tokens), both targets
     log "MTP head for the 1B target"
@@ -74,9 +74,8 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
     wait $p1; log "side: dflash rc $?"
     wait $p2; log "side: drafter rc $?"
     if [ "${MTP1B:-0}" = 1 ]; then
-        t0=$(date +%s)  # the build takes ~9 minutes; a pipeline that died before it must not hold GPU 1
-        while [ ! -f "$WORK/build.rc" ] && [ $(( $(date +%s) - t0 )) -lt "${BUILD_WAIT:-1200}" ]; do sleep 5; done
-        if [ -f "$WORK/build.rc" ]; then
+        # the build takes ~9 minutes; a pipeline that died before it must not hold GPU 1
+        if wait_for "$WORK/build.rc" "${BUILD_WAIT:-1200}"; then
             mtp1b
         else
             log "side: no 1B build after ${BUILD_WAIT:-1200} s; no MTP head"
@@ -110,14 +109,12 @@ pipeline)
     if [ -f "$R/side.out" ] && [ "${MTP1B:-0}" != 1 ]; then
         # timings on a host whose other GPU trains share its CPU (each step's graph is built there):
         # 2026-11-30b's classic ranged 228-367 tok/s beside the side chain; sweep on a quiet host
-        t0=$(date +%s)
-        while [ ! -f "$WORK/side.done" ] && [ $(( $(date +%s) - t0 )) -lt "${SIDE_WAIT:-600}" ]; do sleep 5; done
-        log "side chain $([ -f "$WORK/side.done" ] && echo done || echo 'still running') before the sweeps"
+        wait_for "$WORK/side.done" "${SIDE_WAIT:-600}" && said=done || said="still running"
+        log "side chain $said before the sweeps"
     fi
     sweeps model "$P/drafter" 2,3,4,5,6,7,8,12,16
     if [ "${MTP1B:-0}" = 1 ] && [ "${GPUS:-1}" = 2 ]; then
-        t0=$(date +%s)
-        while [ ! -f "$WORK/mtp1b.done" ] && [ $(( $(date +%s) - t0 )) -lt "${MTP1B_WAIT:-300}" ]; do sleep 5; done
+        wait_for "$WORK/mtp1b.done" "${MTP1B_WAIT:-300}"
     elif [ "${MTP1B:-0}" = 1 ]; then
         mtp1b
     fi
