@@ -70,6 +70,12 @@ class CostCurve:
         return out
 
 
+def context_ids(n: int) -> list[int]:
+    """The synthetic context every verify-cost measurement (this curve, the H200 probes) runs
+    against: ``n`` token ids cycling through 10..209, so no special token, the same in every tool."""
+    return [(7 * i + 3) % 200 + 10 for i in range(n)]
+
+
 def parse_rows(text: str) -> tuple[int, ...]:
     """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts >= 1."""
     out: set[int] = set()
@@ -134,7 +140,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     if repeats < 1:
         raise ValueError(f"repeats = {repeats}: must be at least 1")
     cache = make_prompt_cache(model)
-    prefix = mx.array([(7 * i + 3) % 200 + 10 for i in range(context)], mx.uint32)
+    prefix = mx.array(context_ids(context), mx.uint32)
     mx.eval(model(prefix[None], cache=cache))
     points = []
     mode = "fused"

@@ -87,11 +87,12 @@ def cold_forwards(model, rows: int, attention: str, stream, engine_like: bool, r
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.attention import verify_attention
+    from engine.costcurve import context_ids
     from engine.drafters import greedy
     from engine.kvcache import rewind
 
     cache = make_prompt_cache(model)
-    prefix = mx.array([(7 * i + 3) % 200 + 10 for i in range(context)], mx.uint32)
+    prefix = mx.array(context_ids(context), mx.uint32)
     mx.eval(model(prefix[None], cache=cache))
     y = mx.array([5], mx.uint32)
     drafts = mx.array([(11 * j + 5) % 200 + 10 for j in range(rows - 1)], mx.uint32)

@@ -96,10 +96,11 @@ def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int,
     import mlx.core as mx
 
     from engine import decode
+    from engine.costcurve import context_ids
 
     target, drafter = _models(shape, quant)
     pair = _Pair(target, drafter)
-    prompt = [(7 * i + 3) % 200 + 10 for i in range(300)]
+    prompt = context_ids(300)
     arms: dict[str, dict] = {}
 
     arms_list = [None] + [(w, v) for v in variants for w in widths]

@@ -38,12 +38,13 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.attention import verify_attention
+    from engine.costcurve import context_ids
     from engine.decode import greedy
     from engine.demo.probe_loop import _models
     from engine.kvcache import rewind
 
     target, _ = _models(args.shape, args.quant)
-    prompt = mx.array([(7 * i + 3) % 200 + 10 for i in range(300)], mx.uint32)
+    prompt = mx.array(context_ids(300), mx.uint32)
     out: dict = {"mlx": mx.__version__, "device": str(mx.default_device()), "shape": args.shape,
                    "quant": args.quant, "steps": args.steps}
     perf = time.perf_counter

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.attention import verify_attention
+    from engine.costcurve import context_ids
     from engine.demo.probe_loop import _models
     from engine.kvcache import rewind
     from engine.linear import verify_linear
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     target, _ = _models(args.shape, args.quant)
     layers = target.model.layers
     d = target.args.hidden_size
-    prompt = mx.array([(7 * i + 3) % 200 + 10 for i in range(args.context)], mx.uint32)
+    prompt = mx.array(context_ids(args.context), mx.uint32)
     cache = make_prompt_cache(target)
     mx.eval(target(prompt[None], cache=cache))
     perf = time.perf_counter
