@@ -363,6 +363,6 @@ def register(sub) -> None:
 
 
 def _linear_note(mode: str) -> str:
-    """", verify linear M" for a header line; nothing for stock, so stock headers read as before."""
-    m = linear.effective(mode)
-    return "" if m is linear.VerifyLinear.STOCK else f", verify linear {m.value}"
+    """", verify linear M" for a header line; nothing for stock (linear.named)."""
+    lin = linear.named(mode)
+    return f", verify linear {lin}" if lin else ""

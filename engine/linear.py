@@ -78,6 +78,13 @@ def parse(value: str | VerifyLinear | None) -> VerifyLinear:
     return parse_mode(VerifyLinear, value, "verify linear")
 
 
+def named(mode: str | VerifyLinear | None) -> str | None:
+    """The name a header or a record gives ``mode``; None for stock (``auto`` included), which
+    they leave unsaid, so a stock run reads as it did before the choice existed."""
+    m = effective(mode)
+    return None if m is VerifyLinear.STOCK else m.value
+
+
 def max_rows(mode: str | VerifyLinear | None) -> int:
     """The most verify rows ``mode``'s route takes (gemv: its register accumulators)."""
     return GEMV_MAX_ROWS if effective(mode) is VerifyLinear.GEMV else MAX_ROWS

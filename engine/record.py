@@ -184,11 +184,11 @@ def markdown(record: dict) -> str:
         f"{record['config']['max_tokens']} new tokens; n = {record['config']['n']}, reps run {record['reps']}",
         f"- verify attention: {record.get('verify_attention') or 'fused'}",
     ]
-    from engine.linear import VerifyLinear, effective
+    from engine.linear import named
 
-    named = record.get("config", {}).get("verify_linear")
-    if effective(named) is not VerifyLinear.STOCK:  # as sweep's header: named only when not stock
-        lines.append(f"- verify linear: {named}")
+    lin = named(record.get("config", {}).get("verify_linear"))
+    if lin:  # as sweep's header: named only when not stock
+        lines.append(f"- verify linear: {lin}")
     lines += [
         "",
         "| arm | decode tok/s min / med / max | e2e tok/s min / med / max | acceptance | identity | verdict |",
