@@ -31,6 +31,19 @@ def _copy(src: Path, dst: Path) -> Path:
     return dst
 
 
+def _edit_config(d: Path, key: str, value=None, *, drop: bool = False) -> bytes:
+    """Set (or drop) one key of ``d``/config.json; the file's bytes after, which a refusal must
+    leave as they are."""
+    f = d / "config.json"
+    config = json.loads(f.read_text())
+    if drop:
+        del config[key]
+    else:
+        config[key] = value
+    f.write_text(json.dumps(config))
+    return f.read_bytes()
+
+
 def evil_checkpoint(tmp_path: Path, role: str, where: str, key: str = "auto_map") -> Path:
     """A copy of a demo checkpoint whose ``where`` JSON asks to run its own Python."""
     src = DEMO / ("drafter" if role == "drafter" else "target-bf16")
@@ -161,10 +174,7 @@ def test_a_bad_size_in_config_json_names_the_file_and_key(tmp_path, role, key, v
     target = _copy(DEMO / "target-bf16", tmp_path / "target")
     drafter = _copy(DEMO / "drafter", tmp_path / "drafter")
     bad = target if role == "target" else drafter
-    config = json.loads((bad / "config.json").read_text())
-    config[key] = value
-    (bad / "config.json").write_text(json.dumps(config))
-    before = (bad / "config.json").read_bytes()
+    before = _edit_config(bad, key, value)
     p = run_cli("sweep", "--target", str(target), "--draft", str(drafter), "-n", "1", "--max-tokens", "8",
                 "--widths", "2", "--record-dir", str(tmp_path / "rec"))
     line = one_line_exit(p)
@@ -174,19 +184,14 @@ def test_a_bad_size_in_config_json_names_the_file_and_key(tmp_path, role, key, v
 
 def test_inspect_says_when_config_json_has_no_model_type(tmp_path):
     d = _copy(DEMO / "drafter", tmp_path / "drafter")
-    config = json.loads((d / "config.json").read_text())
-    del config["model_type"]
-    (d / "config.json").write_text(json.dumps(config))
+    _edit_config(d, "model_type", drop=True)
     p = run_cli("inspect", str(d))
     assert p.returncode == 0 and "(no model_type)" in p.stdout and "None" not in p.stdout, p.stdout
 
 
 def test_sweep_names_the_missing_key_of_a_drafter_without_model_type(tmp_path):
     d = _copy(DEMO / "drafter", tmp_path / "drafter")
-    config = json.loads((d / "config.json").read_text())
-    del config["model_type"]
-    (d / "config.json").write_text(json.dumps(config))
-    before = (d / "config.json").read_bytes()
+    before = _edit_config(d, "model_type", drop=True)
     p = run_cli("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "--widths", "2", "-n", "1",
                 "--max-tokens", "4",
                 "--record-dir", str(tmp_path / "rec"))
