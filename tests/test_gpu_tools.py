@@ -162,7 +162,7 @@ def test_the_h200_pipeline_does_not_take_an_earlier_runs_pick_when_the_loop_prob
     work = tmp_path / "work"
     work.mkdir()
     (work / "pick.env").write_text("export MLX_STALE_PICK=1\n")
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work)}
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "PROBE_LOOP": "1"}
     out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -266,6 +266,29 @@ def test_best_arm_compares_record_dirs_and_skips_arms_without_figures(tmp_path):
     assert best(broken, tmp_path / "none") == ""
 
 
+def test_better_build_takes_the_pair_whose_worse_target_keeps_more(tmp_path):
+    """gpu_lib.sh better_build picks which of the two 1B builds the H200 pipeline sweeps: the one
+    whose drafter keeps more drafted tokens on its worse target; the first build when the second
+    has no build.json (it failed) or does no better."""
+    def build(name: str, bf16: float, q4: float) -> Path:
+        d = tmp_path / name
+        d.mkdir()
+        acc = {"bf16": {"pooled": bf16}, "4bit": {"pooled": q4}}
+        (d / "build.json").write_text(json.dumps({"acceptance_held_out_width4": acc}))
+        return d
+
+    def pick(a: Path, b: Path) -> str:
+        out = subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; better_build "$@"', "_", str(a),
+                              str(b)], cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        return out.stdout.strip()
+
+    a, b = build("a", 0.62, 0.55), build("b", 0.60, 0.58)
+    assert pick(a, b) == "B worse-target acceptance A 0.55 B 0.58"
+    assert pick(b, a).startswith("A ")
+    assert pick(a, tmp_path / "missing") == "A worse-target acceptance A 0.55 B None"
+
+
 def test_wait_for_succeeds_on_a_file_and_fails_when_its_time_is_up(tmp_path):
     """gpu_lib.sh wait_for, the pipeline's waits for the build, the side chain and the MTP head:
     its status says whether the file came, which the pipeline reads to go on or to skip."""
@@ -297,3 +320,93 @@ def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
     assert all(two[f] > 0 for f in ("proj", "proj_gather", "proj_gemv", "attn", "attn_vector",
                                     "attn_fused", "rest", "layers", "forward"))
     assert two["gemv_routed"] == 0 and two["gemv_max_rel_err"] < 0.01
+
+
+def _tiny_target():
+    import mlx.core as mx
+
+    from engine.demo import build as small
+    from engine.demo.build_gpu import COMMON, SHAPES
+
+    mx.random.seed(3)
+    model = small.make_model(dict(COMMON, **SHAPES["tiny"][0]))
+    model.eval()
+    return model
+
+
+def test_distillation_rows_label_every_position_with_the_targets_argmax_after_its_prefix():
+    """build_gpu's distillation rows: the labels are what one forward over the whole row picks at
+    each position (inside the corpus prompt too), the next token from the prompt's end on, and the
+    kept top-k holds the argmax with the forward's own logits (on a CPU a row's forward equals
+    its steps, so the comparison is exact up to float16 storage)."""
+    import mlx.core as mx
+    import numpy as np
+
+    from engine.demo.build_gpu import greedy_rows
+
+    model = _tiny_target()
+    prompts = mx.array(np.random.default_rng(0).integers(1, 2048, size=(3, 10)))
+    rows = greedy_rows(model, prompts, 6, topk=5)
+    assert rows.tokens.shape == (3, 16) and rows.labels.shape == (3, 15)
+    assert (rows.tokens[:, :10] == np.array(prompts)).all()
+    assert (rows.labels[:, 9:] == rows.tokens[:, 10:]).all()
+    full = model(mx.array(rows.tokens[:, :-1]))
+    assert (rows.labels == np.array(mx.argmax(full, axis=-1))).all()
+    assert rows.top_ids.shape == rows.top_logits.shape == (3, 15, 5)
+    assert all(rows.labels[b, t] in rows.top_ids[b, t] for b in range(3) for t in range(15))
+    want = np.take_along_axis(np.array(full.astype(mx.float32)), rows.top_ids.astype(np.int64), axis=-1)
+    assert np.allclose(rows.top_logits.astype(np.float32), want, atol=2e-2, rtol=1e-2)
+    x, y, ids, logits = rows.batch(np.array([2, 0]))
+    assert x.shape == (2, 15) and (np.array(y) == rows.labels[[2, 0]]).all() and ids.dtype == mx.int32
+    assert greedy_rows(model, prompts, 6, topk=0).top_ids is None
+
+
+def test_the_drafter_loss_is_the_hard_label_cross_entropy_plus_its_soft_share():
+    """distil_loss: soft 0 (or no top-k) is the plain cross-entropy against the argmax; soft 1
+    over the whole vocabulary is the cross-entropy against the target's full distribution, which is
+    at its least when the drafter's logits are the target's."""
+    import mlx.core as mx
+    import mlx.nn as nn
+
+    from engine.demo.build_gpu import distil_loss
+
+    mx.random.seed(1)
+    teacher = mx.random.normal((2, 4, 8))
+    labels = mx.argmax(teacher, axis=-1)
+    everything = (mx.broadcast_to(mx.arange(8), (2, 4, 8)), teacher)
+    z = mx.random.normal((2, 4, 8))
+    hard = nn.losses.cross_entropy(z, labels, reduction="mean").item()
+    assert abs(distil_loss(z, labels, (), 0.5).item() - hard) < 1e-6
+    assert abs(distil_loss(z, labels, everything, 0.0).item() - hard) < 1e-6
+    p = mx.softmax(teacher, axis=-1)
+    want = -(p * (z - mx.logsumexp(z, axis=-1, keepdims=True))).sum(-1).mean().item()
+    assert abs(distil_loss(z, labels, everything, 1.0).item() - want) < 1e-5
+    half = distil_loss(z, labels, everything, 0.5).item()
+    assert abs(half - (hard + want) / 2) < 1e-5
+    assert distil_loss(teacher, labels, everything, 1.0).item() < distil_loss(z, labels, everything, 1.0).item()
+    # a position mask: the mean over the marked positions only
+    first = mx.array([1.0, 0.0, 0.0, 0.0])
+    alone = nn.losses.cross_entropy(z[:, :1], labels[:, :1], reduction="mean").item()
+    assert abs(distil_loss(z, labels, (), 0.0, first).item() - alone) < 1e-6
+
+
+def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_weight(tmp_path):
+    """engine.demo.build_gpu end to end at its tiny shape (seconds): both targets, the drafter and
+    build.json with the recipe; a soft-label weight outside 0..1 is refused in one line, exit 2,
+    before anything is built."""
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "bad"), "--shape", "tiny",
+               "--drafter-soft", "1.5")
+    assert out.returncode == 2 and out.stderr.strip() == "--drafter-soft 1.5: a weight from 0 to 1"
+    assert not (tmp_path / "bad").exists()
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
+               "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0",
+               "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80",
+               "--drafter-soft", "0.5", "--drafter-topk", "8", "--drafter-labels", "all")
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads((tmp_path / "pair" / "build.json").read_text())
+    assert got["drafter_soft"] == 0.5 and got["drafter_topk"] == 8 and got["generated_rows"] == 4
+    assert got["drafter_labels"] == "all"
+    for v in ("bf16", "4bit"):
+        assert 0 <= got["acceptance_held_out_width4"][v]["pooled"] <= 1
+    for d in ("target-bf16", "target-4bit", "drafter"):
+        assert (tmp_path / "pair" / d / "model.safetensors").is_file()

@@ -116,12 +116,12 @@ def lr_schedule(peak: float, steps: int, warmup: int):
 
 
 def compiled_step(model, loss_fn, opt):
-    """One compiled step of ``opt`` on ``loss_fn(model, x, y)`` with gradients clipped to norm 1,
+    """One compiled step of ``opt`` on ``loss_fn(model, x, y, ...)`` with gradients clipped to norm 1,
     and the state it updates (``mx.eval`` it after each step)."""
     state = [model.state, opt.state]
 
-    def step(x, y):
-        loss, grads = nn.value_and_grad(model, lambda a, b: loss_fn(model, a, b))(x, y)
+    def step(x, *y):  # y: the labels, and any further arrays loss_fn reads (soft labels)
+        loss, grads = nn.value_and_grad(model, lambda *a: loss_fn(model, *a))(x, *y)
         grads, _ = optim.clip_grad_norm(grads, 1.0)
         opt.update(model, grads)
         return loss

@@ -14,8 +14,11 @@ on a GPU, within a time budget:
    step costs its kernel launches, so width is nearly free and depth is not),
    started from the target's embedding, first two layers, norm and head, then
    distilled on the target's own greedy continuations of corpus windows (as many
-   as ``--gen-seconds`` generates, 512 at a time), the loss on the positions whose
-   label is the target's choice;
+   as ``--gen-seconds`` generates, ``--gen-batch`` at a time). The label at each
+   position is the target's argmax after that prefix; the loss reads the positions
+   from the prompt's last token on (``--drafter-labels continuation``) or all of them
+   (``all``: inside the prompt from the prefill's logits), and with ``--drafter-soft``
+   adds cross-entropy against the target's top-``k`` distribution (kept while generating);
 3. variants: target in bfloat16 and 4-bit affine (group 64), drafter in bfloat16;
 4. held-out prompts (validation text the target never trained on), and the
    drafter's acceptance per drafted token at width 4 on them, through this engine.
@@ -34,6 +37,7 @@ import shutil
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import mlx.core as mx
@@ -78,8 +82,8 @@ def timed_train(model, loss_fn, make_batch, seconds: float, lr: float, name: str
         opt.init(held["w"])
         state = [model.state, opt.state, held]
 
-        def step(x, y):
-            loss, grads = nn.value_and_grad(model, lambda a, b: loss_fn(model, a, b))(x, y)
+        def step(x, *y):
+            loss, grads = nn.value_and_grad(model, lambda *a: loss_fn(model, *a))(x, *y)
             grads = tree_map(lambda g: g.astype(mx.float32), grads)
             grads, _ = optim.clip_grad_norm(grads, 1.0)
             held["w"] = opt.apply_gradients(grads, held["w"])
@@ -113,18 +117,89 @@ def timed_train(model, loss_fn, make_batch, seconds: float, lr: float, name: str
     return last, steps
 
 
+@dataclass(frozen=True)
+class Rows:
+    """Distillation rows: ``tokens`` [n, P + new] (corpus prompt, then the target's greedy text),
+    ``labels`` [n, P + new - 1], the target's argmax after each prefix (inside the prompt too,
+    from the prefill's logits; from the prompt's last token on it is the next token), and with
+    ``topk`` > 0 the target's ``topk`` largest logits and their ids at each of those positions."""
+
+    tokens: np.ndarray
+    labels: np.ndarray
+    top_ids: np.ndarray | None = None  # int16: the vocabulary is 2048
+    top_logits: np.ndarray | None = None  # float16
+
+    def __len__(self) -> int:
+        return self.tokens.shape[0]
+
+    def batch(self, idx: np.ndarray) -> tuple[mx.array, ...]:
+        """Drafter inputs, hard labels and, when kept, the soft labels of rows ``idx``."""
+        out = (mx.array(self.tokens[idx, :-1]), mx.array(self.labels[idx]))
+        if self.top_ids is not None:
+            out += (mx.array(self.top_ids[idx].astype(np.int32)), mx.array(self.top_logits[idx]))
+        return out
+
+
+def distil_loss(z: mx.array, labels: mx.array, top: tuple[mx.array, ...], soft: float,
+                weight: mx.array | None = None) -> mx.array:
+    """The drafter's loss on logits ``z`` [B, T, V]: cross-entropy against the target's argmax
+    ``labels``, and with ``top`` = (ids, logits) of the target's k largest logits, ``soft`` of it
+    cross-entropy against the target's distribution renormalised over those k tokens, averaged
+    over the positions ``weight`` [T] marks (all when None). Greedy acceptance needs only the
+    argmax; the rest of the distribution says how near the runner-up is, which a drafter
+    reading each row many times over can learn from where one label cannot."""
+    per = nn.losses.cross_entropy(z, labels, reduction="none")
+    if top and soft > 0:
+        ids, logits = top
+        p = mx.softmax(logits.astype(mx.float32), axis=-1)
+        z = z.astype(mx.float32)
+        logq = mx.take_along_axis(z, ids, axis=-1) - mx.logsumexp(z, axis=-1, keepdims=True)
+        per = (1 - soft) * per + soft * -(p * logq).sum(-1)
+    if weight is None:
+        return per.mean()
+    return (per * weight).sum() / (weight.sum() * per.shape[0])
+
+
+def greedy_rows(target, prompts: mx.array, new: int, topk: int) -> Rows:
+    """``new`` greedy tokens after each prompt row, with the labels (and top-k logits) of every
+    position, from the logits the prefill and each decode step compute anyway."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(target)
+    ids, labels, tops = [prompts], [], []
+
+    def keep(logits):  # [B, T, V]
+        y = mx.argmax(logits, axis=-1)
+        labels.append(y)
+        if topk:
+            top = mx.argpartition(-logits, kth=topk - 1, axis=-1)[..., :topk]
+            tops.append((top.astype(mx.int16), mx.take_along_axis(logits, top, axis=-1).astype(mx.float16)))
+        return y[:, -1]
+
+    y = keep(target(prompts, cache=cache))
+    for i in range(new):
+        ids.append(y[:, None])
+        if i + 1 < new:
+            y = keep(target(y[:, None], cache=cache))
+            mx.async_eval(y)
+    cat = (lambda xs: np.array(mx.concatenate(xs, axis=1)))
+    return Rows(cat(ids), cat(labels), cat([t[0] for t in tops]) if topk else None,
+                cat([t[1] for t in tops]) if topk else None)
+
+
 def generate(target, data: np.ndarray, seconds: float, batch: int, prompt: int, new: int,
-             rng: np.random.Generator, max_rows: int) -> np.ndarray:
+             rng: np.random.Generator, max_rows: int, topk: int = 0) -> Rows:
     """The target's greedy continuations of random corpus windows, ``batch`` at a time, for
     about ``seconds`` (at least one batch): rows of ``prompt`` corpus tokens + ``new`` greedy."""
-    out = []
+    out: list[Rows] = []
     t0 = time.time()
     while (not out or time.time() - t0 < seconds) and len(out) * batch < max_rows:
         starts = rng.integers(0, len(data) - prompt - 1, size=batch)
         p = mx.array(np.stack([data[s:s + prompt] for s in starts]))
-        rows = small.greedy_continuations(target, p, new)
-        out.append(np.array(rows))
-    return np.concatenate(out)
+        out.append(greedy_rows(target, p, new, topk))
+    cat = (lambda f: np.concatenate([f(r) for r in out]))
+    return Rows(cat(lambda r: r.tokens), cat(lambda r: r.labels),
+                cat(lambda r: r.top_ids) if topk else None, cat(lambda r: r.top_logits) if topk else None)
 
 
 def held_out_prompts(val: np.ndarray, tok, n: int, length: int, rng: np.random.Generator) -> list[str]:
@@ -190,6 +265,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--drafter-seconds", type=float, default=75)
     ap.add_argument("--target-lr", type=float, default=6e-4)
     ap.add_argument("--drafter-lr", type=float, default=2e-3)
+    ap.add_argument("--drafter-soft", type=float, default=0.0, metavar="F",
+                    help="weight (0..1) of the soft-label term in the drafter's loss: cross-entropy "
+                         "against the target's distribution over its --drafter-topk largest logits at "
+                         "each position, beside the hard label (its argmax); 0: hard labels only")
+    ap.add_argument("--drafter-topk", type=int, default=16)
+    ap.add_argument("--drafter-labels", choices=("continuation", "all"), default="continuation",
+                    help="positions the drafter's loss reads: from the corpus prompt's last token on "
+                         "(the target's greedy text), or every position (inside the prompt the label "
+                         "is the target's argmax from the prefill's logits)")
     ap.add_argument("--gen-seconds", type=float, default=45,
                     help="time for the target's greedy continuations the drafter learns from")
     ap.add_argument("--gen-batch", type=int, default=512)
@@ -199,6 +283,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    if not 0.0 <= args.drafter_soft <= 1.0:
+        print(f"--drafter-soft {args.drafter_soft}: a weight from 0 to 1", file=sys.stderr)
+        return 2
+    if not 1 <= args.drafter_topk <= COMMON["vocab_size"]:
+        print(f"--drafter-topk {args.drafter_topk}: from 1 to the vocabulary's {COMMON['vocab_size']}",
+              file=sys.stderr)
+        return 2
 
     from tokenizers import Tokenizer
 
@@ -244,11 +335,12 @@ def main(argv: list[str] | None = None) -> int:
     # On those rows the label at every generated position is the target's argmax by
     # construction, so the drafter trains without a target forward per step.
     P = 64
+    topk = args.drafter_topk if args.drafter_soft > 0 else 0
     generated = generate(target, train_data, args.gen_seconds, args.gen_batch, P, args.seq - P + 1,
-                         np.random.default_rng(args.seed + 1), args.gen_rows)
-    held = generate(target, val_data, 0, 64, P, args.seq - P + 1, np.random.default_rng(args.seed + 2), 64)
-    small.log(f"generated {generated.shape[0]} greedy continuations ({generated.shape[0] * (args.seq - P + 1)} "
-              f"target tokens) and {held.shape[0]} held-out ones")
+                         np.random.default_rng(args.seed + 1), args.gen_rows, topk)
+    held = generate(target, val_data, 0, 64, P, args.seq - P + 1, np.random.default_rng(args.seed + 2), 64).tokens
+    small.log(f"generated {len(generated)} greedy continuations ({len(generated) * (args.seq - P + 1)} "
+              f"target tokens{f', top-{topk} logits kept' if topk else ''}) and {held.shape[0]} held-out ones")
 
     drafter = small.make_model(dconf)
     n_drafter = sum(v.size for _, v in tree_flatten(drafter.parameters()))
@@ -262,16 +354,18 @@ def main(argv: list[str] | None = None) -> int:
         drafter.load_weights(list(copied.items()), strict=False)
     small.log(f"drafter: {n_drafter / 1e6:.1f}M parameters, {sum(v.size for v in copied.values()) / 1e6:.1f}M "
               f"of them started from the target's")
-    # Loss only where the label is the target's choice: from the prompt's last token on.
-    weight = mx.array((np.arange(args.seq) >= P - 1).astype(np.float32))
+    # The label at every position is the target's argmax after that prefix: inside the corpus
+    # prompt from the prefill's logits, after it the target's own next token. "continuation"
+    # reads the loss from the prompt's last token on, as the builds up to 2026-11-30c did.
+    soft = args.drafter_soft
+    weight = (mx.array((np.arange(args.seq) >= P - 1).astype(np.float32))
+              if args.drafter_labels == "continuation" else None)
 
-    def distil(model, x, y):
-        per = nn.losses.cross_entropy(model(x), y, reduction="none")
-        return (per * weight).sum() / (weight.sum() * x.shape[0])
+    def distil(model, x, y, *top):
+        return distil_loss(model(x), y, top, soft, weight)
 
     def drafter_batch():
-        rows = generated[rng.integers(0, generated.shape[0], size=args.batch)]
-        return mx.array(rows[:, :-1]), mx.array(rows[:, 1:])
+        return generated.batch(rng.integers(0, len(generated), size=args.batch))
 
     d_loss, d_steps = timed_train(drafter, distil, drafter_batch, args.drafter_seconds, args.drafter_lr,
                                   "drafter")
@@ -298,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
         "python": sys.version.split()[0], "mlx": mx.__version__, "device": str(mx.default_device()),
         "build_seconds": round(built_s, 1), "seconds": round(time.time() - started, 1),
         "shape": args.shape, "target_params": int(n_target), "drafter_params": int(n_drafter),
-        "target_steps": t_steps, "generated_rows": int(generated.shape[0]),
+        "target_steps": t_steps, "generated_rows": len(generated),
+        "drafter_labels": args.drafter_labels, "drafter_soft": soft, "drafter_topk": topk,
         "target_lr": args.target_lr, "drafter_lr": args.drafter_lr, "master_weights": "float32", "drafter_steps": d_steps, "tokens_per_step": args.batch * args.seq,
         "target_last_loss": round(t_loss, 3), "target_val_loss": round(t_val, 3),
         "drafter_last_loss": round(d_loss, 3), "drafter_held_out_agreement": round(agree, 3),

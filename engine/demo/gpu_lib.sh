@@ -39,3 +39,19 @@ if best:
     print(best[0], best[1], round(best[2], 3))
 PY
 }
+
+better_build() {  # "A|B why": the pair whose drafter keeps more drafted tokens on its worse target
+                  # (build.json's acceptance at width 4 on the held-out prompts); A when B has none
+    python3 - "$1/build.json" "$2/build.json" <<'PY'
+import json, sys
+def worse(path):
+    try:
+        acc = json.load(open(path))["acceptance_held_out_width4"]
+        return min(acc[t]["pooled"] for t in ("bf16", "4bit"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+a, b = worse(sys.argv[1]), worse(sys.argv[2])
+pick = "B" if b is not None and (a is None or b > a) else "A"
+print(pick, f"worse-target acceptance A {a} B {b}")
+PY
+}

@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # The GPU evidence on one H200 as one detached pipeline that outlives the device calls.
 # Run from the repository root after MLX is installed (engine/demo/devwheels3.sh: three transfers).
-#   bash engine/demo/h200pipe.sh start    # probe MLX's CUDA graph settings and engine.linear's gather
-#                                         # projections on the decode loop (engine/demo/probe_loop.py,
-#                                         # SETTINGS=default,nographs by default; 2026-11-30 ran all five,
-#                                         # ~3 min), pick, then start the pipeline below detached under it
+#   bash engine/demo/h200pipe.sh start    # with PROBE_LOOP=1 first probe MLX's CUDA graph settings and
+#                                         # engine.linear's projections on the decode loop
+#                                         # (engine/demo/probe_loop.py, ~3 min; three runs picked stock),
+#                                         # pick; then start the pipeline below detached
 #   bash engine/demo/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
 #                                         # written so far to $OUT/results.tgz (call again and again)
 # The pipeline (GPU 0): build the 1B pair (build_gpu.py), sequential sweeps of both targets with
 # its model drafter (with MTP1B=1 then with an MTP head trained on the 1B target: 2026-11-30b's was
 # no better), the fresh-process cold check at the best bf16 arm, the bench against stock mlx-lm
 # (BENCH_TARGETS, bf16). With GPUS=2 (nvidia-h200-x2) the side chain runs on GPU 1 beside the build:
-# the demo DFlash drafter (continuing the committed one) and the demo model drafter at once, then
-# (MTP1B=1) the 1B MTP head; without MTP1B the sweeps wait for it, to time on a quiet host.
+# SIDE=build (the default) a second 1B build with another drafter recipe (BUILD_B, the same
+# budgets), and the sweeps take whichever pair's drafter keeps more drafted tokens on its worse
+# target; SIDE=demo (2026-11-30c) the demo DFlash drafter (continuing the committed one) and the
+# demo model drafter at once. Then (MTP1B=1) the 1B MTP head; without MTP1B the sweeps wait for
+# the side chain, to time on a quiet host. Extra bf16 sweeps after the two main ones:
+# GEMVV_SWEEP=1 (the engine's gemv projections + vector attention, widths up to 8) and PIN_SWEEP=1
+# (the stock sweep pinned to four CPU cores: is the host's run-to-run spread its scheduler's?).
 # Weights stay in $WORK; every step's output goes to $WORK/results.
 set -uo pipefail
 verb=${1:?verb: start | wait | pipeline}
@@ -23,7 +28,27 @@ mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 BW="python3 -m console.cli"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
-. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for, better_build
+PB=$WORK/gpupair-b
+BUILD_B_DEFAULT="--drafter-labels all --drafter-soft 0.5"
+build() {  # $1: out dir, then build_gpu's recipe flags; the budgets are the same for both builds
+    # 2026-11-30b: 60 s of generation at 512 rows gave 2.2M tokens, which a 100 s drafter read
+    # ten times over; wider batches cost a GPU little more per step
+    local out=$1
+    shift
+    python3 -m engine.demo.build_gpu --out "$out" --target-seconds "${TARGET_S:-150}" \
+        --gen-seconds "${GEN_S:-90}" --gen-batch "${GEN_BATCH:-2048}" \
+        --drafter-seconds "${PAIR_DRAFTER_S:-200}" "$@"
+}
+bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
+    local ws
+    ws=$(printf '%s\n' 4 "${2:-4}" | sort -nu | paste -sd,)
+    log "bench $1 widths $ws (model drafter: stock mlx-lm runs no MTP head)"
+    timeout 200 python3 -m engine.bench --target "$P/target-$1" --draft "$P/drafter" \
+        --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" \
+        --verify-attention "$VA" --json-out "$R/bench-$1.json" > "$R/bench-$1.txt" 2>&1
+    log "bench $1 rc $?"
+}
 mtp1b() {  # an MTP head for the 1B target, started from its last layer, on its own greedy text;
            # acceptance at width 4 on the pair's held-out prompts (128 tokens), both targets
     log "MTP head for the 1B target"
@@ -46,33 +71,45 @@ start)
         log "side chain started on GPU 1"
     fi
     export CUDA_VISIBLE_DEVICES=0
-    log "probe_loop (stock, gather, gemv, each with vector attention too, on a random 1B bf16 pair)"
-    # a failed probe must leave MLX's defaults, not an earlier run's pick
-    timeout 240 python3 -m engine.demo.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
-        --settings "${SETTINGS:-default}" --variants "${VARIANTS:-stock,gather,gv,gemv,gemvv}" \
-        > "$R/probe_loop.txt" 2>&1
-    log "picked: $(cat "$WORK/pick.env" 2>/dev/null)"
+    if [ "${PROBE_LOOP:-0}" = 1 ]; then
+        log "probe_loop (stock, gather, gemv, each with vector attention too, on a random 1B bf16 pair)"
+        # a failed probe must leave MLX's defaults, not an earlier run's pick
+        timeout 240 python3 -m engine.demo.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
+            --settings "${SETTINGS:-default}" --variants "${VARIANTS:-stock,gather,gv,gemv,gemvv}" \
+            > "$R/probe_loop.txt" 2>&1
+        log "picked: $(cat "$WORK/pick.env" 2>/dev/null)"
+    fi
     setsid nohup bash "$0" pipeline > "$R/pipeline.out" 2>&1 < /dev/null &
     log "pipeline started" ;;
 side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
-    if [ "${PROBE_OVERLAP:-0}" = 1 ]; then
+    if [ "${SIDE:-build}" = build ]; then
+        mkdir -p "$R/b"
+        log "side: build B (${BUILD_B-$BUILD_B_DEFAULT}) on GPU 1"
+        # shellcheck disable=SC2086
+        build "$PB" ${BUILD_B-$BUILD_B_DEFAULT} > "$R/b/build_gpu.log" 2>&1
+        log "side: build B rc $?"
+        cp "$PB/build.json" "$R/b/" 2>/dev/null
+    fi
+    if [ "${SIDE:-build}" = demo ] && [ "${PROBE_OVERLAP:-0}" = 1 ]; then
         log "side: probe_overlap (host and GPU work of a forward, 1-8 rows, bf16 and 4-bit)"
         for q in "" --quant; do timeout 120 python3 -m engine.demo.probe_overlap --json $q; done \
             > "$R/probe_overlap.jsonl" 2> "$R/probe_overlap.err"
     fi
     # the two demo drafters at once (each keeps a GPU busy a fraction of the time), so that GPU 1
     # is done, and the host quiet, before GPU 0's sweeps start
-    log "side: demo DFlash drafter (continuing the committed one) and demo model drafter (GPU 1)"
-    OUT=$R/demo HIDDEN_KINDS=dflash DFLASH_S=${DFLASH_S:-360} WINDOWS=${WINDOWS:-32768} \
-        DFLASH_INIT=${DFLASH_INIT-engine/demo/pair/dflash} DFLASH_LR=${DFLASH_LR:-5e-4} \
-        timeout 600 bash engine/demo/drafters_gpu.sh hidden > "$R/side-dflash.out" 2>&1 &
-    p1=$!
-    OUT=$R/demo DRAFTER_S=${DRAFTER_S:-300} DRAFTER_WINDOWS=${DRAFTER_WINDOWS:-65536} \
-        SHARE4=${SHARE4:-0.67} timeout 600 bash engine/demo/drafters_gpu.sh drafter \
-        > "$R/side-drafter.out" 2>&1 &
-    p2=$!
-    wait $p1; log "side: dflash rc $?"
-    wait $p2; log "side: drafter rc $?"
+    if [ "${SIDE:-build}" = demo ]; then
+        log "side: demo DFlash drafter (continuing the committed one) and demo model drafter (GPU 1)"
+        OUT=$R/demo HIDDEN_KINDS=dflash DFLASH_S=${DFLASH_S:-360} WINDOWS=${WINDOWS:-32768} \
+            DFLASH_INIT=${DFLASH_INIT-engine/demo/pair/dflash} DFLASH_LR=${DFLASH_LR:-5e-4} \
+            timeout 600 bash engine/demo/drafters_gpu.sh hidden > "$R/side-dflash.out" 2>&1 &
+        p1=$!
+        OUT=$R/demo DRAFTER_S=${DRAFTER_S:-300} DRAFTER_WINDOWS=${DRAFTER_WINDOWS:-65536} \
+            SHARE4=${SHARE4:-0.67} timeout 600 bash engine/demo/drafters_gpu.sh drafter \
+            > "$R/side-drafter.out" 2>&1 &
+        p2=$!
+        wait $p1; log "side: dflash rc $?"
+        wait $p2; log "side: drafter rc $?"
+    fi
     if [ "${MTP1B:-0}" = 1 ]; then
         # the build takes ~9 minutes; a pipeline that died before it must not hold GPU 1
         if wait_for "$WORK/build.rc" "${BUILD_WAIT:-1200}"; then
@@ -88,31 +125,48 @@ pipeline)
     VL=${BW_VERIFY_LINEAR:-auto}  # engine.linear: gather when the probe measured it faster
     VA=${BW_VERIFY_ATTENTION:-auto}  # vector when gather + vector beat gather alone
     log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL, attention $VA)"
-    # 2026-11-30b: 60 s of generation at 512 rows gave 2.2M tokens, which a 100 s drafter read
-    # ten times over; wider batches cost a GPU little more per step
-    python3 -m engine.demo.build_gpu --out "$P" --target-seconds "${TARGET_S:-150}" \
-        --gen-seconds "${GEN_S:-90}" --gen-batch "${GEN_BATCH:-2048}" \
-        --drafter-seconds "${PAIR_DRAFTER_S:-200}" > "$R/build_gpu.log" 2>&1
+    # shellcheck disable=SC2086
+    build "$P" ${BUILD_A:-} > "$R/build_gpu.log" 2>&1
     echo $? > "$WORK/build.rc"
     log "build rc $(cat "$WORK/build.rc")"
     cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
-    sweeps() {  # $1: label, $2: drafter dir, $3: widths
-        for t in bf16 4bit; do
-            log "sweep $1 $t"
-            timeout 200 $BW sweep --target "$P/target-$t" --draft "$2" --widths "$3" \
-                -n 5 --sequential --max-reps 10 --max-seconds "${SWEEP_S:-110}" --max-tokens 256 \
-                --prompt-file "$P/prompt.txt" --verify-linear "$VL" --verify-attention "$VA" \
-                --record-dir "$R/records-$1-$t" > "$R/sweep-$1-$t.txt" 2>&1
-            log "sweep $1 $t rc $?; best $(best_arm "$R/records-$1-$t" 2>> "$R/pipeline.log")"
-        done
+    if [ -f "$R/side.out" ] && [ "${SIDE:-build}" = build ]; then
+        wait_for "$WORK/side.done" "${SIDE_WAIT:-900}" || log "build B not done after ${SIDE_WAIT:-900} s"
+        read -r pick why <<< "$(better_build "$P" "$PB" || echo A "no comparison")"
+        log "pair for the sweeps: $pick ($why)"
+        echo "$pick $why" > "$R/pair.txt"
+        [ "$pick" = B ] && P=$PB
+    fi
+    sweep1() {  # $1: label, $2: target variant, $3: drafter dir, $4: widths, $5: seconds,
+                # $6 / $7: verify linear / attention; PIN: a command to run it under (taskset)
+        log "sweep $1 $2${PIN:+ ($PIN)}"
+        # shellcheck disable=SC2086
+        timeout 200 ${PIN:-} $BW sweep --target "$P/target-$2" --draft "$3" --widths "$4" \
+            -n 5 --sequential --max-reps 10 --max-seconds "$5" --max-tokens 256 \
+            --prompt-file "$P/prompt.txt" --verify-linear "$6" --verify-attention "$7" \
+            --record-dir "$R/records-$1-$2" > "$R/sweep-$1-$2.txt" 2>&1
+        log "sweep $1 $2 rc $?; best $(best_arm "$R/records-$1-$2" 2>> "$R/pipeline.log")"
     }
-    if [ -f "$R/side.out" ] && [ "${MTP1B:-0}" != 1 ]; then
+    sweeps() {  # $1: label, $2: drafter dir, $3: widths
+        for t in bf16 4bit; do sweep1 "$1" "$t" "$2" "$3" "${SWEEP_S:-110}" "$VL" "$VA"; done
+    }
+    if [ -f "$R/side.out" ] && [ "${MTP1B:-0}" != 1 ] && [ "${SIDE:-build}" = demo ]; then
         # timings on a host whose other GPU trains share its CPU (each step's graph is built there):
         # 2026-11-30b's classic ranged 228-367 tok/s beside the side chain; sweep on a quiet host
         wait_for "$WORK/side.done" "${SIDE_WAIT:-600}" && said=done || said="still running"
         log "side chain $said before the sweeps"
     fi
     sweeps model "$P/drafter" 2,3,4,5,6,7,8,12,16
+    for t in ${BENCH_TARGETS:-bf16}; do
+        read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
+        bench "$t" "$w"
+    done
+    # the engine's 2..8-row kernel for 16-bit projections with vector attention, then the stock
+    # sweep pinned to four cores (is the run-to-run spread of classic the host's scheduler?)
+    [ "${GEMVV_SWEEP:-1}" = 1 ] && sweep1 gemvv bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
+    if [ "${PIN_SWEEP:-1}" = 1 ] && command -v taskset > /dev/null; then
+        PIN="taskset -c 4-7" sweep1 pinned bf16 "$P/drafter" 4,6,8 "${SWEEP_S2:-90}" "$VL" "$VA"
+    fi
     if [ "${MTP1B:-0}" = 1 ] && [ "${GPUS:-1}" = 2 ]; then
         wait_for "$WORK/mtp1b.done" "${MTP1B_WAIT:-300}"
     elif [ "${MTP1B:-0}" = 1 ]; then
@@ -125,7 +179,7 @@ pipeline)
     else
         log "no MTP head for the 1B target from this run: no mtp sweep"
     fi
-    read -r d w ratio <<< "$(best_arm "$R"/records-*-bf16 2>> "$R/pipeline.log")"
+    read -r d w ratio <<< "$(best_arm "$R"/records-{model,mtp}-bf16 2>> "$R/pipeline.log")"
     case $d in *records-mtp-*) draft=$WORK/mtp1b ;; *) draft=$P/drafter ;; esac
     w=${w:-4}
     log "coldcheck bf16 width $w with $draft (sweep median $ratio x classic)"
@@ -133,15 +187,6 @@ pipeline)
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
         --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
-    for t in ${BENCH_TARGETS:-bf16}; do
-        read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
-        ws=$(printf '%s\n' 4 "${w:-4}" | sort -nu | paste -sd,)
-        log "bench $t widths $ws (model drafter: stock mlx-lm runs no MTP head)"
-        timeout 200 python3 -m engine.bench --target "$P/target-$t" --draft "$P/drafter" \
-            --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" \
-            --verify-attention "$VA" --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1
-        log "bench $t rc $?"
-    done
     log "pipeline done"
     touch "$WORK/pipeline.done" ;;
 wait)
