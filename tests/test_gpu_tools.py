@@ -361,6 +361,22 @@ def test_distillation_rows_label_every_position_with_the_targets_argmax_after_it
     assert greedy_rows(model, prompts, 6, topk=0).top_ids is None
 
 
+def test_top_ids_splits_the_rows_and_finds_the_largest(monkeypatch):
+    """build_gpu.top_ids in chunks of rows (CUDA's partition takes at most 65535 a call): the same
+    sets of ids as one call, and they are the largest logits."""
+    import mlx.core as mx
+    import numpy as np
+
+    from engine.demo import build_gpu
+
+    x = mx.random.normal((3, 5, 40), key=mx.random.key(0))
+    whole = np.sort(np.array(build_gpu.top_ids(x, 4)), axis=-1)
+    monkeypatch.setattr(build_gpu, "TOPK_ROWS", 4)
+    split = np.sort(np.array(build_gpu.top_ids(x, 4)), axis=-1)
+    assert (whole == split).all() and split.shape == (3, 5, 4)
+    assert (whole == np.sort(np.argsort(-np.array(x), axis=-1)[..., :4], axis=-1)).all()
+
+
 def test_the_drafter_loss_is_the_hard_label_cross_entropy_plus_its_soft_share():
     """distil_loss: soft 0 (or no top-k) is the plain cross-entropy against the argmax; soft 1
     over the whole vocabulary is the cross-entropy against the target's full distribution, which is
@@ -410,3 +426,16 @@ def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_wei
         assert 0 <= got["acceptance_held_out_width4"][v]["pooled"] <= 1
     for d in ("target-bf16", "target-4bit", "drafter"):
         assert (tmp_path / "pair" / d / "model.safetensors").is_file()
+    # another recipe on the same target: nothing trained but the drafter, the targets linked
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "b"), "--shape", "tiny",
+               "--target-from", str(tmp_path / "pair"), "--drafter-seconds", "1", "--gen-seconds", "0",
+               "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80")
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads((tmp_path / "b" / "build.json").read_text())
+    assert got["target_from"] == str(tmp_path / "pair") and got["target_steps"] == 0
+    assert got["target_last_loss"] is None and "NaN" not in (tmp_path / "b" / "build.json").read_text()
+    assert (tmp_path / "b" / "target-4bit").resolve() == (tmp_path / "pair" / "target-4bit").resolve()
+    assert json.loads((tmp_path / "pair" / "prompts.json").read_text()) == json.loads(
+        (tmp_path / "b" / "prompts.json").read_text())
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "b" / "drafter"))
+    assert out.returncode == 2 and "--target-from" in out.stderr and not (tmp_path / "c").exists()

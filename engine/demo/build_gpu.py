@@ -160,6 +160,19 @@ def distil_loss(z: mx.array, labels: mx.array, top: tuple[mx.array, ...], soft: 
     return (per * weight).sum() / (weight.sum() * per.shape[0])
 
 
+TOPK_ROWS = 32768  # rows per partition call: MLX's CUDA kernel puts the rows on grid.y (at most 65535)
+
+
+def top_ids(logits: mx.array, k: int) -> mx.array:
+    """The ids of the ``k`` largest logits along the last axis (in no order), at most
+    ``TOPK_ROWS`` rows per call: MLX's CUDA partition launches one block per row on the grid's
+    y axis, and a prefill of 2048 rows x 64 positions asked for 131072 ("invalid argument")."""
+    flat = logits.reshape(-1, logits.shape[-1])
+    parts = [mx.argpartition(-flat[i:i + TOPK_ROWS], kth=k - 1, axis=-1)[:, :k]
+             for i in range(0, flat.shape[0], TOPK_ROWS)]
+    return mx.concatenate(parts).reshape(*logits.shape[:-1], k)
+
+
 def greedy_rows(target, prompts: mx.array, new: int, topk: int) -> Rows:
     """``new`` greedy tokens after each prompt row, with the labels (and top-k logits) of every
     position, from the logits the prefill and each decode step compute anyway."""
@@ -172,7 +185,7 @@ def greedy_rows(target, prompts: mx.array, new: int, topk: int) -> Rows:
         y = mx.argmax(logits, axis=-1)
         labels.append(y)
         if topk:
-            top = mx.argpartition(-logits, kth=topk - 1, axis=-1)[..., :topk]
+            top = top_ids(logits, topk)
             tops.append((top.astype(mx.int16), mx.take_along_axis(logits, top, axis=-1).astype(mx.float16)))
         return y[:, -1]
 
@@ -270,6 +283,10 @@ def main(argv: list[str] | None = None) -> int:
                          "against the target's distribution over its --drafter-topk largest logits at "
                          "each position, beside the hard label (its argmax); 0: hard labels only")
     ap.add_argument("--drafter-topk", type=int, default=16)
+    ap.add_argument("--target-from", type=Path, metavar="PAIR",
+                    help="a pair this script built: distil a drafter for its target (its target-bf16 and "
+                         "target-4bit, linked into --out) instead of training one, to compare drafter recipes "
+                         "on one target")
     ap.add_argument("--drafter-labels", choices=("continuation", "all"), default="continuation",
                     help="positions the drafter's loss reads: from the corpus prompt's last token on "
                          "(the target's greedy text), or every position (inside the prompt the label "
@@ -285,6 +302,11 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not 0.0 <= args.drafter_soft <= 1.0:
         print(f"--drafter-soft {args.drafter_soft}: a weight from 0 to 1", file=sys.stderr)
+        return 2
+    if args.target_from and not all((args.target_from / f"target-{v}" / "config.json").is_file()
+                                    for v in ("bf16", "4bit")):
+        print(f"--target-from {args.target_from}: no target-bf16 and target-4bit checkpoints there "
+              f"(a folder this script built)", file=sys.stderr)
         return 2
     if not 1 <= args.drafter_topk <= COMMON["vocab_size"]:
         print(f"--drafter-topk {args.drafter_topk}: from 1 to the vocabulary's {COMMON['vocab_size']}",
@@ -318,17 +340,24 @@ def main(argv: list[str] | None = None) -> int:
     def ce(model, x, y):
         return nn.losses.cross_entropy(model(x), y, reduction="mean")
 
-    target = small.make_model(tconf)
-    target.set_dtype(mx.bfloat16)
+    if args.target_from:
+        # Another drafter recipe for a target already built: the same corpus split and seeds, so
+        # the continuations and held-out prompts are drawn as that build drew them.
+        target = small.make_model_from(args.target_from / "target-bf16")
+        t_loss, t_steps = None, 0
+        small.log(f"target: {args.target_from / 'target-bf16'}, not trained here")
+    else:
+        target = small.make_model(tconf)
+        target.set_dtype(mx.bfloat16)
+        gen = small.batches(train_data, args.batch, args.seq, rng)
+        t_loss, t_steps = timed_train(target, ce, lambda: next(gen), args.target_seconds, args.target_lr,
+                                      "target", master=True)
     n_target = sum(v.size for _, v in tree_flatten(target.parameters()))
     small.log(f"target: {n_target / 1e9:.3f}B parameters, bfloat16")
-    gen = small.batches(train_data, args.batch, args.seq, rng)
-    t_loss, t_steps = timed_train(target, ce, lambda: next(gen), args.target_seconds, args.target_lr, "target",
-                                  master=True)
     target.eval()
     vx, vy = next(small.batches(val_data, 32, args.seq, np.random.default_rng(1)))
     t_val = ce(target, vx, vy).item()
-    small.log(f"target last loss {t_loss:.3f}, validation loss {t_val:.3f}")
+    small.log(f"target last loss {'-' if t_loss is None else f'{t_loss:.3f}'}, validation loss {t_val:.3f}")
 
     # Distillation text: the target's own greedy continuations of corpus windows, which is
     # what a drafter meets when it drafts for this target (a prompt, then the target's text).
@@ -376,9 +405,13 @@ def main(argv: list[str] | None = None) -> int:
     small.log(f"drafter last loss {d_loss:.3f}; top-1 agreement with the target's greedy text on "
               f"{held.shape[0]} held-out continuations {agree:.3f}")
 
-    small.save_checkpoint(target, tconf, args.out / "target-bf16", tok_dir, "bfloat16")
-    small.save_checkpoint(small.make_model_from(args.out / "target-bf16"), tconf, args.out / "target-4bit",
-                          tok_dir, "bfloat16", quantize=True)
+    if args.target_from:  # the pair reads the targets where they are
+        for v in ("bf16", "4bit"):
+            (args.out / f"target-{v}").symlink_to((args.target_from / f"target-{v}").resolve())
+    else:
+        small.save_checkpoint(target, tconf, args.out / "target-bf16", tok_dir, "bfloat16")
+        small.save_checkpoint(small.make_model_from(args.out / "target-bf16"), tconf, args.out / "target-4bit",
+                              tok_dir, "bfloat16", quantize=True)
     small.save_checkpoint(drafter, dconf, args.out / "drafter", tok_dir, "bfloat16")
     shutil.rmtree(work)
     prompts = held_out_prompts(val_data, tok, args.prompts, 48, np.random.default_rng(7))
@@ -393,9 +426,10 @@ def main(argv: list[str] | None = None) -> int:
         "build_seconds": round(built_s, 1), "seconds": round(time.time() - started, 1),
         "shape": args.shape, "target_params": int(n_target), "drafter_params": int(n_drafter),
         "target_steps": t_steps, "generated_rows": len(generated),
+        "target_from": str(args.target_from) if args.target_from else None,
         "drafter_labels": args.drafter_labels, "drafter_soft": soft, "drafter_topk": topk,
         "target_lr": args.target_lr, "drafter_lr": args.drafter_lr, "master_weights": "float32", "drafter_steps": d_steps, "tokens_per_step": args.batch * args.seq,
-        "target_last_loss": round(t_loss, 3), "target_val_loss": round(t_val, 3),
+        "target_last_loss": None if t_loss is None else round(t_loss, 3), "target_val_loss": round(t_val, 3),
         "drafter_last_loss": round(d_loss, 3), "drafter_held_out_agreement": round(agree, 3),
         "acceptance_held_out_width4": acc,
         "target_config": tconf, "drafter_config": dconf,
