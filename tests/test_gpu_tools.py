@@ -304,7 +304,7 @@ def test_wait_for_succeeds_on_a_file_and_fails_when_its_time_is_up(tmp_path):
 
 
 def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
-    """engine.demo.probe_overlap and probe_parts, the H200 probes behind the README's account of
+    """engine.demo.probe_overlap, probe_parts and probe_classic, the H200 probes behind the README's account of
     a verify's cost, on a tiny random model in this process: every figure is there and positive,
     and gemv (a CUDA kernel) routed nothing here while its products still match float32."""
     from engine.demo import probe_overlap, probe_parts
@@ -320,6 +320,13 @@ def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
     assert all(two[f] > 0 for f in ("proj", "proj_gather", "proj_gemv", "attn", "attn_vector",
                                     "attn_fused", "rest", "layers", "forward"))
     assert two["gemv_routed"] == 0 and two["gemv_max_rel_err"] < 0.01
+    from engine.demo import probe_classic
+
+    assert probe_classic.main(["--shape", "tiny", "--variant", "gemvv", "--reps", "2", "--tokens", "8",
+                               "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert len(d["classic_step_ms_alone"]) == len(d["classic_step_ms_after_spec"]) == 2
+    assert d["alone_median"] > 0 and all(v > 0 for v in d["spec_verify_ms"])
 
 
 def _tiny_target():
