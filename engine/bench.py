@@ -18,6 +18,7 @@ attention meets mlx-lm's stock fused attention.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 import time
@@ -45,6 +46,15 @@ def main(argv: list[str] | None = None) -> int:
     add_linear_arg(ap)
     ap.add_argument("--json-out", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
+    from engine.demo.prompts import DEMO_PROMPTS, PromptsFileError, read_prompts
+
+    try:  # before any model loads: a bad file costs no minutes
+        texts = read_prompts(args.prompts_file) if args.prompts_file is not None else list(DEMO_PROMPTS)
+    except PromptsFileError as e:
+        print(e, file=sys.stderr)
+        return 2
+    if args.fresh and len(texts) < args.n + 1:
+        ap.error(f"--fresh needs n + 1 = {args.n + 1} prompts; {len(texts)} given")
     if args.device == "cpu":
         mx.set_default_device(mx.cpu)  # before mlx-lm makes its generation stream
 
@@ -52,18 +62,12 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine import demo
     from engine.decode import classic, speculative
-    from engine.demo.prompts import DEMO_PROMPTS
     from engine.pair import load_pair
-
-    import json
 
     if args.target in ("bf16", "4bit"):
         pair = load_pair(demo.target(args.target), args.draft or demo.DRAFTER)
     else:
         pair = load_pair(args.target, args.draft or demo.DRAFTER)
-    texts = json.loads(open(args.prompts_file).read()) if args.prompts_file else list(DEMO_PROMPTS)
-    if args.fresh and len(texts) < args.n + 1:
-        ap.error(f"--fresh needs n + 1 = {args.n + 1} prompts; {len(texts)} given")
     prompts = [pair.tokenizer.encode(t) for t in texts]
     modes: list[int | None] = [None] + [int(w) for w in args.widths.split(",")]
     if args.fresh:

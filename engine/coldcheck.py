@@ -28,14 +28,26 @@ TOLERANCE = 0.10
 
 
 def _prompt(args) -> str:
-    if args.prompt_file:
-        text = Path(args.prompt_file).read_text(encoding="utf-8")
-        if text.lstrip().startswith("["):  # a JSON list of prompts (build_gpu's prompts.json)
-            return json.loads(text)[args.prompt_index]
-        return text
-    from engine.demo.prompts import DEFAULT_PROMPT
+    """The session prompt: --prompt-file's text, or item --prompt-index of the JSON list in it
+    (build_gpu's prompts.json); PromptsFileError, one line, when either is unusable."""
+    from engine.demo.prompts import DEFAULT_PROMPT, PromptsFileError, read_prompts
+    from policy import files
 
-    return DEFAULT_PROMPT
+    if args.prompt_file is None:
+        return DEFAULT_PROMPT
+    try:
+        text = files.read_text(files.user_path(args.prompt_file, "--prompt-file"), files.MAX_JSON_BYTES)
+    except files.FileProblem as e:
+        raise PromptsFileError.of(e, "--prompt-file") from None
+    if not text.lstrip().startswith("["):
+        if not text.strip():
+            raise PromptsFileError(f"--prompt-file {args.prompt_file}: empty; expected a prompt or a JSON list of prompts")
+        return text
+    prompts = read_prompts(args.prompt_file, "--prompt-file")
+    if not 0 <= args.prompt_index < len(prompts):
+        raise PromptsFileError(f"--prompt-index {args.prompt_index}: {args.prompt_file} holds {len(prompts)} "
+                               f"prompt{'s' if len(prompts) > 1 else ''}; give 0 to {len(prompts) - 1}")
+    return prompts[args.prompt_index]
 
 
 def _fresh(args, width: int | None) -> dict:
@@ -89,6 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.one:
         return one(args)
+    from engine.demo.prompts import PromptsFileError
+
+    try:  # before any model loads: a bad file or index costs no minutes
+        prompt = _prompt(args)
+    except PromptsFileError as e:
+        print(e, file=sys.stderr)
+        return 2
 
     from engine.ab import AbConfig, run_session
     from engine.pair import load_pair
@@ -96,7 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     pair = load_pair(args.target, args.draft)
     widths = tuple(int(w) for w in args.widths.split(","))
-    session = run_session(pair, AbConfig(widths=widths, prompt=_prompt(args), n=args.n,
+    session = run_session(pair, AbConfig(widths=widths, prompt=prompt, n=args.n,
                                          max_tokens=args.max_tokens, exactness=False, predict=False,
                                          verify_attention=args.verify_attention,
                                          verify_linear=args.verify_linear))

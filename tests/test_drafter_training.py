@@ -18,7 +18,7 @@ from mlx.utils import tree_flatten, tree_map
 from engine import demo, hidden
 from engine.decode import speculative
 from engine.demo import build_drafters as bd
-from engine.demo.prompts import DEMO_PROMPTS
+from engine.demo.prompts import DEMO_PROMPTS, read_prompts
 from engine.dflash import DFlashDrafter
 from engine.mtp import MTPDrafter
 from engine.pair import load_pair
@@ -143,7 +143,7 @@ def test_build_drafters_refuses_a_bad_prompts_file_in_one_line_before_loading(tm
         assert len(err) == 1 and err[0].startswith(f"--prompts-file {f}: "), (text, err)
     assert not (tmp_path / "out").exists()
     f.write_text('["def f(x):", "import os"]')  # a pair's prompts.json
-    assert bd._read_prompts(f) == ["def f(x):", "import os"]
+    assert read_prompts(f) == ["def f(x):", "import os"]
 
 
 def test_acceptance_is_measured_on_the_prompts_it_is_given():

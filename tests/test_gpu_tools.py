@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine import demo
 from tests.conftest import ROOT
 
@@ -131,6 +133,56 @@ def test_the_gpu_tools_refuse_an_unknown_verify_linear_before_loading_a_model():
         out = _run(tool, "--target", "no-such-target", "--verify-linear", "cublas")
         assert out.returncode == 2, (tool, out.stderr)
         assert "--verify-linear: invalid choice: 'cublas'" in out.stderr.splitlines()[-1], tool
+
+
+BAD_PROMPT_LISTS = {  # file text -> what the one line must say
+    None: "no such file",
+    "{not json": "not valid JSON",
+    '{"prompts": ["a"]}': "an object; expected a non-empty JSON list",
+    "[]": "an empty list",
+    '["def f():", 3]': "item 1 (from 0) is a number, not a string",
+    '[{"prompt": "a"}]': "item 0 (from 0) is an object, not a string",
+    '["a", ""]': "item 1 (from 0) is an empty string",
+}
+
+
+@pytest.mark.parametrize("text", list(BAD_PROMPT_LISTS))
+def test_bench_refuses_a_bad_prompts_file_in_one_line_before_loading(tmp_path, capsys, text):
+    """bench read --prompts-file with json.loads and no checks: a missing file or bad JSON
+    stopped in a traceback, and a list of objects or an empty one was measured (or failed)
+    after the pair loaded. The target does not exist: a file past the check fails on it."""
+    from engine import bench
+
+    f = tmp_path / "prompts.json"
+    if text is not None:
+        f.write_text(text)
+    got = bench.main(["--target", str(tmp_path / "no-target"), "--prompts-file", str(f)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert got == 2 and len(err) == 1, err
+    assert err[0].startswith(f"--prompts-file {f}: ") and BAD_PROMPT_LISTS[text] in err[0], err
+
+
+@pytest.mark.parametrize("text, index, needle", [
+    (None, 0, "--prompt-file {f}: no such file"),
+    ("[1]", 0, "--prompt-file {f}: item 0 (from 0) is a number"),
+    ('["a", "b"]', 2, "--prompt-index 2: {f} holds 2 prompts; give 0 to 1"),
+    ('["a", "b"]', -1, "--prompt-index -1: {f} holds 2 prompts; give 0 to 1"),
+    ("", 0, "--prompt-file {f}: empty"),
+])
+def test_coldcheck_refuses_a_bad_prompt_file_or_index_in_one_line_before_loading(tmp_path, capsys,
+                                                                                   text, index, needle):
+    """coldcheck's --prompt-file may be build_gpu's prompts.json with --prompt-index: an index
+    past its end (or below 0, which Python counted from the end) stopped in an IndexError, or
+    took another prompt, after the session's pair had loaded."""
+    from engine import coldcheck
+
+    f = tmp_path / "prompts.json"
+    if text is not None:
+        f.write_text(text)
+    got = coldcheck.main(["--target", str(tmp_path / "no-target"), "--prompt-file", str(f),
+                          "--prompt-index", str(index)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert got == 2 and err == [err[0]] and err[0].startswith(needle.format(f=f)), err
 
 
 def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_path):

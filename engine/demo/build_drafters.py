@@ -57,6 +57,7 @@ from mlx.utils import tree_flatten, tree_map
 from engine import hidden
 from engine.demo.build import (DRAFTER_CONFIG, batches, build_corpus, greedy_continuations, log,
                                make_model)
+from engine.demo.prompts import PromptsFileError, read_prompts
 
 PAIR = Path(__file__).resolve().parent / "pair"
 BLOCK = 16
@@ -538,22 +539,6 @@ def acceptance(pair: Path, built: Path, width: int = 4, tokens: tuple[int, ...] 
     return out
 
 
-def _read_prompts(path: Path) -> list[str] | None:
-    """--prompts-file: a non-empty JSON list of non-empty strings; else None, one line said.
-    (Each item was passed through str(): a list of objects measured on their reprs, and an
-    empty list fell back to the demo prompts without a word.)"""
-    try:
-        got = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        print(f"--prompts-file {path}: {e}", file=sys.stderr)
-        return None
-    if not isinstance(got, list) or not got or not all(isinstance(p, str) and p for p in got):
-        print(f"--prompts-file {path}: expected a non-empty JSON list of prompts (strings)",
-              file=sys.stderr)
-        return None
-    return got
-
-
 def main(argv: list[str] | None = None) -> int:
     from mlx_lm.utils import load_model
 
@@ -598,7 +583,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mtp-init", choices=("random", "last"), default="random",
                     help="start the MTP head at random (the demo head) or from the bfloat16 target's "
                          "last layer and norm (a large target, a short budget)")
-    ap.add_argument("--prompts-file", type=Path, metavar="JSON",
+    ap.add_argument("--prompts-file", metavar="JSON",
                     help="measure acceptance on this JSON list of prompts (a pair's held-out "
                          "prompts.json) instead of the demo prompts")
     ap.add_argument("--measure", type=Path, metavar="DIR",
@@ -614,9 +599,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     only = set(args.only or ("dflash", "mtp", "drafter"))
     prompts = None  # --prompts-file: measure on these instead of the demo prompts
-    if args.prompts_file:
-        prompts = _read_prompts(args.prompts_file)
-        if prompts is None:  # said why; checked before minutes of loading and training
+    if args.prompts_file is not None:
+        try:  # checked before minutes of loading and training
+            prompts = read_prompts(args.prompts_file)
+        except PromptsFileError as e:
+            print(e, file=sys.stderr)
             return 2
     if args.measure:
         result = acceptance(args.pair, args.measure, tokens=args.accept_tokens, prompts=prompts)

@@ -2,7 +2,15 @@
 
 Each ends inside a line, where the byte-level BPE the pair was trained with
 would also have split the text, so the first token is not an odd boundary.
+A pair's own prompts come as a JSON list in a file (build_gpu's prompts.json);
+``read_prompts`` is the one check every tool that reads such a list goes through.
 """
+
+from __future__ import annotations
+
+import os
+
+from policy import files
 
 DEMO_PROMPTS: tuple[str, ...] = (
     'class Stack:\n    """A last-in, first-out container."""\n\n    def __init__(self):\n        self',
@@ -30,3 +38,41 @@ PRESETS: tuple[tuple[str, str], ...] = (
     ("main()", DEMO_PROMPTS[3]),
     ("repeat: main() once more (its answer repeats the prompt; lookup can win)", REPEAT_PROMPT),
 )
+
+
+class PromptsFileError(ValueError):
+    """A prompts file that cannot be used; str() is the one line to show: flag, path, what."""
+
+    @classmethod
+    def of(cls, problem: files.FileProblem, flag: str) -> PromptsFileError:
+        # user_path's problems name the flag already; the readers' start with the path
+        text = str(problem)
+        return cls(text if text.startswith(flag) else f"{flag} {text}")
+
+
+_EXPECTED = "expected a non-empty JSON list of prompts (strings)"
+_JSON_TYPES = {dict: "an object", list: "a list", bool: "a boolean", int: "a number",
+               float: "a number", type(None): "null"}
+
+
+def read_prompts(path: str | os.PathLike, flag: str = "--prompts-file") -> list[str]:
+    """The non-empty strings of a non-empty JSON list in ``path``, or PromptsFileError naming
+    ``flag``. Tools call it before loading a model: a bad file then costs no minutes.
+    (bench used to stop in a traceback, or measure a list of objects; build_drafters had its
+    own copy of this check.)"""
+    try:
+        p = files.user_path(path, flag)
+        got = files.read_json(p)
+    except files.FileProblem as e:
+        raise PromptsFileError.of(e, flag) from None
+    if not isinstance(got, list):
+        raise PromptsFileError(f"{flag} {p}: {_JSON_TYPES.get(type(got), 'a value')}; {_EXPECTED}")
+    if not got:
+        raise PromptsFileError(f"{flag} {p}: an empty list; {_EXPECTED}")
+    for i, item in enumerate(got):
+        if not isinstance(item, str):
+            raise PromptsFileError(f"{flag} {p}: item {i} (from 0) is {_JSON_TYPES.get(type(item), 'a value')}, "
+                                   f"not a string; {_EXPECTED}")
+        if not item:
+            raise PromptsFileError(f"{flag} {p}: item {i} (from 0) is an empty string; {_EXPECTED}")
+    return got
