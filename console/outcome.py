@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from engine.ab import Session, Verdict
+from engine.ab import Budget, Session, Verdict
 from policy.device import Device
 from policy.drafter import DrafterKind
 from policy.profile import Override
@@ -42,13 +42,50 @@ _REMEDY = {
 }
 
 
+_CLOSE = "or the widths may be too close to separate on this host"
+
+
+@dataclass(frozen=True)
+class SequentialRun:
+    """How far an undecided sequential session got: "turn on sequential" is no remedy there;
+    the budget that ended it is (or the widths are closer than this host's noise)."""
+
+    reps: int
+    max_reps: int
+    max_seconds: float
+    budget_out: Budget | None
+
+    def remedy(self, front: Front) -> str:
+        if front is Front.CLI:
+            if self.budget_out is Budget.REPS:
+                return (f"sequential mode ran out of repetitions after {self.reps} (--max-reps "
+                        f"{self.max_reps}); raise --max-reps, {_CLOSE}")
+            if self.budget_out is Budget.SECONDS:
+                return (f"sequential mode ran out of time after {self.reps} repetitions (--max-seconds "
+                        f"{self.max_seconds:g}); raise --max-seconds, {_CLOSE}")
+            return f"sequential mode stopped after {self.reps} repetitions; raise -n above {self.reps}, {_CLOSE}"
+        # The console's budget is fixed (its sequential box has no fields), but n repetitions
+        # always run in full before the budget is looked at: n is the control that buys more.
+        more = f"raise n above {self.reps} (n repetitions always run in full), {_CLOSE}"
+        if self.budget_out is Budget.REPS:
+            return f"sequential mode ran out of repetitions after {self.reps} (its budget is {self.max_reps}); {more}"
+        if self.budget_out is Budget.SECONDS:
+            return (f"sequential mode ran out of time after {self.reps} repetitions (its budget is "
+                    f"{self.max_seconds:g} s); {more}")
+        return f"sequential mode stopped after {self.reps} repetitions; {more}"
+
+
 @dataclass(frozen=True)
 class Refusal:
     kind: RefusalKind
     detail: str
+    sequential: SequentialRun | None = None  # an undecided sequential session: its own remedy
 
     def say(self, front: Front = Front.CLI) -> str:
-        remedy = _REMEDY.get((self.kind, front))
+        if self.sequential is not None:
+            remedy: str | None = self.sequential.remedy(front)
+        else:
+            remedy = _REMEDY.get((self.kind, front))
         return self.detail + (f"; {remedy}" if remedy else "")
 
 
@@ -79,7 +116,9 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
             return Refusal(RefusalKind.DIFFERS, f"{', '.join(a.name for a in faster)} faster but "
                                                 f"output differs from classic")
         elif any(a.verdict is Verdict.UNDECIDED for a in session.arms):
-            return Refusal(RefusalKind.UNDECIDED, "undecided: ranges overlap")
+            c = session.config
+            seq = SequentialRun(session.reps, c.max_reps, c.max_seconds, session.budget_out) if c.sequential else None
+            return Refusal(RefusalKind.UNDECIDED, "undecided: ranges overlap", seq)
         elif not any(a.verdict is Verdict.SLOWER for a in session.arms):
             return Refusal(RefusalKind.NOT_MEASURED, "no width was measured (the drafter declined every round)")
     q = pair.quantization

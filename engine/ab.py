@@ -43,6 +43,13 @@ class Verdict(str, Enum):
     NOT_MEASURED = "not measured"
 
 
+class Budget(str, Enum):
+    """The sequential budget that ended a session still adding repetitions."""
+
+    REPS = "repetitions"
+    SECONDS = "seconds"
+
+
 @dataclass(frozen=True)
 class Range:
     min: float
@@ -177,6 +184,9 @@ class Session:
     attention: str = ""  # the verify attention in effect (auto resolved for this backend)
     backend: str = ""  # cuda, metal or cpu
     reps: int = 0
+    # Sequential mode only: which budget stopped it while it still wanted repetitions (None: it
+    # did not stop on a budget), so a refusal can name the one to raise.
+    budget_out: Budget | None = None
     elapsed_s: float = 0.0
     cancelled: bool = False
     started_at: float = field(default_factory=time.time)
@@ -534,16 +544,22 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             if cancel.is_set():
                 break
 
-    def budget_left() -> bool:
-        return (session.reps < config.max_reps
-                and time.monotonic() - t_start < config.max_seconds)
+    def budget_out() -> Budget | None:
+        if session.reps >= config.max_reps:
+            return Budget.REPS
+        if time.monotonic() - t_start >= config.max_seconds:
+            return Budget.SECONDS
+        return None
 
     rep = 0
     while True:
         while not cancel.is_set():
             rep += 1
             if rep > config.n:
-                if not config.sequential or _all_decided(session) or not budget_left():
+                if not config.sequential or _all_decided(session):
+                    break
+                session.budget_out = budget_out()
+                if session.budget_out is not None:
                     break
             active = session.arms if rep <= config.n else [
                 a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
@@ -561,10 +577,13 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         # Drift is judged with the closing run, which the loop above could not see: in
         # sequential mode a closing run that leaves drift and noise apart only by chance
         # sends the session back for more repetitions (that run stays as a classic run).
-        if not (config.sequential and budget_left()):
+        if not config.sequential:
             break
         decide(session)
         if not session.drift_could_be_noise:
+            break
+        session.budget_out = budget_out()
+        if session.budget_out is not None:
             break
         rep = session.reps
 

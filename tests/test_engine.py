@@ -1,12 +1,13 @@
 """Integration tests: the real engine on the demo pair, on this machine's CPU (no mocks)."""
 
+import dataclasses
 import json
 
 import mlx.core as mx
 import pytest
 
 from engine import costcurve, demo, record
-from engine.ab import AbConfig, Arm, Session, Verdict, decide, run_session
+from engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide, run_session
 from engine.decode import DecodeError, DecodeRun, Round, classic, speculative
 from engine.demo.prompts import DEMO_PROMPTS
 from engine.identity import compare, probe
@@ -282,6 +283,20 @@ def test_sequential_stops_within_budget(model_pair):
                    warmup=False, exactness=False, predict=False)
     s = run_session(model_pair, cfg)
     assert 1 <= s.reps <= 3
+
+
+def test_sequential_says_which_budget_stopped_it(model_pair):
+    """After n = 2 classic has one opening and one closing run, which noise alone sets apart
+    every time: sequential mode always wants more there, so the budget is what stops it, and
+    the session says which one (the refusal to save names it)."""
+    base = AbConfig(widths=(2,), prompt="def f", n=2, max_tokens=8, sequential=True,
+                    warmup=False, exactness=False, predict=False)
+    s = run_session(model_pair, dataclasses.replace(base, max_reps=2))
+    assert s.reps == 2 and s.budget_out is Budget.REPS
+    s = run_session(model_pair, dataclasses.replace(base, max_reps=100, max_seconds=1e-9))
+    assert s.reps == 2 and s.budget_out is Budget.SECONDS
+    s = run_session(model_pair, dataclasses.replace(base, sequential=False))
+    assert s.budget_out is None
 
 
 def test_verify_overhead_and_cold_warmup_flags():

@@ -1,7 +1,9 @@
 """Session -> profile entry or refusal, and the headline: pure functions on fixed sessions."""
 
+import dataclasses
+
 from console.outcome import Front, PairFacts, Refusal, RefusalKind, Tone, headline, in_effect_note, profile_entry
-from engine.ab import Verdict, decide
+from engine.ab import Budget, Verdict, decide
 from policy.device import parse_device_spec
 from policy.profile import Override
 from tests.states import demo_pair, fixture_session
@@ -70,3 +72,51 @@ def test_every_width_slower_saves_a_decline():
     e = _entry(s)
     assert isinstance(e, Override) and e.decline and e.width is None
     assert headline(s).tone is Tone.PLAIN
+
+
+def _undecided(**config):
+    """The fixture with every width's runs at classic's speeds: all overlap, so undecided."""
+    s = fixture_session()
+    s.config = dataclasses.replace(s.config, **config)
+    for arm in s.arms:
+        for run, c in zip(arm.runs, s.classic.runs):
+            run.decode_s = c.decode_s
+    decide(s)
+    assert all(a.verdict is Verdict.UNDECIDED for a in s.arms)
+    return s
+
+
+def test_an_undecided_sequential_session_names_the_budget_that_ran_out_not_the_box_that_is_on():
+    """The console said "raise n, or turn on sequential" with its sequential box already on:
+    the remedy there is the budget that ended it (the console's budget is fixed: n buys more,
+    since n repetitions always run in full), or widths closer than this host can separate."""
+    s = _undecided()  # sequential, as the console runs it: at most 12 repetitions, 60 s
+    assert s.config.sequential and s.reps == 3
+    s.budget_out = Budget.SECONDS
+    r = _entry(s)
+    assert isinstance(r, Refusal) and r.kind is RefusalKind.UNDECIDED
+    console, cli = r.say(Front.CONSOLE), r.say(Front.CLI)
+    assert console == ("undecided: ranges overlap; sequential mode ran out of time after 3 repetitions "
+                       "(its budget is 60 s); raise n above 3 (n repetitions always run in full), or the "
+                       "widths may be too close to separate on this host")
+    assert cli == ("undecided: ranges overlap; sequential mode ran out of time after 3 repetitions "
+                   "(--max-seconds 60); raise --max-seconds, or the widths may be too close to separate "
+                   "on this host")
+    s.budget_out, s.reps = Budget.REPS, 12
+    console, cli = _entry(s).say(Front.CONSOLE), _entry(s).say(Front.CLI)
+    assert "ran out of repetitions after 12 (its budget is 12); raise n above 12" in console
+    assert "ran out of repetitions after 12 (--max-reps 12); raise --max-reps," in cli
+    s.budget_out = None  # stopped with budget left (a closing classic run unsettled a width)
+    assert "sequential mode stopped after 12 repetitions; raise n above 12" in _entry(s).say(Front.CONSOLE)
+    assert "sequential mode stopped after 12 repetitions; raise -n above 12" in _entry(s).say(Front.CLI)
+    for front in Front:
+        said = _entry(s).say(front)
+        assert "turn on sequential" not in said and "--sequential" not in said
+    assert "--" not in _entry(s).say(Front.CONSOLE)
+
+
+def test_an_undecided_fixed_n_session_still_says_more_repetitions_or_sequential():
+    r = _entry(_undecided(sequential=False))
+    assert r.say(Front.CONSOLE) == ("undecided: ranges overlap; run more repetitions "
+                                    "(raise n, or turn on sequential)")
+    assert r.say(Front.CLI) == "undecided: ranges overlap; run more repetitions (-n, or --sequential)"
