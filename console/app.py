@@ -52,11 +52,14 @@ class MarkedCheckbox(Checkbox):
 
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
-        self.BUTTON_INNER = "X" if self.value else " "
+        self._set_mark()  # a box created on shows its X before it is first toggled
 
     def watch_value(self) -> None:
-        self.BUTTON_INNER = "X" if self.value else " "
+        self._set_mark()
         super().watch_value()
+
+    def _set_mark(self) -> None:
+        self.BUTTON_INNER = "X" if self.value else " "
 
 
 @dataclass(frozen=True)
