@@ -269,6 +269,36 @@ def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
             assert (row.drafter_kind.value, "9.0", row.scheme.value) in won, row
 
 
+def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_path):
+    """``GPUS=2 start`` (stub python3, every step failing): GPU 1 waits for GPU 0's target, not
+    one a reused host left in $WORK (start removes the pairs), then runs build B on it; the
+    pipeline falls back to pair A when B has nothing to compare, and sweeps bf16 stock, gemvv,
+    gemvv, stock in that order."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "python3").chmod(0o755)
+    work = tmp_path / "work"
+    stale = work / "gpupair" / "target-4bit"
+    stale.mkdir(parents=True)
+    (stale / "config.json").write_text("{}")
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "GPUS": "2",
+           "TARGET_WAIT": "2"}
+    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", "100"], cwd=ROOT,
+                          env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=160)
+    assert wait.returncode == 0, wait.stderr
+    log = (work / "results" / "pipeline.log").read_text()
+    assert "side: no target from GPU 0" in log, log
+    assert f"side: build B (--target-from {work / 'gpupair'} --drafter-labels all" in log, log
+    assert "pair for the sweeps: A (no comparison)" in log, log
+    order = [log.index(f"sweep {s} bf16\n") for s in ("model", "gemvv", "gemvv2", "stock2")]
+    assert order == sorted(order), log
+    assert not stale.exists()
+
+
 def test_the_h200_pipeline_sweeps_no_earlier_runs_mtp_head(tmp_path):
     """On two GPUs the pipeline waits a while for the side chain's 1B MTP head, then sweeps
     $WORK/mtp1b: a head an earlier run left there (a reused host) must not be swept as this
@@ -498,3 +528,8 @@ def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_wei
         (tmp_path / "b" / "prompts.json").read_text())
     out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "b" / "drafter"))
     assert out.returncode == 2 and "--target-from" in out.stderr and not (tmp_path / "c").exists()
+    # a folder with targets of its own is not overwritten by links
+    before = (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes()
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--target-from", str(tmp_path / "b"))
+    assert out.returncode == 2 and out.stderr.startswith(f"--out {tmp_path / 'pair'}: holds targets")
+    assert (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes() == before

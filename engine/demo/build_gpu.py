@@ -309,6 +309,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--target-from {args.target_from}: no target-bf16 and target-4bit checkpoints there "
               f"(a folder this script built)", file=sys.stderr)
         return 2
+    if args.target_from and any((args.out / f"target-{v}").exists() and not (args.out / f"target-{v}").is_symlink()
+                                for v in ("bf16", "4bit")):
+        print(f"--out {args.out}: holds targets of its own; --target-from links its targets into a new "
+              f"folder", file=sys.stderr)
+        return 2
     if not 1 <= args.drafter_topk <= COMMON["vocab_size"]:
         print(f"--drafter-topk {args.drafter_topk}: from 1 to the vocabulary's {COMMON['vocab_size']}",
               file=sys.stderr)
@@ -359,6 +364,18 @@ def main(argv: list[str] | None = None) -> int:
     vx, vy = next(small.batches(val_data, 32, args.seq, np.random.default_rng(1)))
     t_val = ce(target, vx, vy).item()
     small.log(f"target last loss {'-' if t_loss is None else f'{t_loss:.3f}'}, validation loss {t_val:.3f}")
+    # The targets are written as soon as they exist (target-4bit's config.json last), so that a
+    # second process can distil another drafter for them (--target-from) while this one goes on.
+    if args.target_from:  # the pair reads the targets where they are
+        for v in ("bf16", "4bit"):
+            link = args.out / f"target-{v}"
+            if link.is_symlink():
+                link.unlink()
+            link.symlink_to((args.target_from / f"target-{v}").resolve())
+    else:
+        small.save_checkpoint(target, tconf, args.out / "target-bf16", tok_dir, "bfloat16")
+        small.save_checkpoint(small.make_model_from(args.out / "target-bf16"), tconf, args.out / "target-4bit",
+                              tok_dir, "bfloat16", quantize=True)
 
     # Distillation text: the target's own greedy continuations of corpus windows, which is
     # what a drafter meets when it drafts for this target (a prompt, then the target's text).
@@ -406,13 +423,6 @@ def main(argv: list[str] | None = None) -> int:
     small.log(f"drafter last loss {d_loss:.3f}; top-1 agreement with the target's greedy text on "
               f"{held.shape[0]} held-out continuations {agree:.3f}")
 
-    if args.target_from:  # the pair reads the targets where they are
-        for v in ("bf16", "4bit"):
-            (args.out / f"target-{v}").symlink_to((args.target_from / f"target-{v}").resolve())
-    else:
-        small.save_checkpoint(target, tconf, args.out / "target-bf16", tok_dir, "bfloat16")
-        small.save_checkpoint(small.make_model_from(args.out / "target-bf16"), tconf, args.out / "target-4bit",
-                              tok_dir, "bfloat16", quantize=True)
     small.save_checkpoint(drafter, dconf, args.out / "drafter", tok_dir, "bfloat16")
     shutil.rmtree(work)
     prompts = held_out_prompts(val_data, tok, args.prompts, 48, np.random.default_rng(7))

@@ -11,13 +11,16 @@
 # its model drafter (with MTP1B=1 then with an MTP head trained on the 1B target: 2026-11-30b's was
 # no better), the fresh-process cold check at the best bf16 arm, the bench against stock mlx-lm
 # (BENCH_TARGETS, bf16). With GPUS=2 (nvidia-h200-x2) the side chain runs on GPU 1 beside the build:
-# SIDE=build (the default) a second 1B build with another drafter recipe (BUILD_B, the same
-# budgets), and the sweeps take whichever pair's drafter keeps more drafted tokens on its worse
-# target; SIDE=demo (2026-11-30c) the demo DFlash drafter (continuing the committed one) and the
-# demo model drafter at once. Then (MTP1B=1) the 1B MTP head; without MTP1B the sweeps wait for
-# the side chain, to time on a quiet host. Extra bf16 sweeps after the two main ones:
-# GEMVV_SWEEP=1 (the engine's gemv projections + vector attention, widths up to 8) and PIN_SWEEP=1
-# (the stock sweep pinned to four CPU cores: is the host's run-to-run spread its scheduler's?).
+# SIDE=from (the default) another drafter recipe (BUILD_B) for GPU 0's target, distilled as soon
+# as that target is written (build_gpu --target-from, the same budgets); SIDE=build (2026-11-30d)
+# a whole second build with it; either way the sweeps take whichever pair's drafter keeps more
+# drafted tokens on its worse target. SIDE=demo (2026-11-30c) trains the demo DFlash drafter
+# (continuing the committed one) and the demo model drafter there instead. Then (MTP1B=1) the 1B
+# MTP head; without MTP1B the sweeps wait for the side chain, to time on a quiet host. After the
+# two main sweeps and the bench, GEMVV_SWEEP=1 sweeps bf16 at widths 4-8 with the engine's gemv
+# projections + vector attention twice and then stock once more (stock, gemvv, gemvv, stock:
+# 2026-11-30d's single gemvv sweep could not tell its slow classic arm from the host's);
+# PIN_SWEEP=1 adds one pinned to four CPU cores (2026-11-30d: pinning did not narrow the spread).
 # Weights stay in $WORK; every step's output goes to $WORK/results.
 set -uo pipefail
 verb=${1:?verb: start | wait | pipeline}
@@ -65,6 +68,7 @@ mtp1b() {  # an MTP head for the 1B target, started from its last layer, on its 
 case $verb in
 start)
     rm -f "$WORK/pick.env" "$WORK/pipeline.done" "$WORK/side.done" "$WORK/build.rc" "$WORK/mtp1b.done"
+    rm -rf "$P" "$PB"  # SIDE=from waits for this run's target, not a reused host's last one
     rm -rf "$WORK/mtp1b"  # an earlier run's head on a reused host is not this run's
     if [ "${GPUS:-1}" = 2 ]; then
         CUDA_VISIBLE_DEVICES=1 setsid nohup bash "$0" side > "$R/side.out" 2>&1 < /dev/null &
@@ -82,22 +86,28 @@ start)
     setsid nohup bash "$0" pipeline > "$R/pipeline.out" 2>&1 < /dev/null &
     log "pipeline started" ;;
 side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
-    if [ "${SIDE:-build}" = build ]; then
+    case ${SIDE:-from} in
+    build|from)
         mkdir -p "$R/b"
-        log "side: build B (${BUILD_B-$BUILD_B_DEFAULT}) on GPU 1"
+        from=()
+        if [ "${SIDE:-from}" = from ]; then
+            from=(--target-from "$P")
+            wait_for "$P/target-4bit/config.json" "${TARGET_WAIT:-900}" || log "side: no target from GPU 0"
+        fi
+        log "side: build B (${from[*]} ${BUILD_B-$BUILD_B_DEFAULT}) on GPU 1"
         # shellcheck disable=SC2086
-        build "$PB" ${BUILD_B-$BUILD_B_DEFAULT} > "$R/b/build_gpu.log" 2>&1
+        build "$PB" "${from[@]}" ${BUILD_B-$BUILD_B_DEFAULT} > "$R/b/build_gpu.log" 2>&1
         log "side: build B rc $?"
-        cp "$PB/build.json" "$R/b/" 2>/dev/null
-    fi
-    if [ "${SIDE:-build}" = demo ] && [ "${PROBE_OVERLAP:-0}" = 1 ]; then
+        cp "$PB/build.json" "$R/b/" 2>/dev/null ;;
+    esac
+    if [ "${SIDE:-from}" = demo ] && [ "${PROBE_OVERLAP:-0}" = 1 ]; then
         log "side: probe_overlap (host and GPU work of a forward, 1-8 rows, bf16 and 4-bit)"
         for q in "" --quant; do timeout 120 python3 -m engine.demo.probe_overlap --json $q; done \
             > "$R/probe_overlap.jsonl" 2> "$R/probe_overlap.err"
     fi
     # the two demo drafters at once (each keeps a GPU busy a fraction of the time), so that GPU 1
     # is done, and the host quiet, before GPU 0's sweeps start
-    if [ "${SIDE:-build}" = demo ]; then
+    if [ "${SIDE:-from}" = demo ]; then
         log "side: demo DFlash drafter (continuing the committed one) and demo model drafter (GPU 1)"
         OUT=$R/demo HIDDEN_KINDS=dflash DFLASH_S=${DFLASH_S:-360} WINDOWS=${WINDOWS:-32768} \
             DFLASH_INIT=${DFLASH_INIT-engine/demo/pair/dflash} DFLASH_LR=${DFLASH_LR:-5e-4} \
@@ -130,7 +140,7 @@ pipeline)
     echo $? > "$WORK/build.rc"
     log "build rc $(cat "$WORK/build.rc")"
     cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
-    if [ -f "$R/side.out" ] && [ "${SIDE:-build}" = build ]; then
+    if [ -f "$R/side.out" ] && [ "${SIDE:-from}" != demo ]; then
         wait_for "$WORK/side.done" "${SIDE_WAIT:-900}" || log "build B not done after ${SIDE_WAIT:-900} s"
         read -r pick why <<< "$(better_build "$P" "$PB" || echo A "no comparison")"
         log "pair for the sweeps: $pick ($why)"
@@ -150,7 +160,7 @@ pipeline)
     sweeps() {  # $1: label, $2: drafter dir, $3: widths
         for t in bf16 4bit; do sweep1 "$1" "$t" "$2" "$3" "${SWEEP_S:-110}" "$VL" "$VA"; done
     }
-    if [ -f "$R/side.out" ] && [ "${MTP1B:-0}" != 1 ] && [ "${SIDE:-build}" = demo ]; then
+    if [ -f "$R/side.out" ] && [ "${MTP1B:-0}" != 1 ] && [ "${SIDE:-from}" = demo ]; then
         # timings on a host whose other GPU trains share its CPU (each step's graph is built there):
         # 2026-11-30b's classic ranged 228-367 tok/s beside the side chain; sweep on a quiet host
         wait_for "$WORK/side.done" "${SIDE_WAIT:-600}" && said=done || said="still running"
@@ -161,10 +171,15 @@ pipeline)
         read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
         bench "$t" "$w"
     done
-    # the engine's 2..8-row kernel for 16-bit projections with vector attention, then the stock
-    # sweep pinned to four cores (is the run-to-run spread of classic the host's scheduler?)
-    [ "${GEMVV_SWEEP:-1}" = 1 ] && sweep1 gemvv bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
-    if [ "${PIN_SWEEP:-1}" = 1 ] && command -v taskset > /dev/null; then
+    # the engine's 2..8-row kernel for 16-bit projections with vector attention, twice, then stock
+    # again at the same widths: stock, gemvv, gemvv, stock, so a routing's effect on the classic
+    # arm shows apart from the host's drift
+    if [ "${GEMVV_SWEEP:-1}" = 1 ]; then
+        sweep1 gemvv bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
+        sweep1 gemvv2 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
+        sweep1 stock2 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" "$VL" "$VA"
+    fi
+    if [ "${PIN_SWEEP:-0}" = 1 ] && command -v taskset > /dev/null; then
         PIN="taskset -c 4-7" sweep1 pinned bf16 "$P/drafter" 4,6,8 "${SWEEP_S2:-90}" "$VL" "$VA"
     fi
     if [ "${MTP1B:-0}" = 1 ] && [ "${GPUS:-1}" = 2 ]; then
