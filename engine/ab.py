@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Callable, Sequence
 
-from engine import attention, costcurve, linear
+from engine import attention, costcurve, host, linear
 from engine.decode import DecodeError, DecodeRun, decode
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
 
@@ -293,6 +293,12 @@ class Session:
                 out.append(seen + f". On {self.backend or 'this backend'} nothing is known to be "
                            "rebuilt per position, so the host's other load is the likelier cause; a "
                            "win is still judged on the slowest run, which is the first.")
+        spread = host.clock_spread([r.clocks["before"] for a in (self.classic, *self.arms)
+                                    for r in a.runs if r.clocks])
+        if spread:
+            out.append(f"the GPU's SM clock moved between runs, {spread[0]}-{spread[1]} MHz: runs "
+                       "compared across arms met different clocks (each sample's gpu_clocks in the "
+                       "record says which)")
         slow = self.verify_overhead()
         if slow:
             listed = ", ".join(f"{k} {v:.0f}x" for k, v in slow.items())
@@ -519,6 +525,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"))
 
     started = [0]  # runs begun so far
+    clocks = host.ClockWatch()
 
     def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun:
         index = started[0]
@@ -526,10 +533,13 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         runs = max(config.planned_runs, started[0])
         emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
+        before = clocks.read()
         run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
                                                          run=index, runs=runs, closing=closing)),
                      cancel=cancel.is_set)
+        if before is not None:
+            run.clocks = {"before": before, "after": clocks.read()}
         if keep and not cancel.is_set():
             arm.runs.append(run)
             session.order.append(arm.name)
@@ -587,6 +597,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             break
         rep = session.reps
 
+    clocks.close()
     reference = session.classic.runs[0].tokens if session.classic.runs else None
     for arm in session.arms:
         if reference is not None and arm.runs:

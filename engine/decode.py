@@ -48,6 +48,9 @@ class DecodeRun:
     decode_s: float
     rounds: list[Round] = field(default_factory=list)
     attention: dict | None = None  # speculative runs: the verify attention and what it routed
+    # The GPU's clocks read just before and after the run by an A/B session (engine.host
+    # ClockWatch): {"before": {...}, "after": {...}}; None where there is no NVIDIA GPU.
+    clocks: dict | None = None
 
     @property
     def classic(self) -> bool:
@@ -106,7 +109,7 @@ class DecodeRun:
             "declined_rounds": self.declined_rounds, "drafted": self.drafted,
             "accepted": self.accepted, "acceptance": self.acceptance,
             "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
-            "attention": self.attention,
+            "attention": self.attention, "gpu_clocks": self.clocks,
         }
 
     def rounds_table(self) -> list[list[float]]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import platform
 import time
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
@@ -107,3 +108,53 @@ def gate(wait_s: float = 0.0, poll_s: float = 2.0, **limits) -> GateReport:
         report = check(**limits)
     report.waited_s = round(time.monotonic() - start, 2)
     return report
+
+
+class ClockWatch:
+    """The GPU's SM and memory clocks and its clock event reasons, read by an A/B session before
+    and after each run (outside the run's clock). On the H200 classic's step moved between runs
+    of one process from 2.6 to 4.6 ms, mostly near 2.7 or near 4.4, and the decision rule sets
+    each width's slowest run against classic's fastest: these readings say whether the runs met
+    different clocks. NVML stays open for the session; without an NVIDIA GPU (or pynvml) every
+    reading is None and nothing is recorded."""
+
+    def __init__(self) -> None:
+        from policy.device import nvml, nvml_handle
+
+        self._stack = ExitStack()
+        self._lib = self._stack.enter_context(nvml())
+        self._handle = None
+        if self._lib is not None:
+            try:
+                self._handle = nvml_handle(self._lib)
+            except Exception:
+                self._handle = None
+
+    def read(self) -> dict | None:
+        lib, h = self._lib, self._handle
+        if h is None:
+            return None
+        try:
+            try:
+                reasons = lib.nvmlDeviceGetCurrentClocksEventReasons(h)
+            except Exception:
+                reasons = lib.nvmlDeviceGetCurrentClocksThrottleReasons(h)
+            return {"sm_mhz": int(lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_SM)),
+                    "mem_mhz": int(lib.nvmlDeviceGetClockInfo(h, lib.NVML_CLOCK_MEM)),
+                    "reasons": int(reasons)}
+        except Exception:
+            return None
+
+    def close(self) -> None:
+        self._stack.close()
+        self._handle = None
+
+
+def clock_spread(readings: list[dict | None], limit: float = 1.10) -> tuple[int, int] | None:
+    """(lowest, highest) SM clock over the readings when the highest is ``limit``x the lowest or
+    more, else None (also where nothing was read)."""
+    mhz = [r["sm_mhz"] for r in readings if r and r.get("sm_mhz")]
+    if not mhz or max(mhz) / min(mhz) < limit - 1e-9:  # 10 % apart counts, float rounding aside
+        return None
+    return min(mhz), max(mhz)
+

@@ -259,6 +259,29 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
     assert "| w4 |" in md and "Decision" in md
     assert "[unquantized bfloat16]" in md  # the console's words, not the stored scheme "none"
     assert "ms per drafted token)" in md  # the unit of the model drafter's linear cost
+    # No NVIDIA GPU here: no clock readings, in the runs or the record, and no clock warning.
+    assert all(r.clocks is None for a in (s.classic, *s.arms) for r in a.runs)
+    assert back["arms"][0]["samples"][0]["gpu_clocks"] is None
+    assert not any("SM clock" in w for w in s.warnings())
+    # Runs that met different clocks (as the H200 readings would say) are named in a warning.
+    for i, r in enumerate(r for a in (s.classic, *s.arms) for r in a.runs):
+        r.clocks = {"before": {"sm_mhz": 1980 if i % 2 else 1365, "mem_mhz": 3201, "reasons": 0}, "after": None}
+    assert any("SM clock moved between runs, 1365-1980 MHz" in w for w in s.warnings())
+
+
+def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_ten_percent():
+    """engine.host: the clocks an A/B session reads around each run. This machine has no NVIDIA
+    GPU: every reading is None. clock_spread names (lowest, highest) SM clock only when they are
+    10 % or more apart, and skips runs without a reading."""
+    from engine import host
+
+    watch = host.ClockWatch()
+    assert watch.read() is None
+    watch.close()
+    assert watch.read() is None
+    assert host.clock_spread([]) is None and host.clock_spread([None, None]) is None
+    assert host.clock_spread([{"sm_mhz": 1800}, {"sm_mhz": 1900}, None]) is None
+    assert host.clock_spread([{"sm_mhz": 1800}, None, {"sm_mhz": 1980}]) == (1800, 1980)
 
 
 def test_session_cancel_is_clean(model_pair):
