@@ -33,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
 
     import mlx.core as mx
 
-    from engine import decode
+    from engine import decode, host
     from engine.costcurve import context_ids
     from engine.demo.probe_loop import _models, _Pair
 
@@ -41,7 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     prompt = context_ids(48)
     kw = VARIANTS[args.variant]
 
+    watch = host.ClockWatch()
+    sm: list[int | None] = []  # the GPU's SM clock before each timed classic run (None: no NVML)
+
     def classic_ms() -> float:
+        sm.append((watch.read() or {}).get("sm_mhz"))
         run = decode.classic(pair, prompt, args.tokens)
         return statistics.median(r.verify_s * 1e3 for r in run.rounds[1:])
 
@@ -56,11 +60,13 @@ def main(argv: list[str] | None = None) -> int:
         run = spec()
         rounds.append(statistics.median(r.verify_s * 1e3 for r in run.rounds if r.split))
         between.append(classic_ms())
+    watch.close()
     out = {"variant": args.variant, "device": str(mx.default_device()), "shape": args.shape,
            "width": args.width, "tokens": args.tokens,
            "classic_step_ms_alone": [round(x, 3) for x in before],
            "classic_step_ms_after_spec": [round(x, 3) for x in between],
            "spec_verify_ms": [round(x, 3) for x in rounds],
+           "classic_sm_mhz": sm[1:],  # the warm-up's first, then alone, then between
            "alone_median": round(statistics.median(before), 3),
            "after_spec_median": round(statistics.median(between), 3)}
     print(json.dumps(out) if args.json else
