@@ -66,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
            "classic_step_ms_alone": [round(x, 3) for x in before],
            "classic_step_ms_after_spec": [round(x, 3) for x in between],
            "spec_verify_ms": [round(x, 3) for x in rounds],
-           "classic_sm_mhz": sm[1:],  # the warm-up's first, then alone, then between
+           "classic_sm_mhz": sm[1:],  # past the warm-up: the runs alone, then those between
            "alone_median": round(statistics.median(before), 3),
            "after_spec_median": round(statistics.median(between), 3)}
     print(json.dumps(out) if args.json else
