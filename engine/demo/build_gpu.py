@@ -23,7 +23,7 @@ on a GPU, within a time budget:
 4. held-out prompts (validation text the target never trained on), and the
    drafter's acceptance per drafted token at width 4 on them, through this engine.
 
-    python -m engine.demo.build_gpu --out /root/gpupair       (about 8 minutes on an H200)
+    python -m engine.demo.build_gpu --out /root/gpupair       (7 to 10 minutes on an H200)
 
 Weights stay where they are built (2 GB + 0.6 GB); build.json, the log and
 prompts.json are small enough to commit.
