@@ -269,6 +269,27 @@ def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
             assert (row.drafter_kind.value, "9.0", row.scheme.value) in won, row
 
 
+def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
+    """The README's table of the H200 builds quotes each build's build.json (its acceptance at
+    width 4 on the held-out prompts). .gitignore's bare ``build/`` ignored every evidence folder's
+    build/, so none of them was committed and no reader could check a figure: the folders are
+    data, and the table's kept column must be what they hold, build by build."""
+    import re
+
+    evidence = sorted((ROOT / "engine" / "demo" / "evidence").glob("h200-*"))
+    kept = []
+    for d in evidence:
+        acc = json.loads((d / "build" / "build.json").read_text())["acceptance_held_out_width4"]
+        kept.append((acc["bf16"]["pooled"], acc["4bit"]["pooled"]))
+    rows = re.findall(r"^\| \d\w\w, 11-\d\d \d\d:\d\d \|[^|]*\| \**([\d.]+) / ([\d.]+)\** \|",
+                      (ROOT / "README.md").read_text(), re.M)
+    assert [(float(a), float(b)) for a, b in rows] == kept
+    # and git keeps them (the files above may be a checkout's ignored leftovers)
+    ignored = subprocess.run(["git", "check-ignore", "--no-index", *(str(d / "build" / "build.json") for d in evidence)],
+                             cwd=ROOT, capture_output=True, text=True)
+    assert ignored.returncode != 0 and not ignored.stdout, ignored.stdout
+
+
 def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_path):
     """``GPUS=2 start`` (stub python3, every step failing): GPU 1 waits for GPU 0's target, not
     one a reused host left in $WORK (start removes the pairs), then runs build B on it; the
