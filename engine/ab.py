@@ -547,57 +547,61 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             session.warmup[arm.name] = run
         return run
 
-    if config.warmup:
-        for arm in [session.classic, *session.arms]:
-            emit(Event("warmup", arm.name))
-            one(arm, 0, keep=False)
-            if cancel.is_set():
-                break
-
-    def budget_out() -> Budget | None:
-        if session.reps >= config.max_reps:
-            return Budget.REPS
-        if time.monotonic() - t_start >= config.max_seconds:
-            return Budget.SECONDS
-        return None
-
-    rep = 0
-    while True:
-        while not cancel.is_set():
-            rep += 1
-            if rep > config.n:
-                if not config.sequential or _all_decided(session):
-                    break
-                session.budget_out = budget_out()
-                if session.budget_out is not None:
-                    break
-            active = session.arms if rep <= config.n else [
-                a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
-            for arm in [session.classic, *active]:
-                one(arm, rep)
+    # NVML (opened by the watch) is shut down however the runs end: a decode error or an
+    # exception from on_event mid-session must not leave it initialised in the process.
+    try:
+        if config.warmup:
+            for arm in [session.classic, *session.arms]:
+                emit(Event("warmup", arm.name))
+                one(arm, 0, keep=False)
                 if cancel.is_set():
                     break
+
+        def budget_out() -> Budget | None:
+            if session.reps >= config.max_reps:
+                return Budget.REPS
+            if time.monotonic() - t_start >= config.max_seconds:
+                return Budget.SECONDS
+            return None
+
+        rep = 0
+        while True:
+            while not cancel.is_set():
+                rep += 1
+                if rep > config.n:
+                    if not config.sequential or _all_decided(session):
+                        break
+                    session.budget_out = budget_out()
+                    if session.budget_out is not None:
+                        break
+                active = session.arms if rep <= config.n else [
+                    a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
+                for arm in [session.classic, *active]:
+                    one(arm, rep)
+                    if cancel.is_set():
+                        break
+                if cancel.is_set():
+                    break
+                session.reps = rep
+                emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
             if cancel.is_set():
                 break
-            session.reps = rep
-            emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
-        if cancel.is_set():
-            break
-        one(session.classic, session.reps + 1, closing=True)  # the closing bracket
-        # Drift is judged with the closing run, which the loop above could not see: in
-        # sequential mode a closing run that leaves drift and noise apart only by chance
-        # sends the session back for more repetitions (that run stays as a classic run).
-        if not config.sequential:
-            break
-        decide(session)
-        if not session.drift_could_be_noise:
-            break
-        session.budget_out = budget_out()
-        if session.budget_out is not None:
-            break
-        rep = session.reps
+            one(session.classic, session.reps + 1, closing=True)  # the closing bracket
+            # Drift is judged with the closing run, which the loop above could not see: in
+            # sequential mode a closing run that leaves drift and noise apart only by chance
+            # sends the session back for more repetitions (that run stays as a classic run).
+            if not config.sequential:
+                break
+            decide(session)
+            if not session.drift_could_be_noise:
+                break
+            session.budget_out = budget_out()
+            if session.budget_out is not None:
+                break
+            rep = session.reps
+    finally:
+        clocks.close()
 
-    clocks.close()
     reference = session.classic.runs[0].tokens if session.classic.runs else None
     for arm in session.arms:
         if reference is not None and arm.runs:

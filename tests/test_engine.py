@@ -284,6 +284,30 @@ def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_te
     assert host.clock_spread([{"sm_mhz": 1800}, None, {"sm_mhz": 1980}]) == (1800, 1980)
 
 
+def test_a_session_that_raises_mid_run_still_closes_its_clock_watch(model_pair, monkeypatch):
+    """run_session opens NVML for the whole session (engine.host.ClockWatch): a run that raises
+    (here the front end's event handler, on the first repetition) must still shut it down, or
+    each failed session in the console leaves NVML initialised once more."""
+    from engine import host
+
+    closed = []
+
+    class Watch(host.ClockWatch):
+        def close(self) -> None:
+            closed.append(True)
+            super().close()
+
+    def boom(event):
+        if event.kind == "rep":
+            raise RuntimeError("front end failed")
+
+    monkeypatch.setattr(host, "ClockWatch", Watch)
+    cfg = AbConfig(widths=(2,), prompt="def f", n=2, max_tokens=4, warmup=False, exactness=False, predict=False)
+    with pytest.raises(RuntimeError, match="front end failed"):
+        run_session(model_pair, cfg, on_event=boom)
+    assert closed == [True]
+
+
 def test_session_cancel_is_clean(model_pair):
     import threading
 
