@@ -290,21 +290,36 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
     assert ignored.returncode != 0 and not ignored.stdout, ignored.stdout
 
 
-def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_path):
+# A stub python3 for the pipeline: every step fails; with TARGET_FIRST=1 GPU 0's build
+# (build_gpu --out $WORK/gpupair) writes its target's config.json first, as a build that dies
+# after its target does.
+_PIPE_STUB = """#!/bin/sh
+if [ "$TARGET_FIRST" = 1 ] && [ "$2" = engine.demo.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
+    mkdir -p "$4/target-4bit" && echo {} > "$4/target-4bit/config.json"
+fi
+exit 1
+"""
+
+
+@pytest.mark.parametrize("target_first", [False, True])
+def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_path, target_first):
     """``GPUS=2 start`` (stub python3, every step failing): GPU 1 waits for GPU 0's target, not
-    one a reused host left in $WORK (start removes the pairs), then runs build B on it; the
-    pipeline falls back to pair A when B has nothing to compare, and sweeps bf16 stock, gemvv,
-    gemvv, stock in that order."""
+    one a reused host left in $WORK (start removes the pairs). When build A writes its target,
+    build B runs on it; when build A fails before that, GPU 1 stops waiting as soon as build A
+    has ended (build.rc), at the default TARGET_WAIT of 900 s, and runs no build B, so the
+    sweeps do not wait on it. The pipeline falls back to pair A when B has nothing to compare,
+    and sweeps bf16 stock, gemvv, gemvv, stock in that order."""
     stub = tmp_path / "bin"
     stub.mkdir()
-    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "python3").write_text(_PIPE_STUB)
     (stub / "python3").chmod(0o755)
     work = tmp_path / "work"
-    stale = work / "gpupair" / "target-4bit"
-    stale.mkdir(parents=True)
-    (stale / "config.json").write_text("{}")
+    stale = work / "gpupair" / "target-4bit" / "config.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text('{"stale": true}')
     env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "GPUS": "2",
-           "TARGET_WAIT": "2"}
+           "TARGET_FIRST": "1" if target_first else "0"}
+    env.pop("TARGET_WAIT", None)
     out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
@@ -312,12 +327,16 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
                           env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=160)
     assert wait.returncode == 0, wait.stderr
     log = (work / "results" / "pipeline.log").read_text()
-    assert "side: no target from GPU 0" in log, log
-    assert f"side: build B (--target-from {work / 'gpupair'} --drafter-labels all" in log, log
-    assert "pair for the sweeps: A (no comparison)" in log, log
+    assert "pipeline done" in log, log
+    if target_first:
+        assert f"side: build B (--target-from {work / 'gpupair'} --drafter-labels all" in log, log
+    else:
+        assert "side: no target from GPU 0 (build rc 1); no build B" in log, log
+        assert "side: build B" not in log, log
+    assert "pair for the sweeps: A (" in log, log
     order = [log.index(f"sweep {s} bf16\n") for s in ("model", "gemvv", "gemvv2", "stock2")]
     assert order == sorted(order), log
-    assert not stale.exists()
+    assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
 
 
 def test_the_h200_pipeline_sweeps_no_earlier_runs_mtp_head(tmp_path):
@@ -404,6 +423,12 @@ def test_wait_for_succeeds_on_a_file_and_fails_when_its_time_is_up(tmp_path):
 
     assert status(there, 0) == 0
     assert status(tmp_path / "side.done", 0) == 1
+    def any_(seconds: int, *paths: Path) -> int:
+        return subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; wait_for_any "$@"', "_", str(seconds),
+                               *map(str, paths)], cwd=ROOT, timeout=60).returncode
+
+    assert any_(0, tmp_path / "target-4bit", there) == 0
+    assert any_(0, tmp_path / "target-4bit", tmp_path / "side.done") == 1
 
 
 def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):

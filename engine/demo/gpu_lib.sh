@@ -7,6 +7,19 @@ wait_for() {  # until file $1 exists or $2 seconds have passed; succeeds when th
     [ -f "$1" ]
 }
 
+wait_for_any() {  # $1 seconds, then files: until one of them exists or the time is up; succeeds
+                  # when one is there
+    local t0 s=$1 f
+    shift
+    t0=$(date +%s)
+    while [ $(( $(date +%s) - t0 )) -lt "$s" ]; do
+        for f in "$@"; do [ -f "$f" ] && return 0; done
+        sleep 5
+    done
+    for f in "$@"; do [ -f "$f" ] && return 0; done
+    return 1
+}
+
 best_width() {  # the width with the highest median decode tok/s in the newest sweep record of $1
                # (within one record the highest median is the highest ratio over classic's)
     local _d w _r

@@ -31,7 +31,7 @@ mkdir -p "$R"
 export PYTHONUNBUFFERED=1
 BW="python3 -m console.cli"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
-. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for, better_build
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for(_any), better_build
 PB=$WORK/gpupair-b
 BUILD_B_DEFAULT="--drafter-labels all --drafter-soft 0.5"
 build() {  # $1: out dir, then build_gpu's recipe flags; the budgets are the same for both builds
@@ -92,13 +92,20 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
         from=()
         if [ "${SIDE:-from}" = from ]; then
             from=(--target-from "$P")
-            wait_for "$P/target-4bit/config.json" "${TARGET_WAIT:-900}" || log "side: no target from GPU 0"
+            # GPU 0's target, or its build's end (build.rc) without one: a build A that failed
+            # before writing its target must not hold GPU 1, and the sweeps waiting on side.done,
+            # for the whole TARGET_WAIT (build B would only refuse the missing target)
+            wait_for_any "${TARGET_WAIT:-900}" "$P/target-4bit/config.json" "$WORK/build.rc"
         fi
-        log "side: build B (${from[*]} ${BUILD_B-$BUILD_B_DEFAULT}) on GPU 1"
-        # shellcheck disable=SC2086
-        build "$PB" "${from[@]}" ${BUILD_B-$BUILD_B_DEFAULT} > "$R/b/build_gpu.log" 2>&1
-        log "side: build B rc $?"
-        cp "$PB/build.json" "$R/b/" 2>/dev/null ;;
+        if [ ${#from[@]} -gt 0 ] && [ ! -f "$P/target-4bit/config.json" ]; then
+            log "side: no target from GPU 0 (build rc $(cat "$WORK/build.rc" 2>/dev/null || echo none yet)); no build B"
+        else
+            log "side: build B (${from[*]} ${BUILD_B-$BUILD_B_DEFAULT}) on GPU 1"
+            # shellcheck disable=SC2086
+            build "$PB" "${from[@]}" ${BUILD_B-$BUILD_B_DEFAULT} > "$R/b/build_gpu.log" 2>&1
+            log "side: build B rc $?"
+            cp "$PB/build.json" "$R/b/" 2>/dev/null
+        fi ;;
     esac
     if [ "${SIDE:-from}" = demo ] && [ "${PROBE_OVERLAP:-0}" = 1 ]; then
         log "side: probe_overlap (host and GPU work of a forward, 1-8 rows, bf16 and 4-bit)"
