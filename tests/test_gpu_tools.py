@@ -579,3 +579,28 @@ def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_wei
     out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--target-from", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stderr.startswith(f"--out {tmp_path / 'pair'}: holds targets")
     assert (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes() == before
+
+
+def test_a_checkpoint_writes_its_config_json_last(tmp_path, monkeypatch):
+    """build_gpu writes its targets early so that GPU 1 can start on them (h200pipe waits for
+    target-4bit/config.json): config.json must be the last file of a checkpoint, so its presence
+    says the folder is whole. It was written before the tokenizer files were copied."""
+    import shutil
+
+    from engine.demo import build as small
+    from engine.demo.build_gpu import COMMON, SHAPES
+
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("{}")
+    out = tmp_path / "target"
+    seen = []
+    copy = shutil.copy
+
+    def spy(src, dst):
+        seen.append((Path(dst).name, (out / "config.json").exists()))
+        return copy(src, dst)
+
+    monkeypatch.setattr(small.shutil, "copy", spy)
+    small.save_checkpoint(_tiny_target(), dict(COMMON, **SHAPES["tiny"][0]), out, tok, "bfloat16")
+    assert seen == [("tokenizer.json", False)] and (out / "config.json").is_file()

@@ -170,9 +170,11 @@ def save_checkpoint(model, config: dict, out: Path, tok_dir: Path, dtype: str,
         model, config = quantize_model(model, config, group_size=64, bits=4, mode="affine")
     weights = dict(tree_flatten(model.parameters()))
     mx.save_safetensors(str(out / "model.safetensors"), weights, metadata={"format": "mlx"})
-    save_config(config, out / "config.json")
     for f in tok_dir.iterdir():
         shutil.copy(f, out / f.name)
+    # config.json last: its presence says the checkpoint is whole (h200pipe's GPU 1 starts on
+    # build_gpu's target-4bit/config.json while GPU 0's build goes on)
+    save_config(config, out / "config.json")
 
 
 def main(argv: list[str] | None = None) -> int:
