@@ -579,6 +579,13 @@ def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_wei
     out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--target-from", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stderr.startswith(f"--out {tmp_path / 'pair'}: holds targets")
     assert (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes() == before
+    # a whole build into the folder of links: its own targets there, the linked pair's untouched
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "b"), "--shape", "tiny", "--seed", "1",
+               "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0",
+               "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80")
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert not (tmp_path / "b" / "target-bf16").is_symlink() and not (tmp_path / "b" / "target-4bit").is_symlink()
+    assert (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes() == before
 
 
 def test_a_checkpoint_writes_its_config_json_last(tmp_path, monkeypatch):

@@ -373,6 +373,10 @@ def main(argv: list[str] | None = None) -> int:
                 link.unlink()
             link.symlink_to((args.target_from / f"target-{v}").resolve())
     else:
+        for v in ("bf16", "4bit"):  # an earlier --target-from build's links: a new target of its
+            link = args.out / f"target-{v}"  # own here, not written through them into that pair
+            if link.is_symlink():
+                link.unlink()
         small.save_checkpoint(target, tconf, args.out / "target-bf16", tok_dir, "bfloat16")
         small.save_checkpoint(small.make_model_from(args.out / "target-bf16"), tconf, args.out / "target-4bit",
                               tok_dir, "bfloat16", quantize=True)
