@@ -113,7 +113,7 @@ def gate(wait_s: float = 0.0, poll_s: float = 2.0, **limits) -> GateReport:
 class ClockWatch:
     """The GPU's SM and memory clocks and its clock event reasons, read by an A/B session before
     and after each run (outside the run's clock). On the H200 classic's step moved between runs
-    of one process from 2.6 to 4.6 ms, mostly near 2.7 or near 4.4, and the decision rule sets
+    of one process from 2.6 to 5.3 ms, mostly near 2.7 or near 4.4, and the decision rule sets
     each width's slowest run against classic's fastest: these readings say whether the runs met
     different clocks. NVML stays open for the session; without an NVIDIA GPU (or pynvml) every
     reading is None and nothing is recorded."""
