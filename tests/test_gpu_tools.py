@@ -204,6 +204,28 @@ def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_
     assert (work / "pipeline.done").exists()
 
 
+def test_the_h200_pipeline_on_one_gpu_waits_for_no_side_chain_an_earlier_run_started(tmp_path):
+    """``start`` on one GPU on a host where an earlier two-GPU run left results/side.out: the
+    pipeline (and ``wait``) read side.out as "a side chain runs" and would wait SIDE_WAIT (900 s)
+    for a side.done that start has removed; start removes the stale side.out too."""
+    stub = tmp_path / "bin"
+    stub.mkdir()
+    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (stub / "python3").chmod(0o755)
+    work = tmp_path / "work"
+    (work / "results").mkdir(parents=True)
+    (work / "results" / "side.out").write_text("an earlier run's side chain\n")
+    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "GPUS": "1"}
+    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", "60"], cwd=ROOT,
+                          env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120)
+    assert wait.returncode == 0, wait.stderr
+    log = (work / "results" / "pipeline.log").read_text()
+    assert "pipeline done" in log and "build B not done" not in log, log
+
+
 def test_the_h200_pipeline_does_not_take_an_earlier_runs_pick_when_the_loop_probe_fails(tmp_path):
     """``start`` with a failing probe_loop (stub python3) on a host where an earlier run left
     pick.env: the detached pipeline must run under MLX's defaults, not the stale settings."""

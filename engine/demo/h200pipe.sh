@@ -68,6 +68,8 @@ mtp1b() {  # an MTP head for the 1B target, started from its last layer, on its 
 case $verb in
 start)
     rm -f "$WORK/pick.env" "$WORK/pipeline.done" "$WORK/side.done" "$WORK/build.rc" "$WORK/mtp1b.done"
+    # side.out says a side chain runs (the pipeline and wait wait for its side.done): only this run's
+    rm -f "$R/side.out"
     rm -rf "$P" "$PB"  # SIDE=from waits for this run's target, not a reused host's last one
     rm -rf "$WORK/mtp1b"  # an earlier run's head on a reused host is not this run's
     if [ "${GPUS:-1}" = 2 ]; then
