@@ -596,9 +596,15 @@ def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_wei
         (tmp_path / "b" / "prompts.json").read_text())
     out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "b" / "drafter"))
     assert out.returncode == 2 and "--target-from" in out.stderr and not (tmp_path / "c").exists()
+    # a target of another shape than --shape (1b by default): refused before anything is built
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "pair"))
+    assert out.returncode == 2 and out.stderr.strip().startswith(
+        f"--target-from {tmp_path / 'pair'}: its target is not the --shape 1b shape (hidden_size 128,")
+    assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
     # a folder with targets of its own is not overwritten by links
     before = (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes()
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--target-from", str(tmp_path / "b"))
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
+               "--target-from", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stderr.startswith(f"--out {tmp_path / 'pair'}: holds targets")
     assert (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes() == before
     # a whole build into the folder of links: its own targets there, the linked pair's untouched

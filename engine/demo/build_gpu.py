@@ -309,6 +309,20 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--target-from {args.target_from}: no target-bf16 and target-4bit checkpoints there "
               f"(a folder this script built)", file=sys.stderr)
         return 2
+    if args.target_from:
+        # The drafter's shape, the record's target_config and the weights copied into the
+        # drafter all come from --shape: a target of another shape is refused, not mis-recorded.
+        try:
+            got = json.loads((args.target_from / "target-bf16" / "config.json").read_text())
+        except (OSError, UnicodeDecodeError, ValueError) as e:
+            print(f"--target-from {args.target_from}: target-bf16/config.json unreadable ({e})", file=sys.stderr)
+            return 2
+        got = got if isinstance(got, dict) else {}
+        off = [k for k, v in SHAPES[args.shape][0].items() if got.get(k) != v]
+        if off:
+            print(f"--target-from {args.target_from}: its target is not the --shape {args.shape} shape "
+                  f"({', '.join(f'{k} {got.get(k)}' for k in off)})", file=sys.stderr)
+            return 2
     if args.target_from and any((args.out / f"target-{v}").exists() and not (args.out / f"target-{v}").is_symlink()
                                 for v in ("bf16", "4bit")):
         print(f"--out {args.out}: holds targets of its own; --target-from links its targets into a new "
