@@ -194,7 +194,9 @@ def greedy_rows(target, prompts: mx.array, new: int, topk: int) -> Rows:
         ids.append(y[:, None])
         if i + 1 < new:
             y = keep(target(y[:, None], cache=cache))
-            mx.async_eval(y)
+            # the step's top-k with its token: left lazy, each would hold the step's whole logits
+            # (2048 rows x the vocabulary) until the batch ends
+            mx.async_eval(y, *(tops[-1] if topk else ()))
     cat = (lambda xs: np.array(mx.concatenate(xs, axis=1)))
     return Rows(cat(ids), cat(labels), cat([t[0] for t in tops]) if topk else None,
                 cat([t[1] for t in tops]) if topk else None)
