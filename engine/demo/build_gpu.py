@@ -190,6 +190,7 @@ def greedy_rows(target, prompts: mx.array, new: int, topk: int) -> Rows:
         return y[:, -1]
 
     y = keep(target(prompts, cache=cache))
+    mx.async_eval(y, *(tops[-1] if topk else ()))
     for i in range(new):
         ids.append(y[:, None])
         if i + 1 < new:
