@@ -42,6 +42,9 @@ def _prompt(args) -> str:
     if not text.lstrip().startswith("["):
         if not text.strip():
             raise PromptsFileError(f"--prompt-file {args.prompt_file}: empty; expected a prompt or a JSON list of prompts")
+        if args.prompt_index != 0:  # an index into one prompt would be ignored, and the run mislabelled
+            raise PromptsFileError(f"--prompt-index {args.prompt_index}: {args.prompt_file} is one prompt "
+                                   f"(plain text, not a JSON list); give 0 or leave it out")
         return text
     prompts = read_prompts(args.prompt_file, "--prompt-file")
     if not 0 <= args.prompt_index < len(prompts):

@@ -168,6 +168,7 @@ def test_bench_refuses_a_bad_prompts_file_in_one_line_before_loading(tmp_path, c
     ('["a", "b"]', 2, "--prompt-index 2: {f} holds 2 prompts; give 0 to 1"),
     ('["a", "b"]', -1, "--prompt-index -1: {f} holds 2 prompts; give 0 to 1"),
     ("", 0, "--prompt-file {f}: empty"),
+    ("def f():", 1, "--prompt-index 1: {f} is one prompt (plain text, not a JSON list)"),
 ])
 def test_coldcheck_refuses_a_bad_prompt_file_or_index_in_one_line_before_loading(tmp_path, capsys,
                                                                                    text, index, needle):
@@ -356,7 +357,7 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
         assert "side: no target from GPU 0 (build rc 1); no build B" in log, log
         assert "side: build B" not in log, log
     assert "pair for the sweeps: A (" in log, log
-    order = [log.index(f"sweep {s} bf16\n") for s in ("model", "gemvv", "gemvv2", "stock2")]
+    order = [log.index(f"sweep {s} bf16\n") for s in ("model", "stock1", "gemvv", "gemvv2", "stock2")]
     assert order == sorted(order), log
     assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
 

@@ -17,9 +17,9 @@
 # drafted tokens on its worse target. SIDE=demo (2026-11-30c) trains the demo DFlash drafter
 # (continuing the committed one) and the demo model drafter there instead. Then (MTP1B=1) the 1B
 # MTP head; without MTP1B the sweeps wait for the side chain, to time on a quiet host. After the
-# two main sweeps and the bench, GEMVV_SWEEP=1 sweeps bf16 at widths 4-8 with the engine's gemv
-# projections + vector attention twice and then stock once more (stock, gemvv, gemvv, stock:
-# 2026-11-30d's single gemvv sweep could not tell its slow classic arm from the host's);
+# two main sweeps and the bench, GEMVV_SWEEP=1 sweeps bf16 at widths 4-8 for 90 s each: stock,
+# the engine's gemv projections + vector attention twice, stock (2026-11-30d's single gemvv
+# sweep could not tell its slow classic arm from the host's);
 # PIN_SWEEP=1 adds one pinned to four CPU cores (2026-11-30d: pinning did not narrow the spread).
 # Weights stay in $WORK; every step's output goes to $WORK/results.
 set -uo pipefail
@@ -180,10 +180,11 @@ pipeline)
         read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
         bench "$t" "$w"
     done
-    # the engine's 2..8-row kernel for 16-bit projections with vector attention, twice, then stock
-    # again at the same widths: stock, gemvv, gemvv, stock, so a routing's effect on the classic
-    # arm shows apart from the host's drift
+    # stock, the engine's 2..8-row kernel for 16-bit projections with vector attention twice, stock
+    # again, all at widths 4-8 for the same time: a routing's effect on the classic arm then shows
+    # apart from the host's drift
     if [ "${GEMVV_SWEEP:-1}" = 1 ]; then
+        sweep1 stock1 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" "$VL" "$VA"
         sweep1 gemvv bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
         sweep1 gemvv2 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
         sweep1 stock2 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" "$VL" "$VA"
