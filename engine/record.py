@@ -170,6 +170,23 @@ def _quantization(q: dict) -> str:
         return str(q.get("scheme"))
 
 
+def _clock_lines(record: dict) -> list[str]:
+    """Every measured run in the order it ran, with the GPU's SM clock read before and after it,
+    where the session read clocks (NVIDIA): whether a fast or slow run met another clock."""
+    runs = {a["arm"]: iter(a["samples"]) for a in record["arms"]}
+    rows = []
+    for i, name in enumerate(record.get("order", []), 1):
+        sample = next(runs.get(name, iter(())), None)
+        clocks = (sample or {}).get("gpu_clocks")
+        if not clocks:
+            continue
+        mhz = [str((clocks.get(k) or {}).get("sm_mhz", "-")) for k in ("before", "after")]
+        rows.append(f"| {i} | {name} | {sample['decode_tok_s']:.1f} | {' / '.join(mhz)} |")
+    if not rows:
+        return []
+    return ["\n| run | arm | decode tok/s | SM MHz before / after |\n|---|---|---|---|", *rows]
+
+
 def markdown(record: dict) -> str:
     host, pair, dec = record["host"], record["pair"], record["decision"]
     dev = host.get("device", {})
@@ -216,6 +233,7 @@ def markdown(record: dict) -> str:
                          f"verify ms |\n|---|---|---|---|---|")
             lines += [f"| {p['width']} | {p['speedup']} | {p['tokens_per_round']} | {p['draft_ms']} | "
                       f"{p['verify_ms']} |" for p in pred["widths"]]
+    lines += _clock_lines(record)
     if record.get("exactness"):
         lines.append("\n| width | bitwise equal | max abs diff | argmax agreement |\n|---|---|---|---|")
         for k, e in record["exactness"].items():

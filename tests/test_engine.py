@@ -267,6 +267,13 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
     for i, r in enumerate(r for a in (s.classic, *s.arms) for r in a.runs):
         r.clocks = {"before": {"sm_mhz": 1980 if i % 2 else 1365, "mem_mhz": 3201, "reasons": 0}, "after": None}
     assert any("SM clock moved between runs, 1365-1980 MHz" in w for w in s.warnings())
+    # ... and the record's Markdown lists every run in the order it ran, with its clock
+    rec = record.build(s, model_pair, host.identity(), host.gate().to_dict())
+    md = record.markdown(json.loads(json.dumps(rec)))
+    after = md.split("| run | arm | decode tok/s | SM MHz before / after |\n|---|---|---|---|\n", 1)[1]
+    rows = [ln for ln in after.split("\n\n", 1)[0].splitlines() if ln.startswith("| ")]
+    assert [r.split(" | ")[1] for r in rows] == list(s.order)
+    assert rows[0].endswith("| 1365 / - |") and rows[1].endswith("| 1980 / - |")
 
 
 def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_ten_percent():
