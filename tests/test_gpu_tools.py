@@ -186,20 +186,40 @@ def test_coldcheck_refuses_a_bad_prompt_file_or_index_in_one_line_before_loading
     assert got == 2 and err == [err[0]] and err[0].startswith(needle.format(f=f)), err
 
 
+_FAIL = "#!/bin/sh\nexit 1\n"  # a stub python3: every step of the pipeline fails at once
+
+
+def _pipe(tmp_path: Path, verb: str, stub: str = _FAIL, wait_s: int = 100, wait_timeout: int = 120,
+          drop: tuple[str, ...] = (), **extra: str) -> str:
+    """engine/demo/h200pipe.sh ``verb`` (``pipeline``, or ``start`` and then ``wait wait_s``) with
+    ``stub`` as python3 and $WORK in tmp_path/work, ``extra`` in its environment and ``drop``
+    taken out of it; each call must succeed. Returns pipeline.log."""
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / "python3").write_text(stub)
+    (bin_ / "python3").chmod(0o755)
+    work = tmp_path / "work"
+    env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "WORK": str(work), **extra}
+    for k in drop:
+        env.pop(k, None)
+    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", verb], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    if verb == "start":
+        # the pipeline runs detached; with every step failing at once it ends within moments
+        wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", str(wait_s)], cwd=ROOT,
+                              env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True,
+                              timeout=wait_timeout)
+        assert wait.returncode == 0, wait.stderr
+    return (work / "results" / "pipeline.log").read_text()
+
+
 def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_path):
     """engine/demo/h200pipe.sh with every Python step failing (a stub python3 that exits 1):
     no sweep record, so no best width; the cold check and the bench must still get width 4,
     not an empty --widths, and the pipeline must run to its end."""
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
-    (stub / "python3").chmod(0o755)
     work = tmp_path / "work"
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work)}
-    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "pipeline"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    log = (work / "results" / "pipeline.log").read_text()
+    log = _pipe(tmp_path, "pipeline")
     assert "coldcheck bf16 width 4 with " in log, log
     assert "bench bf16 widths 4 (" in log, log
     assert (work / "pipeline.done").exists()
@@ -209,43 +229,20 @@ def test_the_h200_pipeline_on_one_gpu_waits_for_no_side_chain_an_earlier_run_sta
     """``start`` on one GPU on a host where an earlier two-GPU run left results/side.out: the
     pipeline (and ``wait``) read side.out as "a side chain runs" and would wait SIDE_WAIT (900 s)
     for a side.done that start has removed; start removes the stale side.out too."""
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
-    (stub / "python3").chmod(0o755)
     work = tmp_path / "work"
     (work / "results").mkdir(parents=True)
     (work / "results" / "side.out").write_text("an earlier run's side chain\n")
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "GPUS": "1"}
-    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", "60"], cwd=ROOT,
-                          env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120)
-    assert wait.returncode == 0, wait.stderr
-    log = (work / "results" / "pipeline.log").read_text()
+    log = _pipe(tmp_path, "start", wait_s=60, GPUS="1")
     assert "pipeline done" in log and "build B not done" not in log, log
 
 
 def test_the_h200_pipeline_does_not_take_an_earlier_runs_pick_when_the_loop_probe_fails(tmp_path):
     """``start`` with a failing probe_loop (stub python3) on a host where an earlier run left
     pick.env: the detached pipeline must run under MLX's defaults, not the stale settings."""
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
-    (stub / "python3").chmod(0o755)
     work = tmp_path / "work"
     work.mkdir()
     (work / "pick.env").write_text("export MLX_STALE_PICK=1\n")
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "PROBE_LOOP": "1"}
-    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    # the pipeline runs detached; with every step failing at once it ends within moments
-    wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", "100"], cwd=ROOT,
-                          env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=120)
-    assert wait.returncode == 0, wait.stderr
-    log = (work / "results" / "pipeline.log").read_text()
+    log = _pipe(tmp_path, "start", PROBE_LOOP="1")
     assert "pipeline done" in log, log
     assert "MLX_STALE_PICK" not in log, log
 
@@ -332,24 +329,12 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     has ended (build.rc), at the default TARGET_WAIT of 900 s, and runs no build B, so the
     sweeps do not wait on it. The pipeline falls back to pair A when B has nothing to compare,
     and sweeps bf16 stock, gemvv, gemvv, stock in that order."""
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text(_PIPE_STUB)
-    (stub / "python3").chmod(0o755)
     work = tmp_path / "work"
     stale = work / "gpupair" / "target-4bit" / "config.json"
     stale.parent.mkdir(parents=True)
     stale.write_text('{"stale": true}')
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "GPUS": "2",
-           "TARGET_FIRST": "1" if target_first else "0"}
-    env.pop("TARGET_WAIT", None)
-    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "start"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", "100"], cwd=ROOT,
-                          env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True, timeout=160)
-    assert wait.returncode == 0, wait.stderr
-    log = (work / "results" / "pipeline.log").read_text()
+    log = _pipe(tmp_path, "start", stub=_PIPE_STUB, wait_timeout=160, drop=("TARGET_WAIT",), GPUS="2",
+                TARGET_FIRST="1" if target_first else "0")
     assert "pipeline done" in log, log
     if target_first:
         assert f"side: build B (--target-from {work / 'gpupair'} --drafter-labels all" in log, log
@@ -366,19 +351,10 @@ def test_the_h200_pipeline_sweeps_no_earlier_runs_mtp_head(tmp_path):
     """On two GPUs the pipeline waits a while for the side chain's 1B MTP head, then sweeps
     $WORK/mtp1b: a head an earlier run left there (a reused host) must not be swept as this
     run's when the side chain has not finished (stub python3; no wait)."""
-    stub = tmp_path / "bin"
-    stub.mkdir()
-    (stub / "python3").write_text("#!/bin/sh\nexit 1\n")
-    (stub / "python3").chmod(0o755)
     work = tmp_path / "work"
     (work / "mtp1b").mkdir(parents=True)
     (work / "mtp1b" / "config.json").write_text("{}")
-    env = {**os.environ, "PATH": f"{stub}:{os.environ['PATH']}", "WORK": str(work), "GPUS": "2",
-           "MTP1B_WAIT": "0"}
-    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", "pipeline"], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    log = (work / "results" / "pipeline.log").read_text()
+    log = _pipe(tmp_path, "pipeline", GPUS="2", MTP1B_WAIT="0")
     assert "sweep mtp" not in log and "no mtp sweep" in log, log
     assert "coldcheck bf16 width 4 with " in log and "mtp1b" not in log.split("coldcheck")[1], log
 
