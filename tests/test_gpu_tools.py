@@ -314,6 +314,7 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
 # (build_gpu --out $WORK/gpupair) writes its target's config.json first, as a build that dies
 # after its target does.
 _PIPE_STUB = """#!/bin/sh
+echo "$@" >> "$WORK/calls"
 if [ "$TARGET_FIRST" = 1 ] && [ "$2" = engine.demo.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
     mkdir -p "$4/target-4bit" && echo {} > "$4/target-4bit/config.json"
 fi
@@ -328,7 +329,8 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     build B runs on it; when build A fails before that, GPU 1 stops waiting as soon as build A
     has ended (build.rc), at the default TARGET_WAIT of 900 s, and runs no build B, so the
     sweeps do not wait on it. The pipeline falls back to pair A when B has nothing to compare,
-    and sweeps bf16 stock, gemvv, gemvv, stock in that order."""
+    and sweeps bf16 (all widths), bf16 gemvv (4-8), then 4-bit. Both builds are of the 3.5b shape;
+    a build A that leaves no target is followed by a build of the 1B pair on GPU 0."""
     work = tmp_path / "work"
     stale = work / "gpupair" / "target-4bit" / "config.json"
     stale.parent.mkdir(parents=True)
@@ -342,8 +344,12 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
         assert "side: no target from GPU 0 (build rc 1); no build B" in log, log
         assert "side: build B" not in log, log
     assert "pair for the sweeps: A (" in log, log
-    order = [log.index(f"sweep {s} bf16\n") for s in ("model", "stock1", "gemvv", "gemvv2", "stock2")]
+    order = [log.index(f"sweep {s}\n") for s in ("model bf16", "gemvv bf16", "model 4bit")]
     assert order == sorted(order), log
+    builds = [c.split() for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
+    shapes = [c[c.index("--shape") + 1] for c in builds]
+    assert shapes == (["3.5b", "3.5b"] if target_first else ["3.5b", "1b"]), builds
+    assert ("building the 1B pair instead" in log) is not target_first, log
     assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
 
 
@@ -638,3 +644,25 @@ def test_the_readme_quotes_probe_classic_as_recorded():
                      readme)
     assert said and [float(x) for x in said.groups()] == [
         round(f(verify[v]), 1) for v in ("gemvv", "stock") for f in (min, max)]
+
+
+def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates(tmp_path):
+    """--shape 3.5b: 16 layers of an 8B Llama's layer (weights counted lazily, nothing allocated),
+    a drafter of two of them, and learning rates by shape unless given (recorded in build.json)."""
+    from mlx.utils import tree_flatten
+
+    from engine.demo import build as small
+    from engine.demo.build_gpu import COMMON, LRS, SHAPES
+
+    tconf, dconf = (dict(COMMON, **s) for s in SHAPES["3.5b"])
+    n = sum(v.size for _, v in tree_flatten(small.make_model(tconf).parameters()))
+    d = sum(v.size for _, v in tree_flatten(small.make_model(dconf).parameters()))
+    assert 3.4e9 < n < 3.6e9 and 0.4e9 < d < 0.5e9
+    assert tconf["hidden_size"] // tconf["num_attention_heads"] == 128  # the 8B's head size
+    assert set(LRS) == set(SHAPES) and LRS["3.5b"] == (3e-4, 1e-3)
+    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
+               "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0", "--drafter-lr", "5e-4",
+               "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80")
+    assert out.returncode == 0, out.stderr[-2000:]
+    got = json.loads((tmp_path / "pair" / "build.json").read_text())
+    assert (got["target_lr"], got["drafter_lr"]) == (LRS["tiny"][0], 5e-4)

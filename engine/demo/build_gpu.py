@@ -8,7 +8,9 @@ the running Python's standard library, the demo pair's 2048-token tokenizer),
 on a GPU, within a time budget:
 
 1. target: hidden 2048, 22 layers, MLP 6144, 32 heads (4 KV heads), 1.04B
-   parameters, computing in bfloat16 with float32 master weights in AdamW (cosine),
+   parameters (``--shape 3.5b``: 16 layers of an 8B Llama's layer, hidden 4096, MLP 14336,
+   8 KV heads, 3.5B parameters, whose step reads its weights more than it launches kernels),
+   computing in bfloat16 with float32 master weights in AdamW (cosine),
    for ``--target-seconds``;
 2. drafter: the target's shape cut to 2 layers (104M parameters; on a GPU a draft
    step costs its kernel launches, so width is nearly free and depth is not),
@@ -55,12 +57,25 @@ SHAPES = {
            # drafter pays per layer; 2 wide layers draft at ~1/11 of the target's 22.
            dict(hidden_size=2048, num_hidden_layers=2, intermediate_size=6144,
                 num_attention_heads=32, num_key_value_heads=4)),
+    # 16 layers of an 8B Llama's layer (hidden 4096, MLP 14336, 32 heads, 8 KV heads): 3.5B
+    # parameters, 7 GB in bfloat16. The 1B's 2048-wide layers cost an H200 more in kernel
+    # launches than in weight reads (a 1-row forward reads 2 GB in ~2.7 ms, ~0.8 TB/s), so its
+    # step moved with the host's state by up to 1.6x and a 2-row verify cost 2-3 steps; an
+    # 8B layer reads 436 MB a step, and the 8B shape verified 3-12 rows in ~1.08x its 1-row
+    # step (bf16). Sixteen of them train in a 10-minute build; the drafter is two of them.
+    "3.5b": (dict(hidden_size=4096, num_hidden_layers=16, intermediate_size=14336,
+                  num_attention_heads=32, num_key_value_heads=8),
+             dict(hidden_size=4096, num_hidden_layers=2, intermediate_size=14336,
+                  num_attention_heads=32, num_key_value_heads=8)),
     # For trying the script on a CPU in seconds; meaningless as a pair.
     "tiny": (dict(hidden_size=128, num_hidden_layers=2, intermediate_size=256,
                   num_attention_heads=4, num_key_value_heads=2),
              dict(hidden_size=128, num_hidden_layers=1, intermediate_size=256,
                   num_attention_heads=4, num_key_value_heads=2)),
 }
+# Learning rates (target, drafter) by shape: 4096-wide layers on a batch of 8192 tokens train
+# at half the 1B's rates (larger layers take smaller steps at the same batch).
+LRS = {"1b": (6e-4, 2e-3), "3.5b": (3e-4, 1e-3), "tiny": (6e-4, 2e-3)}
 COMMON = dict(model_type="llama", rms_norm_eps=1e-5, vocab_size=2048, max_position_embeddings=4096,
               rope_theta=10000.0, tie_word_embeddings=False)
 
@@ -280,8 +295,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stdlib", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
     ap.add_argument("--target-seconds", type=float, default=210)
     ap.add_argument("--drafter-seconds", type=float, default=75)
-    ap.add_argument("--target-lr", type=float, default=6e-4)
-    ap.add_argument("--drafter-lr", type=float, default=2e-3)
+    ap.add_argument("--target-lr", type=float, default=None, help="default: by --shape (1b 6e-4, 3.5b 3e-4)")
+    ap.add_argument("--drafter-lr", type=float, default=None, help="default: by --shape (1b 2e-3, 3.5b 1e-3)")
     ap.add_argument("--drafter-soft", type=float, default=0.0, metavar="F",
                     help="weight (0..1) of the soft-label term in the drafter's loss: cross-entropy "
                          "against the target's distribution over its --drafter-topk largest logits at "
@@ -304,6 +319,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args(argv)
+    args.target_lr = LRS[args.shape][0] if args.target_lr is None else args.target_lr
+    args.drafter_lr = LRS[args.shape][1] if args.drafter_lr is None else args.drafter_lr
     if not 0.0 <= args.drafter_soft <= 1.0:
         print(f"--drafter-soft {args.drafter_soft}: a weight from 0 to 1", file=sys.stderr)
         return 2

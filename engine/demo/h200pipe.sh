@@ -7,20 +7,21 @@
 #                                         # pick; then start the pipeline below detached
 #   bash engine/demo/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
 #                                         # written so far to $OUT/results.tgz (call again and again)
-# The pipeline (GPU 0): build the 1B pair (build_gpu.py), sequential sweeps of both targets with
-# its model drafter (with MTP1B=1 then with an MTP head trained on the 1B target: 2026-11-30b's was
-# no better), the fresh-process cold check at the best bf16 arm, the bench against stock mlx-lm
-# (BENCH_TARGETS, bf16). With GPUS=2 (nvidia-h200-x2) the side chain runs on GPU 1 beside the build:
+# The pipeline (GPU 0): build the pair (build_gpu.py --shape $SHAPE: 3.5b, or the 1B pair when
+# that build leaves no target), the bf16 sweep of its model drafter (widths 2-8, 12, 16), the bench
+# against stock mlx-lm (BENCH_TARGETS, bf16), bf16 sweeps at widths 4-8 named in GEMVV_ORDER
+# (default one gemvv sweep: the engine's gemv projections + vector attention; 2026-11-30d ran
+# "stock1 gemvv gemvv2 stock2"), the 4-bit sweep, and the fresh-process cold check at the best bf16
+# arm. A sampler logs the GPUs' clocks (nvidia-smi, every CLOCK_MS) and the CPUs' MHz meanwhile.
+# With GPUS=2 (nvidia-h200-x2) the side chain runs on GPU 1 beside the build:
 # SIDE=from (the default) another drafter recipe (BUILD_B) for GPU 0's target, distilled as soon
 # as that target is written (build_gpu --target-from, the same budgets); SIDE=build (2026-11-30d)
 # a whole second build with it; either way the sweeps take whichever pair's drafter keeps more
 # drafted tokens on its worse target. SIDE=demo (2026-11-30c) trains the demo DFlash drafter
-# (continuing the committed one) and the demo model drafter there instead. Then (MTP1B=1) the 1B
-# MTP head; without MTP1B the sweeps wait for the side chain, to time on a quiet host. After the
-# two main sweeps and the bench, GEMVV_SWEEP=1 sweeps bf16 at widths 4-8 for 90 s each: stock,
-# the engine's gemv projections + vector attention twice, stock (2026-11-30d's single gemvv
-# sweep could not tell its slow classic arm from the host's);
-# PIN_SWEEP=1 adds one pinned to four CPU cores (2026-11-30d: pinning did not narrow the spread).
+# (continuing the committed one) and the demo model drafter there instead. MTP1B=1 trains an MTP
+# head on the target and sweeps it (2026-11-30b's was no better); without it the sweeps wait for
+# the side chain, to time on a quiet host. PIN_SWEEP=1 adds a sweep pinned to four CPU cores
+# (2026-11-30d: pinning did not narrow the spread).
 # Weights stay in $WORK; every step's output goes to $WORK/results.
 set -uo pipefail
 verb=${1:?verb: start | wait | pipeline}
@@ -34,14 +35,34 @@ log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
 . "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for(_any), better_build
 PB=$WORK/gpupair-b
 BUILD_B_DEFAULT="--drafter-labels all --drafter-soft 0.5"
+# The pair's shape (build_gpu --shape): 3.5b since 2026-11-30e. The 1B's step was launch-bound and
+# moved with the host's state by up to 1.6x between runs, more than any width gained.
+SHAPE=${SHAPE:-3.5b}
 build() {  # $1: out dir, then build_gpu's recipe flags; the budgets are the same for both builds
     # 2026-11-30b: 60 s of generation at 512 rows gave 2.2M tokens, which a 100 s drafter read
-    # ten times over; wider batches cost a GPU little more per step
-    local out=$1
+    # ten times over; wider batches cost a GPU little more per step. The 3.5B trains ~3x slower
+    # a token: its budgets keep the build under 10 minutes.
+    local out=$1 shape=${BUILD_SHAPE:-$SHAPE} ts=180 gs=70 ds=150
     shift
-    python3 -m engine.demo.build_gpu --out "$out" --target-seconds "${TARGET_S:-150}" \
-        --gen-seconds "${GEN_S:-90}" --gen-batch "${GEN_BATCH:-2048}" \
-        --drafter-seconds "${PAIR_DRAFTER_S:-200}" "$@"
+    [ "$shape" = 1b ] && { ts=150; gs=90; ds=200; }
+    python3 -m engine.demo.build_gpu --out "$out" --shape "$shape" --target-seconds "${TARGET_S:-$ts}" \
+        --gen-seconds "${GEN_S:-$gs}" --gen-batch "${GEN_BATCH:-2048}" \
+        --drafter-seconds "${PAIR_DRAFTER_S:-$ds}" "$@"
+}
+sampler() {  # the GPUs' clocks, power and utilisation every CLOCK_MS (nvidia-smi), and the host's
+             # CPU clock range every second, while the pipeline runs: whether a run's speed
+             # followed a clock shows against the records' run times
+    local fields=index,timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,temperature.gpu
+    if command -v nvidia-smi > /dev/null; then
+        nvidia-smi --query-gpu="$fields,clocks_event_reasons.active" --format=csv,noheader -c 1 \
+            > /dev/null 2>&1 && fields=$fields,clocks_event_reasons.active
+        echo "$fields" > "$R/gpu_clocks.csv"
+        nvidia-smi --query-gpu="$fields" --format=csv,noheader -lms "${CLOCK_MS:-200}" >> "$R/gpu_clocks.csv" 2>&1 &
+    fi
+    while :; do
+        echo "$(date +%s.%N) $(awk '/^cpu MHz/ {print $4}' /proc/cpuinfo | sort -n | sed -n '1p;$p' | paste -sd' ')"
+        sleep 1
+    done >> "$R/cpu_mhz.log" 2>/dev/null
 }
 bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
     local ws
@@ -72,6 +93,10 @@ start)
     rm -f "$R/side.out"
     rm -rf "$P" "$PB"  # SIDE=from waits for this run's target, not a reused host's last one
     rm -rf "$WORK/mtp1b"  # an earlier run's head on a reused host is not this run's
+    [ -f "$WORK/sampler.pid" ] && kill -- -"$(cat "$WORK/sampler.pid")" 2>/dev/null
+    rm -f "$R/gpu_clocks.csv" "$R/cpu_mhz.log"
+    setsid nohup bash "$0" sampler > /dev/null 2>&1 < /dev/null &
+    echo $! > "$WORK/sampler.pid"
     if [ "${GPUS:-1}" = 2 ]; then
         CUDA_VISIBLE_DEVICES=1 setsid nohup bash "$0" side > "$R/side.out" 2>&1 < /dev/null &
         log "side chain started on GPU 1"
@@ -87,6 +112,7 @@ start)
     fi
     setsid nohup bash "$0" pipeline > "$R/pipeline.out" 2>&1 < /dev/null &
     log "pipeline started" ;;
+sampler) sampler ;;
 side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
     case ${SIDE:-from} in
     build|from)
@@ -148,6 +174,13 @@ pipeline)
     build "$P" ${BUILD_A:-} > "$R/build_gpu.log" 2>&1
     echo $? > "$WORK/build.rc"
     log "build rc $(cat "$WORK/build.rc")"
+    if [ ! -f "$P/target-4bit/config.json" ] && [ "$SHAPE" != 1b ] && [ "${FALLBACK_1B:-1}" = 1 ]; then
+        # a first build of a new shape that left no target: the 1B pair's evidence instead of none
+        log "build ($SHAPE) left no target: building the 1B pair instead"
+        # shellcheck disable=SC2086
+        BUILD_SHAPE=1b build "$P" ${BUILD_A:-} > "$R/build_gpu-1b.log" 2>&1
+        log "build 1b rc $?"
+    fi
     cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
     if [ -f "$R/side.out" ] && [ "${SIDE:-from}" != demo ]; then
         wait_for "$WORK/side.done" "${SIDE_WAIT:-900}" || log "build B not done after ${SIDE_WAIT:-900} s"
@@ -175,20 +208,23 @@ pipeline)
         wait_for "$WORK/side.done" "${SIDE_WAIT:-600}" && said=done || said="still running"
         log "side chain $said before the sweeps"
     fi
-    sweeps model "$P/drafter" 2,3,4,5,6,7,8,12,16
+    # the bf16 target first (the one a width should win on), its bench, the routed sweeps, then
+    # 4-bit: what matters most comes back first if the device budget ends the run
+    sweep1 model bf16 "$P/drafter" 2,3,4,5,6,7,8,12,16 "${SWEEP_S:-110}" "$VL" "$VA"
     for t in ${BENCH_TARGETS:-bf16}; do
         read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
         bench "$t" "$w"
     done
-    # stock, the engine's 2..8-row kernel for 16-bit projections with vector attention twice, stock
-    # again, all at widths 4-8 for the same time: a routing's effect on the classic arm then shows
-    # apart from the host's drift
-    if [ "${GEMVV_SWEEP:-1}" = 1 ]; then
-        sweep1 stock1 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" "$VL" "$VA"
-        sweep1 gemvv bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
-        sweep1 gemvv2 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector
-        sweep1 stock2 bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" "$VL" "$VA"
-    fi
+    # bf16 sweeps at widths 4-8 for the same time, named by routing: stock*, or gemvv* (the engine's
+    # 2..8-row kernel for 16-bit projections with vector attention). 2026-11-30d ran
+    # "stock1 gemvv gemvv2 stock2" so that a routing's effect on classic showed apart from drift.
+    for s in ${GEMVV_ORDER-gemvv}; do
+        case $s in
+        gemvv*) sweep1 "$s" bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector ;;
+        *) sweep1 "$s" bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" "$VL" "$VA" ;;
+        esac
+    done
+    sweep1 model 4bit "$P/drafter" 2,3,4,5,6,7,8,12,16 "${SWEEP_S:-110}" "$VL" "$VA"
     if [ "${PIN_SWEEP:-0}" = 1 ] && command -v taskset > /dev/null; then
         PIN="taskset -c 4-7" sweep1 pinned bf16 "$P/drafter" 4,6,8 "${SWEEP_S2:-90}" "$VL" "$VA"
     fi
@@ -212,6 +248,7 @@ pipeline)
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
         --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
+    [ -f "$WORK/sampler.pid" ] && kill -- -"$(cat "$WORK/sampler.pid")" 2>/dev/null
     log "pipeline done"
     touch "$WORK/pipeline.done" ;;
 wait)
