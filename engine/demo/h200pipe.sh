@@ -68,7 +68,7 @@ bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
     local ws
     ws=$(printf '%s\n' 4 "${2:-4}" | sort -nu | paste -sd,)
     log "bench $1 widths $ws (model drafter: stock mlx-lm runs no MTP head)"
-    timeout 200 python3 -m engine.bench --target "$P/target-$1" --draft "$P/drafter" \
+    timeout "${BENCH_TIMEOUT:-260}" python3 -m engine.bench --target "$P/target-$1" --draft "$P/drafter" \
         --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" \
         --verify-attention "$VA" --json-out "$R/bench-$1.json" > "$R/bench-$1.txt" 2>&1
     log "bench $1 rc $?"
@@ -193,7 +193,7 @@ pipeline)
                 # $6 / $7: verify linear / attention; PIN: a command to run it under (taskset)
         log "sweep $1 $2${PIN:+ ($PIN)}"
         # shellcheck disable=SC2086
-        timeout 200 ${PIN:-} $BW sweep --target "$P/target-$2" --draft "$3" --widths "$4" \
+        timeout "${SWEEP_TIMEOUT:-280}" ${PIN:-} $BW sweep --target "$P/target-$2" --draft "$3" --widths "$4" \
             -n 5 --sequential --max-reps 10 --max-seconds "$5" --max-tokens 256 \
             --prompt-file "$P/prompt.txt" --verify-linear "$6" --verify-attention "$7" \
             --record-dir "$R/records-$1-$2" > "$R/sweep-$1-$2.txt" 2>&1
