@@ -666,3 +666,16 @@ def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads((tmp_path / "pair" / "build.json").read_text())
     assert (got["target_lr"], got["drafter_lr"]) == (LRS["tiny"][0], 5e-4)
+
+
+def test_the_gemv_probe_times_stock_on_a_cpu_and_refuses_a_bad_shape(capsys):
+    """engine.demo.probe_gemv: on a CPU only the stock matmul is timed (the kernels are CUDA
+    source), each figure with its error against float32; a shape it cannot run is one line, exit 2."""
+    from engine.demo import probe_gemv
+
+    assert probe_gemv.main(["--shapes", "a=64x32", "--rows", "1,2", "--reps", "2", "--copies", "2", "--json"]) == 0
+    got = json.loads(capsys.readouterr().out)["us_per_call"]["a 64x32"]
+    assert set(got) == {"stock m1", "stock m2"} and all(v["rel_err"] < 0.01 and v["us"] > 0 for v in got.values())
+    assert probe_gemv.main(["--shapes", "a=64x30"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == ["--shapes a=64x30: name=NxD items, N and D positive, D a multiple of 8"]

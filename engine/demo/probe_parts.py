@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             outs = []
             for layer in layers:
                 h = layer.input_layernorm(x)
-                h = layer.self_attn.rope(h.reshape(1, k, -1, 64).transpose(0, 2, 1, 3), offset=cache[0].offset)
+                h = layer.self_attn.rope(h.reshape(1, k, -1, first.head_dim).transpose(0, 2, 1, 3), offset=cache[0].offset)
                 g = layer.post_attention_layernorm(x + x)
                 outs += [h, g * mx.sigmoid(g) * g]
             return outs
