@@ -533,11 +533,12 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         runs = max(config.planned_runs, started[0])
         emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
-        before = clocks.read()
+        before, host_before = clocks.read(), host.host_reading()
         run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
                                                          run=index, runs=runs, closing=closing)),
                      cancel=cancel.is_set)
+        run.host = host.host_delta(host_before, host.host_reading())
         if before is not None:
             run.clocks = {"before": before, "after": clocks.read()}
         if keep and not cancel.is_set():

@@ -51,6 +51,9 @@ class DecodeRun:
     # The GPU's clocks read just before and after the run by an A/B session (engine.host
     # ClockWatch): {"before": {...}, "after": {...}}; None where there is no NVIDIA GPU.
     clocks: dict | None = None
+    # The host's share of the run (engine.host.host_delta: wall, main-thread and process CPU
+    # seconds, stolen seconds, context switches, the CPU at each end), read by an A/B session.
+    host: dict | None = None
 
     @property
     def classic(self) -> bool:
@@ -109,7 +112,7 @@ class DecodeRun:
             "declined_rounds": self.declined_rounds, "drafted": self.drafted,
             "accepted": self.accepted, "acceptance": self.acceptance,
             "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
-            "attention": self.attention, "gpu_clocks": self.clocks,
+            "attention": self.attention, "gpu_clocks": self.clocks, "host_cpu": self.host,
         }
 
     def rounds_table(self) -> list[list[float]]:

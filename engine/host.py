@@ -150,6 +150,46 @@ class ClockWatch:
         self._handle = None
 
 
+def host_reading() -> dict:
+    """What the host did for this process so far, read by an A/B session before and after each run
+    (``host_delta``): the main thread's and the process's CPU time, the context switches, the
+    host's stolen time (/proc/stat: a virtual machine's CPUs kept waiting by the hypervisor) and
+    the CPU the process last ran on. On the H200 the GPU's clock stayed at 1980 MHz while
+    classic's step moved between runs from 2.3 to 3.7 ms; these say whether a slow run's host
+    worked longer (more CPU time a token), waited (preempted, stolen) or moved to another CPU."""
+    import resource
+
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    out = {"wall_s": time.perf_counter(), "thread_cpu_s": time.thread_time(), "process_cpu_s": time.process_time(),
+           "voluntary_switches": ru.ru_nvcsw, "involuntary_switches": ru.ru_nivcsw,
+           "steal_ticks": None, "cpu": None}
+    try:
+        with open("/proc/stat") as f:
+            fields = f.readline().split()  # cpu user nice system idle iowait irq softirq steal ...
+        out["steal_ticks"] = int(fields[8]) if fields[0] == "cpu" and len(fields) > 8 else None
+        with open("/proc/self/stat") as f:
+            out["cpu"] = int(f.read().rsplit(")", 1)[1].split()[36])  # field 39, "processor"
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def host_delta(before: dict, after: dict) -> dict:
+    """The host's share of one run from two ``host_reading``s: seconds of wall clock, of the main
+    thread's and the process's CPU, of stolen time over all CPUs (None where /proc/stat is not
+    there), the context switches, and the CPU the process ran on at each end."""
+    tick = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+    steal = (None if before.get("steal_ticks") is None or after.get("steal_ticks") is None
+             else round((after["steal_ticks"] - before["steal_ticks"]) / tick, 3))
+    return {"wall_s": round(after["wall_s"] - before["wall_s"], 4),
+            "thread_cpu_s": round(after["thread_cpu_s"] - before["thread_cpu_s"], 4),
+            "process_cpu_s": round(after["process_cpu_s"] - before["process_cpu_s"], 4),
+            "steal_s": steal,
+            "voluntary_switches": after["voluntary_switches"] - before["voluntary_switches"],
+            "involuntary_switches": after["involuntary_switches"] - before["involuntary_switches"],
+            "cpu_before": before.get("cpu"), "cpu_after": after.get("cpu")}
+
+
 def clock_spread(readings: list[dict | None], limit: float = 1.10) -> tuple[int, int] | None:
     """(lowest, highest) SM clock over the readings when the highest is ``limit``x the lowest or
     more, else None (also where nothing was read)."""

@@ -187,6 +187,27 @@ def _clock_lines(record: dict) -> list[str]:
     return ["\n| run | arm | decode tok/s | SM MHz before / after |\n|---|---|---|---|", *rows]
 
 
+def _host_lines(record: dict) -> list[str]:
+    """Every measured run in the order it ran with the host's share of it: the main thread's CPU
+    time against the wall clock, the host's stolen time and the involuntary context switches,
+    and the CPU it ran on: whether a slow run's host worked longer, waited or moved."""
+    runs = {a["arm"]: iter(a["samples"]) for a in record["arms"]}
+    rows = []
+    for i, name in enumerate(record.get("order", []), 1):
+        sample = next(runs.get(name, iter(())), None)
+        h = (sample or {}).get("host_cpu")
+        if not h:
+            continue
+        steal = "-" if h.get("steal_s") is None else f"{h['steal_s'] * 1e3:.0f}"
+        cpus = " / ".join("-" if h.get(k) is None else str(h[k]) for k in ("cpu_before", "cpu_after"))
+        rows.append(f"| {i} | {name} | {sample['decode_tok_s']:.1f} | {h['thread_cpu_s'] * 1e3:.0f} / "
+                    f"{h['wall_s'] * 1e3:.0f} | {steal} | {h['involuntary_switches']} | {cpus} |")
+    if not rows:
+        return []
+    return ["\n| run | arm | decode tok/s | main thread CPU / wall, ms | stolen, ms | involuntary "
+            "switches | CPU before / after |\n|---|---|---|---|---|---|---|", *rows]
+
+
 def markdown(record: dict) -> str:
     host, pair, dec = record["host"], record["pair"], record["decision"]
     dev = host.get("device", {})
@@ -234,6 +255,7 @@ def markdown(record: dict) -> str:
             lines += [f"| {p['width']} | {p['speedup']} | {p['tokens_per_round']} | {p['draft_ms']} | "
                       f"{p['verify_ms']} |" for p in pred["widths"]]
     lines += _clock_lines(record)
+    lines += _host_lines(record)
     if record.get("exactness"):
         lines.append("\n| width | bitwise equal | max abs diff | argmax agreement |\n|---|---|---|---|")
         for k, e in record["exactness"].items():

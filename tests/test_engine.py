@@ -274,6 +274,36 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
     rows = [ln for ln in after.split("\n\n", 1)[0].splitlines() if ln.startswith("| ")]
     assert [r.split(" | ")[1] for r in rows] == list(s.order)
     assert rows[0].endswith("| 1365 / - |") and rows[1].endswith("| 1980 / - |")
+    # Every run carries the host's share of it, listed in the order the runs ran: the main
+    # thread's CPU time within the run's wall clock (the decode loop runs on it)
+    for r in (r for a in (s.classic, *s.arms) for r in a.runs):
+        h = r.host
+        assert h["wall_s"] >= r.decode_s > 0 and 0 < h["thread_cpu_s"] <= h["wall_s"] * 1.05 + 0.01
+        assert h["involuntary_switches"] >= 0 and h["voluntary_switches"] >= 0
+    after = md.split("| run | arm | decode tok/s | main thread CPU / wall, ms | stolen, ms | involuntary "
+                     "switches | CPU before / after |\n|---|---|---|---|---|---|---|\n", 1)[1]
+    rows = [ln for ln in after.split("\n\n", 1)[0].splitlines() if ln.startswith("| ")]
+    assert [r.split(" | ")[1] for r in rows] == list(s.order)
+
+
+def test_host_delta_is_the_difference_of_two_readings_in_seconds():
+    """engine.host.host_delta: stolen ticks become seconds at the clock tick; where /proc/stat was
+    not read (None) the stolen time is None, not 0; a real reading has every key."""
+    import os
+
+    from engine import host
+
+    tick = os.sysconf("SC_CLK_TCK")
+    a = {"wall_s": 10.0, "thread_cpu_s": 1.0, "process_cpu_s": 2.0, "voluntary_switches": 5,
+         "involuntary_switches": 1, "steal_ticks": 100, "cpu": 3}
+    b = dict(a, wall_s=10.5, thread_cpu_s=1.3, process_cpu_s=2.6, voluntary_switches=9,
+             involuntary_switches=4, steal_ticks=100 + tick // 2, cpu=7)
+    d = host.host_delta(a, b)
+    assert d == {"wall_s": 0.5, "thread_cpu_s": 0.3, "process_cpu_s": 0.6, "steal_s": round((tick // 2) / tick, 3),
+                 "voluntary_switches": 4, "involuntary_switches": 3, "cpu_before": 3, "cpu_after": 7}
+    assert host.host_delta(dict(a, steal_ticks=None), b)["steal_s"] is None
+    real = host.host_reading()
+    assert set(real) == set(a) and real["steal_ticks"] is not None and real["cpu"] is not None  # Linux
 
 
 def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_ten_percent():

@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -350,6 +351,12 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     shapes = [c[c.index("--shape") + 1] for c in builds]
     assert shapes == (["3.5b", "3.5b"] if target_first else ["3.5b", "1b"]), builds
     assert ("building the 1B pair instead" in log) is not target_first, log
+    # the sampler ran beside it (no nvidia-smi here: the host's lines only) and was stopped
+    host = (work / "results" / "cpu_mhz.log").read_text().splitlines()
+    assert host and all(" | cpu " in ln for ln in host), host[:3]
+    n = len(host)
+    time.sleep(2.5)
+    assert len((work / "results" / "cpu_mhz.log").read_text().splitlines()) == n
     assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
 
 

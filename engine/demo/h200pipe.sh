@@ -59,8 +59,10 @@ sampler() {  # the GPUs' clocks, power and utilisation every CLOCK_MS (nvidia-sm
         echo "$fields" > "$R/gpu_clocks.csv"
         nvidia-smi --query-gpu="$fields" --format=csv,noheader -lms "${CLOCK_MS:-200}" >> "$R/gpu_clocks.csv" 2>&1 &
     fi
+    # 2026-11-30e: the VM reported 2100 MHz on every CPU throughout; /proc/stat's first line adds
+    # the host's stolen ticks (its 9th field), which a hypervisor's other guests would raise
     while :; do
-        echo "$(date +%s.%N) $(awk '/^cpu MHz/ {print $4}' /proc/cpuinfo | sort -n | sed -n '1p;$p' | paste -sd' ')"
+        echo "$(date +%s.%N) $(awk '/^cpu MHz/ {print $4}' /proc/cpuinfo | sort -n | sed -n '1p;$p' | paste -sd' ') | $(head -1 /proc/stat)"
         sleep 1
     done >> "$R/cpu_mhz.log" 2>/dev/null
 }
