@@ -115,7 +115,8 @@ class ClockWatch:
     and after each run (outside the run's clock). On the H200 classic's step moved between runs
     of one process from 2.6 to 5.3 ms, mostly near 2.7 or near 4.4, and the decision rule sets
     each width's slowest run against classic's fastest: these readings say whether the runs met
-    different clocks. NVML stays open for the session; without an NVIDIA GPU (or pynvml) every
+    different clocks (on 2026-11-30e they did not: 1980 MHz before and after every run, while
+    classic's step still moved; ``host_reading`` looks at the host). NVML stays open for the session; without an NVIDIA GPU (or pynvml) every
     reading is None and nothing is recorded."""
 
     def __init__(self) -> None:
