@@ -588,13 +588,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             if cancel.is_set():
                 break
             one(session.classic, session.reps + 1, closing=True)  # the closing bracket
-            # Drift is judged with the closing run, which the loop above could not see: in
-            # sequential mode a closing run that leaves drift and noise apart only by chance
-            # sends the session back for more repetitions (that run stays as a classic run).
-            if not config.sequential:
-                break
-            decide(session)
-            if not session.drift_could_be_noise:
+            # Drift is judged with the closing run, which the loop above could not see, and the
+            # closing run can be classic's fastest: in sequential mode a closing run that leaves
+            # drift and noise apart only by chance, or that takes an arm's win back (undecided
+            # again), sends the session back for more repetitions (that run stays a classic run).
+            if not config.sequential or _all_decided(session):
                 break
             session.budget_out = budget_out()
             if session.budget_out is not None:

@@ -383,6 +383,32 @@ def test_sequential_says_which_budget_stopped_it(model_pair):
     assert s.budget_out is None
 
 
+def test_sequential_goes_back_when_the_closing_run_takes_a_win_back(model_pair, monkeypatch):
+    """The closing classic run can be classic's fastest: an arm decided before it (its slowest run
+    above classic's fastest so far) is undecided after it. Sequential mode used to stop there,
+    with budget left (the console showed w2 and w4 undecided after 3 of 12 repetitions); it goes
+    back for more repetitions until every arm is decided or the budget runs out. The engine
+    decodes for real; only the runs' clocks are set, so the ranges are known."""
+    from engine import ab
+
+    speeds = {None: iter([100, 110, 100, 130] + [100] * 20), 2: iter([120, 121, 122] + [125] * 20)}
+    real = ab.decode
+
+    def timed(pair, prompt, max_tokens, width, **kw):
+        run = real(pair, prompt, max_tokens, width, **kw)
+        run.decode_s = len(run.tokens) / next(speeds[width])
+        return run
+
+    monkeypatch.setattr(ab, "decode", timed)
+    cfg = AbConfig(widths=(2,), prompt="def f", n=3, max_tokens=8, sequential=True, max_reps=5,
+                   warmup=False, exactness=False, predict=False)
+    s = run_session(model_pair, cfg)
+    # after 3 repetitions w2 (120-122) beat classic (100-110); the closing run (130) took it back
+    assert s.reps == 5 and s.budget_out is Budget.REPS
+    assert s.order[:8] == ["classic", "w2"] * 3 + ["classic", "classic"]
+    assert s.arms[0].verdict.value == "undecided" and not s.drift
+
+
 def test_verify_overhead_and_cold_warmup_flags():
     s = _session([100, 101, 102, 101], {4: ([130, 131, 132], True)})
     s.curve = costcurve.CostCurve(16, 3, (costcurve.Point(1, 1.0, 1.0, 1.0), costcurve.Point(4, 1.2, 1.2, 1.2)))
