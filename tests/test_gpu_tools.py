@@ -676,14 +676,33 @@ def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates
     assert (got["target_lr"], got["drafter_lr"]) == (LRS["tiny"][0], 5e-4)
 
 
-def test_the_gemv_probe_times_stock_on_a_cpu_and_refuses_a_bad_shape(capsys):
+def test_the_gemv_probe_times_stock_on_a_cpu(capsys):
     """engine.demo.probe_gemv: on a CPU only the stock matmul is timed (the kernels are CUDA
-    source), each figure with its error against float32; a shape it cannot run is one line, exit 2."""
+    source), each figure with its error against float32."""
     from engine.demo import probe_gemv
 
     assert probe_gemv.main(["--shapes", "a=64x32", "--rows", "1,2", "--reps", "2", "--copies", "2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["us_per_call"]["a 64x32"]
     assert set(got) == {"stock m1", "stock m2"} and all(v["rel_err"] < 0.01 and v["us"] > 0 for v in got.values())
-    assert probe_gemv.main(["--shapes", "a=64x30"]) == 2
+
+
+@pytest.mark.parametrize("argv, line", [
+    (["--shapes", "a=64x30"], "--shapes a=64x30: name=NxD items"),
+    (["--shapes", "a=64x32,a=32x32"], "--shapes a=64x32,a=32x32: name=NxD items, distinct names"),
+    (["--shapes", "a=64"], "--shapes a=64: name=NxD items"),
+    (["--rows", "1,x"], "--rows 1,x: comma-separated positive integers"),
+    (["--rows", "0"], "--rows 0: comma-separated positive integers"),
+    (["--npw", "1,-2"], "--npw 1,-2: comma-separated positive integers"),
+    (["--copies", "0"], "--copies 0: at least 1"),
+    (["--reps", "0"], "--reps 0: at least 1"),
+])
+def test_the_gemv_probe_refuses_bad_input_in_one_line(capsys, argv, line):
+    """A probe input it cannot run is one line naming it, exit 2, before any weight is made:
+    --rows x and --npw x were tracebacks, --copies 0 a division by zero and --reps 0 an
+    IndexError after the weights were built, and a repeated --shapes name silently dropped one."""
+    from engine.demo import probe_gemv
+
+    small = [] if "--shapes" in argv else ["--shapes", "a=8x8"]  # on the old code: small weights first
+    assert probe_gemv.main(argv + small) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["--shapes a=64x30: name=NxD items, N and D positive, D a multiple of 8"]
+    assert len(err) == 1 and err[0].startswith(line), err

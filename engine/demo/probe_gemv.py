@@ -60,7 +60,32 @@ SRC = """
 """
 
 
-def main(argv=None) -> int:
+def _positive_ints(text: str) -> list[int] | None:
+    """``1,2,4`` as [1, 2, 4]; None unless every item is a positive integer."""
+    try:
+        vals = [int(v) for v in text.split(",")]
+    except ValueError:
+        return None
+    return vals if all(v > 0 for v in vals) else None
+
+
+def _shapes(text: str) -> dict[str, tuple[int, int]] | None:
+    """``name=NxD,...`` as {name: (N, D)}; None unless every item has a new name, N and D
+    positive and D a multiple of 8 (the kernel reads x and w 8 values at a time)."""
+    shapes: dict[str, tuple[int, int]] = {}
+    for item in text.split(","):
+        name, sep, nd = item.partition("=")
+        dims = nd.split("x")
+        if not (name and sep and len(dims) == 2 and all(d.isdigit() for d in dims)) or name in shapes:
+            return None
+        n, d = int(dims[0]), int(dims[1])
+        if n <= 0 or d <= 0 or d % 8:
+            return None
+        shapes[name] = (n, d)
+    return shapes
+
+
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--npw", default="1,2,4,8")
@@ -70,13 +95,22 @@ def main(argv=None) -> int:
                     help="name=NxD,... : weights of N output features over D inputs")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    try:
-        shapes = {name: tuple(int(v) for v in nd.split("x"))
-                  for name, nd in (item.split("=") for item in args.shapes.split(","))}
-        assert all(len(v) == 2 and min(v) > 0 and v[1] % 8 == 0 for v in shapes.values())
-    except (ValueError, AssertionError):
-        print(f"--shapes {args.shapes}: name=NxD items, N and D positive, D a multiple of 8", file=sys.stderr)
+    # bad input: one line naming it, exit 2 (not a traceback, or a division by zero at --copies 0);
+    # explicit checks, not asserts, which python -O drops
+    shapes = _shapes(args.shapes)
+    if shapes is None:
+        print(f"--shapes {args.shapes}: name=NxD items, distinct names, N and D positive, D a multiple of 8",
+              file=sys.stderr)
         return 2
+    rows, npws = _positive_ints(args.rows), _positive_ints(args.npw)
+    for flag, text, vals in (("--rows", args.rows, rows), ("--npw", args.npw, npws)):
+        if vals is None:
+            print(f"{flag} {text}: comma-separated positive integers", file=sys.stderr)
+            return 2
+    for flag, val in (("--copies", args.copies), ("--reps", args.reps)):
+        if val < 1:
+            print(f"{flag} {val}: at least 1", file=sys.stderr)
+            return 2
     import mlx.core as mx
 
     cuda = mx.default_device() == mx.gpu and mx.cuda.is_available()
@@ -97,11 +131,11 @@ def main(argv=None) -> int:
         ws = [mx.random.normal((n, d)).astype(mx.bfloat16) * 0.02 for _ in range(args.copies)]
         mx.eval(ws)
         res = {}
-        for m in (int(r) for r in args.rows.split(",")):
+        for m in rows:
             x = mx.random.normal((m, d)).astype(mx.bfloat16)
             ref = (x.astype(mx.float32) @ ws[0].astype(mx.float32).T)
             variants = {"stock": lambda w: x @ w.T}
-            for p in (int(v) for v in args.npw.split(",") if cuda):
+            for p in (npws if cuda else []):
                 variants[f"gemv{p}"] = (lambda p: lambda w: gemv(x, w, p))(p)
             for vname, f in variants.items():
                 err = (mx.abs(f(ws[0]).astype(mx.float32) - ref).max() / mx.abs(ref).max()).item()
