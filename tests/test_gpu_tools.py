@@ -360,6 +360,25 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
 
 
+def test_the_h200_pipeline_stops_no_process_group_but_its_own_sampler(tmp_path):
+    """The pipeline's end stops the sampler that start recorded in $WORK/sampler.pid. That file
+    outlives a run on a reused host, where by the next run its number can name another process
+    group: the pipeline killed that group (here a sleep standing for it) and left the stale
+    file for the next start to kill again."""
+    work = tmp_path / "work"
+    work.mkdir()
+    other = subprocess.Popen(["sleep", "600"], start_new_session=True)
+    try:
+        (work / "sampler.pid").write_text(f"{other.pid}\n")
+        log = _pipe(tmp_path, "pipeline")
+        assert "pipeline done" in log, log
+        assert other.poll() is None, "the pipeline killed a process group that was not its sampler"
+        assert not (work / "sampler.pid").exists()
+    finally:
+        other.kill()
+        other.wait()
+
+
 def test_the_h200_pipeline_sweeps_no_earlier_runs_mtp_head(tmp_path):
     """On two GPUs the pipeline waits a while for the side chain's 1B MTP head, then sweeps
     $WORK/mtp1b: a head an earlier run left there (a reused host) must not be swept as this

@@ -66,6 +66,15 @@ sampler() {  # the GPUs' clocks, power and utilisation every CLOCK_MS (nvidia-sm
         sleep 1
     done >> "$R/cpu_mhz.log" 2>/dev/null
 }
+stop_sampler() {  # the sampler start recorded, and only it: sampler.pid outlives a run on a
+                  # reused host, and by the next run its number can be another process group's
+    local pid args
+    pid=$(cat "$WORK/sampler.pid" 2>/dev/null) || return 0
+    rm -f "$WORK/sampler.pid"
+    args=$(tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null)
+    case $args in *"h200pipe.sh sampler"*) kill -- -"$pid" 2>/dev/null ;; esac
+    return 0
+}
 bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
     local ws
     ws=$(printf '%s\n' 4 "${2:-4}" | sort -nu | paste -sd,)
@@ -95,7 +104,7 @@ start)
     rm -f "$R/side.out"
     rm -rf "$P" "$PB"  # SIDE=from waits for this run's target, not a reused host's last one
     rm -rf "$WORK/mtp1b"  # an earlier run's head on a reused host is not this run's
-    [ -f "$WORK/sampler.pid" ] && kill -- -"$(cat "$WORK/sampler.pid")" 2>/dev/null
+    stop_sampler  # an earlier run's, still sampling on a reused host
     rm -f "$R/gpu_clocks.csv" "$R/cpu_mhz.log"
     setsid nohup bash "$0" sampler > /dev/null 2>&1 < /dev/null &
     echo $! > "$WORK/sampler.pid"
@@ -250,7 +259,7 @@ pipeline)
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
         --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
-    [ -f "$WORK/sampler.pid" ] && kill -- -"$(cat "$WORK/sampler.pid")" 2>/dev/null
+    stop_sampler
     log "pipeline done"
     touch "$WORK/pipeline.done" ;;
 wait)
