@@ -190,6 +190,23 @@ def test_coldcheck_refuses_a_bad_prompt_file_or_index_in_one_line_before_loading
 _FAIL = "#!/bin/sh\nexit 1\n"  # a stub python3: every step of the pipeline fails at once
 
 
+def _samplers(work: Path) -> list[int]:
+    """Live ``h200pipe.sh sampler`` processes whose $WORK is ``work`` (start runs one detached,
+    in its own session, and the pipeline's end stops it)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        try:
+            if not proc.name.isdigit() or "h200pipe.sh\0sampler" not in (proc / "cmdline").read_text():
+                continue
+            if f"WORK={work}\0".encode() not in (proc / "environ").read_bytes():
+                continue
+            if (proc / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(proc.name))
+        except OSError:  # gone meanwhile, or another user's
+            continue
+    return found
+
+
 def _pipe(tmp_path: Path, verb: str, stub: str = _FAIL, wait_s: int = 100, wait_timeout: int = 120,
           drop: tuple[str, ...] = (), **extra: str) -> str:
     """engine/demo/h200pipe.sh ``verb`` (``pipeline``, or ``start`` and then ``wait wait_s``) with
@@ -203,15 +220,28 @@ def _pipe(tmp_path: Path, verb: str, stub: str = _FAIL, wait_s: int = 100, wait_
     env = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "WORK": str(work), **extra}
     for k in drop:
         env.pop(k, None)
-    out = subprocess.run(["bash", "engine/demo/h200pipe.sh", verb], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0, out.stderr
-    if verb == "start":
-        # the pipeline runs detached; with every step failing at once it ends within moments
-        wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", str(wait_s)], cwd=ROOT,
-                              env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True,
-                              timeout=wait_timeout)
-        assert wait.returncode == 0, wait.stderr
+    try:
+        out = subprocess.run(["bash", "engine/demo/h200pipe.sh", verb], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        if verb == "start":
+            # the pipeline runs detached; with every step failing at once it ends within moments
+            wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", str(wait_s)], cwd=ROOT,
+                                  env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True,
+                                  timeout=wait_timeout)
+            assert wait.returncode == 0, wait.stderr
+            # start's sampler ran, and the pipeline's end stopped it (its SIGTERM is sent before
+            # "pipeline done"; a few seconds for the loop's processes to go)
+            assert (work / "results" / "cpu_mhz.log").exists()
+            for _ in range(50):
+                if not _samplers(work):
+                    break
+                subprocess.run(["sleep", "0.2"])
+            assert not _samplers(work), "the pipeline's end left its sampler running"
+    finally:
+        # a test that failed before the pipeline's end must not leave a sampler looping forever
+        for pid in _samplers(work):
+            os.killpg(pid, 15)
     return (work / "results" / "pipeline.log").read_text()
 
 
