@@ -717,12 +717,17 @@ def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates
     assert 3.4e9 < n < 3.6e9 and 0.4e9 < d < 0.5e9
     assert tconf["hidden_size"] // tconf["num_attention_heads"] == 128  # the 8B's head size
     assert set(LRS) == set(SHAPES) and LRS["3.5b"] == (3e-4, 1e-3)
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
-               "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0", "--drafter-lr", "5e-4",
-               "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80")
+    # tiny's rates are the 1B's, which were the fixed defaults before LRS: a build whose default
+    # did not come from LRS by shape would pass with them, so this build sets its own
+    run = ("import sys; from engine.demo import build_gpu as b; b.LRS['tiny'] = (1.5e-4, 2.5e-4); "
+           "sys.exit(b.main(sys.argv[1:]))")
+    out = subprocess.run([sys.executable, "-c", run, "--out", str(tmp_path / "pair"), "--shape", "tiny",
+                          "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0",
+                          "--drafter-lr", "5e-4", "--gen-batch", "4", "--prompts", "1", "--batch", "2",
+                          "--seq", "80"], capture_output=True, text=True, cwd=ROOT, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     got = json.loads((tmp_path / "pair" / "build.json").read_text())
-    assert (got["target_lr"], got["drafter_lr"]) == (LRS["tiny"][0], 5e-4)
+    assert (got["target_lr"], got["drafter_lr"]) == (1.5e-4, 5e-4)
 
 
 def test_the_gemv_probe_times_stock_on_a_cpu(capsys):
