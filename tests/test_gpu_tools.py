@@ -760,3 +760,50 @@ def test_the_gemv_probe_refuses_bad_input_in_one_line(capsys, argv, line):
     assert probe_gemv.main(argv + small) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith(line), err
+
+
+def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
+    """The seventh build's account in the README, against its files: the verify and drafting
+    figures are medians of each run's split rounds (the rounds that time drafting and verify
+    apart) in the bf16 sweep records, and the training clock range is the nvidia-smi samples'
+    (it said a median verify of 6.03 ms, drafting 0.42-0.96 ms a token, gemv + vector
+    5.91-9.21, and 1230 MHz at the least while training: the files hold 5.92, 0.41-0.94,
+    5.84-9.20 and 1185)."""
+    import gzip
+    import re
+    import statistics
+
+    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30e"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+
+    def split_medians(sweep: str) -> tuple[list[float], list[float]]:
+        rec = json.loads(next((d / "sweeps" / f"records-{sweep}-bf16").glob("*.json")).read_text())
+        verify, draft = [], []
+        for arm in rec["arms"]:
+            if arm["width"] and 3 <= arm["width"] <= 8:
+                for run in arm["samples"]:
+                    split = [r for r in run["rounds_detail"] if r[0] > 0 and r[6]]
+                    verify.append(statistics.median(r[4] for r in split))
+                    draft.append(statistics.median(r[3] / r[0] for r in split))
+        return verify, draft
+
+    def figures(xs: list[float]) -> list[float]:
+        return [round(min(xs), 2), round(max(xs), 2), round(statistics.median(xs), 2)]
+
+    stock_v, stock_d = split_medians("model")
+    gemvv_v, _ = split_medians("gemvv")
+    said = re.search(r"a verify of 3-8 rows took ([\d.]+)-([\d.]+) ms \(median ([\d.]+)\)", readme)
+    assert said and [float(x) for x in said.groups()] == figures(stock_v)
+    said = re.search(r"drafting took ([\d.]+)-([\d.]+) ms a token \(median ([\d.]+)\)", readme)
+    assert said and [float(x) for x in said.groups()] == figures(stock_d)
+    said = re.search(r"\*\*gemv \+ vector\*\* verified in ([\d.]+)-([\d.]+) ms \(median ([\d.]+)\), "
+                     r"against stock's ([\d.]+)-([\d.]+) \(([\d.]+)\)", readme)
+    assert said and [float(x) for x in said.groups()] == figures(gemvv_v) + figures(stock_v)
+
+    # nvidia-smi every 200 ms on both GPUs: busy (>= 50 %) before the first sweep is training
+    first_sweep = re.search(r"^\[(\d\d:\d\d:\d\d)\] sweep ", (d / "pipeline.log").read_text(), re.M)[1]
+    rows = [line.split(", ") for line in gzip.open(d / "probes" / "gpu_clocks.csv.gz", "rt").read().splitlines()[1:]]
+    busy = [int(r[2].split()[0]) for r in rows if r[1].split()[1] < first_sweep and int(r[5].split()[0]) >= 50]
+    watts = max(float(r[4].split()[0]) for r in rows)
+    said = re.search(r"and (\d+)-(\d+) while training, drawing up to (\d+) W", readme)
+    assert said and [int(x) for x in said.groups()] == [min(busy), max(busy), round(watts)]
