@@ -807,3 +807,52 @@ def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
     watts = max(float(r[4].split()[0]) for r in rows)
     said = re.search(r"and (\d+)-(\d+) while training, drawing up to (\d+) W", readme)
     assert said and [int(x) for x in said.groups()] == [min(busy), max(busy), round(watts)]
+
+
+def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_parts(tmp_path):
+    """engine/demo/devwheels3.sh splits the MLX CUDA wheel into PARTS transfers; the last one's
+    install.sh joins them on the GPU host. PARTS=0 or x was bash's "division by 0" and 11 ran
+    out of split's one-digit suffixes; and install.sh joined every mlxpart.* in /root/dw, so a
+    longer split's leftover part (a warm host) was appended to the wheel. Here the host's
+    folder (DW) holds a stale mlxpart.3 and python3 is a stub: the joined wheel is the wheel."""
+    import shutil
+
+    repo, host, out = tmp_path / "repo", tmp_path / "dw", tmp_path / "wheel"
+    for d in (repo / ".devwheels" / "a", repo / ".devwheels" / "b", host, out, tmp_path / "bin"):
+        d.mkdir(parents=True)
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    wheel = os.urandom(10_001)
+    dw = repo / ".devwheels"
+    (dw / "a" / "part.aa").write_bytes(wheel[:6000])
+    (dw / "b" / "part.ab").write_bytes(wheel[6000:])
+    (dw / "b" / "NAME").write_text("mlx_cuda-0-py3-none-any.whl\n")
+    (dw / "b" / "mlx-0-py3-none-any.whl").write_bytes(b"metadata")
+
+    def split(parts: str) -> subprocess.CompletedProcess:
+        return subprocess.run(["bash", str(ROOT / "engine" / "demo" / "devwheels3.sh")], cwd=repo,
+                              env={**os.environ, "PARTS": parts}, capture_output=True, text=True, timeout=60)
+
+    for bad in ("0", "11", "x"):
+        got = split(bad)
+        assert got.returncode == 2 and got.stderr.splitlines() == [f"PARTS {bad}: a whole number from 1 to 10"]
+    got = split("3")
+    assert got.returncode == 0, got.stderr
+    assert sorted(p.name for p in dw.glob("p*/mlxpart.*")) == ["mlxpart.0", "mlxpart.1", "mlxpart.2"]
+    (host / "mlxpart.3").write_bytes(b"an earlier, longer split's")
+    for k in (1, 2):  # the first two device calls
+        shutil.copy(dw / f"p{k}" / f"mlxpart.{k - 1}", host)
+    (tmp_path / "bin" / "python3").write_text("#!/bin/sh\necho \"$@\" >> \"$CALLS\"\n")
+    (tmp_path / "bin" / "python3").chmod(0o755)
+    env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "DW": str(host),
+           "WHEEL_DIR": str(out), "CALLS": str(tmp_path / "calls")}
+    got = subprocess.run(["bash", ".devwheels/p3/install.sh"], cwd=repo, env=env, capture_output=True,
+                         text=True, timeout=60)
+    assert got.returncode == 0, got.stderr
+    assert (out / "mlx_cuda-0-py3-none-any.whl").read_bytes() == wheel
+    assert f"{out}/mlx_cuda-0-py3-none-any.whl .devwheels/p3/mlx-0-py3-none-any.whl" in (tmp_path / "calls").read_text()
+    # a tree that leaves no room for a part in one 64 MiB device call (a sparse file: no disk)
+    with open(repo / "evidence.bin", "wb") as f:
+        f.truncate(64 * 1024 * 1024)
+    got = split("3")
+    assert got.returncode == 2 and len(got.stderr.splitlines()) == 1, got.stderr
+    assert got.stderr.startswith("PARTS 3: the tree (") and "more than 64 MiB" in got.stderr, got.stderr
