@@ -84,9 +84,10 @@ bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
         --verify-attention "$VA" --json-out "$R/bench-$1.json" > "$R/bench-$1.txt" 2>&1
     log "bench $1 rc $?"
 }
-mtp1b() {  # an MTP head for the 1B target, started from its last layer, on its own greedy text;
-           # acceptance at width 4 on the pair's held-out prompts (128 tokens), both targets
-    log "MTP head for the 1B target"
+mtp1b() {  # an MTP head for the pair's target (named for the 1B, where it was first tried), started
+           # from its last layer, on its own greedy text; acceptance at width 4 on the pair's
+           # held-out prompts (128 tokens), both targets
+    log "MTP head for the target"
     timeout 330 python3 -m engine.demo.build_drafters --pair "$P" --out "$R/mtp1b" --only mtp --targets bf16 \
         --windows "${MTP_WINDOWS:-8192}" --gen-batch 2048 --val 128 --batch 32 --mtp-init last \
         --seconds mtp="${MTP1B_S:-150}" --prompts-file "$P/prompts.json" --accept-tokens 128 \
@@ -171,7 +172,7 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
         if wait_for "$WORK/build.rc" "${BUILD_WAIT:-1200}"; then
             mtp1b
         else
-            log "side: no 1B build after ${BUILD_WAIT:-1200} s; no MTP head"
+            log "side: no build after ${BUILD_WAIT:-1200} s; no MTP head"
         fi
     fi
     touch "$WORK/side.done" ;;
@@ -249,7 +250,7 @@ pipeline)
     if [ -f "$WORK/mtp1b.done" ] && [ -f "$WORK/mtp1b/config.json" ]; then
         sweeps mtp "$WORK/mtp1b" 2,3,4,5,6,8
     else
-        log "no MTP head for the 1B target from this run: no mtp sweep"
+        log "no MTP head from this run: no mtp sweep"
     fi
     read -r d w ratio <<< "$(best_arm "$R"/records-{model,mtp}-bf16 2>> "$R/pipeline.log")"
     case $d in *records-mtp-*) draft=$WORK/mtp1b ;; *) draft=$P/drafter ;; esac
