@@ -390,6 +390,32 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
 
 
+def test_the_h200_samplers_nvidia_smi_calls_only_query(tmp_path):
+    """start's sampler asks nvidia-smi once whether the driver knows clocks_event_reasons.active,
+    then samples every CLOCK_MS. It asked with "-c 1", which is not a count but --compute-mode 1,
+    a device setting (on the seventh run that call failed, so gpu_clocks.csv has no reasons
+    column): every call must be a query, and the column is there when the driver has it.
+    Stubs: python3 fails every step once the sampler is sampling; nvidia-smi prints a row."""
+    import re
+
+    bin_ = tmp_path / "bin"
+    bin_.mkdir()
+    (bin_ / "nvidia-smi").write_text(
+        '#!/bin/sh\necho "$@" >> "$WORK/smi_calls"\n'
+        'case "$*" in *-lms*) while :; do echo "0, now, 1980 MHz"; sleep 0.2; done ;; esac\n'
+        'echo "0, now, 1980 MHz"\n')
+    (bin_ / "nvidia-smi").chmod(0o755)
+    stub = ('#!/bin/sh\nfor i in $(seq 50); do grep -q -- -lms "$WORK/smi_calls" 2>/dev/null && break; '
+            'sleep 0.1; done\nexit 1\n')
+    log = _pipe(tmp_path, "start", stub=stub)
+    assert "pipeline done" in log, log
+    calls = (tmp_path / "work" / "smi_calls").read_text().splitlines()
+    assert len(calls) == 2 and all(c.startswith("--query-gpu=") for c in calls), calls
+    assert not any(re.search(r"(^| )-(c|pm|pl|ac|rac|lgc|rgc|e|r)( |$)|--compute-mode", c) for c in calls), calls
+    header = (tmp_path / "work" / "results" / "gpu_clocks.csv").read_text().splitlines()[0]
+    assert header.endswith(",clocks_event_reasons.active"), header
+
+
 def test_the_h200_pipeline_stops_no_process_group_but_its_own_sampler(tmp_path):
     """The pipeline's end stops the sampler that start recorded in $WORK/sampler.pid. That file
     outlives a run on a reused host, where by the next run its number can name another process

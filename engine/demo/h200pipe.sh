@@ -54,7 +54,9 @@ sampler() {  # the GPUs' clocks, power and utilisation every CLOCK_MS (nvidia-sm
              # followed a clock shows against the records' run times
     local fields=index,timestamp,clocks.sm,clocks.mem,power.draw,utilization.gpu,temperature.gpu
     if command -v nvidia-smi > /dev/null; then
-        nvidia-smi --query-gpu="$fields,clocks_event_reasons.active" --format=csv,noheader -c 1 \
+        # one query (without -l, nvidia-smi queries once): does this driver know the field?
+        # Not "-c 1": -c is --compute-mode, a device setting, not a count
+        nvidia-smi --query-gpu="$fields,clocks_event_reasons.active" --format=csv,noheader \
             > /dev/null 2>&1 && fields=$fields,clocks_event_reasons.active
         echo "$fields" > "$R/gpu_clocks.csv"
         nvidia-smi --query-gpu="$fields" --format=csv,noheader -lms "${CLOCK_MS:-200}" >> "$R/gpu_clocks.csv" 2>&1 &
