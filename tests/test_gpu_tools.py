@@ -435,6 +435,17 @@ def test_the_h200_pipeline_stops_no_process_group_but_its_own_sampler(tmp_path):
         other.wait()
 
 
+def test_the_h200_side_chain_waits_for_the_1b_fallback_build_before_training_on_it(tmp_path):
+    """GPUS=2 MTP1B=1 start (stub python3, every step failing; the 1B fallback build takes a few
+    seconds): build.rc tells GPU 1 that GPU 0's build has ended, and the MTP head trains on
+    $WORK/gpupair after it. It was written before the fallback build, so the side chain started
+    the MTP head on a pair the fallback was still writing."""
+    stub = '#!/bin/sh\ncase "$*" in *"--shape 1b"*) sleep 8 ;; esac\nexit 1\n'
+    log = _pipe(tmp_path, "start", stub=stub, GPUS="2", MTP1B="1")
+    assert "pipeline done" in log, log
+    assert log.index("build 1b rc 1") < log.index("MTP head for the target"), log
+
+
 def test_the_h200_pipeline_sweeps_no_earlier_runs_mtp_head(tmp_path):
     """On two GPUs the pipeline waits a while for the side chain's 1B MTP head, then sweeps
     $WORK/mtp1b: a head an earlier run left there (a reused host) must not be swept as this

@@ -186,15 +186,19 @@ pipeline)
     log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL, attention $VA)"
     # shellcheck disable=SC2086
     build "$P" ${BUILD_A:-} > "$R/build_gpu.log" 2>&1
-    echo $? > "$WORK/build.rc"
-    log "build rc $(cat "$WORK/build.rc")"
+    rc=$?
+    log "build rc $rc"
     if [ ! -f "$P/target-4bit/config.json" ] && [ "$SHAPE" != 1b ] && [ "${FALLBACK_1B:-1}" = 1 ]; then
         # a first build of a new shape that left no target: the 1B pair's evidence instead of none
         log "build ($SHAPE) left no target: building the 1B pair instead"
         # shellcheck disable=SC2086
         BUILD_SHAPE=1b build "$P" ${BUILD_A:-} > "$R/build_gpu-1b.log" 2>&1
-        log "build 1b rc $?"
+        rc=$?
+        log "build 1b rc $rc"
     fi
+    # the build's end, the fallback's included: GPU 1 waits on it (SIDE=from: for a target;
+    # MTP1B: to train on this pair), so not while the fallback is still writing $P
+    echo $rc > "$WORK/build.rc"
     cp "$P/build.json" "$P/prompts.json" "$R/" 2>/dev/null
     if [ -f "$R/side.out" ] && [ "${SIDE:-from}" != demo ]; then
         wait_for "$WORK/side.done" "${SIDE_WAIT:-900}" || log "build B not done after ${SIDE_WAIT:-900} s"
