@@ -343,44 +343,48 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
 
 # A stub python3 for the pipeline: every step fails; with TARGET_FIRST=1 GPU 0's build
 # (build_gpu --out $WORK/gpupair) writes its target's config.json first, as a build that dies
-# after its target does.
+# after its target does; with TARGET_FIRST=1b only the 1B fallback build does.
 _PIPE_STUB = """#!/bin/sh
 echo "$@" >> "$WORK/calls"
-if [ "$TARGET_FIRST" = 1 ] && [ "$2" = engine.demo.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
-    mkdir -p "$4/target-4bit" && echo {} > "$4/target-4bit/config.json"
+if [ "$2" = engine.demo.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
+    case "$TARGET_FIRST $*" in
+    "1 "* | "1b "*"--shape 1b"*) mkdir -p "$4/target-4bit" && echo {} > "$4/target-4bit/config.json" ;;
+    esac
 fi
 exit 1
 """
 
 
-@pytest.mark.parametrize("target_first", [False, True])
+@pytest.mark.parametrize("target_first", ["0", "1", "1b"])
 def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_path, target_first):
     """``GPUS=2 start`` (stub python3, every step failing): GPU 1 waits for GPU 0's target, not
     one a reused host left in $WORK (start removes the pairs). When build A writes its target,
-    build B runs on it; when build A fails before that, GPU 1 stops waiting as soon as build A
-    has ended (build.rc), at the default TARGET_WAIT of 900 s, and runs no build B, so the
-    sweeps do not wait on it. The pipeline falls back to pair A when B has nothing to compare,
-    and sweeps bf16 (all widths), bf16 gemvv (4-8), then 4-bit. Both builds are of the 3.5b shape;
-    a build A that leaves no target is followed by a build of the 1B pair on GPU 0."""
+    build B runs on it; when build A fails before that, it is followed by a build of the 1B
+    pair on GPU 0, and GPU 1 waits for that one's target, at the default TARGET_WAIT of 900 s:
+    with one, build B distils a 1B drafter for it (a 3.5b one is refused for a 1B target);
+    without, GPU 1 stops as soon as the builds have ended (build.rc) and runs no build B, so
+    the sweeps do not wait on it. The pipeline falls back to pair A when B has nothing to
+    compare, and sweeps bf16 (all widths), bf16 gemvv (4-8), then 4-bit."""
     work = tmp_path / "work"
     stale = work / "gpupair" / "target-4bit" / "config.json"
     stale.parent.mkdir(parents=True)
     stale.write_text('{"stale": true}')
     log = _pipe(tmp_path, "start", stub=_PIPE_STUB, wait_timeout=160, drop=("TARGET_WAIT",), GPUS="2",
-                TARGET_FIRST="1" if target_first else "0")
+                TARGET_FIRST=target_first)
     assert "pipeline done" in log, log
-    if target_first:
-        assert f"side: build B (--target-from {work / 'gpupair'} --drafter-labels all" in log, log
-    else:
+    if target_first == "0":
         assert "side: no target from GPU 0 (build rc 1); no build B" in log, log
         assert "side: build B" not in log, log
+    else:
+        shape = "1b" if target_first == "1b" else "3.5b"
+        assert f"side: build B (--shape {shape} --target-from {work / 'gpupair'} --drafter-labels all" in log, log
     assert "pair for the sweeps: A (" in log, log
     order = [log.index(f"sweep {s}\n") for s in ("model bf16", "gemvv bf16", "model 4bit")]
     assert order == sorted(order), log
     builds = [c.split() for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
     shapes = [c[c.index("--shape") + 1] for c in builds]
-    assert shapes == (["3.5b", "3.5b"] if target_first else ["3.5b", "1b"]), builds
-    assert ("building the 1B pair instead" in log) is not target_first, log
+    assert shapes == {"0": ["3.5b", "1b"], "1": ["3.5b", "3.5b"], "1b": ["3.5b", "1b", "1b"]}[target_first], builds
+    assert ("building the 1B pair instead" in log) is (target_first != "1"), log
     # the sampler ran beside it (no nvidia-smi here: the host's lines only) and was stopped
     host = (work / "results" / "cpu_mhz.log").read_text().splitlines()
     assert host and all(" | cpu " in ln for ln in host), host[:3]

@@ -102,7 +102,8 @@ mtp1b() {  # an MTP head for the pair's target (named for the 1B, where it was f
 }
 case $verb in
 start)
-    rm -f "$WORK/pick.env" "$WORK/pipeline.done" "$WORK/side.done" "$WORK/build.rc" "$WORK/mtp1b.done"
+    rm -f "$WORK/pick.env" "$WORK/pipeline.done" "$WORK/side.done" "$WORK/build.rc" "$WORK/mtp1b.done" \
+        "$WORK/build.shape"
     # side.out says a side chain runs (the pipeline and wait wait for its side.done): only this run's
     rm -f "$R/side.out"
     rm -rf "$P" "$PB"  # SIDE=from waits for this run's target, not a reused host's last one
@@ -142,9 +143,13 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
         if [ ${#from[@]} -gt 0 ] && [ ! -f "$P/target-4bit/config.json" ]; then
             log "side: no target from GPU 0 (build rc $(cat "$WORK/build.rc" 2>/dev/null || echo none yet)); no build B"
         else
-            log "side: build B (${from[*]} ${BUILD_B-$BUILD_B_DEFAULT}) on GPU 1"
+            # --target-from: the shape of the build that wrote the target (the 1B fallback's
+            # would refuse a 3.5b drafter); SIDE=build: a second build of $SHAPE
+            bshape=$SHAPE
+            [ ${#from[@]} -gt 0 ] && bshape=$(cat "$WORK/build.shape" 2>/dev/null || echo "$SHAPE")
+            log "side: build B (--shape $bshape ${from[*]} ${BUILD_B-$BUILD_B_DEFAULT}) on GPU 1"
             # shellcheck disable=SC2086
-            build "$PB" "${from[@]}" ${BUILD_B-$BUILD_B_DEFAULT} > "$R/b/build_gpu.log" 2>&1
+            BUILD_SHAPE=$bshape build "$PB" "${from[@]}" ${BUILD_B-$BUILD_B_DEFAULT} > "$R/b/build_gpu.log" 2>&1
             log "side: build B rc $?"
             cp "$PB/build.json" "$R/b/" 2>/dev/null
         fi ;;
@@ -184,6 +189,7 @@ pipeline)
     VL=${BW_VERIFY_LINEAR:-auto}  # engine.linear: gather when the probe measured it faster
     VA=${BW_VERIFY_ATTENTION:-auto}  # vector when gather + vector beat gather alone
     log "build (env: $(env | grep ^MLX_ | paste -sd' '); verify linear $VL, attention $VA)"
+    echo "$SHAPE" > "$WORK/build.shape"  # GPU 1's --target-from build B takes the target's shape
     # shellcheck disable=SC2086
     build "$P" ${BUILD_A:-} > "$R/build_gpu.log" 2>&1
     rc=$?
@@ -191,6 +197,7 @@ pipeline)
     if [ ! -f "$P/target-4bit/config.json" ] && [ "$SHAPE" != 1b ] && [ "${FALLBACK_1B:-1}" = 1 ]; then
         # a first build of a new shape that left no target: the 1B pair's evidence instead of none
         log "build ($SHAPE) left no target: building the 1B pair instead"
+        echo 1b > "$WORK/build.shape"
         # shellcheck disable=SC2086
         BUILD_SHAPE=1b build "$P" ${BUILD_A:-} > "$R/build_gpu-1b.log" 2>&1
         rc=$?
