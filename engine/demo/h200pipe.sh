@@ -12,7 +12,8 @@
 # against stock mlx-lm (BENCH_TARGETS, bf16), bf16 sweeps at widths 4-8 named in GEMVV_ORDER
 # (default one gemvv sweep: the engine's gemv projections + vector attention; 2026-11-30d ran
 # "stock1 gemvv gemvv2 stock2"), the 4-bit sweep, and the fresh-process cold check at the best bf16
-# arm. A sampler logs the GPUs' clocks (nvidia-smi, every CLOCK_MS) and the CPUs' MHz meanwhile.
+# arm. start runs a sampler beside it, which the pipeline's end stops: the GPUs' clocks (nvidia-smi,
+# every CLOCK_MS) and, each second, the CPUs' MHz and /proc/stat's cpu line (stolen ticks).
 # With GPUS=2 (nvidia-h200-x2) the side chain runs on GPU 1 beside the build:
 # SIDE=from (the default) another drafter recipe (BUILD_B) for GPU 0's target, distilled as soon
 # as that target is written (build_gpu --target-from, the same budgets); SIDE=build (2026-11-30d)
