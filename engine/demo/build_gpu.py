@@ -12,7 +12,7 @@ on a GPU, within a time budget:
    8 KV heads, 3.5B parameters, whose step reads its weights more than it launches kernels),
    computing in bfloat16 with float32 master weights in AdamW (cosine),
    for ``--target-seconds``;
-2. drafter: the target's shape cut to 2 layers (104M parameters; on a GPU a draft
+2. drafter: the target's shape cut to 2 layers (103M parameters; on a GPU a draft
    step costs its kernel launches, so width is nearly free and depth is not),
    started from the target's embedding, first two layers, norm and head, then
    distilled on the target's own greedy continuations of corpus windows (as many
