@@ -557,6 +557,9 @@ def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
     d = json.loads(capsys.readouterr().out)
     assert len(d["classic_step_ms_alone"]) == len(d["classic_step_ms_after_spec"]) == 2
     assert d["alone_median"] > 0 and all(v > 0 for v in d["spec_verify_ms"])
+    # the host's share of each timed classic run, in the runs' order (alone, then between)
+    assert len(d["classic_host"]) == 4 == len(d["classic_sm_mhz"])
+    assert all(h["wall_s"] > 0 and h["thread_cpu_s"] > 0 for h in d["classic_host"])
 
 
 def _tiny_target():
