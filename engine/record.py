@@ -170,13 +170,19 @@ def _quantization(q: dict) -> str:
         return str(q.get("scheme"))
 
 
+def _runs_in_order(record: dict):
+    """(1-based run number, arm, its sample) for every measured run in the order it ran (each
+    arm's samples are stored in their own order); the sample is None past an arm's last."""
+    runs = {a["arm"]: iter(a["samples"]) for a in record["arms"]}
+    for i, name in enumerate(record.get("order", []), 1):
+        yield i, name, next(runs.get(name, iter(())), None)
+
+
 def _clock_lines(record: dict) -> list[str]:
     """Every measured run in the order it ran, with the GPU's SM clock read before and after it,
     where the session read clocks (NVIDIA): whether a fast or slow run met another clock."""
-    runs = {a["arm"]: iter(a["samples"]) for a in record["arms"]}
     rows = []
-    for i, name in enumerate(record.get("order", []), 1):
-        sample = next(runs.get(name, iter(())), None)
+    for i, name, sample in _runs_in_order(record):
         clocks = (sample or {}).get("gpu_clocks")
         if not clocks:
             continue
@@ -191,10 +197,8 @@ def _host_lines(record: dict) -> list[str]:
     """Every measured run in the order it ran with the host's share of it: the main thread's CPU
     time against the wall clock, the host's stolen time and the involuntary context switches,
     and the CPU it ran on: whether a slow run's host worked longer, waited or moved."""
-    runs = {a["arm"]: iter(a["samples"]) for a in record["arms"]}
     rows = []
-    for i, name in enumerate(record.get("order", []), 1):
-        sample = next(runs.get(name, iter(())), None)
+    for i, name, sample in _runs_in_order(record):
         h = (sample or {}).get("host_cpu")
         if not h:
             continue
