@@ -27,7 +27,7 @@ on a GPU, within a time budget:
 
     python -m engine.demo.build_gpu --out /root/gpupair       (7 to 10 minutes on an H200)
 
-Weights stay where they are built (2 GB + 0.6 GB); build.json, the log and
+Weights stay where they are built (1b: 2 GB + 0.6 GB; 3.5b: 7 GB + 2 GB + 0.9 GB); build.json, the log and
 prompts.json are small enough to commit.
 """
 
@@ -61,8 +61,10 @@ SHAPES = {
     # parameters, 7 GB in bfloat16. The 1B's 2048-wide layers cost an H200 more in kernel
     # launches than in weight reads (a 1-row forward reads 2 GB in ~2.7 ms, ~0.8 TB/s), so its
     # step moved with the host's state by up to 1.6x and a 2-row verify cost 2-3 steps; an
-    # 8B layer reads 436 MB a step, and the 8B shape verified 3-12 rows in ~1.08x its 1-row
-    # step (bf16). Sixteen of them train in a 10-minute build; the drafter is two of them.
+    # 8B layer reads 436 MB a step. Measured on this shape (2026-11-30e): a 1-row step of 2.3 ms
+    # (~3 TB/s), 2-8-row projections at 1.1-1.4x their 1-row time, but a whole 2-8-row forward
+    # still ~2x (attention, host graph building). Sixteen layers train in a 10-minute build;
+    # the drafter is two of them.
     "3.5b": (dict(hidden_size=4096, num_hidden_layers=16, intermediate_size=14336,
                   num_attention_heads=32, num_key_value_heads=8),
              dict(hidden_size=4096, num_hidden_layers=2, intermediate_size=14336,
