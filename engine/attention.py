@@ -19,6 +19,12 @@ fused kernel:
   in chunks of at most 3, each against the keys it may see, in float32 (cuDNN
   takes only 16-bit inputs, so float32 reaches the vector kernel on every
   length, with no plan and no cuBLAS call);
+- ``rows``: the engine's own CUDA kernel (``mx.fast.cuda_kernel``) for 2..64
+  causal query rows: one launch a layer, a block per (query head, row) whose 32
+  warps stride the keys that row may see, online softmax in float32, read
+  straight from the cache's strided view (no copy, no float32 cast, no mask
+  array, no plan); where it cannot run (no CUDA, an array mask, sinks, a head
+  size that is not a multiple of 32 up to 256) the call goes to ``plain``;
 - ``auto``: ``plain`` on CUDA (measured best there, see README), ``fused``
   elsewhere (Metal and CPU have no per-length plan).
 
@@ -51,6 +57,7 @@ class VerifyAttention(str, Enum):
     PLAIN = "plain"
     BUCKETED = "bucketed"
     VECTOR = "vector"
+    ROWS = "rows"
 
 
 CHOICES = tuple(m.value for m in VerifyAttention)
@@ -112,6 +119,8 @@ class Routing:
     routed: int = 0  # verify-shaped calls handled by ``mode``
     passed: int = 0  # calls left to the fused kernel (1 row, prefill, no cache)
     unrouted: int = 0  # verify-shaped calls with arguments the dispatcher does not know (fused)
+    fallback: int = 0  # ``rows`` calls its kernel could not take (no CUDA, a mask array): plain
+    cuda: bool = False  # the backend is CUDA (``rows`` runs its kernel only there)
     buckets: set[int] = field(default_factory=set)
     # The additive causal mask of the current verify shape: every layer of one forward
     # asks for the same (rows, keys), so it is built once per forward, not once per layer.
@@ -125,8 +134,11 @@ class Routing:
         return self._mask
 
     def summary(self) -> dict:
-        return {"mode": self.mode.value, "routed_calls": self.routed, "fused_calls": self.passed,
-                "unrouted_calls": self.unrouted, "buckets": sorted(self.buckets)}
+        out = {"mode": self.mode.value, "routed_calls": self.routed, "fused_calls": self.passed,
+               "unrouted_calls": self.unrouted, "buckets": sorted(self.buckets)}
+        if self.mode is VerifyAttention.ROWS:  # the other modes' records read as before
+            out["plain_fallback_calls"] = self.fallback
+        return out
 
 
 _active: ContextVar[Routing | None] = ContextVar("blockwidth_verify_attention", default=None)
@@ -237,6 +249,125 @@ def vector_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float, mas
     return out.astype(dtype)
 
 
+# One block per (query head, row, batch): its 32 warps take keys j = warp, warp + 32, ... up
+# to the last key the row may see (bottom-right causal, as the fused kernel aligns rows <
+# keys), each lane holding D / 32 of the query, the running output and, per key, a partial
+# dot product that the warp sums; each warp keeps an online softmax (max, sum, output) and the
+# block merges the 32 of them through shared memory. Strides come from the arrays, so the KV
+# cache's view is read where it lies. Scores in the log2 domain (scale * log2 e, exp2f).
+# SCALE_BITS carries the float scale as a template int: one compiled kernel per model.
+_ROWS_SOURCE = """
+    constexpr int WARPS = 32;
+    constexpr int PER = D / 32;
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int h = blockIdx.x;
+    const int row = blockIdx.y;
+    const int b = blockIdx.z;
+    const int n_q = q_shape[1];
+    const int L = q_shape[2];
+    const int S = k_shape[2];
+    const int limit = CAUSAL ? S - L + row + 1 : S;
+    const float qscale = __int_as_float(SCALE_BITS) * 1.4426950408889634f;
+    const T* qp = q + b * q_strides[0] + h * q_strides[1] + row * q_strides[2];
+    const T* kp = k + b * k_strides[0] + (h / GQA) * k_strides[1];
+    const T* vp = v + b * v_strides[0] + (h / GQA) * v_strides[1];
+    float qf[PER];
+    float o[PER];
+    #pragma unroll
+    for (int e = 0; e < PER; ++e) {
+        qf[e] = static_cast<float>(qp[(lane * PER + e) * q_strides[3]]) * qscale;
+        o[e] = 0.0f;
+    }
+    float m = -inf;
+    float l = 0.0f;
+    for (int j = warp; j < limit; j += WARPS) {
+        const T* kr = kp + j * k_strides[2];
+        float s = 0.0f;
+        #pragma unroll
+        for (int e = 0; e < PER; ++e) s += qf[e] * static_cast<float>(kr[(lane * PER + e) * k_strides[3]]);
+        #pragma unroll
+        for (int off = 16; off > 0; off >>= 1) s += __shfl_xor_sync(0xffffffff, s, off);
+        const float nm = fmaxf(m, s);
+        const float f = exp2f(m - nm);
+        const float p = exp2f(s - nm);
+        l = l * f + p;
+        const T* vr = vp + j * v_strides[2];
+        #pragma unroll
+        for (int e = 0; e < PER; ++e) o[e] = o[e] * f + p * static_cast<float>(vr[(lane * PER + e) * v_strides[3]]);
+        m = nm;
+    }
+    __shared__ float sm_m[WARPS];
+    __shared__ float sm_l[WARPS];
+    __shared__ float sm_o[WARPS][D + 1];
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+    __syncthreads();
+    float big = -inf;
+    #pragma unroll
+    for (int w = 0; w < WARPS; ++w) big = fmaxf(big, sm_m[w]);
+    const float mine = m == -inf ? 0.0f : exp2f(m - big);
+    #pragma unroll
+    for (int e = 0; e < PER; ++e) sm_o[warp][lane * PER + e] = o[e] * mine;
+    __syncthreads();
+    if (threadIdx.x < D) {
+        float total = 0.0f;
+        float acc = 0.0f;
+        #pragma unroll
+        for (int w = 0; w < WARPS; ++w) {
+            const float wm = sm_m[w];
+            total += wm == -inf ? 0.0f : sm_l[w] * exp2f(wm - big);
+            acc += sm_o[w][threadIdx.x];
+        }
+        out[(((size_t)b * n_q + h) * L + row) * D + threadIdx.x] = static_cast<T>(acc / total);
+    }
+"""
+_rows_kernel = None
+ROWS_DTYPES = (mx.bfloat16, mx.float16, mx.float32)
+
+
+def rows_fits(q_shape: tuple, k_shape: tuple, v_shape: tuple, dtypes: tuple, mask, sinks,
+              scale) -> bool:
+    """Whether the ``rows`` kernel computes this call exactly as its source assumes: 4-D q, k, v
+    of one dtype it takes, k and v alike, a head size that is a multiple of 32 up to 256 (a lane
+    holds D / 32 values; the block has 1024 threads for the final sums), query heads a whole
+    multiple of the KV heads, no more rows than keys, a causal or no mask (no array), no sinks,
+    and a positive float scale."""
+    if len(q_shape) != 4 or len(k_shape) != 4 or tuple(k_shape) != tuple(v_shape):
+        return False
+    B, n_q, L, D = q_shape
+    kb, n_kv, S, kd = k_shape
+    if len(set(dtypes)) != 1 or dtypes[0] not in ROWS_DTYPES:
+        return False
+    if not (kb == B and kd == D and D % 32 == 0 and 32 <= D <= 256 and n_kv > 0
+            and n_q % n_kv == 0 and 1 <= L <= S):
+        return False
+    if sinks is not None or not (mask is None or (isinstance(mask, str) and mask == "causal")):
+        return False
+    return isinstance(scale, (int, float)) and scale > 0
+
+
+def rows_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
+                   causal: bool = True) -> mx.array:
+    """Verify attention through the ``rows`` CUDA kernel (the caller checks ``rows_fits``)."""
+    import struct
+
+    global _rows_kernel
+    if _rows_kernel is None:
+        _rows_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_attention",
+                                           input_names=["q", "k", "v"], output_names=["out"],
+                                           source=_ROWS_SOURCE, ensure_row_contiguous=False)
+    B, n_q, L, D = q.shape
+    bits = struct.unpack("<i", struct.pack("<f", float(scale)))[0]
+    return _rows_kernel(inputs=[q, k, v],
+                        template=[("T", q.dtype), ("D", D), ("GQA", n_q // k.shape[1]),
+                                  ("CAUSAL", bool(causal)), ("SCALE_BITS", bits)],
+                        grid=(n_q * 1024, L, B), threadgroup=(1024, 1, 1),
+                        output_shapes=[(B, n_q, L, D)], output_dtypes=[q.dtype])[0]
+
+
 def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
     routing = _active.get()
     if (routing is None or routing.mode in (VerifyAttention.FUSED, VerifyAttention.AUTO)
@@ -259,6 +390,14 @@ def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
         return plain_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
     if routing.mode is VerifyAttention.VECTOR:
         return vector_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
+    if routing.mode is VerifyAttention.ROWS:
+        if routing.cuda and rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype),
+                                      mask, sinks, scale):
+            return rows_attention(q, k, v, scale=scale, causal=mask is not None)
+        routing.fallback += 1
+        if isinstance(mask, str) and mask == "causal":
+            mask = routing.causal_mask(q.shape[2], k.shape[2], q.dtype)
+        return plain_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
     return bucketed_attention(q, k, v, scale=scale, mask=mask, sinks=sinks, routing=routing)
 
 
@@ -279,6 +418,7 @@ def verify_attention(mode: str | VerifyAttention | None, backend: str | None = N
     (``any_shape``: every attention call does, e.g. a drafter's training forward)."""
     install()
     routing = Routing(effective(mode, backend), any_shape)
+    routing.cuda = current_backend() == "cuda"  # where the kernel can run, whatever "auto" means
     token = _active.set(routing)
     try:
         yield routing

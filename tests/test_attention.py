@@ -70,7 +70,7 @@ def test_auto_means_plain_on_cuda_and_fused_elsewhere():
     assert attention.effective("bucketed", "cpu") is VerifyAttention.BUCKETED
     assert attention.effective(None, "cuda") is VerifyAttention.PLAIN
     assert attention.effective("vector", "cuda") is VerifyAttention.VECTOR
-    with pytest.raises(ValueError, match="expected one of auto, fused, plain, bucketed, vector"):
+    with pytest.raises(ValueError, match="expected one of auto, fused, plain, bucketed, vector, rows"):
         attention.parse("cudnn")
 
 
@@ -228,3 +228,55 @@ def test_plain_takes_a_mask_whose_rows_broadcast():
     ref = attention._fused(q, k, k, scale=0.2, mask=m)
     got = plain_attention(q, k, k, scale=0.2, mask=m)
     assert np.allclose(np.array(ref), np.array(got), atol=1e-5)
+
+
+def test_rows_falls_back_to_plain_off_cuda_with_the_same_tokens(pair, ids):
+    """``rows`` is CUDA source: on this CPU every verify call it routes goes to ``plain``, and
+    the record says so (plain_fallback_calls), with classic's tokens at every width."""
+    reference = classic(pair, ids, 40).tokens
+    for width in (2, 5):
+        run = speculative(pair, ids, 40, width, attention="rows")
+        assert run.tokens == reference, f"width {width} with rows attention"
+        assert run.attention["mode"] == "rows"
+        assert run.attention["routed_calls"] > 0
+        assert run.attention["plain_fallback_calls"] == run.attention["routed_calls"]
+    # the other modes' records keep their keys
+    assert "plain_fallback_calls" not in speculative(pair, ids, 8, 2, attention="plain").attention
+
+
+def test_rows_fits_only_what_its_kernel_assumes():
+    bf = (mx.bfloat16,) * 3
+    q, kv = (1, 32, 4, 128), (1, 8, 300, 128)
+    assert attention.rows_fits(q, kv, kv, bf, "causal", None, 128 ** -0.5)
+    assert attention.rows_fits(q, kv, kv, bf, None, None, 0.1)  # unmasked: every key
+    assert attention.rows_fits(q, kv, kv, (mx.float32,) * 3, "causal", None, 0.1)
+    bad = {
+        "array mask": (q, kv, kv, bf, mx.zeros((4, 300)), None, 0.1),
+        "sinks": (q, kv, kv, bf, "causal", mx.zeros((32,)), 0.1),
+        "mixed dtypes": (q, kv, kv, (mx.bfloat16, mx.float16, mx.bfloat16), "causal", None, 0.1),
+        "int dtype": (q, kv, kv, (mx.int32,) * 3, "causal", None, 0.1),
+        "head 80": ((1, 32, 4, 80), (1, 8, 300, 80), (1, 8, 300, 80), bf, "causal", None, 0.1),
+        "head 512": ((1, 32, 4, 512), (1, 8, 300, 512), (1, 8, 300, 512), bf, "causal", None, 0.1),
+        "heads not a multiple": ((1, 30, 4, 128), kv, kv, bf, "causal", None, 0.1),
+        "more rows than keys": ((1, 32, 9, 128), (1, 8, 8, 128), (1, 8, 8, 128), bf, "causal",
+                                None, 0.1),
+        "v unlike k": (q, kv, (1, 8, 300, 64), bf, "causal", None, 0.1),
+        "other mask name": (q, kv, kv, bf, "sliding", None, 0.1),
+        "zero scale": (q, kv, kv, bf, "causal", None, 0.0),
+        "3-D": ((32, 4, 128), kv, kv, bf, "causal", None, 0.1),
+    }
+    for why, a in bad.items():
+        assert not attention.rows_fits(*a), why
+
+
+def test_probe_rows_says_why_it_cannot_run_here(capsys):
+    from engine.demo import probe_rows
+
+    assert probe_rows.main(["--rows", "1,4"]) == 2
+    assert "--rows '1,4'" in capsys.readouterr().err
+    assert probe_rows.main(["--modes", "plain,cudnn"]) == 2
+    assert "--modes" in capsys.readouterr().err
+    assert probe_rows.main(["--shape", "70b"]) == 2
+    assert "--shape '70b'" in capsys.readouterr().err
+    assert probe_rows.main([]) == 2  # this CPU: the kernel is CUDA source
+    assert "CUDA source" in capsys.readouterr().err

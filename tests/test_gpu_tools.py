@@ -346,6 +346,7 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
 # after its target does; with TARGET_FIRST=1b only the 1B fallback build does.
 _PIPE_STUB = """#!/bin/sh
 echo "$@" >> "$WORK/calls"
+[ "$2" = engine.demo.probe_rows ] && [ "$ROWS_OK" = 1 ] && exit 0
 if [ "$2" = engine.demo.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
     case "$TARGET_FIRST $*" in
     "1 "* | "1b "*"--shape 1b"*) mkdir -p "$4/target-4bit" && echo {} > "$4/target-4bit/config.json" ;;
@@ -364,7 +365,8 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     with one, build B distils a 1B drafter for it (a 3.5b one is refused for a 1B target);
     without, GPU 1 stops as soon as the builds have ended (build.rc) and runs no build B, so
     the sweeps do not wait on it. The pipeline falls back to pair A when B has nothing to
-    compare, and sweeps bf16 (all widths), bf16 gemvv (4-8), then 4-bit."""
+    compare, and sweeps bf16 (all widths), then 4-bit; GPU 1 probed the rows kernel first,
+    and its failure leaves no rows sweep."""
     work = tmp_path / "work"
     stale = work / "gpupair" / "target-4bit" / "config.json"
     stale.parent.mkdir(parents=True)
@@ -379,8 +381,13 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
         shape = "1b" if target_first == "1b" else "3.5b"
         assert f"side: build B (--shape {shape} --target-from {work / 'gpupair'} --drafter-labels all" in log, log
     assert "pair for the sweeps: A (" in log, log
-    order = [log.index(f"sweep {s}\n") for s in ("model bf16", "gemvv bf16", "model 4bit")]
+    order = [log.index(f"sweep {s}\n") for s in ("model bf16", "model 4bit")]
     assert order == sorted(order), log
+    assert "sweep gemvv" not in log and "sweep rows" not in log, log  # GEMVV_ORDER: none; no rows.ok
+    assert "probe_rows rc 1" in log, log
+    calls = (work / "calls").read_text().splitlines()
+    probe = next(i for i, c in enumerate(calls) if "engine.demo.probe_rows" in c)
+    assert f"--shape 3.5b --out {work / 'results' / 'probe_rows.json'}" in calls[probe], calls[probe]
     builds = [c.split() for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
     shapes = [c[c.index("--shape") + 1] for c in builds]
     assert shapes == {"0": ["3.5b", "1b"], "1": ["3.5b", "3.5b"], "1b": ["3.5b", "1b", "1b"]}[target_first], builds
@@ -392,6 +399,24 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     time.sleep(2.5)
     assert len((work / "results" / "cpu_mhz.log").read_text().splitlines()) == n
     assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
+
+
+@pytest.mark.parametrize("gpus", ["1", "2"])
+def test_the_h200_pipeline_sweeps_rows_first_when_its_probe_passed(tmp_path, gpus):
+    """probe_rows passing (ROWS_OK in the stub) gives rows.ok: the rows bf16 sweep runs before
+    the stock one, on GPU 1's probe with two GPUs or GPU 0's own with one. No sweep record (the
+    stub writes none), so the rest keeps the stock attention and width 4."""
+    work = tmp_path / "work"
+    log = _pipe(tmp_path, "start", stub=_PIPE_STUB, wait_timeout=160, GPUS=gpus, TARGET_FIRST="1",
+                ROWS_OK="1", TARGET_WAIT="5")
+    assert "pipeline done" in log and "probe_rows rc 0" in log, log
+    assert log.index("sweep rows bf16\n") < log.index("sweep model bf16\n") < log.index("sweep model 4bit\n"), log
+    assert "verify attention from here: auto" in log, log
+    assert "coldcheck bf16 width 4 with " in log and ", auto attention" in log, log
+    calls = (work / "calls").read_text().splitlines()
+    rows = [c for c in calls if "--record-dir" in c and "records-rows-bf16" in c]
+    assert len(rows) == 1 and "--verify-attention rows" in rows[0], rows
+    assert (work / "rows.ok").exists()
 
 
 def test_the_h200_samplers_nvidia_smi_calls_only_query(tmp_path):

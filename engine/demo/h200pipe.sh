@@ -8,9 +8,12 @@
 #   bash engine/demo/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
 #                                         # written so far to $OUT/results.tgz (call again and again)
 # The pipeline (GPU 0): build the pair (build_gpu.py --shape $SHAPE: 3.5b, or the 1B pair when
-# that build leaves no target), the bf16 sweep of its model drafter (widths 2-8, 12, 16), the bench
-# against stock mlx-lm (BENCH_TARGETS, bf16), bf16 sweeps at widths 4-8 named in GEMVV_ORDER
-# (default one gemvv sweep: the engine's gemv projections + vector attention; 2026-11-30d ran
+# that build leaves no target), the bf16 sweeps of its model drafter (widths 2-8, 12, 16): first
+# with the engine's ``rows`` verify attention when probe_rows passed its parity cases (ROWS_PROBE=1,
+# the default: on GPU 1 while GPU 0 builds, or here before the sweeps on one GPU), then with
+# $VA; the rest takes the attention of the better of the two: the bench against stock mlx-lm
+# (BENCH_TARGETS, bf16), bf16 sweeps at widths 4-8 named in GEMVV_ORDER (default none since
+# 2026-12-01: 2026-11-30e's gemvv sweep ran 0.88x of classic; 2026-11-30d ran
 # "stock1 gemvv gemvv2 stock2"), the 4-bit sweep, and the fresh-process cold check at the best bf16
 # arm. start runs a sampler beside it, which the pipeline's end stops: the GPUs' clocks (nvidia-smi,
 # every CLOCK_MS) and, each second, the CPUs' MHz and /proc/stat's cpu line (stolen ticks).
@@ -87,6 +90,16 @@ bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
         --verify-attention "$VA" --json-out "$R/bench-$1.json" > "$R/bench-$1.txt" 2>&1
     log "bench $1 rc $?"
 }
+rows_probe() {  # engine/demo/probe_rows.py: the rows kernel's parity cases and its verify times
+               # against plain and vector on a random model of $SHAPE; rows.ok when every case passed
+    log "probe_rows (parity of the rows attention kernel, verify ms by attention; $SHAPE)"
+    timeout "${ROWS_TIMEOUT:-240}" python3 -m engine.demo.probe_rows --shape "${BUILD_SHAPE:-$SHAPE}" \
+        --out "$R/probe_rows.json" > "$R/probe_rows.txt" 2>&1
+    local rc=$?
+    log "probe_rows rc $rc"
+    [ $rc = 0 ] && touch "$WORK/rows.ok"
+    touch "$WORK/rows.done"
+}
 mtp1b() {  # an MTP head for the pair's target (named for the 1B, where it was first tried), started
            # from its last layer, on its own greedy text; acceptance at width 4 on the pair's
            # held-out prompts (128 tokens), both targets
@@ -104,7 +117,7 @@ mtp1b() {  # an MTP head for the pair's target (named for the 1B, where it was f
 case $verb in
 start)
     rm -f "$WORK/pick.env" "$WORK/pipeline.done" "$WORK/side.done" "$WORK/build.rc" "$WORK/mtp1b.done" \
-        "$WORK/build.shape"
+        "$WORK/build.shape" "$WORK/rows.ok" "$WORK/rows.done"
     # side.out says a side chain runs (the pipeline and wait wait for its side.done): only this run's
     rm -f "$R/side.out"
     rm -rf "$P" "$PB"  # SIDE=from waits for this run's target, not a reused host's last one
@@ -130,6 +143,8 @@ start)
     log "pipeline started" ;;
 sampler) sampler ;;
 side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
+    # the rows kernel's probe first: ~2 minutes, done long before GPU 0's target is written
+    [ "${ROWS_PROBE:-1}" = 1 ] && rows_probe
     case ${SIDE:-from} in
     build|from)
         mkdir -p "$R/b"
@@ -234,17 +249,32 @@ pipeline)
         wait_for "$WORK/side.done" "${SIDE_WAIT:-600}" && said=done || said="still running"
         log "side chain $said before the sweeps"
     fi
+    if [ "${ROWS_PROBE:-1}" = 1 ]; then  # GPU 1's probe, or this one's on one GPU
+        if [ -f "$R/side.out" ]; then
+            wait_for "$WORK/rows.done" "${ROWS_WAIT:-300}" || log "probe_rows not done on GPU 1"
+        else
+            rows_probe
+        fi
+    fi
     # the bf16 target first (the one a width should win on), its bench, the routed sweeps, then
     # 4-bit: what matters most comes back first if the device budget ends the run
+    [ -f "$WORK/rows.ok" ] && sweep1 rows bf16 "$P/drafter" 2,3,4,5,6,7,8,12,16 "${SWEEP_S:-110}" "$VL" rows
     sweep1 model bf16 "$P/drafter" 2,3,4,5,6,7,8,12,16 "${SWEEP_S:-110}" "$VL" "$VA"
+    # the rest runs with the attention of the sweep whose best width did better over its classic
+    read -r d _ _ <<< "$(best_arm "$R"/records-{rows,model}-bf16 2>> "$R/pipeline.log")"
+    VA0=$VA
+    [ "$d" = "$R/records-rows-bf16" ] && VA=rows
+    log "verify attention from here: $VA"
     for t in ${BENCH_TARGETS:-bf16}; do
-        read -r _ w _ <<< "$(best_arm "$R/records-model-$t" 2>/dev/null)"
+        label=model
+        [ "$VA" = rows ] && [ -d "$R/records-rows-$t" ] && label=rows
+        read -r _ w _ <<< "$(best_arm "$R/records-$label-$t" 2>/dev/null)"
         bench "$t" "$w"
     done
     # bf16 sweeps at widths 4-8 for the same time, named by routing: stock*, or gemvv* (the engine's
     # 2..8-row kernel for 16-bit projections with vector attention). 2026-11-30d ran
     # "stock1 gemvv gemvv2 stock2" so that a routing's effect on classic showed apart from drift.
-    for s in ${GEMVV_ORDER-gemvv}; do
+    for s in ${GEMVV_ORDER-}; do
         case $s in
         gemvv*) sweep1 "$s" bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" gemv vector ;;
         *) sweep1 "$s" bf16 "$P/drafter" 4,5,6,7,8 "${SWEEP_S2:-90}" "$VL" "$VA" ;;
@@ -266,10 +296,11 @@ pipeline)
     else
         log "no MTP head from this run: no mtp sweep"
     fi
-    read -r d w ratio <<< "$(best_arm "$R"/records-{model,mtp}-bf16 2>> "$R/pipeline.log")"
+    read -r d w ratio <<< "$(best_arm "$R"/records-{rows,model,mtp}-bf16 2>> "$R/pipeline.log")"
     case $d in *records-mtp-*) draft=$WORK/mtp1b ;; *) draft=$P/drafter ;; esac
+    case $d in *records-rows-*) VA=rows ;; *records-model-*) VA=$VA0 ;; esac  # that sweep's
     w=${w:-4}
-    log "coldcheck bf16 width $w with $draft (sweep median $ratio x classic)"
+    log "coldcheck bf16 width $w with $draft, $VA attention (sweep median $ratio x classic)"
     timeout 300 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$draft" --widths "$w" \
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
         --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
