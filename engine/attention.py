@@ -269,6 +269,7 @@ _ROWS_SOURCE = """
     const int S = k_shape[2];
     const int limit = CAUSAL ? S - L + row + 1 : S;
     const float qscale = __int_as_float(SCALE_BITS) * 1.4426950408889634f;
+    const float neg_inf = __int_as_float(0xff800000);  // MLX 0.32.4's kernel header has no inf
     const T* qp = q + b * q_strides[0] + h * q_strides[1] + row * q_strides[2];
     const T* kp = k + b * k_strides[0] + (h / GQA) * k_strides[1];
     const T* vp = v + b * v_strides[0] + (h / GQA) * v_strides[1];
@@ -279,7 +280,7 @@ _ROWS_SOURCE = """
         qf[e] = static_cast<float>(qp[(lane * PER + e) * q_strides[3]]) * qscale;
         o[e] = 0.0f;
     }
-    float m = -inf;
+    float m = neg_inf;
     float l = 0.0f;
     for (int j = warp; j < limit; j += WARPS) {
         const T* kr = kp + j * k_strides[2];
@@ -305,10 +306,10 @@ _ROWS_SOURCE = """
         sm_l[warp] = l;
     }
     __syncthreads();
-    float big = -inf;
+    float big = neg_inf;
     #pragma unroll
     for (int w = 0; w < WARPS; ++w) big = fmaxf(big, sm_m[w]);
-    const float mine = m == -inf ? 0.0f : exp2f(m - big);
+    const float mine = m == neg_inf ? 0.0f : exp2f(m - big);
     #pragma unroll
     for (int e = 0; e < PER; ++e) sm_o[warp][lane * PER + e] = o[e] * mine;
     __syncthreads();
@@ -318,7 +319,7 @@ _ROWS_SOURCE = """
         #pragma unroll
         for (int w = 0; w < WARPS; ++w) {
             const float wm = sm_m[w];
-            total += wm == -inf ? 0.0f : sm_l[w] * exp2f(wm - big);
+            total += wm == neg_inf ? 0.0f : sm_l[w] * exp2f(wm - big);
             acc += sm_o[w][threadIdx.x];
         }
         out[(((size_t)b * n_q + h) * L + row) * D + threadIdx.x] = static_cast<T>(acc / total);
