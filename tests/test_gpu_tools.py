@@ -772,6 +772,28 @@ def test_the_readme_quotes_probe_classic_as_recorded():
         round(f(verify[v]), 1) for v in ("gemvv", "stock") for f in (min, max)]
 
 
+def test_the_5b_shape_is_a_70b_layer_six_times_with_a_drafter_of_one():
+    """--shape 5b: 6 layers of a 70B Llama's layer (hidden 8192, MLP 28672, 64 heads of 128, 8 KV
+    heads; counted lazily, nothing allocated), a drafter of one such layer, the target's first
+    (build_gpu copies every drafter weight whose name and shape the target shares), and its own
+    rates."""
+    from mlx.utils import tree_flatten
+
+    from engine.demo import build as small
+    from engine.demo.build_gpu import COMMON, LRS, SHAPES
+
+    tconf, dconf = (dict(COMMON, **s) for s in SHAPES["5b"])
+    target = dict(tree_flatten(small.make_model(tconf).parameters()))
+    drafter = dict(tree_flatten(small.make_model(dconf).parameters()))
+    n, d = sum(v.size for v in target.values()), sum(v.size for v in drafter.values())
+    assert 5.1e9 < n < 5.2e9 and 0.85e9 < d < 0.9e9
+    per_layer = sum(v.size for k, v in target.items() if k.startswith("model.layers.0."))
+    assert 0.85e9 < per_layer < 0.86e9  # a 70B layer: 855.6M
+    assert tconf["hidden_size"] // tconf["num_attention_heads"] == 128
+    assert all(k in target and target[k].shape == v.shape for k, v in drafter.items())
+    assert LRS["5b"] == (2e-4, 6e-4)
+
+
 def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates(tmp_path):
     """--shape 3.5b: 16 layers of an 8B Llama's layer (weights counted lazily, nothing allocated),
     a drafter of two of them, and learning rates by shape unless given (recorded in build.json)."""

@@ -69,6 +69,18 @@ SHAPES = {
                   num_attention_heads=32, num_key_value_heads=8),
              dict(hidden_size=4096, num_hidden_layers=2, intermediate_size=14336,
                   num_attention_heads=32, num_key_value_heads=8)),
+    # 6 layers of a 70B Llama's layer (hidden 8192, MLP 28672, 64 heads, 8 KV heads): 5.17B
+    # parameters, 10.3 GB in bfloat16. On the 3.5B (2026-11-30f) the GPU was busy only about half
+    # of a decode's time (nvidia-smi utilisation median 50 %) and the main thread on the CPU
+    # 85-100 %: its step is bound by the host's per-operation work (graph building, kernel
+    # encoding), which a verify pays in full, not by its weights. A layer four times as wide
+    # reads four times the weights for the same host work, so a step of fewer, wider layers is
+    # bound by its weights, where a verify of a few rows costs little more than a step. The
+    # drafter is one such layer, started from the target's first.
+    "5b": (dict(hidden_size=8192, num_hidden_layers=6, intermediate_size=28672,
+                num_attention_heads=64, num_key_value_heads=8),
+           dict(hidden_size=8192, num_hidden_layers=1, intermediate_size=28672,
+                num_attention_heads=64, num_key_value_heads=8)),
     # For trying the script on a CPU in seconds; meaningless as a pair.
     "tiny": (dict(hidden_size=128, num_hidden_layers=2, intermediate_size=256,
                   num_attention_heads=4, num_key_value_heads=2),
@@ -77,7 +89,7 @@ SHAPES = {
 }
 # Learning rates (target, drafter) by shape: 4096-wide layers on a batch of 8192 tokens train
 # at half the 1B's rates (larger layers take smaller steps at the same batch).
-LRS = {"1b": (6e-4, 2e-3), "3.5b": (3e-4, 1e-3), "tiny": (6e-4, 2e-3)}
+LRS = {"1b": (6e-4, 2e-3), "3.5b": (3e-4, 1e-3), "5b": (2e-4, 6e-4), "tiny": (6e-4, 2e-3)}
 COMMON = dict(model_type="llama", rms_norm_eps=1e-5, vocab_size=2048, max_position_embeddings=4096,
               rope_theta=10000.0, tie_word_embeddings=False)
 

@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quant", action="store_true")
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--steps", type=int, default=60)
+    ap.add_argument("--attention", default="auto", choices=("auto", "fused", "plain", "bucketed", "vector", "rows"),
+                    help="verify attention of the 2+-row forwards (engine.attention's choices)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
@@ -46,7 +48,7 @@ def main(argv: list[str] | None = None) -> int:
     target, _ = _models(args.shape, args.quant)
     prompt = mx.array(context_ids(300), mx.uint32)
     out: dict = {"mlx": mx.__version__, "device": str(mx.default_device()), "shape": args.shape,
-                   "quant": args.quant, "steps": args.steps}
+                   "quant": args.quant, "steps": args.steps, "attention": args.attention}
     perf = time.perf_counter
     ms = lambda xs: round(statistics.median(xs) * 1e3, 3)  # noqa: E731
 
@@ -74,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         cache = fresh_cache()
         block = mx.array([11 + i for i in range(k)], mx.uint32)
         build, ev, synced = [], [], []
-        with verify_attention("auto"):  # as a verify runs: no cuDNN plan per KV length
+        with verify_attention(args.attention):  # auto, as a verify runs: no cuDNN plan per KV length
             for i in range(args.steps):
                 t0 = perf()
                 toks = greedy(target(block[None], cache=cache)[0, -k:, :])
