@@ -372,7 +372,7 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     stale.parent.mkdir(parents=True)
     stale.write_text('{"stale": true}')
     log = _pipe(tmp_path, "start", stub=_PIPE_STUB, wait_timeout=160, drop=("TARGET_WAIT",), GPUS="2",
-                TARGET_FIRST=target_first)
+                TARGET_FIRST=target_first, SHAPE="3.5b")
     assert "pipeline done" in log, log
     if target_first == "0":
         assert "side: no target from GPU 0 (build rc 1); no build B" in log, log
@@ -391,7 +391,7 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     builds = [c.split() for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
     shapes = [c[c.index("--shape") + 1] for c in builds]
     assert shapes == {"0": ["3.5b", "1b"], "1": ["3.5b", "3.5b"], "1b": ["3.5b", "1b", "1b"]}[target_first], builds
-    assert ("building the 1B pair instead" in log) is (target_first != "1"), log
+    assert ("building the 1b pair instead" in log) is (target_first != "1"), log
     # the sampler ran beside it (no nvidia-smi here: the host's lines only) and was stopped
     host = (work / "results" / "cpu_mhz.log").read_text().splitlines()
     assert host and all(" | cpu " in ln for ln in host), host[:3]
@@ -470,7 +470,7 @@ def test_the_h200_side_chain_waits_for_the_1b_fallback_build_before_training_on_
     $WORK/gpupair after it. It was written before the fallback build, so the side chain started
     the MTP head on a pair the fallback was still writing."""
     stub = '#!/bin/sh\ncase "$*" in *"--shape 1b"*) sleep 8 ;; esac\nexit 1\n'
-    log = _pipe(tmp_path, "start", stub=stub, GPUS="2", MTP1B="1")
+    log = _pipe(tmp_path, "start", stub=stub, GPUS="2", MTP1B="1", SHAPE="3.5b")
     assert "pipeline done" in log, log
     assert log.index("build 1b rc 1") < log.index("MTP head for the target"), log
 
@@ -772,6 +772,21 @@ def test_the_readme_quotes_probe_classic_as_recorded():
         round(f(verify[v]), 1) for v in ("gemvv", "stock") for f in (min, max)]
 
 
+def test_the_h200_pipeline_builds_5b_by_default_and_falls_back_to_3_5b(tmp_path):
+    """The default shape is 5b; a 5b build that leaves no target is followed by a 3.5b build (a
+    shape measured on the H200), not a 1B one; FALLBACK=none builds nothing more."""
+    work = tmp_path / "work"
+    log = _pipe(tmp_path, "pipeline", stub=_PIPE_STUB, TARGET_FIRST="0", drop=("SHAPE",))
+    builds = [c.split() for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
+    assert [c[c.index("--shape") + 1] for c in builds] == ["5b", "3.5b"], builds
+    assert "build (5b) left no target: building the 3.5b pair instead" in log, log
+    assert "--target-seconds 170 --gen-seconds 60" in " ".join(builds[0]), builds[0]
+    (work / "calls").unlink()
+    log = _pipe(tmp_path, "pipeline", stub=_PIPE_STUB, TARGET_FIRST="0", drop=("SHAPE",), FALLBACK="none")
+    builds = [c for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
+    assert len(builds) == 1 and "--shape 5b" in builds[0], builds
+
+
 def test_the_5b_shape_is_a_70b_layer_six_times_with_a_drafter_of_one():
     """--shape 5b: 6 layers of a 70B Llama's layer (hidden 8192, MLP 28672, 64 heads of 128, 8 KV
     heads; counted lazily, nothing allocated), a drafter of one such layer, the target's first
@@ -865,7 +880,8 @@ def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
     import statistics
 
     d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30e"
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    # the account moved to the evidence page when the eighth build's took its place
+    readme = " ".join((ROOT / "engine" / "demo" / "evidence" / "README.md").read_text().split())
 
     def split_medians(sweep: str) -> tuple[list[float], list[float]]:
         rec = json.loads(next((d / "sweeps" / f"records-{sweep}-bf16").glob("*.json")).read_text())
@@ -898,6 +914,50 @@ def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
     watts = max(float(r[4].split()[0]) for r in rows)
     said = re.search(r"and (\d+)-(\d+) while training, drawing up to (\d+) W", readme)
     assert said and [int(x) for x in said.groups()] == [min(busy), max(busy), round(watts)]
+
+
+def test_the_readme_quotes_the_eighth_builds_verify_times_and_gpu_busy_share_as_recorded():
+    """The eighth build's account against its files: rows' and plain's verify medians (each arm's
+    split rounds pooled over its runs, widths 4-7) in the two pairs of sweeps, and the GPU's busy
+    share through each sweep (nvidia-smi samples of GPU 0 between the sweep's start and end lines
+    in pipeline.log, 0 % samples left out)."""
+    import gzip
+    import re
+    import statistics
+
+    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30f"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+
+    def verify(sweep: str) -> tuple[float, float]:
+        rec = json.loads(next((d / "sweeps" / f"records-{sweep}-bf16").glob("*.json")).read_text())
+        meds = [statistics.median(r[4] for run in arm["samples"] for r in run["rounds_detail"]
+                                  if r[0] > 0 and r[6])
+                for arm in rec["arms"] if arm["width"] and 4 <= arm["width"] <= 7]
+        return round(min(meds), 2), round(max(meds), 2)
+
+    said = re.search(r"rows' verify took ([\d.]+)-([\d.]+) ms at widths 4-7 against plain's ([\d.]+)-([\d.]+) "
+                     r"in the sweeps run back to back, but ([\d.]+)-([\d.]+) against ([\d.]+)-([\d.]+)", readme)
+    assert said and [float(x) for x in said.groups()] == [
+        *verify("rows-2"), *verify("auto-2"), *verify("rows"), *verify("model")]
+
+    log = (d / "pipeline.log").read_text()
+    rows = [r.split(", ") for r in gzip.open(d / "probes" / "gpu_clocks.csv.gz", "rt").read().splitlines()[1:]]
+
+    def busy(start: str, end: str) -> list[int]:
+        a = re.search(rf"^\[(\S+)\] {start}", log, re.M)[1]
+        b = re.search(rf"^\[(\S+)\] {end}", log, re.M)[1]
+        u = sorted(int(r[5].split()[0]) for r in rows if r[0] == "0" and a <= r[1].split()[1] <= b)
+        return [x for x in u if x > 0]
+
+    first = busy("sweep model bf16$", "sweep model bf16 rc")
+    said = re.search(r"a median (\d+) % of the time through the first sweep \(10th-90th percentile "
+                     r"(\d+)-(\d+) %\), and (\d+)-(\d+) % through the other three", readme)
+    others = [statistics.median(busy(a, b)) for a, b in (
+        ("lead: pipeline stopped", "sweep rows bf16 rc"), ("lead: sweep auto-2", "sweep auto-2 rc"),
+        ("lead: sweep rows-2", "sweep rows-2 rc"))]
+    assert said and [int(x) for x in said.groups()] == [
+        statistics.median(first), first[len(first) // 10], first[int(len(first) * 0.9)],
+        min(others), max(others)]
 
 
 def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_parts(tmp_path):

@@ -7,8 +7,8 @@
 #                                         # pick; then start the pipeline below detached
 #   bash engine/demo/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
 #                                         # written so far to $OUT/results.tgz (call again and again)
-# The pipeline (GPU 0): build the pair (build_gpu.py --shape $SHAPE: 3.5b, or the 1B pair when
-# that build leaves no target), the bf16 sweeps of its model drafter (widths 2-8, 12, 16): first
+# The pipeline (GPU 0): build the pair (build_gpu.py --shape $SHAPE: 5b, or the FALLBACK shape's
+# pair when that build leaves no target: 3.5b after 5b, 1b after 3.5b; FALLBACK=none for none), the bf16 sweeps of its model drafter (widths 2-8, 12, 16): first
 # with the engine's ``rows`` verify attention when probe_rows passed its parity cases (ROWS_PROBE=1,
 # the default: on GPU 1 while GPU 0 builds, or here before the sweeps on one GPU), then with
 # $VA; the rest takes the attention of the better of the two: the bench against stock mlx-lm
@@ -39,9 +39,14 @@ log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
 . "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for(_any), better_build
 PB=$WORK/gpupair-b
 BUILD_B_DEFAULT="--drafter-labels all --drafter-soft 0.5"
-# The pair's shape (build_gpu --shape): 3.5b since 2026-11-30e. The 1B's step was launch-bound and
-# moved with the host's state by up to 1.6x between runs, more than any width gained.
-SHAPE=${SHAPE:-3.5b}
+# The pair's shape (build_gpu --shape): 5b since 2026-11-30f (3.5b from 2026-11-30e). The 1B's step
+# was launch-bound and moved with the host's state by up to 1.6x between runs, more than any width
+# gained; the 3.5B's decode kept the GPU busy about half the time (the host's work per operation
+# bound it); on random weights a 5B verify of 2-8 rows cost 1.6-1.8x a pipelined step against
+# the 3.5B's 2.2-3.7x (evidence/h200-2026-11-30f/probes).
+SHAPE=${SHAPE:-5b}
+case $SHAPE in 5b) fb=3.5b ;; 3.5b) fb=1b ;; *) fb=none ;; esac
+FALLBACK=${FALLBACK:-$fb}
 build() {  # $1: out dir, then build_gpu's recipe flags; the budgets are the same for both builds
     # 2026-11-30b: 60 s of generation at 512 rows gave 2.2M tokens, which a 100 s drafter read
     # ten times over; wider batches cost a GPU little more per step. The 3.5B trains ~3x slower
@@ -49,6 +54,9 @@ build() {  # $1: out dir, then build_gpu's recipe flags; the budgets are the sam
     local out=$1 shape=${BUILD_SHAPE:-$SHAPE} ts=180 gs=70 ds=150
     shift
     [ "$shape" = 1b ] && { ts=150; gs=90; ds=200; }
+    # 2026-11-30f's trial: the 5b took ~60 s from start to its first step (490 ms a step) and
+    # longer than the 3.5b to write its two targets; less generation and drafting keep it near 10 min
+    [ "$shape" = 5b ] && { ts=170; gs=60; ds=120; }
     python3 -m engine.demo.build_gpu --out "$out" --shape "$shape" --target-seconds "${TARGET_S:-$ts}" \
         --gen-seconds "${GEN_S:-$gs}" --gen-batch "${GEN_BATCH:-2048}" \
         --drafter-seconds "${PAIR_DRAFTER_S:-$ds}" "$@"
@@ -210,14 +218,14 @@ pipeline)
     build "$P" ${BUILD_A:-} > "$R/build_gpu.log" 2>&1
     rc=$?
     log "build rc $rc"
-    if [ ! -f "$P/target-4bit/config.json" ] && [ "$SHAPE" != 1b ] && [ "${FALLBACK_1B:-1}" = 1 ]; then
-        # a first build of a new shape that left no target: the 1B pair's evidence instead of none
-        log "build ($SHAPE) left no target: building the 1B pair instead"
-        echo 1b > "$WORK/build.shape"
+    if [ ! -f "$P/target-4bit/config.json" ] && [ "$FALLBACK" != none ] && [ "$FALLBACK" != "$SHAPE" ]; then
+        # a first build of a new shape that left no target: a known shape's evidence instead of none
+        log "build ($SHAPE) left no target: building the $FALLBACK pair instead"
+        echo "$FALLBACK" > "$WORK/build.shape"
         # shellcheck disable=SC2086
-        BUILD_SHAPE=1b build "$P" ${BUILD_A:-} > "$R/build_gpu-1b.log" 2>&1
+        BUILD_SHAPE=$FALLBACK build "$P" ${BUILD_A:-} > "$R/build_gpu-$FALLBACK.log" 2>&1
         rc=$?
-        log "build 1b rc $rc"
+        log "build $FALLBACK rc $rc"
     fi
     # the build's end, the fallback's included: GPU 1 waits on it (SIDE=from: for a target;
     # MTP1B: to train on this pair), so not while the fallback is still writing $P
