@@ -34,6 +34,7 @@ prompts.json are small enough to commit.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import shutil
 import sys
@@ -94,6 +95,20 @@ COMMON = dict(model_type="llama", rms_norm_eps=1e-5, vocab_size=2048, max_positi
               rope_theta=10000.0, tie_word_embeddings=False)
 
 
+def free() -> None:
+    """Give MLX's cached buffers back once the arrays that used them are gone (reference cycles
+    included), so that the next stage starts from the memory it needs."""
+    gc.collect()
+    mx.clear_cache()
+
+
+def memory(stage: str) -> None:
+    """Log the memory MLX holds after ``stage`` (active, and the peak since the last call)."""
+    small.log(f"memory after {stage}: {mx.get_active_memory() / 1e9:.1f} GB active, "
+              f"peak {mx.get_peak_memory() / 1e9:.1f} GB")
+    mx.reset_peak_memory()
+
+
 def timed_train(model, loss_fn, make_batch, seconds: float, lr: float, name: str,
                 probe_steps: int = 10, master: bool = False) -> tuple[float, int]:
     """Train for about ``seconds``: time ``probe_steps`` steps first, then run the number of
@@ -131,6 +146,10 @@ def timed_train(model, loss_fn, make_batch, seconds: float, lr: float, name: str
         mx.eval(state)
     per_step = (time.time() - t0) / probe_steps
     steps = max(int((seconds - (time.time() - t0)) / per_step), 20)
+    # The probe's master weights and moments go before the run's are made: on the 5b they are
+    # 62 GB, and two sets of them with the weights come near an H200's 141 GB
+    step = state = None
+    free()
     small.log(f"{name}: {per_step * 1e3:.0f} ms a step, {steps} steps in the budget"
               + (" (float32 master weights)" if master else ""))
     opt = optim.AdamW(learning_rate=small.lr_schedule(lr, steps, max(steps // 20, 1)), weight_decay=0.05)
@@ -408,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
                                       "target", master=True)
     n_target = sum(v.size for _, v in tree_flatten(target.parameters()))
     small.log(f"target: {n_target / 1e9:.3f}B parameters, bfloat16")
+    free()
+    memory("the target's training")
     target.eval()
     vx, vy = next(small.batches(val_data, 32, args.seq, np.random.default_rng(1)))
     t_val = ce(target, vx, vy).item()
@@ -438,6 +459,8 @@ def main(argv: list[str] | None = None) -> int:
     generated = generate(target, train_data, args.gen_seconds, args.gen_batch, P, args.seq - P + 1,
                          np.random.default_rng(args.seed + 1), args.gen_rows, topk)
     held = generate(target, val_data, 0, 64, P, args.seq - P + 1, np.random.default_rng(args.seed + 2), 64).tokens
+    free()
+    memory("writing the targets and generating")
     small.log(f"generated {len(generated)} greedy continuations ({len(generated) * (args.seq - P + 1)} "
               f"target tokens{f', top-{topk} logits kept' if topk else ''}) and {held.shape[0]} held-out ones")
 
