@@ -72,7 +72,7 @@ class Options:
     profile: str | None = None
     variant: str = "bf16"
     record_dir: str | None = None
-    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
+    verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector | rows
 
 
 class Phase(str, Enum):
