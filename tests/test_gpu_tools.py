@@ -419,6 +419,19 @@ def test_the_h200_pipeline_sweeps_rows_first_when_its_probe_passed(tmp_path, gpu
     assert (work / "rows.ok").exists()
 
 
+def test_the_h200_pipeline_on_one_gpu_probes_rows_on_the_shape_it_built(tmp_path):
+    """On one GPU probe_rows runs after the build: a 3.5b build that left no target is followed
+    by the 1b fallback, and the probe's verify times must be the 1B's, the pair the sweeps run
+    on. It was given $SHAPE (3.5b) whatever was built."""
+    work = tmp_path / "work"
+    log = _pipe(tmp_path, "pipeline", stub=_PIPE_STUB, TARGET_FIRST="1b", SHAPE="3.5b")
+    assert "building the 1b pair instead" in log, log
+    assert "verify ms by attention; 1b)" in log, log
+    calls = (work / "calls").read_text().splitlines()
+    probe = [c for c in calls if "engine.demo.probe_rows" in c]
+    assert len(probe) == 1 and "--shape 1b " in probe[0], probe
+
+
 def test_the_h200_samplers_nvidia_smi_calls_only_query(tmp_path):
     """start's sampler asks nvidia-smi once whether the driver knows clocks_event_reasons.active,
     then samples every CLOCK_MS. It asked with "-c 1", which is not a count but --compute-mode 1,

@@ -99,9 +99,11 @@ bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
     log "bench $1 rc $?"
 }
 rows_probe() {  # engine/demo/probe_rows.py: the rows kernel's parity cases and its verify times
-               # against plain and vector on a random model of $SHAPE; rows.ok when every case passed
-    log "probe_rows (parity of the rows attention kernel, verify ms by attention; $SHAPE)"
-    timeout "${ROWS_TIMEOUT:-240}" python3 -m engine.demo.probe_rows --shape "${BUILD_SHAPE:-$SHAPE}" \
+               # against plain and vector on a random model of BUILD_SHAPE (else $SHAPE); rows.ok
+               # when every case passed
+    local shape=${BUILD_SHAPE:-$SHAPE}
+    log "probe_rows (parity of the rows attention kernel, verify ms by attention; $shape)"
+    timeout "${ROWS_TIMEOUT:-240}" python3 -m engine.demo.probe_rows --shape "$shape" \
         --out "$R/probe_rows.json" > "$R/probe_rows.txt" 2>&1
     local rc=$?
     log "probe_rows rc $rc"
@@ -261,7 +263,9 @@ pipeline)
         if [ -f "$R/side.out" ]; then
             wait_for "$WORK/rows.done" "${ROWS_WAIT:-300}" || log "probe_rows not done on GPU 1"
         else
-            rows_probe
+            # after the build: the shape it built (the FALLBACK's when the first left no
+            # target), so that the verify times are those of the pair the sweeps run on
+            BUILD_SHAPE=$(cat "$WORK/build.shape" 2>/dev/null || echo "$SHAPE") rows_probe
         fi
     fi
     # the bf16 target first (the one a width should win on), its bench, the routed sweeps, then
