@@ -432,6 +432,47 @@ def test_the_h200_pipeline_on_one_gpu_probes_rows_on_the_shape_it_built(tmp_path
     assert len(probe) == 1 and "--shape 1b " in probe[0], probe
 
 
+# best_arm runs python3 too: "-" (its heredoc) goes to the real interpreter. Each sweep writes
+# one record with classic at 100 tok/s and one width at the tok/s its label is given in the
+# environment (ROWS_W / ROWS_TOKS, MODEL_W / MODEL_TOKS).
+_RECORD_STUB = """#!/bin/sh
+[ "$1" = - ] && exec {python} "$@"
+echo "$@" >> "$WORK/calls"
+case "$*" in
+*engine.demo.probe_rows*) exit 0 ;;
+*engine.demo.build_gpu*) mkdir -p "$4/target-4bit" && echo {{}} > "$4/target-4bit/config.json"; exit 0 ;;
+esac
+prev=; rd=
+for a; do [ "$prev" = --record-dir ] && rd=$a; prev=$a; done
+[ -n "$rd" ] || exit 1
+case $rd in *records-rows-*) w=$ROWS_W t=$ROWS_TOKS ;; *) w=$MODEL_W t=$MODEL_TOKS ;; esac
+mkdir -p "$rd"
+echo '{{"arms": [{{"width": null, "decode_tok_s": [1, 100, 1]}}, {{"width": '$w', "decode_tok_s": [1, '$t', 1]}}]}}' > "$rd/r.json"
+"""
+
+
+@pytest.mark.parametrize("winner", ["rows", "model"])
+def test_the_h200_pipeline_runs_the_rest_with_the_attention_of_the_better_sweep(tmp_path, winner):
+    """With both bf16 sweeps recorded, the one whose best width did better over its classic
+    names the attention of the rest: the bench (at that sweep's best width), the 4-bit sweep
+    and the cold check (at the best width of the two sweeps, with that sweep's attention)."""
+    work = tmp_path / "work"
+    toks = {"rows": ("6", "130", "5", "110"), "model": ("6", "90", "5", "120")}[winner]
+    log = _pipe(tmp_path, "pipeline", stub=_RECORD_STUB.format(python=sys.executable),
+                SHAPE="3.5b", ROWS_W=toks[0], ROWS_TOKS=toks[1], MODEL_W=toks[2], MODEL_TOKS=toks[3],
+                BW_VERIFY_ATTENTION="auto")
+    va, w = ("rows", "6") if winner == "rows" else ("auto", "5")
+    assert f"verify attention from here: {va}" in log, log
+    calls = (work / "calls").read_text().splitlines()
+    bench = [c for c in calls if "engine.bench" in c]
+    assert len(bench) == 1 and f"--widths 4,{w} " in bench[0] and f"--verify-attention {va} " in bench[0], bench
+    q4 = [c for c in calls if "records-model-4bit" in c]
+    assert len(q4) == 1 and f"--verify-attention {va} " in q4[0], q4
+    cold = [c for c in calls if "engine.coldcheck" in c]
+    assert len(cold) == 1 and f"--widths {w} " in cold[0] and f"--verify-attention {va} " in cold[0], cold
+    assert f"coldcheck bf16 width {w} with {work / 'gpupair' / 'drafter'}, {va} attention" in log, log
+
+
 def test_the_h200_samplers_nvidia_smi_calls_only_query(tmp_path):
     """start's sampler asks nvidia-smi once whether the driver knows clocks_event_reasons.active,
     then samples every CLOCK_MS. It asked with "-c 1", which is not a count but --compute-mode 1,
