@@ -1014,6 +1014,24 @@ def test_the_readme_quotes_the_eighth_builds_verify_times_and_gpu_busy_share_as_
         min(others), max(others)]
 
 
+def test_the_readme_quotes_the_eighth_builds_host_cpu_share_as_recorded():
+    """"Every run's main thread was on the CPU for A-B % of its wall time": each timed run's
+    host_cpu (thread CPU seconds over wall seconds) in the eighth build's four sweep records,
+    every arm. The README said 85-100 %, the first sweep's range; the rows sweeps' runs went
+    down to 82 %."""
+    import re
+
+    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30f" / "sweeps"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    shares = []
+    for f in d.glob("records-*-bf16/*.json"):
+        for arm in json.loads(f.read_text())["arms"]:
+            shares += [s["host_cpu"]["thread_cpu_s"] / s["host_cpu"]["wall_s"] for s in arm["samples"]]
+    said = re.search(r"Every run's main thread was on the CPU for (\d+)-(\d+) % of its wall time", readme)
+    assert len(shares) > 100 and said
+    assert [int(x) for x in said.groups()] == [round(min(shares) * 100), round(max(shares) * 100)]
+
+
 def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_parts(tmp_path):
     """engine/demo/devwheels3.sh splits the MLX CUDA wheel into PARTS transfers; the last one's
     install.sh joins them on the GPU host. PARTS=0 or x was bash's "division by 0" and 11 ran

@@ -73,7 +73,7 @@ SHAPES = {
     # 6 layers of a 70B Llama's layer (hidden 8192, MLP 28672, 64 heads, 8 KV heads): 5.17B
     # parameters, 10.3 GB in bfloat16. On the 3.5B (2026-11-30f) the GPU was busy only about half
     # of a decode's time (nvidia-smi utilisation median 50 %) and the main thread on the CPU
-    # 85-100 %: its step is bound by the host's per-operation work (graph building, kernel
+    # 82-100 %: its step is bound by the host's per-operation work (graph building, kernel
     # encoding), which a verify pays in full, not by its weights. A layer four times as wide
     # reads four times the weights for the same host work, so a step of fewer, wider layers is
     # bound by its weights, where a verify of a few rows costs little more than a step. The
