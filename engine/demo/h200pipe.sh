@@ -12,8 +12,8 @@
 # with the engine's ``rows`` verify attention when probe_rows passed its parity cases (ROWS_PROBE=1,
 # the default: on GPU 1 while GPU 0 builds, or here before the sweeps on one GPU), then with
 # $VA; the rest takes the attention of the better of the two: the bench against stock mlx-lm
-# (BENCH_TARGETS, bf16), bf16 sweeps at widths 4-8 named in GEMVV_ORDER (default none since
-# 2026-12-01: 2026-11-30e's gemvv sweep ran 0.88x of classic; 2026-11-30d ran
+# (BENCH_TARGETS, bf16), bf16 sweeps at widths 4-8 named in GEMVV_ORDER (default none from
+# the ninth run on: 2026-11-30e's gemvv sweep ran 0.88x of classic; 2026-11-30d ran
 # "stock1 gemvv gemvv2 stock2"), the 4-bit sweep, and the fresh-process cold check at the best bf16
 # arm. start runs a sampler beside it, which the pipeline's end stops: the GPUs' clocks (nvidia-smi,
 # every CLOCK_MS) and, each second, the CPUs' MHz and /proc/stat's cpu line (stolen ticks).
