@@ -1032,6 +1032,44 @@ def test_the_readme_quotes_the_eighth_builds_host_cpu_share_as_recorded():
     assert [int(x) for x in said.groups()] == [round(min(shares) * 100), round(max(shares) * 100)]
 
 
+def test_the_readme_quotes_the_rows_probes_as_recorded():
+    """The "Verify attention" paragraph on ``rows``: the parity figures and the table of verify
+    times against probes/probe_rows-quiet.json (3.5B) and probe_overlap_5b_3.5b.jsonl (5B,
+    plain is its "auto" line), and the 5B trial's ratios of a verify to a pipelined step."""
+    import re
+
+    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30f" / "probes"
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    probe = json.loads((d / "probe_rows-quiet.json").read_text())
+    par = probe["parity"]
+    f32 = [c["max_abs_err"] for c in par["failed"] if c["dtype"] == "float32"]
+    assert len(f32) == len(par["failed"])  # no bf16 or f16 case failed
+    assert f"over {par['cases']} cases" in readme
+    assert (f"every bf16 case was within {round(par['max_abs_err']['bfloat16'], 4)} of the reference and "
+            f"every f16 case within {round(par['max_abs_err']['float16'], 4)}") in readme
+    assert f"{len(f32)} float32 cases failed at {min(f32):.0e} to {max(f32):.1e}".replace("e-04", "e-4").replace(
+        "e-03", "e-3") in readme
+    from decimal import ROUND_HALF_UP, Decimal
+
+    # the JSON's 3-decimal figures rounded half up (4.755 -> 4.76; a float's :.2f gives 4.75)
+    fmt = lambda xs: " / ".join(str(Decimal(str(x)).quantize(Decimal("0.01"), ROUND_HALF_UP))  # noqa: E731
+                                for x in xs)
+    ms = probe["verify_ms"]
+    row = f"| 3.5B, 16 layers of 4096 | {fmt(ms[f'rows{k}']['plain'] for k in (2, 4, 6, 8))} | " \
+          f"{fmt(ms[f'rows{k}']['rows'] for k in (2, 4, 6, 8))} | - |"
+    assert row in readme, row
+    lines = {(o["shape"], o["attention"]): o for o in map(json.loads, (d / "probe_overlap_5b_3.5b.jsonl").open())}
+    plain, rows, old = lines["5b", "auto"], lines["5b", "rows"], lines["3.5b", "auto"]
+    row = (f"| 5B, 6 layers of 8192 (`probe_overlap`) | {fmt(plain[f'rows{k}']['synced_ms'] for k in (2, 4, 6, 8))} | "
+           f"{fmt(rows[f'rows{k}']['synced_ms'] for k in (2, 4, 6, 8))} | {plain['pipelined_1row_ms']:.2f} |")
+    assert row in readme, row
+    ratio = lambda o, ks: [o[f"rows{k}"]["synced_ms"] / o["pipelined_1row_ms"] for k in ks]  # noqa: E731
+    five = ratio(plain, (2, 4, 6, 8)) + ratio(rows, (2, 4, 6, 8))
+    said = re.search(r"with rows: ([\d.]+)-([\d.]+)x the step, against the 3.5B's ([\d.]+)-([\d.]+)x", readme)
+    assert said and [float(x) for x in said.groups()] == [
+        round(min(five), 1), round(max(five), 1), *(round(f(ratio(old, (2, 4, 6, 8))), 1) for f in (min, max))]
+
+
 def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_parts(tmp_path):
     """engine/demo/devwheels3.sh splits the MLX CUDA wheel into PARTS transfers; the last one's
     install.sh joins them on the GPU host. PARTS=0 or x was bash's "division by 0" and 11 ran
