@@ -861,6 +861,10 @@ def test_the_5b_shape_is_a_70b_layer_six_times_with_a_drafter_of_one():
     assert tconf["hidden_size"] // tconf["num_attention_heads"] == 128
     assert all(k in target and target[k].shape == v.shape for k, v in drafter.items())
     assert LRS["5b"] == (2e-4, 6e-4)
+    # and the README's shape list quotes them (it said 0.87B for the drafter: one layer and the
+    # embedding and output matrices, 0.889B)
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    assert f"{n / 1e9:.2f}B parameters, with a drafter of one such layer ({d / 1e9:.2f}B)" in readme
 
 
 def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates(tmp_path):
