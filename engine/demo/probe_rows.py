@@ -11,7 +11,9 @@ fused 1-row kernel, and the forward 5.6-6.9 ms against 4.0 at one row. This prob
    a GPU float32 matmul may use TF32, so only a CPU reference can tell a float32 kernel error) over dtypes (bf16, f16, f32), head sizes (64, 96, 128), grouped and ungrouped
    heads, 2-16 rows, KV lengths from the rows themselves to 1000, causal and unmasked, with q
    a transposed view and k / v views into a longer cache buffer (as mlx-lm's cache hands them
-   over); each case passes when its largest difference is within the dtype's tolerance;
+   over), 1080 cases, then 28 at the edges that grid leaves out (head sizes 32 and 256, a
+   batch of 2, 64 rows); each case passes when its largest difference is within the dtype's
+   tolerance;
 2. **time**: one verify forward of a random model of the GPU pair's shape (``--shape``) at a
    fresh KV length each step, as decoding advances, built, evaluated and read (a round's
    synced cost), under ``plain``, ``vector`` and ``rows`` in ABBA order, at each row count.
@@ -33,38 +35,54 @@ import time
 TOL = {"bfloat16": 2e-2, "float16": 4e-3, "float32": 1e-4}
 
 
+def cases() -> list[tuple]:
+    """(dtype name, B, D, n_q, n_kv, L, S, causal) of every parity case: the 1080 of the
+    2026-11-30f run (batch 1, head sizes 64-128, 2-16 rows), then the edges that run left out:
+    the smallest and largest head size the kernel takes (32, 256: a lane holds one value, or
+    eight, and the block's shared output is largest), a batch of 2 (the batch stride), and
+    64 rows (the most a verify routes) against as many keys and more."""
+    out = []
+    for dtype in ("bfloat16", "float16", "float32"):
+        for D in (64, 96, 128):
+            for n_q, n_kv in ((8, 8), (32, 8)):
+                for L in (2, 3, 4, 6, 8, 16):
+                    for S in sorted({L, L + 1, 257, 300, 1000}):
+                        for causal in (True, False):
+                            out.append((dtype, 1, D, n_q, n_kv, L, S, causal))
+    for dtype in ("bfloat16", "float32"):
+        for B, D, L, S in ((1, 32, 4, 300), (1, 256, 4, 300), (2, 128, 5, 77), (2, 256, 8, 1000),
+                           (1, 128, 64, 64), (1, 64, 64, 1000), (2, 32, 64, 65)):
+            for causal in (True, False):
+                out.append((dtype, B, D, 32, 8, L, S, causal))
+    return out
+
+
 def parity() -> list[dict]:
     import mlx.core as mx
 
     from engine.attention import plain_attention, rows_attention, rows_fits
 
     mx.random.seed(1)
-    cases = []
-    for dtype in (mx.bfloat16, mx.float16, mx.float32):
-        for D in (64, 96, 128):
-            for n_q, n_kv in ((8, 8), (32, 8)):
-                for L in (2, 3, 4, 6, 8, 16):
-                    for S in sorted({L, L + 1, 257, 300, 1000}):
-                        for causal in (True, False):
-                            cap = S + 37
-                            q = mx.random.normal((1, L, n_q, D)).astype(dtype).transpose(0, 2, 1, 3)
-                            kb = mx.random.normal((1, n_kv, cap, D)).astype(dtype)
-                            vb = mx.random.normal((1, n_kv, cap, D)).astype(dtype)
-                            k, v = kb[:, :, :S], vb[:, :, :S]
-                            mask = "causal" if causal else None
-                            scale = D ** -0.5
-                            fits = rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype),
-                                             mask, None, scale)
-                            got = rows_attention(q, k, v, scale=scale, causal=causal)
-                            with mx.stream(mx.cpu):  # float32 as float32 (a GPU matmul may be TF32)
-                                ref = plain_attention(q.astype(mx.float32), k.astype(mx.float32),
-                                                      v.astype(mx.float32), scale=scale, mask=mask)
-                            err = mx.abs(got.astype(mx.float32) - ref).max().item()
-                            name = str(dtype).split(".")[-1]
-                            cases.append({"dtype": name, "D": D, "heads": f"{n_q}/{n_kv}", "rows": L,
-                                          "keys": S, "causal": causal, "fits": fits,
-                                          "max_abs_err": err, "ok": fits and err <= TOL[name]})
-    return cases
+    results = []
+    for name, B, D, n_q, n_kv, L, S, causal in cases():
+        dtype = getattr(mx, name)
+        cap = S + 37
+        q = mx.random.normal((B, L, n_q, D)).astype(dtype).transpose(0, 2, 1, 3)
+        kb = mx.random.normal((B, n_kv, cap, D)).astype(dtype)
+        vb = mx.random.normal((B, n_kv, cap, D)).astype(dtype)
+        k, v = kb[:, :, :S], vb[:, :, :S]
+        mask = "causal" if causal else None
+        scale = D ** -0.5
+        fits = rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), mask, None, scale)
+        got = rows_attention(q, k, v, scale=scale, causal=causal)
+        with mx.stream(mx.cpu):  # float32 as float32 (a GPU matmul may be TF32)
+            ref = plain_attention(q.astype(mx.float32), k.astype(mx.float32),
+                                  v.astype(mx.float32), scale=scale, mask=mask)
+        err = mx.abs(got.astype(mx.float32) - ref).max().item()
+        results.append({"dtype": name, "batch": B, "D": D, "heads": f"{n_q}/{n_kv}", "rows": L,
+                        "keys": S, "causal": causal, "fits": fits, "max_abs_err": err,
+                        "ok": fits and err <= TOL[name]})
+    return results
 
 
 def timing(shape: str, rows: list[int], steps: int, modes: list[str]) -> dict:
