@@ -297,3 +297,63 @@ def test_probe_rows_parity_cases_reach_the_kernels_edges():
         dt = (getattr(mx, name),) * 3
         assert attention.rows_fits((B, n_q, L, D), (B, n_kv, S, D), (B, n_kv, S, D), dt,
                                    "causal" if causal else None, None, D ** -0.5)
+
+
+def _rows_emulated(q, k, v, scale, causal):
+    """The rows kernel's algorithm in numpy, step for step, with the two lines that decide which
+    keys a row sees and which KV head a query head reads taken from the CUDA source itself:
+    32 warps take keys warp, warp + 32, ... below ``limit``, each keeps an online softmax in the
+    log2 domain (max from -inf, sum, output), and the block merges the 32 through their maxima,
+    a warp that saw no key adding nothing."""
+    import re
+
+    src = attention._ROWS_SOURCE
+    limit_expr = re.search(r"const int limit = CAUSAL \? (.+?) : S;", src)[1]
+    head_expr = re.search(r"const T\* kp = k \+ b \* k_strides\[0\] \+ \((.+?)\) \* k_strides\[1\];", src)[1]
+    assert re.search(r"const T\* vp = v \+ b \* v_strides\[0\] \+ \(" + re.escape(head_expr) + r"\)", src)
+    B, n_q, L, D = q.shape
+    S, gqa = k.shape[2], n_q // k.shape[1]
+    out = np.zeros(q.shape, np.float32)
+    for b in range(B):
+        for h in range(n_q):
+            kv = eval(head_expr.replace("/", "//"), {}, {"h": h, "GQA": gqa})
+            for row in range(L):
+                limit = eval(limit_expr, {}, {"S": S, "L": L, "row": row}) if causal else S
+                qf = q[b, h, row].astype(np.float32) * np.float32(scale * 1.4426950408889634)
+                ms, ls, os_ = [], [], []
+                for warp in range(32):
+                    m, l, o = -np.inf, 0.0, np.zeros(D, np.float32)
+                    for j in range(warp, limit, 32):
+                        s = float(qf @ k[b, kv, j])
+                        nm = max(m, s)
+                        f, p = 2.0 ** (m - nm), 2.0 ** (s - nm)
+                        l, o, m = l * f + p, o * f + p * v[b, kv, j], nm
+                    ms.append(m), ls.append(l), os_.append(o)
+                big = max(ms)
+                mine = [0.0 if m == -np.inf else 2.0 ** (m - big) for m in ms]
+                total = sum(l * w for l, w in zip(ls, mine))
+                out[b, h, row] = sum(o * w for o, w in zip(os_, mine)) / total
+    return out
+
+
+def test_the_rows_kernels_algorithm_matches_attention_with_bottom_right_causal_rows():
+    """The kernel cannot run on this CPU; its algorithm can (``_rows_emulated``, which reads
+    the causal limit and the KV head from the source). Against plain softmax attention with
+    row i of L seeing keys 0..S-L+i: fewer keys than warps (warps with nothing, -inf), a key
+    count that is not a multiple of 32, grouped heads, a batch of 2, unmasked too."""
+    rng = np.random.default_rng(3)
+    for B, n_q, n_kv, L, S, D in ((1, 4, 4, 3, 5, 32), (2, 8, 2, 4, 70, 64), (1, 2, 1, 8, 8, 32)):
+        q = rng.standard_normal((B, n_q, L, D)).astype(np.float32)
+        k = rng.standard_normal((B, n_kv, S, D)).astype(np.float32)
+        v = rng.standard_normal((B, n_kv, S, D)).astype(np.float32)
+        scale = D ** -0.5
+        for causal in (True, False):
+            kk, vv = np.repeat(k, n_q // n_kv, axis=1), np.repeat(v, n_q // n_kv, axis=1)
+            scores = np.einsum("bhld,bhsd->bhls", q, kk) * scale
+            if causal:
+                seen = np.arange(S)[None, :] <= (S - L + np.arange(L))[:, None]
+                scores = np.where(seen, scores, -np.inf)
+            w = np.exp(scores - scores.max(-1, keepdims=True))
+            ref = np.einsum("bhls,bhsd->bhld", w / w.sum(-1, keepdims=True), vv)
+            got = _rows_emulated(q, k, v, scale, causal)
+            assert np.allclose(got, ref, atol=1e-4), (B, n_q, n_kv, L, S, D, causal)
