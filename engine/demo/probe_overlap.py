@@ -26,12 +26,14 @@ import time
 
 
 def main(argv: list[str] | None = None) -> int:
+    from engine.attention import CHOICES
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="1b")
     ap.add_argument("--quant", action="store_true")
     ap.add_argument("--rows", default="1,2,4,8")
     ap.add_argument("--steps", type=int, default=60)
-    ap.add_argument("--attention", default="auto", choices=("auto", "fused", "plain", "bucketed", "vector", "rows"),
+    ap.add_argument("--attention", default="auto", choices=CHOICES,
                     help="verify attention of the 2+-row forwards (engine.attention's choices)")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
