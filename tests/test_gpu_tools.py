@@ -347,6 +347,10 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
 _PIPE_STUB = """#!/bin/sh
 echo "$@" >> "$WORK/calls"
 [ "$2" = engine.demo.probe_rows ] && [ "$ROWS_OK" = 1 ] && exit 0
+if [ "$2" = engine.demo.build_drafters ] && [ "$DFLASH_OK" = 1 ]; then
+    prev=; for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
+    mkdir -p "$out/dflash" && echo {} > "$out/dflash/config.json"
+fi
 if [ "$2" = engine.demo.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
     case "$TARGET_FIRST $*" in
     "1 "* | "1b "*"--shape 1b"*) mkdir -p "$4/target-4bit" && echo {} > "$4/target-4bit/config.json" ;;
@@ -471,6 +475,35 @@ def test_the_h200_pipeline_runs_the_rest_with_the_attention_of_the_better_sweep(
     cold = [c for c in calls if "engine.coldcheck" in c]
     assert len(cold) == 1 and f"--widths {w} " in cold[0] and f"--verify-attention {va} " in cold[0], cold
     assert f"coldcheck bf16 width {w} with {work / 'gpupair' / 'drafter'}, {va} attention" in log, log
+
+
+def test_the_h200_side_chain_can_train_a_dflash_drafter_for_the_target_and_the_pipeline_sweeps_it(tmp_path):
+    """GPUS=2 SIDE=dflash: GPU 1 runs no build B; once GPU 0's target is written it trains a
+    DFlash drafter for it (build_drafters --pair, only dflash, bf16), whose weights move out of
+    the results to $WORK/dflashpair, and the pipeline sweeps it after the model drafter's bf16
+    sweep. Without a target, no DFlash drafter and no dflash sweep; a reused host's earlier
+    drafter is not swept."""
+    work = tmp_path / "work"
+    stale = work / "dflashpair" / "config.json"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("{}")
+    log = _pipe(tmp_path, "start", stub=_PIPE_STUB, wait_timeout=160, GPUS="2", SIDE="dflash", SHAPE="3.5b",
+                TARGET_FIRST="1", DFLASH_OK="1", TARGET_WAIT="30")
+    assert "pipeline done" in log and "side: build B" not in log, log
+    assert log.index("side: DFlash drafter for the target on GPU 1") < log.index("sweep model bf16\n"), log
+    assert log.index("sweep model bf16\n") < log.index("sweep dflash bf16\n") < log.index("sweep model 4bit\n"), log
+    calls = (work / "calls").read_text().splitlines()
+    train = [c for c in calls if "engine.demo.build_drafters" in c]
+    assert len(train) == 1 and f"--pair {work / 'gpupair'} --out {work / 'results' / 'dflashpair'} --only dflash --targets bf16" in train[0], train
+    sweep = [c for c in calls if "console.cli sweep" in c and "records-dflash-bf16" in c]
+    assert len(sweep) == 1 and f"--draft {work / 'dflashpair'} " in sweep[0], sweep
+    assert (work / "dflashpair" / "config.json").exists() and not (work / "results" / "dflashpair" / "dflash").exists()
+    # no target: no DFlash drafter, and the one the run above left is not swept
+    for f in ("calls", "results/pipeline.log"):
+        (work / f).unlink()
+    log = _pipe(tmp_path, "start", stub=_PIPE_STUB, wait_timeout=160, GPUS="2", SIDE="dflash", SHAPE="3.5b",
+                TARGET_FIRST="0", DFLASH_OK="1", TARGET_WAIT="30")
+    assert "no DFlash drafter" in log and "sweep dflash" not in log, log
 
 
 def test_the_h200_samplers_nvidia_smi_calls_only_query(tmp_path):

@@ -21,7 +21,9 @@
 # SIDE=from (the default) another drafter recipe (BUILD_B) for GPU 0's target, distilled as soon
 # as that target is written (build_gpu --target-from, the same budgets); SIDE=build (2026-11-30d)
 # a whole second build with it; either way the sweeps take whichever pair's drafter keeps more
-# drafted tokens on its worse target. SIDE=demo (2026-11-30c) trains the demo DFlash drafter
+# drafted tokens on its worse target. SIDE=dflash trains a DFlash drafter for GPU 0's target
+# there instead (build_drafters --pair, DFLASH_PAIR_S seconds), swept after the model drafter's bf16
+# sweeps. SIDE=demo (2026-11-30c) trains the demo DFlash drafter
 # (continuing the committed one) and the demo model drafter there instead. MTP1B=1 trains an MTP
 # head on the target and sweeps it (2026-11-30b's was no better); without it the sweeps wait for
 # the side chain, to time on a quiet host. PIN_SWEEP=1 adds a sweep pinned to four CPU cores
@@ -110,6 +112,20 @@ rows_probe() {  # engine/demo/probe_rows.py: the rows kernel's parity cases and 
     [ $rc = 0 ] && touch "$WORK/rows.ok"
     touch "$WORK/rows.done"
 }
+dflash_pair() {  # a DFlash drafter for the pair's target (one draft forward a round, where a model
+                 # drafter runs one a token: on this host every forward's host work counts), on
+                 # the target's own greedy text; its acceptance on the demo prompts (build A writes
+                 # the held-out prompts.json only at its end, and build_drafters reads it first)
+    log "side: DFlash drafter for the target on GPU 1"
+    timeout "${DFLASH_PAIR_TIMEOUT:-420}" python3 -m engine.demo.build_drafters --pair "$P" --out "$R/dflashpair" \
+        --only dflash --targets bf16 --windows "${DFLASH_WINDOWS:-8192}" --gen-batch 2048 --val 128 \
+        --batch 32 --seconds dflash="${DFLASH_PAIR_S:-200}" --dflash-lr "${DFLASH_PAIR_LR:-3e-4}" \
+        --accept-tokens 128 > "$R/build-dflashpair.log" 2>&1
+    log "side: dflash rc $?"
+    rm -rf "$WORK/dflashpair"
+    # the weights stay on the host; the log and the acceptance come back
+    [ -d "$R/dflashpair/dflash" ] && mv "$R/dflashpair/dflash" "$WORK/dflashpair"
+}
 mtp1b() {  # an MTP head for the pair's target (named for the 1B, where it was first tried), started
            # from its last layer, on its own greedy text; acceptance at width 4 on the pair's
            # held-out prompts (128 tokens), both targets
@@ -131,7 +147,7 @@ start)
     # side.out says a side chain runs (the pipeline and wait wait for its side.done): only this run's
     rm -f "$R/side.out"
     rm -rf "$P" "$PB"  # SIDE=from waits for this run's target, not a reused host's last one
-    rm -rf "$WORK/mtp1b"  # an earlier run's head on a reused host is not this run's
+    rm -rf "$WORK/mtp1b" "$WORK/dflashpair"  # an earlier run's drafters on a reused host are not this run's
     stop_sampler  # an earlier run's, still sampling on a reused host
     rm -f "$R/gpu_clocks.csv" "$R/cpu_mhz.log"
     setsid nohup bash "$0" sampler > /dev/null 2>&1 < /dev/null &
@@ -156,6 +172,14 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
     # the rows kernel's probe first: ~2 minutes, done long before GPU 0's target is written
     [ "${ROWS_PROBE:-1}" = 1 ] && rows_probe
     case ${SIDE:-from} in
+    dflash)  # instead of build B: a DFlash drafter for GPU 0's target, once it is written
+        if wait_for_any "${TARGET_WAIT:-900}" "$P/target-4bit/config.json" "$WORK/build.rc" \
+                && [ -f "$P/target-4bit/config.json" ]; then
+            # build A writes its targets before its drafter; build_drafters reads the target only
+            dflash_pair
+        else
+            log "side: no target from GPU 0 (build rc $(cat "$WORK/build.rc" 2>/dev/null || echo none yet)); no DFlash drafter"
+        fi ;;
     build|from)
         mkdir -p "$R/b"
         from=()
@@ -272,6 +296,9 @@ pipeline)
     # 4-bit: what matters most comes back first if the device budget ends the run
     [ -f "$WORK/rows.ok" ] && sweep1 rows bf16 "$P/drafter" 2,3,4,5,6,7,8,12,16 "${SWEEP_S:-110}" "$VL" rows
     sweep1 model bf16 "$P/drafter" 2,3,4,5,6,7,8,12,16 "${SWEEP_S:-110}" "$VL" "$VA"
+    # SIDE=dflash's drafter (this run's only: start removes an earlier one), with $VA as the plain one
+    [ -f "$WORK/dflashpair/config.json" ] && \
+        sweep1 dflash bf16 "$WORK/dflashpair" 2,3,4,6,8,12,16 "${SWEEP_S:-110}" "$VL" "$VA"
     # the rest runs with the attention of the sweep whose best width did better over its classic
     read -r d _ _ <<< "$(best_arm "$R"/records-{rows,model}-bf16 2>> "$R/pipeline.log")"
     VA0=$VA
@@ -308,9 +335,10 @@ pipeline)
     else
         log "no MTP head from this run: no mtp sweep"
     fi
-    read -r d w ratio <<< "$(best_arm "$R"/records-{rows,model,mtp}-bf16 2>> "$R/pipeline.log")"
-    case $d in *records-mtp-*) draft=$WORK/mtp1b ;; *) draft=$P/drafter ;; esac
-    case $d in *records-rows-*) VA=rows ;; *records-model-*) VA=$VA0 ;; esac  # that sweep's
+    read -r d w ratio <<< "$(best_arm "$R"/records-{rows,model,mtp,dflash}-bf16 2>> "$R/pipeline.log")"
+    case $d in *records-mtp-*) draft=$WORK/mtp1b ;; *records-dflash-*) draft=$WORK/dflashpair ;;
+        *) draft=$P/drafter ;; esac
+    case $d in *records-rows-*) VA=rows ;; *records-model-* | *records-dflash-*) VA=$VA0 ;; esac  # that sweep's
     w=${w:-4}
     log "coldcheck bf16 width $w with $draft, $VA attention (sweep median $ratio x classic)"
     timeout 300 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$draft" --widths "$w" \
