@@ -385,20 +385,17 @@ def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
             kw["sinks"] = sinks
         return _fused(q, k, v, *args, scale=scale, mask=mask, **kw)
     routing.routed += 1
-    if routing.mode is VerifyAttention.PLAIN:
+    if routing.mode is VerifyAttention.ROWS:
+        if routing.cuda and rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype),
+                                      mask, sinks, scale):
+            return rows_attention(q, k, v, scale=scale, causal=mask is not None)
+        routing.fallback += 1  # and on to plain's path below
+    if routing.mode in (VerifyAttention.PLAIN, VerifyAttention.ROWS):
         if isinstance(mask, str) and mask == "causal":
             mask = routing.causal_mask(q.shape[2], k.shape[2], q.dtype)
         return plain_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
     if routing.mode is VerifyAttention.VECTOR:
         return vector_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
-    if routing.mode is VerifyAttention.ROWS:
-        if routing.cuda and rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype),
-                                      mask, sinks, scale):
-            return rows_attention(q, k, v, scale=scale, causal=mask is not None)
-        routing.fallback += 1
-        if isinstance(mask, str) and mask == "causal":
-            mask = routing.causal_mask(q.shape[2], k.shape[2], q.dtype)
-        return plain_attention(q, k, v, scale=scale, mask=mask, sinks=sinks)
     return bucketed_attention(q, k, v, scale=scale, mask=mask, sinks=sinks, routing=routing)
 
 
