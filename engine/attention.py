@@ -37,6 +37,7 @@ and only in the thread that entered it.
 from __future__ import annotations
 
 import argparse
+import struct
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -353,8 +354,6 @@ def rows_fits(q_shape: tuple, k_shape: tuple, v_shape: tuple, dtypes: tuple, mas
 def rows_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
                    causal: bool = True) -> mx.array:
     """Verify attention through the ``rows`` CUDA kernel (the caller checks ``rows_fits``)."""
-    import struct
-
     global _rows_kernel
     if _rows_kernel is None:
         _rows_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_attention",
