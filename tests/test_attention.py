@@ -357,3 +357,17 @@ def test_the_rows_kernels_algorithm_matches_attention_with_bottom_right_causal_r
             ref = np.einsum("bhls,bhsd->bhld", w / w.sum(-1, keepdims=True), vv)
             got = _rows_emulated(q, k, v, scale, causal)
             assert np.allclose(got, ref, atol=1e-4), (B, n_q, n_kv, L, S, D, causal)
+
+
+def test_probe_rows_times_every_mode_on_a_cpu_through_probe_overlaps_loop():
+    """probe_rows' timing (the part that needs no CUDA kernel) on a tiny random model: each row
+    count has a median for every mode and that mode's routing, through probe_overlap's verify loop
+    (plain routes every layer's verify call; fused routes none)."""
+    from engine.demo import probe_rows
+
+    out = probe_rows.timing("tiny", [2, 3], 7, ["plain", "fused"])
+    assert set(out) == {"rows2", "rows3"}
+    for per in out.values():
+        assert per["plain"] > 0 and per["fused"] > 0
+        assert per["plain_routing"]["routed_calls"] == 7 * 2  # 7 steps, 2 layers (first pass)
+        assert per["fused_routing"]["routed_calls"] == 0

@@ -25,6 +25,37 @@ import statistics
 import time
 
 
+def verify_laps(target, prompt, k: int, steps: int, attention: str) -> tuple[list, list, list, dict]:
+    """``steps`` verify forwards of ``k`` rows on a cache freshly prefilled with ``prompt``, each at
+    a KV length one past the last (a round that kept nothing), under ``attention``: seconds of
+    graph building, of evaluation to the tokens on the host, and of both, and the routing's
+    summary."""
+    import mlx.core as mx
+    from mlx_lm.models.cache import make_prompt_cache
+
+    from engine.attention import verify_attention
+    from engine.decode import greedy
+    from engine.kvcache import rewind
+
+    perf = time.perf_counter
+    cache = make_prompt_cache(target)
+    mx.eval(target(prompt[None], cache=cache))
+    block = mx.array([11 + i for i in range(k)], mx.uint32)
+    build, ev, synced = [], [], []
+    with verify_attention(attention) as routing:  # auto, as a verify runs: no cuDNN plan per KV length
+        for _ in range(steps):
+            t0 = perf()
+            toks = greedy(target(block[None], cache=cache)[0, -k:, :])
+            t1 = perf()
+            toks.tolist()
+            t2 = perf()
+            build.append(t1 - t0)
+            ev.append(t2 - t1)
+            synced.append(t2 - t0)
+            rewind(cache, k - 1)  # a round that accepted nothing: the cache grows by one a round
+    return build, ev, synced, routing.summary()
+
+
 def main(argv: list[str] | None = None) -> int:
     from engine.attention import CHOICES
 
@@ -41,11 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.attention import verify_attention
     from engine.costcurve import context_ids
     from engine.decode import greedy
     from engine.demo.probe_loop import _models
-    from engine.kvcache import rewind
 
     target, _ = _models(args.shape, args.quant)
     prompt = mx.array(context_ids(300), mx.uint32)
@@ -54,13 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     perf = time.perf_counter
     ms = lambda xs: round(statistics.median(xs) * 1e3, 3)  # noqa: E731
 
-    def fresh_cache():
-        cache = make_prompt_cache(target)
-        mx.eval(target(prompt[None], cache=cache))
-        return cache
-
     # pipelined classic: what engine.decode.classic does
-    cache = fresh_cache()
+    cache = make_prompt_cache(target)
+    mx.eval(target(prompt[None], cache=cache))
     y = greedy(target(prompt[-1:][None], cache=cache)[:, -1, :])
     mx.async_eval(y)
     laps, last = [], perf()
@@ -75,20 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     out["pipelined_1row_ms"] = ms(laps[5:])
 
     for k in (int(r) for r in args.rows.split(",")):
-        cache = fresh_cache()
-        block = mx.array([11 + i for i in range(k)], mx.uint32)
-        build, ev, synced = [], [], []
-        with verify_attention(args.attention):  # auto, as a verify runs: no cuDNN plan per KV length
-            for i in range(args.steps):
-                t0 = perf()
-                toks = greedy(target(block[None], cache=cache)[0, -k:, :])
-                t1 = perf()
-                toks.tolist()
-                t2 = perf()
-                build.append(t1 - t0)
-                ev.append(t2 - t1)
-                synced.append(t2 - t0)
-                rewind(cache, k - 1)  # a round that accepted nothing: the cache grows by one a round
+        build, ev, synced, _ = verify_laps(target, prompt, k, args.steps, args.attention)
         out[f"rows{k}"] = {"build_ms": ms(build[5:]), "eval_ms": ms(ev[5:]), "synced_ms": ms(synced[5:])}
     text = json.dumps(out, indent=None if args.json else 1)
     print(text)

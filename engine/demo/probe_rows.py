@@ -30,7 +30,6 @@ import argparse
 import json
 import statistics
 import sys
-import time
 
 TOL = {"bfloat16": 2e-2, "float16": 4e-3, "float32": 1e-4}
 
@@ -87,35 +86,22 @@ def parity() -> list[dict]:
 
 def timing(shape: str, rows: list[int], steps: int, modes: list[str]) -> dict:
     import mlx.core as mx
-    from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.attention import verify_attention
     from engine.costcurve import context_ids
-    from engine.decode import greedy
     from engine.demo.probe_loop import _models
-    from engine.kvcache import rewind
+    from engine.demo.probe_overlap import verify_laps
 
     target, _ = _models(shape, False)
     prompt = mx.array(context_ids(300), mx.uint32)
-    perf = time.perf_counter
-    laps: dict = {}
+    out: dict = {}
     for k in rows:
-        block = mx.array([11 + i for i in range(k)], mx.uint32)
+        laps: dict = {}
         for mode in modes + modes[::-1]:  # ABBA: drift lands on every mode alike
-            cache = make_prompt_cache(target)
-            mx.eval(target(prompt[None], cache=cache))
-            with verify_attention(mode) as routing:
-                for _ in range(steps):
-                    t0 = perf()
-                    toks = greedy(target(block[None], cache=cache)[0, -k:, :])
-                    toks.tolist()
-                    laps.setdefault(f"rows{k}", {}).setdefault(mode, []).append(perf() - t0)
-                    rewind(cache, k - 1)  # a round that kept nothing: one key more a round
-            laps[f"rows{k}"].setdefault(f"{mode}_routing", routing.summary())
-    out = {}
-    for key, per in laps.items():
-        out[key] = {m: (round(statistics.median(v[5:]) * 1e3, 3) if isinstance(v, list) else v)
-                    for m, v in per.items()}
+            _, _, synced, routing = verify_laps(target, prompt, k, steps, mode)
+            laps.setdefault(mode, []).extend(synced)
+            out.setdefault(f"rows{k}", {}).setdefault(f"{mode}_routing", routing)
+        for mode, v in laps.items():
+            out[f"rows{k}"][mode] = round(statistics.median(v[5:]) * 1e3, 3)
     return out
 
 
