@@ -112,32 +112,35 @@ rows_probe() {  # engine/demo/probe_rows.py: the rows kernel's parity cases and 
     [ $rc = 0 ] && touch "$WORK/rows.ok"
     touch "$WORK/rows.done"
 }
+pair_drafter() {  # $1: kind (build_drafters --only), $2: name, $3: time limit, then kind-specific
+                  # flags: a drafter of that kind for the pair's bf16 target on its own greedy
+                  # text, with its acceptance (128 tokens); the weights stay on the host in
+                  # $WORK/<name>, the log and the acceptance come back in the results
+    local kind=$1 name=$2 limit=$3
+    shift 3
+    timeout "$limit" python3 -m engine.demo.build_drafters --pair "$P" --out "$R/$name" --only "$kind" \
+        --targets bf16 --gen-batch 2048 --val 128 --batch 32 --accept-tokens 128 "$@" \
+        > "$R/build-$name.log" 2>&1
+    local rc=$?
+    rm -rf "${WORK:?}/$name"
+    [ -d "$R/$name/$kind" ] && mv "$R/$name/$kind" "$WORK/$name"
+    return $rc
+}
 dflash_pair() {  # a DFlash drafter for the pair's target (one draft forward a round, where a model
-                 # drafter runs one a token: on this host every forward's host work counts), on
-                 # the target's own greedy text; its acceptance on the demo prompts (build A writes
-                 # the held-out prompts.json only at its end, and build_drafters reads it first)
+                 # drafter runs one a token: on this host every forward's host work counts); its
+                 # acceptance on the demo prompts (build A writes the held-out prompts.json only at
+                 # its end, and build_drafters reads it first)
     log "side: DFlash drafter for the target on GPU 1"
-    timeout "${DFLASH_PAIR_TIMEOUT:-420}" python3 -m engine.demo.build_drafters --pair "$P" --out "$R/dflashpair" \
-        --only dflash --targets bf16 --windows "${DFLASH_WINDOWS:-8192}" --gen-batch 2048 --val 128 \
-        --batch 32 --seconds dflash="${DFLASH_PAIR_S:-200}" --dflash-lr "${DFLASH_PAIR_LR:-3e-4}" \
-        --accept-tokens 128 > "$R/build-dflashpair.log" 2>&1
+    pair_drafter dflash dflashpair "${DFLASH_PAIR_TIMEOUT:-420}" --windows "${DFLASH_WINDOWS:-8192}" \
+        --seconds dflash="${DFLASH_PAIR_S:-200}" --dflash-lr "${DFLASH_PAIR_LR:-3e-4}"
     log "side: dflash rc $?"
-    rm -rf "$WORK/dflashpair"
-    # the weights stay on the host; the log and the acceptance come back
-    [ -d "$R/dflashpair/dflash" ] && mv "$R/dflashpair/dflash" "$WORK/dflashpair"
 }
 mtp1b() {  # an MTP head for the pair's target (named for the 1B, where it was first tried), started
-           # from its last layer, on its own greedy text; acceptance at width 4 on the pair's
-           # held-out prompts (128 tokens), both targets
+           # from its last layer; acceptance at width 4 on the pair's held-out prompts
     log "MTP head for the target"
-    timeout 330 python3 -m engine.demo.build_drafters --pair "$P" --out "$R/mtp1b" --only mtp --targets bf16 \
-        --windows "${MTP_WINDOWS:-8192}" --gen-batch 2048 --val 128 --batch 32 --mtp-init last \
-        --seconds mtp="${MTP1B_S:-150}" --prompts-file "$P/prompts.json" --accept-tokens 128 \
-        > "$R/build-mtp1b.log" 2>&1
+    pair_drafter mtp mtp1b 330 --windows "${MTP_WINDOWS:-8192}" --mtp-init last \
+        --seconds mtp="${MTP1B_S:-150}" --prompts-file "$P/prompts.json"
     log "mtp1b rc $?"
-    rm -rf "$WORK/mtp1b"
-    # the weights stay on the host; the log and the acceptance come back
-    [ -d "$R/mtp1b/mtp" ] && mv "$R/mtp1b/mtp" "$WORK/mtp1b"
     touch "$WORK/mtp1b.done"
 }
 case $verb in
