@@ -1126,9 +1126,22 @@ def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_pa
     (dw / "b" / "NAME").write_text("mlx_cuda-0-py3-none-any.whl\n")
     (dw / "b" / "mlx-0-py3-none-any.whl").write_bytes(b"metadata")
 
-    def split(parts: str) -> subprocess.CompletedProcess:
+    def split(parts: str, path: str = os.environ["PATH"]) -> subprocess.CompletedProcess:
         return subprocess.run(["bash", str(ROOT / "engine" / "demo" / "devwheels3.sh")], cwd=repo,
-                              env={**os.environ, "PARTS": parts}, capture_output=True, text=True, timeout=60)
+                              env={**os.environ, "PARTS": parts, "PATH": path}, capture_output=True,
+                              text=True, timeout=60)
+
+    # no tomlkit wheel kept and pip cannot fetch one (a stub python3 that fails, no network): one
+    # line, exit 2, no parts written (2026-11-30g: the host's set lacked it and --save failed there)
+    (tmp_path / "nopip").mkdir()
+    (tmp_path / "nopip" / "python3").write_text("#!/bin/sh\nexit 1\n")
+    (tmp_path / "nopip" / "python3").chmod(0o755)
+    got = split("3", f"{tmp_path / 'nopip'}:{os.environ['PATH']}")
+    assert got.returncode == 2 and got.stderr.splitlines() == [
+        "tomlkit: no wheel in .devwheels/extra and pip could not download one"], got.stderr
+    assert not list(dw.glob("p*"))
+    (dw / "extra").mkdir()
+    (dw / "extra" / "tomlkit-0-py3-none-any.whl").write_bytes(b"toml")
 
     for bad in ("0", "11", "x"):
         got = split(bad)
@@ -1147,7 +1160,9 @@ def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_pa
                          text=True, timeout=60)
     assert got.returncode == 0, got.stderr
     assert (out / "mlx_cuda-0-py3-none-any.whl").read_bytes() == wheel
-    assert f"{out}/mlx_cuda-0-py3-none-any.whl .devwheels/p3/mlx-0-py3-none-any.whl" in (tmp_path / "calls").read_text()
+    # the project's own dependencies travel with the last part: tomlkit for the profile
+    assert (f"{out}/mlx_cuda-0-py3-none-any.whl .devwheels/p3/mlx-0-py3-none-any.whl "
+            ".devwheels/p3/tomlkit-0-py3-none-any.whl") in (tmp_path / "calls").read_text()
     # a tree that leaves no room for a part in one 64 MiB device call (a sparse file: no disk)
     with open(repo / "evidence.bin", "wb") as f:
         f.truncate(64 * 1024 * 1024)

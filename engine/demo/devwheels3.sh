@@ -16,13 +16,20 @@ esac
 top=$(git rev-parse --show-toplevel)
 cd "$top/.devwheels"
 name=$(cat b/NAME)
+# ../shared's wheel set predates the profile's move to tomlkit (comment-keeping round-trip TOML):
+# without it `sweep --save` and `--check` fail on the GPU host (2026-11-30g). One download, kept
+# in .devwheels/extra, so later splits need no network
+if ! ls extra/tomlkit-*.whl > /dev/null 2>&1; then
+    python3 -m pip download -q --no-deps --only-binary=:all: -d extra "tomlkit>=0.12" \
+        || { echo "tomlkit: no wheel in .devwheels/extra and pip could not download one" >&2; exit 2; }
+fi
 tmp=$(mktemp -d)
 cat a/part.aa b/part.ab > "$tmp/$name"
 size=$(( ($(stat -c %s "$tmp/$name") + parts - 1) / parts ))
 # what a device call carries besides a part: the tracked and untracked, not ignored, files
 tree=$(git -C "$top" ls-files -z -co --exclude-standard | (cd "$top" && xargs -0 -r stat -c %s -- 2>/dev/null || true) \
     | awk '{s += $1} END {print s + 0}')
-extra=$(cat b/NAME b/*.whl | wc -c)
+extra=$(cat b/NAME b/*.whl extra/tomlkit-*.whl | wc -c)
 if [ $(( tree + size + extra )) -gt $(( 64 * 1024 * 1024 )) ]; then
     echo "PARTS $parts: the tree ($tree bytes) and a $size-byte part with the wheels come to more than 64 MiB; split in more parts" >&2
     rm -rf "$tmp"
@@ -32,7 +39,7 @@ split -b "$size" -d -a 1 "$tmp/$name" "$tmp/mlxpart."
 rm -rf p[0-9]*
 for k in $(seq 1 "$parts"); do mkdir -p "p$k" && mv "$tmp/mlxpart.$((k - 1))" "p$k/"; done
 last=p$parts
-cp b/NAME b/*.whl "$last/"
+cp b/NAME b/*.whl extra/tomlkit-*.whl "$last/"
 names=$(seq -f '"$dw/mlxpart.%g"' 0 $((parts - 1)) | paste -sd' ')
 cat > "$last/install.sh" <<INNER
 #!/usr/bin/env bash
