@@ -52,6 +52,40 @@ TABLE: tuple[MeasuredDefault, ...] = (
         evidence="width 4 served 67.22-67.91 tok/s vs classic 57.98-58.71; width 16 41.88-41.97",
         byte_identical=None,  # the mlxcel record compared throughput only
     ),
+    # The ninth H200 build (README "Ninth build"): a 5.17B Llama-shaped bf16 target and a
+    # one-layer model drafter distilled from it, widths swept against classic with n = 5.
+    # bf16: every width from 3 up won on prompt 0 (best 12); on prompt 6, where fewer drafted
+    # tokens are kept, 8 won and 12 / 16 fell back, so 8 is the width that won on both.
+    MeasuredDefault(
+        drafter_kind=DrafterKind.MODEL,
+        backend=Backend.CUDA,
+        compute_capability="9.0",
+        scheme=Scheme.NONE,
+        bits=None,
+        width=8,
+        mlx="0.32.4",
+        record="engine/demo/evidence/h200-2026-11-30g/sweeps/records-rows-bf16-p6/"
+        "session-20261130T123339Z-0ce44d32-11806.json",
+        evidence="prompt 6: width 8 574-593 tok/s vs classic 358-381 (12: 489-496, 16: 440-444); "
+        "prompt 0 (records-rows-bf16): width 8 887-1003, 12 1085-1128 vs classic 215-381",
+        byte_identical=True,
+    ),
+    # 4-bit: below 8 rows the quantized matmul is qmv, whose cost grows with every row, and
+    # widths 2-7 lost to classic; from 8 rows it is qmm and 8, 12 and 16 won.
+    MeasuredDefault(
+        drafter_kind=DrafterKind.MODEL,
+        backend=Backend.CUDA,
+        compute_capability="9.0",
+        scheme=Scheme.AFFINE,
+        bits=4,
+        width=16,
+        mlx="0.32.4",
+        record="engine/demo/evidence/h200-2026-11-30g/sweeps/records-model-4bit/"
+        "session-20261130T122848Z-4f4ed87b-8368.json",
+        evidence="prompt 0: width 16 795-800 tok/s vs classic 304-319 (8: 675-687, 12: 780-789; "
+        "2-7: 241-266, slower)",
+        byte_identical=True,
+    ),
 )
 
 # Unmeasured constants: what each kind uses when nothing above applies.

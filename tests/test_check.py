@@ -407,6 +407,21 @@ def test_the_example_profile_checks_clean_on_a_cpu_runner(tmp_path, capsys):
     assert (ROOT / "examples/ci/blockwidth-check.yml").read_text().count("blockwidth --check --strict --junit report.xml") == 1
 
 
+def test_the_example_profiles_h200_entry_is_real_on_an_h200_runner(capsys):
+    """examples/: the H200 entry was saved by `sweep --save` on the GPU host (2026-11-30g) and
+    its record is committed beside it, so a cuda 9.0 runner passes it; resolving there, the
+    4-bit target (no profile entry) gets policy/table.py's measured cuda 9.0 row."""
+    code, doc = check_json(capsys, "--profile", str(ROOT / "examples/profile.toml"), "--device", "cuda:9.0",
+                           "--demo-target", "4bit")
+    assert code == ExitCode.OK, doc
+    checks = by_name(doc)
+    assert [checks[f"entry {i}: device"]["status"] for i in (1, 2, 3)] == ["skip", "skip", "pass"]
+    assert checks["entry 3: record"]["status"] == "pass"
+    assert "written on cuda NVIDIA H200" in checks["entry 3: record"]["detail"]
+    got = checks["resolve: target-4bit + drafter"]
+    assert got["status"] == "pass" and "measured default" in got["detail"] and "h200-2026-11-30g" in got["detail"]
+
+
 def test_measure_refuses_a_record_dir_that_is_a_file_before_measuring(tmp_path, capsys):
     p = write_profile(tmp_path, CPU_4BIT + 'width = 3\n')
     f = tmp_path / "file"
