@@ -253,6 +253,8 @@ def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_
     log = _pipe(tmp_path, "pipeline")
     assert "coldcheck bf16 width 4 with " in log, log
     assert "bench bf16 widths 4 (" in log, log
+    # the save step still runs, and with no profile written checks nothing
+    assert "sweep save bf16 prompt 6, --save to gpu-profile.toml" in log and "no profile saved: no check" in log, log
     assert (work / "pipeline.done").exists()
 
 
@@ -452,6 +454,9 @@ for a; do [ "$prev" = --record-dir ] && rd=$a; prev=$a; done
 case $rd in *records-rows-*) w=$ROWS_W t=$ROWS_TOKS ;; *) w=$MODEL_W t=$MODEL_TOKS ;; esac
 mkdir -p "$rd"
 echo '{{"arms": [{{"width": null, "decode_tok_s": [1, 100, 1]}}, {{"width": '$w', "decode_tok_s": [1, '$t', 1]}}]}}' > "$rd/r.json"
+# sweep --save --profile F writes F, as a win's save would
+prev=; for a; do [ "$prev" = --profile ] && [ "$*" != "${{*#*--save}}" ] && echo "schema = 1" > "$a"; prev=$a; done
+exit 0
 """
 
 
@@ -475,6 +480,13 @@ def test_the_h200_pipeline_runs_the_rest_with_the_attention_of_the_better_sweep(
     cold = [c for c in calls if "engine.coldcheck" in c]
     assert len(cold) == 1 and f"--widths {w} " in cold[0] and f"--verify-attention {va} " in cold[0], cold
     assert f"coldcheck bf16 width {w} with {work / 'gpupair' / 'drafter'}, {va} attention" in log, log
+    # then a winner saved on a second prompt, and the saved profile re-measured by --check
+    save = [c for c in calls if "records-save-bf16" in c]
+    assert len(save) == 1 and "--save --profile" in save[0] and f"--verify-attention {va} " in save[0], save
+    assert "--prompt-file " + str(work / "results" / "prompt-save.txt") in save[0], save
+    check = [c for c in calls if "--check --measure" in c]
+    assert len(check) == 1 and f"--profile {work / 'results' / 'gpu-profile.toml'} " in check[0], check
+    assert "check --measure rc 1" in log, log  # the stub's exit without a --record-dir: logged
 
 
 def test_the_h200_side_chain_can_train_a_dflash_drafter_for_the_target_and_the_pipeline_sweeps_it(tmp_path):

@@ -14,8 +14,9 @@
 # $VA; the rest takes the attention of the better of the two: the bench against stock mlx-lm
 # (BENCH_TARGETS, bf16), bf16 sweeps at widths 4-8 named in GEMVV_ORDER (default none from
 # the ninth run on: 2026-11-30e's gemvv sweep ran 0.88x of classic; 2026-11-30d ran
-# "stock1 gemvv gemvv2 stock2"), the 4-bit sweep, and the fresh-process cold check at the best bf16
-# arm. start runs a sampler beside it, which the pipeline's end stops: the GPUs' clocks (nvidia-smi,
+# "stock1 gemvv gemvv2 stock2"), the 4-bit sweep, the fresh-process cold check at the best bf16
+# arm, and a sweep of prompt SAVE_PROMPT (6; none: skip) that --saves its winner in a profile,
+# which --check --measure then re-measures. start runs a sampler beside it, which the pipeline's end stops: the GPUs' clocks (nvidia-smi,
 # every CLOCK_MS) and, each second, the CPUs' MHz and /proc/stat's cpu line (stolen ticks).
 # With GPUS=2 (nvidia-h200-x2) the side chain runs on GPU 1 beside the build:
 # SIDE=from (the default) another drafter recipe (BUILD_B) for GPU 0's target, distilled as soon
@@ -348,6 +349,28 @@ pipeline)
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
         --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"
+    # what an operator does with a win: sweep a second prompt and --save its winner in a profile,
+    # then keep that profile true with --check --measure on the same host (2026-11-30g ran this
+    # by hand: width 8 saved on prompt 6, 8 pass). SAVE_PROMPT: an index into prompts.json,
+    # "none" to skip; with $VA, the rest's attention
+    if [ "${SAVE_PROMPT:-6}" != none ]; then
+        python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[int(sys.argv[2])], end='')" \
+            "$P/prompts.json" "${SAVE_PROMPT:-6}" > "$R/prompt-save.txt" 2>> "$R/pipeline.log"
+        log "sweep save bf16 prompt ${SAVE_PROMPT:-6}, --save to gpu-profile.toml"
+        timeout "${SWEEP_TIMEOUT:-280}" $BW sweep --target "$P/target-bf16" --draft "$P/drafter" \
+            --widths 4,8,12,16 -n 5 --sequential --max-reps 8 --max-seconds "${SWEEP_S2:-90}" \
+            --max-tokens 256 --prompt-file "$R/prompt-save.txt" --verify-linear "$VL" \
+            --verify-attention "$VA" --record-dir "$R/records-save-bf16" --save \
+            --profile "$R/gpu-profile.toml" > "$R/sweep-save-bf16.txt" 2>&1
+        log "sweep save bf16 rc $?"
+        if [ -f "$R/gpu-profile.toml" ]; then
+            timeout 240 $BW --target "$P/target-bf16" --draft "$P/drafter" --profile "$R/gpu-profile.toml" \
+                --check --measure --verify-attention "$VA" -n 3 --json > "$R/check.json" 2> "$R/check.err"
+            log "check --measure rc $?"
+        else
+            log "no profile saved: no check"
+        fi
+    fi
     stop_sampler
     log "pipeline done"
     touch "$WORK/pipeline.done" ;;
