@@ -320,6 +320,11 @@ def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
     for row in TABLE:
         if row.backend is Backend.CUDA and row.compute_capability == "9.0":
             assert (row.drafter_kind.value, "9.0", row.scheme.value) in won, row
+            # the row's record is one of these, and the width it names won there
+            r = load(ROOT / row.record)
+            arm = next(a for a in r["arms"] if a["width"] == row.width)
+            assert arm["verdict"] == "wins" and r["pair"]["target_quantization"]["scheme"] == row.scheme.value
+            assert row.byte_identical is arm["identity"]["identical_bytes"] is True
 
 
 def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():

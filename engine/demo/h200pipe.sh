@@ -16,8 +16,9 @@
 # the ninth run on: 2026-11-30e's gemvv sweep ran 0.88x of classic; 2026-11-30d ran
 # "stock1 gemvv gemvv2 stock2"), the 4-bit sweep, the fresh-process cold check at the best bf16
 # arm, and a sweep of prompt SAVE_PROMPT (6; none: skip) that --saves its winner in a profile,
-# which --check --measure then re-measures. start runs a sampler beside it, which the pipeline's end stops: the GPUs' clocks (nvidia-smi,
-# every CLOCK_MS) and, each second, the CPUs' MHz and /proc/stat's cpu line (stolen ticks).
+# which --check --measure then re-measures. start runs a sampler beside it, which the
+# pipeline's end stops: the GPUs' clocks (nvidia-smi, every CLOCK_MS) and, each second, the
+# CPUs' MHz and /proc/stat's cpu line (stolen ticks).
 # With GPUS=2 (nvidia-h200-x2) the side chain runs on GPU 1 beside the build:
 # SIDE=from (the default) another drafter recipe (BUILD_B) for GPU 0's target, distilled as soon
 # as that target is written (build_gpu --target-from, the same budgets); SIDE=build (2026-11-30d)
