@@ -1243,3 +1243,26 @@ def test_the_readme_quotes_the_ninth_builds_sweeps_as_recorded():
     p6 = {a["width"]: a["acceptance"] for a in recs[1]["arms"] if a["width"]}
     assert (f"the drafter kept {acc[2]:.2f} of the drafted tokens at width 2 and {acc[16]:.2f} at 16. On prompt 6 "
             f"({p6[4]:.2f} at width 4, {p6[16]:.2f} at 16)") in readme
+
+
+def test_the_readme_quotes_the_ninth_builds_bench_order_effect_as_recorded():
+    """The bench alternates which arm runs first on each fresh prompt (the engine on even
+    repetitions); its classic ratio followed that order. The README's figures: what running
+    first cost each arm (its first-run time less its next second-run time, 128 tokens), and how
+    far apart the two were when each ran second."""
+    import re
+
+    b = json.loads((ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30g" / "sweeps" / "bench-bf16.json")
+                   .read_text())
+    e, m = (b["modes"]["classic"][k] for k in ("engine_tok_s", "mlx_lm_tok_s"))
+    sec = lambda xs: [b["tokens"] / x for x in xs]  # noqa: E731
+    es, ms = sec(e), sec(m)
+    engine_extra = [es[0] - es[1], es[2] - es[3]]
+    mlx_extra = [ms[1] - ms[0], ms[3] - ms[2]]
+    apart = [abs(1 - e[1] / m[0]), abs(1 - e[3] / m[2])]
+    readme = " ".join((ROOT / "README.md").read_text().split())
+    said = re.search(r"run first, the engine took ([\d.]+)-([\d.]+) s longer than run second, mlx-lm "
+                     r"([\d.]+)-([\d.]+) s; run second, they were about (\d+) % apart", readme)
+    assert said and [float(x) for x in said.groups()[:4]] == [
+        round(min(engine_extra), 2), round(max(engine_extra), 2), round(min(mlx_extra), 2), round(max(mlx_extra), 2)]
+    assert int(said[5]) == round(max(apart) * 100)
