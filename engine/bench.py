@@ -99,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     def timed(fn, width):
         t0 = time.perf_counter()
         toks = fn(width)
-        return toks, len(toks) / (time.perf_counter() - t0)
+        dt = time.perf_counter() - t0
+        return toks, len(toks) / dt, dt
 
     print(f"bench: {pair.describe()}, {len(prompts[0])}-token prompt, {args.tokens} new tokens, "
           f"n={args.n}{', a fresh prompt each repetition' if args.fresh else ''}, "
@@ -109,20 +110,36 @@ def main(argv: list[str] | None = None) -> int:
         timed(ours, m), timed(theirs, m)
     ratios: dict = {m: [] for m in modes}
     speeds: dict = {m: ([], []) for m in modes}
+    seconds: dict = {m: ([], []) for m in modes}
     identical = {m: True for m in modes}
+    engine_first: list[bool] = []
     for rep in range(args.n):
         if args.fresh:
             current[0] = prompts[rep + 1]
+        # alternate which goes first, so neither always runs on a warmer host
+        engine_first.append(rep % 2 == 0)
         for m in modes:
-            # alternate which goes first, so neither always runs on a warmer host
-            first, second = (ours, theirs) if rep % 2 == 0 else (theirs, ours)
-            a_toks, a = timed(first, m)
-            b_toks, b = timed(second, m)
-            (o_toks, o), (t_toks, t) = ((a_toks, a), (b_toks, b)) if first is ours else ((b_toks, b), (a_toks, a))
+            first, second = (ours, theirs) if engine_first[-1] else (theirs, ours)
+            a_toks, a, a_s = timed(first, m)
+            b_toks, b, b_s = timed(second, m)
+            (o_toks, o, o_s), (t_toks, t, t_s) = (((a_toks, a, a_s), (b_toks, b, b_s)) if first is ours
+                                                  else ((b_toks, b, b_s), (a_toks, a, a_s)))
             identical[m] &= o_toks == t_toks
             ratios[m].append(o / t)
             speeds[m][0].append(o)
             speeds[m][1].append(t)
+            seconds[m][0].append(o_s)
+            seconds[m][1].append(t_s)
+
+    def order(m) -> str:
+        """Each arm's median seconds when it ran first on the repetition's prompt and when it ran
+        second: with --fresh the first run at a new prompt pays its first-use work (2026-11-30g:
+        the classic ratio followed the order, the engine paying 0.13-0.20 s, mlx-lm 0.06-0.08)."""
+        med = lambda xs: f"{statistics.median(xs):.3f}" if xs else "-"  # noqa: E731
+        eng, mlx = seconds[m]
+        pick = lambda xs, want: [x for x, f in zip(xs, engine_first) if f is want]  # noqa: E731
+        return (f"order: first in its pair engine {med(pick(eng, True))} s, mlx-lm {med(pick(mlx, False))} s; "
+                f"second engine {med(pick(eng, False))} s, mlx-lm {med(pick(mlx, True))} s (medians)")
     ok = True
     print(f"{'mode':>8}  {'engine tok/s (med)':>18}  {'mlx-lm tok/s (med)':>18}  {'ratio min/med/max':>22}  tokens")
     for m in modes:
@@ -133,13 +150,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name:>8}  {statistics.median(speeds[m][0]):18.1f}  {statistics.median(speeds[m][1]):18.1f}  "
               f"{min(r):6.3f} {med:6.3f} {max(r):6.3f}  {'identical' if identical[m] else 'DIFFER'}")
         print(f"{'':>8}  per pair: " + " ".join(f"{x:.3f}" for x in r))
+        if args.n >= 2:
+            print(f"{'':>8}  {order(m)}")
     print("target (median ratio >= 0.97, identical tokens):", "met" if ok else "NOT met")
     if args.json_out:
         with open(args.json_out, "w") as fh:
             json.dump({"pair": pair.describe(), "tokens": args.tokens, "n": args.n, "fresh": args.fresh,
+                       "engine_first": engine_first,
                        "verify_attention": args.verify_attention, "verify_linear": args.verify_linear, "mlx": mx.__version__,
                        "modes": {("classic" if m is None else f"w{m}"): {
                            "engine_tok_s": speeds[m][0], "mlx_lm_tok_s": speeds[m][1],
+                           "engine_s": seconds[m][0], "mlx_lm_s": seconds[m][1],
                            "ratios": ratios[m], "identical": identical[m]} for m in modes}}, fh, indent=1)
     return 0 if ok else 1
 

@@ -52,6 +52,11 @@ def test_bench_fresh_uses_a_new_prompt_each_repetition(tmp_path):
     assert res["fresh"] and set(res["modes"]) == {"classic", "w2"}
     assert all(m["identical"] for m in res["modes"].values()), out.stdout  # same arithmetic on a CPU
     assert len(res["modes"]["w2"]["ratios"]) == 2
+    # which arm ran first on each prompt, and each run's seconds: the order effect is visible
+    assert res["engine_first"] == [True, False]
+    for m in res["modes"].values():
+        assert len(m["engine_s"]) == len(m["mlx_lm_s"]) == 2 and min(m["engine_s"] + m["mlx_lm_s"]) > 0
+    assert out.stdout.count("order: first in its pair engine ") == 2, out.stdout
 
 
 def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
