@@ -120,10 +120,8 @@ def main(argv: list[str] | None = None) -> int:
         engine_first.append(rep % 2 == 0)
         for m in modes:
             first, second = (ours, theirs) if engine_first[-1] else (theirs, ours)
-            a_toks, a, a_s = timed(first, m)
-            b_toks, b, b_s = timed(second, m)
-            (o_toks, o, o_s), (t_toks, t, t_s) = (((a_toks, a, a_s), (b_toks, b, b_s)) if first is ours
-                                                  else ((b_toks, b, b_s), (a_toks, a, a_s)))
+            a, b = timed(first, m), timed(second, m)
+            (o_toks, o, o_s), (t_toks, t, t_s) = (a, b) if engine_first[-1] else (b, a)
             identical[m] &= o_toks == t_toks
             ratios[m].append(o / t)
             speeds[m][0].append(o)
@@ -132,8 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             seconds[m][1].append(t_s)
 
     def order(m) -> str:
-        """Each arm's median seconds when it ran first on the repetition's prompt and when it ran
-        second: with --fresh the first run at a new prompt pays its first-use work (2026-11-30g:
+        """Each arm's median seconds when it ran first in its pair and when it ran second: with --fresh the first run at a new prompt pays its first-use work (2026-11-30g:
         the classic ratio followed the order, the engine paying 0.13-0.20 s, mlx-lm 0.06-0.08)."""
         med = lambda xs: f"{statistics.median(xs):.3f}" if xs else "-"  # noqa: E731
         eng, mlx = seconds[m]

@@ -355,7 +355,8 @@ pipeline)
     # by hand: width 8 saved on prompt 6, 8 pass). SAVE_PROMPT: an index into prompts.json,
     # "none" to skip; with $VA, the rest's attention
     if [ "${SAVE_PROMPT:-6}" != none ]; then
-        python3 -c "import json, sys; print(json.load(open(sys.argv[1]))[int(sys.argv[2])], end='')" \
+        python3 -c "import sys; from engine.demo.prompts import read_prompts
+print(read_prompts(sys.argv[1])[int(sys.argv[2])], end='')" \
             "$P/prompts.json" "${SAVE_PROMPT:-6}" > "$R/prompt-save.txt" 2>> "$R/pipeline.log"
         log "sweep save bf16 prompt ${SAVE_PROMPT:-6}, --save to gpu-profile.toml"
         timeout "${SWEEP_TIMEOUT:-280}" $BW sweep --target "$P/target-bf16" --draft "$P/drafter" \
