@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test bench screenshots clean
+.PHONY: run test lab-test bench screenshots clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "blockwidth needs Python 3.11+ (found $$($(PYTHON) --version))"; exit 2; }
@@ -19,8 +19,12 @@ run: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
 
+# The lab's own tests (GPU build scripts, probes and pipelines, run on this CPU): not the product's.
+lab-test: $(STAMP)
+	$(BIN)/python -m pytest -q lab/tests $(PYTEST_ARGS)
+
 bench: $(STAMP)
-	$(BIN)/python -m engine.bench $(ARGS)
+	$(BIN)/python -m lab.bench $(ARGS)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

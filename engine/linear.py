@@ -5,7 +5,7 @@ graph node), but 2+ rows to cuBLASLt: each call builds a matmul descriptor and
 three layouts, asks cuBLAS's heuristic for an algorithm (nothing is cached
 between calls) and captures the matmul into a child graph. A 1B target's
 verify makes ~150 such calls; on the H200 one call (evaluated alone) cost 8-20 µs
-more than the 1-row gemv (engine/demo/evidence/h200-2026-11-29b/probe.json,
+more than the 1-row gemv (lab/evidence/h200-2026-11-29b/probe.json,
 ``linear_micro``): 1.2-3 ms a verify, a large part of the ~4-5 ms by which a
 verify of 2-16 rows exceeded a decode step in the decode loop (README, "On the H200").
 
@@ -22,13 +22,13 @@ sorted, the same call takes a CUTLASS grouped GEMM, which the probe measured at
 - ``gemv``: on CUDA, 2..8-row 16-bit projections through this module's own kernel
   (``mx.fast.cuda_kernel``): one warp per output feature reads its weight row once
   and multiplies it with every row of the input, so a K-row projection reads the
-  weights once, as the 1-row gemv does. engine/demo/probe_parts.py measured on the
+  weights once, as the 1-row gemv does. lab/probe_parts.py measured on the
   H200 that the projections are what doubles from 1 row to 2 (22 layers: 1.4 ms at
   1 row, 3.0 ms at 2, stock or ``gather``, whose gemv_gather reads the weights once
   per row); elsewhere (a CPU, quantized or float32 weights, 9+ rows, an input width that is
   not a multiple of 8 or not the weight's: :func:`gemv_fits`) stock;
 - ``auto``: ``stock`` everywhere, until the H200 has measured the others in the
-  decode loop (engine/demo/probe_loop.py times them beside stock).
+  decode loop (lab/probe_loop.py times them beside stock).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ TABLE: tuple[MeasuredDefault, ...] = (
         bits=None,
         width=8,
         mlx="0.32.4",
-        record="engine/demo/evidence/h200-2026-11-30g/sweeps/records-rows-bf16-p6/"
+        record="lab/evidence/h200-2026-11-30g/sweeps/records-rows-bf16-p6/"
         "session-20261130T123339Z-0ce44d32-11806.json",
         evidence="prompt 6: width 8 574-593 tok/s vs classic 358-381 (12: 489-496, 16: 440-444); "
         "prompt 0 (records-rows-bf16): width 8 887-1003, 12 1085-1128 vs classic 215-381",
@@ -80,7 +80,7 @@ TABLE: tuple[MeasuredDefault, ...] = (
         bits=4,
         width=16,
         mlx="0.32.4",
-        record="engine/demo/evidence/h200-2026-11-30g/sweeps/records-model-4bit/"
+        record="lab/evidence/h200-2026-11-30g/sweeps/records-model-4bit/"
         "session-20261130T122848Z-4f4ed87b-8368.json",
         evidence="prompt 0: width 16 795-800 tok/s vs classic 304-319 (8: 675-687, 12: 780-789; "
         "2-7: 241-266, slower)",

@@ -270,7 +270,7 @@ def test_rows_fits_only_what_its_kernel_assumes():
 
 
 def test_probe_rows_says_why_it_cannot_run_here(capsys):
-    from engine.demo import probe_rows
+    from lab import probe_rows
 
     assert probe_rows.main(["--rows", "1,4"]) == 2
     assert "--rows '1,4'" in capsys.readouterr().err
@@ -287,7 +287,7 @@ def test_probe_rows_parity_cases_reach_the_kernels_edges():
     2-16 rows) never reached what the kernel's source varies with at its limits: a head size
     of 32 (one value a lane) or 256 (eight, and the largest shared output), a batch stride, 64
     rows. Each case is one rows_fits takes (a case it refused would only count as failed)."""
-    from engine.demo import probe_rows
+    from lab import probe_rows
 
     cases = probe_rows.cases()
     assert len(cases) == 1108 and all(c[1] == 1 and 64 <= c[2] <= 128 and c[5] <= 16 for c in cases[:1080])
@@ -363,7 +363,7 @@ def test_probe_rows_times_every_mode_on_a_cpu_through_probe_overlaps_loop():
     """probe_rows' timing (the part that needs no CUDA kernel) on a tiny random model: each row
     count has a median for every mode and that mode's routing, through probe_overlap's verify loop
     (plain routes every layer's verify call; fused routes none)."""
-    from engine.demo import probe_rows
+    from lab import probe_rows
 
     out = probe_rows.timing("tiny", [2, 3], 7, ["plain", "fused"])
     assert set(out) == {"rows2", "rows3"}

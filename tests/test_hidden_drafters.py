@@ -13,7 +13,7 @@ import pytest
 
 from engine import costcurve, demo, hidden
 from engine.decode import classic, speculative
-from engine.demo import build_drafters as bd
+from lab import build_drafters as bd
 from engine.demo.prompts import DEMO_PROMPTS
 from engine.pair import PairError, load_pair
 from policy.drafter import DrafterKind, read_drafter

@@ -272,9 +272,9 @@ def test_verify_choices_are_one_declaration_everywhere(flag, home, said):
         assert m, out
         return " ".join(m.group(0).split())
 
-    helps = {args: entry(*args) for args in [("engine.bench",), ("engine.soak",), ("engine.coldcheck",),
+    helps = {args: entry(*args) for args in [("lab.bench",), ("lab.soak",), ("lab.coldcheck",),
                                              ("console.cli", "sweep"), ("console.cli", "costcurve")]}
-    assert len(set(helps.values())) == 1 and said in helps[("engine.soak",)], helps
+    assert len(set(helps.values())) == 1 and said in helps[("lab.soak",)], helps
     declared = [p.relative_to(ROOT) for d in ("engine", "console") for p in (ROOT / d).rglob("*.py")
                 if re.search(rf'add_argument\(\s*"{flag}"', p.read_text(encoding="utf-8"))]
     assert declared == [Path(home)], declared

@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # The GPU evidence on a two-H200 host, in three device calls of at most 10 minutes each.
 # GPU 0 carries the 1B pair (build, sweeps); GPU 1 the work that runs beside it (the demo
-# drafters of engine/demo/drafters_gpu.sh, cold checks, the second bench). Run from the
-# repository root after MLX is installed (engine/demo/devwheels3.sh: three transfers);
+# drafters of lab/drafters_gpu.sh, cold checks, the second bench). Run from the
+# repository root after MLX is installed (lab/devwheels3.sh: three transfers);
 # weights stay in $WORK, results go to $OUT/<stage>.tgz.
-#   bash engine/demo/h200x2.sh a   # GPU0: build the 1B pair (detached: it outlives the call)
+#   bash lab/h200x2.sh a   # GPU0: build the 1B pair (detached: it outlives the call)
 #                                  # GPU1: train the demo DFlash/MTP/model drafters
-#   bash engine/demo/h200x2.sh b   # GPU0: sweeps of both 1B targets, soak
+#   bash lab/h200x2.sh b   # GPU0: sweeps of both 1B targets, soak
 #                                  # GPU1: cold check, the new DFlash drafter's H200 sweeps
 # As run on 2026-11-29 the drafters' stages hit their limits (250 s, 130 s) before writing the
 # DFlash/MTP weights; they were then trained alone with WINDOWS=8192 DFLASH_S=100 MTP_S=60.
-#   bash engine/demo/h200x2.sh c   # both: bench against stock mlx-lm at the sweeps' best widths
+#   bash lab/h200x2.sh c   # both: bench against stock mlx-lm at the sweeps' best widths
 # Timing runs on one GPU share the host with the other GPU's job; every comparison that
 # decides anything is made inside one process, arms interleaved (README, "The method").
 set -uo pipefail
@@ -36,13 +36,13 @@ case $stage in
 a)
     rm -f "$WORK/build.rc"
     log "build (GPU0, detached)"
-    CUDA_VISIBLE_DEVICES=0 setsid nohup bash -c "python3 -m engine.demo.build_gpu --out $P \
+    CUDA_VISIBLE_DEVICES=0 setsid nohup bash -c "python3 -m lab.build_gpu --out $P \
         --target-seconds ${TARGET_S:-150} --gen-seconds ${GEN_S:-40} --drafter-seconds ${PAIR_DRAFTER_S:-90} \
         > $WORK/build.log 2>&1; echo \$? > $WORK/build.rc" > /dev/null 2>&1 &
     log "demo drafters (GPU1)"
     export CUDA_VISIBLE_DEVICES=1
-    OUT=$R timeout "${DRAFTERS_T:-250}" bash engine/demo/drafters_gpu.sh hidden > "$R/hidden.out" 2>&1
-    OUT=$R timeout "${DRAFTER_T:-130}" bash engine/demo/drafters_gpu.sh drafter > "$R/drafter.out" 2>&1
+    OUT=$R timeout "${DRAFTERS_T:-250}" bash lab/drafters_gpu.sh hidden > "$R/hidden.out" 2>&1
+    OUT=$R timeout "${DRAFTER_T:-130}" bash lab/drafters_gpu.sh drafter > "$R/drafter.out" 2>&1
     # the new DFlash drafter waits in $WORK for stage b's H200 sweeps
     rm -rf "$WORK/dflash" && cp -r "$R/drafters/dflash" "$WORK/dflash" 2>/dev/null
     unset CUDA_VISIBLE_DEVICES
@@ -52,7 +52,7 @@ b)
     (
         export CUDA_VISIBLE_DEVICES=1
         log "coldcheck auto (GPU1)"
-        timeout 170 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$P/drafter" \
+        timeout 170 python3 -m lab.coldcheck --target "$P/target-bf16" --draft "$P/drafter" \
             --widths "${WIDTHS:-4,8}" --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 \
             --verify-attention auto --fresh-runs 3 --out "$R/coldcheck-auto.json" > /dev/null 2> "$R/coldcheck-auto.err"
         d=$WORK/dflash
@@ -74,7 +74,7 @@ b)
         log "best $t: $(cat "$WORK/best-$t")"
     done
     log "soak auto (GPU0)"
-    timeout 60 python3 -m engine.soak --target "$P/target-bf16" --draft "$P/drafter" \
+    timeout 60 python3 -m lab.soak --target "$P/target-bf16" --draft "$P/drafter" \
         --rounds 2000 --width 4 --verify-attention auto --json 2>&1 | tail -3 > "$R/soak-auto.json"
     wait ;;
 c)
@@ -83,7 +83,7 @@ c)
         w=$(cat "$WORK/best-$t" 2>/dev/null || echo 4)
         ws=$(printf '%s\n' 4 "$w" | sort -nu | paste -sd,)
         log "bench $t widths $ws (GPU$i)"
-        CUDA_VISIBLE_DEVICES=$i timeout 280 python3 -m engine.bench --target "$P/target-$t" --draft "$P/drafter" \
+        CUDA_VISIBLE_DEVICES=$i timeout 280 python3 -m lab.bench --target "$P/target-$t" --draft "$P/drafter" \
             --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" \
             --json-out "$R/bench-$t.json" > "$R/bench-$t.txt" 2>&1 &
         i=$((i + 1))

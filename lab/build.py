@@ -14,7 +14,7 @@ standard library source. Steps, each seeded:
 
 Run on a GPU (minutes on an H200; the CPU works, but for hours):
 
-    python -m engine.demo.build --out /tmp/demo
+    python -m lab.build --out /tmp/demo
 
 MLX on CUDA does not promise bitwise-reproducible reductions, so a rebuild is
 the same procedure with the same seeds, not necessarily the same bytes.

@@ -9,7 +9,7 @@ the 1-row steps that follow in the same process: a bias against classic in every
 session. This probe times classic runs interleaved with speculative runs under one routing,
 in a fresh process per routing (ABBA across calls), on a random pair of the GPU pair's shape:
 
-    python -m engine.demo.probe_classic --variant stock|gemvv --json
+    python -m lab.probe_classic --variant stock|gemvv --json
 
 Each timed classic run also carries the host's share of it (engine.host.host_delta: main-thread
 and process CPU seconds, stolen seconds, context switches, the CPU at each end). On the H200
@@ -41,7 +41,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine import decode, host
     from engine.costcurve import context_ids
-    from engine.demo.probe_loop import _models, _Pair
+    from lab.probe_loop import _models, _Pair
 
     pair = _Pair(*_models(args.shape, False))
     prompt = context_ids(48)

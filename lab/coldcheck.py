@@ -6,7 +6,7 @@ prompt) and decodes the session prompt once: nothing built for those exact
 positions can be replayed there. Reports each arm's session median decode
 tok/s beside the fresh figure; within 10 % means the session is cold-honest.
 
-    python -m engine.coldcheck --target T --draft D --widths 4,8 --prompt-file P \\
+    python -m lab.coldcheck --target T --draft D --widths 4,8 --prompt-file P \\
         --verify-attention auto --out cold.json
 """
 
@@ -54,7 +54,7 @@ def _prompt(args) -> str:
 
 
 def _fresh(args, width: int | None) -> dict:
-    cmd = [sys.executable, "-m", "engine.coldcheck", "--one", "classic" if width is None else str(width),
+    cmd = [sys.executable, "-m", "lab.coldcheck", "--one", "classic" if width is None else str(width),
            "--target", args.target, "--verify-attention", args.verify_attention,
            "--verify-linear", args.verify_linear,
            "--max-tokens", str(args.max_tokens), "--prompt-index", str(args.prompt_index),

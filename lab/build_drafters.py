@@ -25,12 +25,12 @@ During training, the draft agreement at width 4 on held-out greedy text is
 logged, and the weights that validated best are kept. Run on a GPU (see
 drafters_gpu.sh for the budgets):
 
-    python -m engine.demo.build_drafters --out /tmp/drafters
+    python -m lab.build_drafters --out /tmp/drafters
 
 A smoke test anywhere (a few steps on a CPU, where the 4-bit target's batched
 forwards are very slow):
 
-    python -m engine.demo.build_drafters --out /tmp/smoke --targets bf16 --windows 24 --val 8 \
+    python -m lab.build_drafters --out /tmp/smoke --targets bf16 --windows 24 --val 8 \
         --seq 64 --prompt 24 --batch 4 --blocks 2 --dflash-steps 20 --mtp-steps 20 \
         --drafter-steps 10 --accept-tokens 16
 
@@ -55,11 +55,11 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map
 
 from engine import hidden
-from engine.demo.build import (DRAFTER_CONFIG, batches, build_corpus, greedy_continuations, log,
-                               make_model)
+from lab.build import (DRAFTER_CONFIG, batches, build_corpus, greedy_continuations, log,
+                       make_model)
 from engine.demo.prompts import PromptsFileError, read_prompts
 
-PAIR = Path(__file__).resolve().parent / "pair"
+from engine.demo import PAIR_DIR as PAIR  # noqa: E402  (the demo pair stays in the product)
 BLOCK = 16
 DFLASH_LAYERS = (1, 3, 5)
 
@@ -480,7 +480,7 @@ def save_drafter(model, out: Path, tok_dir: Path) -> None:
 
 
 def quantize_target(pair: Path) -> None:
-    """target-4bit from target-bf16, as engine.demo.build makes it (affine, 4 bits, group 64)."""
+    """target-4bit from target-bf16, as lab.build makes it (affine, 4 bits, group 64)."""
     from mlx_lm.utils import load_model, quantize_model, save_config
 
     model, config = load_model(pair / "target-bf16")

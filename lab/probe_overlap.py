@@ -14,7 +14,7 @@ cache, one forward of 1 and of K rows four ways:
 - ``build``: the graph construction alone (the model call, nothing evaluated);
 - ``eval``: the evaluation of an already built graph, to the tokens on the host.
 
-    python -m engine.demo.probe_overlap --json
+    python -m lab.probe_overlap --json
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.costcurve import context_ids
     from engine.decode import greedy
-    from engine.demo.probe_loop import _models
+    from lab.probe_loop import _models
 
     target, _ = _models(args.shape, args.quant)
     prompt = mx.array(context_ids(300), mx.uint32)

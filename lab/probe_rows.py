@@ -18,7 +18,7 @@ fused 1-row kernel, and the forward 5.6-6.9 ms against 4.0 at one row. This prob
    fresh KV length each step, as decoding advances, built, evaluated and read (a round's
    synced cost), under ``plain``, ``vector`` and ``rows`` in ABBA order, at each row count.
 
-    python -m engine.demo.probe_rows --out rows.json     (CUDA; ~1-2 minutes on an H200)
+    python -m lab.probe_rows --out rows.json     (CUDA; ~1-2 minutes on an H200)
 
 Exit status 0 when every parity case passed, 1 when one failed (the pipeline then sweeps no
 ``rows`` arm), 2 on bad input or without CUDA.
@@ -88,8 +88,8 @@ def timing(shape: str, rows: list[int], steps: int, modes: list[str]) -> dict:
     import mlx.core as mx
 
     from engine.costcurve import context_ids
-    from engine.demo.probe_loop import _models
-    from engine.demo.probe_overlap import verify_laps
+    from lab.probe_loop import _models
+    from lab.probe_overlap import verify_laps
 
     target, _ = _models(shape, False)
     prompt = mx.array(context_ids(300), mx.uint32)
@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     import mlx.core as mx
 
     from engine.attention import CHOICES, current_backend
-    from engine.demo.build_gpu import SHAPES
+    from lab.build_gpu import SHAPES
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     bad = [m for m in modes if m not in CHOICES]

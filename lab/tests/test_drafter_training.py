@@ -2,7 +2,7 @@
 
 A drafter trained on inputs the engine never gives it (another hidden state, other positions,
 another attention context for chained steps) learns the wrong task: its training loss falls
-while its acceptance does not. Here, after a few training steps of engine.demo.build_drafters on
+while its acceptance does not. Here, after a few training steps of lab.build_drafters on
 a fixed batch, a real speculative decode of the demo target (float32, so that a full forward and
 the incremental verify forwards agree to rounding) records the logits of every draft the engine
 proposes, and the training forward, run on the same committed text and drafts, must give the
@@ -17,7 +17,7 @@ from mlx.utils import tree_flatten, tree_map
 
 from engine import demo, hidden
 from engine.decode import speculative
-from engine.demo import build_drafters as bd
+from lab import build_drafters as bd
 from engine.demo.prompts import DEMO_PROMPTS, read_prompts
 from engine.dflash import DFlashDrafter
 from engine.mtp import MTPDrafter

@@ -4,7 +4,7 @@ A verify's cost depends on shapes and the quantized kernel, not on what the
 weights say, so a random checkpoint shows a device's kernel boundaries without
 downloading a model:
 
-    python -m engine.demo.synthetic --shape 8b --quant affine-4 --out /tmp/fake-8b
+    python -m lab.synthetic --shape 8b --quant affine-4 --out /tmp/fake-8b
     blockwidth costcurve --target /tmp/fake-8b
 
 Its tokens are meaningless: use it for ``costcurve``, never for ``sweep``.

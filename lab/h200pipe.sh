@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The GPU evidence on one H200 as one detached pipeline that outlives the device calls.
-# Run from the repository root after MLX is installed (engine/demo/devwheels3.sh: three transfers).
-#   bash engine/demo/h200pipe.sh start    # with PROBE_LOOP=1 first probe MLX's CUDA graph settings and
+# Run from the repository root after MLX is installed (lab/devwheels3.sh: three transfers).
+#   bash lab/h200pipe.sh start    # with PROBE_LOOP=1 first probe MLX's CUDA graph settings and
 #                                         # engine.linear's projections on the decode loop
-#                                         # (engine/demo/probe_loop.py, ~3 min; three runs picked stock),
+#                                         # (lab/probe_loop.py, ~3 min; three runs picked stock),
 #                                         # pick; then start the pipeline below detached
-#   bash engine/demo/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
+#   bash lab/h200pipe.sh wait S   # wait up to S seconds for the pipeline; copy what it has
 #                                         # written so far to $OUT/results.tgz (call again and again)
 # The pipeline (GPU 0): build the pair (build_gpu.py --shape $SHAPE: 5b, or the FALLBACK shape's
 # pair when that build leaves no target: 3.5b after 5b, 1b after 3.5b; FALLBACK=none for none), the bf16 sweeps of its model drafter (widths 2-8, 12, 16): first
@@ -61,7 +61,7 @@ build() {  # $1: out dir, then build_gpu's recipe flags; the budgets are the sam
     # 2026-11-30f's trial: the 5b took ~60 s from start to its first step (490 ms a step) and
     # longer than the 3.5b to write its two targets; less generation and drafting keep it near 10 min
     [ "$shape" = 5b ] && { ts=170; gs=60; ds=120; }
-    python3 -m engine.demo.build_gpu --out "$out" --shape "$shape" --target-seconds "${TARGET_S:-$ts}" \
+    python3 -m lab.build_gpu --out "$out" --shape "$shape" --target-seconds "${TARGET_S:-$ts}" \
         --gen-seconds "${GEN_S:-$gs}" --gen-batch "${GEN_BATCH:-2048}" \
         --drafter-seconds "${PAIR_DRAFTER_S:-$ds}" "$@"
 }
@@ -97,17 +97,17 @@ bench() {  # $1: target variant, $2: the best width of its sweep (4 when none)
     local ws
     ws=$(printf '%s\n' 4 "${2:-4}" | sort -nu | paste -sd,)
     log "bench $1 widths $ws (model drafter: stock mlx-lm runs no MTP head)"
-    timeout "${BENCH_TIMEOUT:-260}" python3 -m engine.bench --target "$P/target-$1" --draft "$P/drafter" \
+    timeout "${BENCH_TIMEOUT:-260}" python3 -m lab.bench --target "$P/target-$1" --draft "$P/drafter" \
         --prompts-file "$P/prompts.json" --fresh --n 4 --tokens 128 --widths "$ws" --verify-linear "$VL" \
         --verify-attention "$VA" --json-out "$R/bench-$1.json" > "$R/bench-$1.txt" 2>&1
     log "bench $1 rc $?"
 }
-rows_probe() {  # engine/demo/probe_rows.py: the rows kernel's parity cases and its verify times
+rows_probe() {  # lab/probe_rows.py: the rows kernel's parity cases and its verify times
                # against plain and vector on a random model of BUILD_SHAPE (else $SHAPE); rows.ok
                # when every case passed
     local shape=${BUILD_SHAPE:-$SHAPE}
     log "probe_rows (parity of the rows attention kernel, verify ms by attention; $shape)"
-    timeout "${ROWS_TIMEOUT:-240}" python3 -m engine.demo.probe_rows --shape "$shape" \
+    timeout "${ROWS_TIMEOUT:-240}" python3 -m lab.probe_rows --shape "$shape" \
         --out "$R/probe_rows.json" > "$R/probe_rows.txt" 2>&1
     local rc=$?
     log "probe_rows rc $rc"
@@ -120,7 +120,7 @@ pair_drafter() {  # $1: kind (build_drafters --only), $2: name, $3: time limit, 
                   # $WORK/<name>, the log and the acceptance come back in the results
     local kind=$1 name=$2 limit=$3
     shift 3
-    timeout "$limit" python3 -m engine.demo.build_drafters --pair "$P" --out "$R/$name" --only "$kind" \
+    timeout "$limit" python3 -m lab.build_drafters --pair "$P" --out "$R/$name" --only "$kind" \
         --targets bf16 --gen-batch 2048 --val 128 --batch 32 --accept-tokens 128 "$@" \
         > "$R/build-$name.log" 2>&1
     local rc=$?
@@ -165,7 +165,7 @@ start)
     if [ "${PROBE_LOOP:-0}" = 1 ]; then
         log "probe_loop (stock, gather, gemv, each with vector attention too, on a random 1B bf16 pair)"
         # a failed probe must leave MLX's defaults, not an earlier run's pick
-        timeout 240 python3 -m engine.demo.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
+        timeout 240 python3 -m lab.probe_loop --out "$R/probe_loop.json" --pick "$WORK/pick.env" \
             --settings "${SETTINGS:-default}" --variants "${VARIANTS:-stock,gather,gv,gemv,gemvv}" \
             > "$R/probe_loop.txt" 2>&1
         log "picked: $(cat "$WORK/pick.env" 2>/dev/null)"
@@ -211,7 +211,7 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
     esac
     if [ "${SIDE:-from}" = demo ] && [ "${PROBE_OVERLAP:-0}" = 1 ]; then
         log "side: probe_overlap (host and GPU work of a forward, 1-8 rows, bf16 and 4-bit)"
-        for q in "" --quant; do timeout 120 python3 -m engine.demo.probe_overlap --json $q; done \
+        for q in "" --quant; do timeout 120 python3 -m lab.probe_overlap --json $q; done \
             > "$R/probe_overlap.jsonl" 2> "$R/probe_overlap.err"
     fi
     # the two demo drafters at once (each keeps a GPU busy a fraction of the time), so that GPU 1
@@ -220,10 +220,10 @@ side)  # GPU 1 (CUDA_VISIBLE_DEVICES set by start)
         log "side: demo DFlash drafter (continuing the committed one) and demo model drafter (GPU 1)"
         OUT=$R/demo HIDDEN_KINDS=dflash DFLASH_S=${DFLASH_S:-360} WINDOWS=${WINDOWS:-32768} \
             DFLASH_INIT=${DFLASH_INIT-engine/demo/pair/dflash} DFLASH_LR=${DFLASH_LR:-5e-4} \
-            timeout 600 bash engine/demo/drafters_gpu.sh hidden > "$R/side-dflash.out" 2>&1 &
+            timeout 600 bash lab/drafters_gpu.sh hidden > "$R/side-dflash.out" 2>&1 &
         p1=$!
         OUT=$R/demo DRAFTER_S=${DRAFTER_S:-300} DRAFTER_WINDOWS=${DRAFTER_WINDOWS:-65536} \
-            SHARE4=${SHARE4:-0.67} timeout 600 bash engine/demo/drafters_gpu.sh drafter \
+            SHARE4=${SHARE4:-0.67} timeout 600 bash lab/drafters_gpu.sh drafter \
             > "$R/side-drafter.out" 2>&1 &
         p2=$!
         wait $p1; log "side: dflash rc $?"
@@ -346,7 +346,7 @@ pipeline)
     case $d in *records-rows-*) VA=rows ;; *records-model-* | *records-dflash-*) VA=$VA0 ;; esac  # that sweep's
     w=${w:-4}
     log "coldcheck bf16 width $w with $draft, $VA attention (sweep median $ratio x classic)"
-    timeout 300 python3 -m engine.coldcheck --target "$P/target-bf16" --draft "$draft" --widths "$w" \
+    timeout 300 python3 -m lab.coldcheck --target "$P/target-bf16" --draft "$draft" --widths "$w" \
         --prompt-file "$P/prompts.json" --prompt-index 1 --max-tokens 128 --verify-linear "$VL" \
         --verify-attention "$VA" --fresh-runs 3 --out "$R/coldcheck.json" > "$R/coldcheck.txt" 2>&1
     log "coldcheck rc $?"

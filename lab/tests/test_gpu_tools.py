@@ -1,4 +1,4 @@
-"""The tools behind the H200 evidence (engine.soak, engine.coldcheck, engine.bench --fresh),
+"""The tools behind the H200 evidence (lab.soak, lab.coldcheck, lab.bench --fresh),
 run on the demo pair on this CPU so that what the GPU host runs is known to work."""
 
 import json
@@ -20,7 +20,7 @@ def _run(*args: str) -> subprocess.CompletedProcess:
 
 
 def test_soak_counts_rounds_across_decodes_and_reports_survival():
-    out = _run("engine.soak", "--target", str(demo.target("bf16")), "--draft", str(demo.DRAFTER),
+    out = _run("lab.soak", "--target", str(demo.target("bf16")), "--draft", str(demo.DRAFTER),
                "--rounds", "60", "--width", "3", "--verify-attention", "plain", "--json")
     assert out.returncode == 0, out.stderr
     res = json.loads(out.stdout)
@@ -31,7 +31,7 @@ def test_soak_counts_rounds_across_decodes_and_reports_survival():
 
 def test_coldcheck_sets_a_session_beside_fresh_processes(tmp_path):
     dest = tmp_path / "cold.json"
-    out = _run("engine.coldcheck", "--target", str(demo.target("bf16")), "--draft", str(demo.DRAFTER),
+    out = _run("lab.coldcheck", "--target", str(demo.target("bf16")), "--draft", str(demo.DRAFTER),
                "--widths", "2", "--n", "1", "--max-tokens", "12", "--fresh-runs", "2",
                "--out", str(dest))
     assert out.returncode == 0, out.stderr
@@ -46,7 +46,7 @@ def test_bench_fresh_uses_a_new_prompt_each_repetition(tmp_path):
     prompts = tmp_path / "p.json"
     prompts.write_text(json.dumps(["def f(x):\n    return", "class A:\n    def", "import os\nimport"]))
     dest = tmp_path / "bench.json"
-    out = _run("engine.bench", "--prompts-file", str(prompts), "--fresh", "--n", "2", "--tokens", "8",
+    out = _run("lab.bench", "--prompts-file", str(prompts), "--fresh", "--n", "2", "--tokens", "8",
                "--widths", "2", "--json-out", str(dest))
     res = json.loads(dest.read_text())
     assert res["fresh"] and set(res["modes"]) == {"classic", "w2"}
@@ -60,10 +60,10 @@ def test_bench_fresh_uses_a_new_prompt_each_repetition(tmp_path):
 
 
 def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
-    """engine.demo.probe_gpu (the evidence behind the CUDA choices) on a tiny random model:
+    """lab.probe_gpu (the evidence behind the CUDA choices) on a tiny random model:
     every combination asked for is timed or, where this backend lacks a kernel (gather_mm
     in bf16 on a CPU), recorded as an error instead of stopping the probe."""
-    from engine.demo import probe_gpu
+    from lab import probe_gpu
 
     out = tmp_path / "probe.json"
     assert probe_gpu.main(["--out", str(out), "--shape", "tiny", "--skip-8b", "--rows", "1,2",
@@ -78,11 +78,11 @@ def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
 
 
 def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_pass(tmp_path):
-    """engine.demo.probe_loop: the engine's own loops on a tiny random model in this process
+    """lab.probe_loop: the engine's own loops on a tiny random model in this process
     (every arm timed; the model is bf16, so on a CPU the gather arms route nothing and time
     the stock projections: engine.linear routes float32 only here), and its pick rule: a
     setting replaces ``default`` only when its modelled ms per token is 10 % lower in every pass."""
-    from engine.demo import probe_loop
+    from lab import probe_loop
 
     r = probe_loop.one("tiny", False, [4], 8, 1, ("", "gather", "gv", "gemv"))
     assert set(r["arms"]) == {"classic", "w4", "w4gather", "w4gv", "w4gemv"}
@@ -135,7 +135,7 @@ def test_the_loop_probe_times_each_arm_and_picks_only_a_setting_that_wins_every_
 def test_the_gpu_tools_refuse_an_unknown_verify_linear_before_loading_a_model():
     """A misspelt --verify-linear used to load the pair, run classic and then stop in a
     ValueError traceback at the first speculative run; now: exit 2, one line naming it."""
-    for tool in ("engine.bench", "engine.soak", "engine.coldcheck"):
+    for tool in ("lab.bench", "lab.soak", "lab.coldcheck"):
         out = _run(tool, "--target", "no-such-target", "--verify-linear", "cublas")
         assert out.returncode == 2, (tool, out.stderr)
         assert "--verify-linear: invalid choice: 'cublas'" in out.stderr.splitlines()[-1], tool
@@ -157,7 +157,7 @@ def test_bench_refuses_a_bad_prompts_file_in_one_line_before_loading(tmp_path, c
     """bench read --prompts-file with json.loads and no checks: a missing file or bad JSON
     stopped in a traceback, and a list of objects or an empty one was measured (or failed)
     after the pair loaded. The target does not exist: a file past the check fails on it."""
-    from engine import bench
+    from lab import bench
 
     f = tmp_path / "prompts.json"
     if text is not None:
@@ -181,7 +181,7 @@ def test_coldcheck_refuses_a_bad_prompt_file_or_index_in_one_line_before_loading
     """coldcheck's --prompt-file may be build_gpu's prompts.json with --prompt-index: an index
     past its end (or below 0, which Python counted from the end) stopped in an IndexError, or
     took another prompt, after the session's pair had loaded."""
-    from engine import coldcheck
+    from lab import coldcheck
 
     f = tmp_path / "prompts.json"
     if text is not None:
@@ -214,7 +214,7 @@ def _samplers(work: Path) -> list[int]:
 
 def _pipe(tmp_path: Path, verb: str, stub: str = _FAIL, wait_s: int = 100, wait_timeout: int = 120,
           drop: tuple[str, ...] = (), **extra: str) -> str:
-    """engine/demo/h200pipe.sh ``verb`` (``pipeline``, or ``start`` and then ``wait wait_s``) with
+    """lab/h200pipe.sh ``verb`` (``pipeline``, or ``start`` and then ``wait wait_s``) with
     ``stub`` as python3 and $WORK in tmp_path/work, ``extra`` in its environment and ``drop``
     taken out of it; each call must succeed. Returns pipeline.log."""
     bin_ = tmp_path / "bin"
@@ -226,12 +226,12 @@ def _pipe(tmp_path: Path, verb: str, stub: str = _FAIL, wait_s: int = 100, wait_
     for k in drop:
         env.pop(k, None)
     try:
-        out = subprocess.run(["bash", "engine/demo/h200pipe.sh", verb], cwd=ROOT, env=env,
+        out = subprocess.run(["bash", "lab/h200pipe.sh", verb], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         if verb == "start":
             # the pipeline runs detached; with every step failing at once it ends within moments
-            wait = subprocess.run(["bash", "engine/demo/h200pipe.sh", "wait", str(wait_s)], cwd=ROOT,
+            wait = subprocess.run(["bash", "lab/h200pipe.sh", "wait", str(wait_s)], cwd=ROOT,
                                   env={**env, "OUT": str(tmp_path)}, capture_output=True, text=True,
                                   timeout=wait_timeout)
             assert wait.returncode == 0, wait.stderr
@@ -251,7 +251,7 @@ def _pipe(tmp_path: Path, verb: str, stub: str = _FAIL, wait_s: int = 100, wait_
 
 
 def test_the_h200_pipeline_falls_back_to_width_4_when_a_sweep_names_no_best(tmp_path):
-    """engine/demo/h200pipe.sh with every Python step failing (a stub python3 that exits 1):
+    """lab/h200pipe.sh with every Python step failing (a stub python3 that exits 1):
     no sweep record, so no best width; the cold check and the bench must still get width 4,
     not an empty --widths, and the pipeline must run to its end."""
     work = tmp_path / "work"
@@ -286,7 +286,7 @@ def test_the_h200_pipeline_does_not_take_an_earlier_runs_pick_when_the_loop_prob
 
 
 def _gpu_records():
-    root = ROOT / "engine" / "demo" / "evidence"
+    root = ROOT / "lab" / "evidence"
     out = []
     for p in sorted(root.rglob("*.json")):
         data = json.loads(p.read_text())
@@ -339,7 +339,7 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
     data, and the table's kept column must be what they hold, build by build."""
     import re
 
-    evidence = sorted((ROOT / "engine" / "demo" / "evidence").glob("h200-*"))
+    evidence = sorted((ROOT / "lab" / "evidence").glob("h200-*"))
     kept = []
     for d in evidence:
         acc = json.loads((d / "build" / "build.json").read_text())["acceptance_held_out_width4"]
@@ -358,12 +358,12 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
 # after its target does; with TARGET_FIRST=1b only the 1B fallback build does.
 _PIPE_STUB = """#!/bin/sh
 echo "$@" >> "$WORK/calls"
-[ "$2" = engine.demo.probe_rows ] && [ "$ROWS_OK" = 1 ] && exit 0
-if [ "$2" = engine.demo.build_drafters ] && [ "$DFLASH_OK" = 1 ]; then
+[ "$2" = lab.probe_rows ] && [ "$ROWS_OK" = 1 ] && exit 0
+if [ "$2" = lab.build_drafters ] && [ "$DFLASH_OK" = 1 ]; then
     prev=; for a in "$@"; do [ "$prev" = --out ] && out=$a; prev=$a; done
     mkdir -p "$out/dflash" && echo {} > "$out/dflash/config.json"
 fi
-if [ "$2" = engine.demo.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
+if [ "$2" = lab.build_gpu ] && [ "$4" = "$WORK/gpupair" ]; then
     case "$TARGET_FIRST $*" in
     "1 "* | "1b "*"--shape 1b"*) mkdir -p "$4/target-4bit" && echo {} > "$4/target-4bit/config.json" ;;
     esac
@@ -402,9 +402,9 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     assert "sweep gemvv" not in log and "sweep rows" not in log, log  # GEMVV_ORDER: none; no rows.ok
     assert "probe_rows rc 1" in log, log
     calls = (work / "calls").read_text().splitlines()
-    probe = next(i for i, c in enumerate(calls) if "engine.demo.probe_rows" in c)
+    probe = next(i for i, c in enumerate(calls) if "lab.probe_rows" in c)
     assert f"--shape 3.5b --out {work / 'results' / 'probe_rows.json'}" in calls[probe], calls[probe]
-    builds = [c.split() for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
+    builds = [c.split() for c in (work / "calls").read_text().splitlines() if "lab.build_gpu" in c]
     shapes = [c[c.index("--shape") + 1] for c in builds]
     assert shapes == {"0": ["3.5b", "1b"], "1": ["3.5b", "3.5b"], "1b": ["3.5b", "1b", "1b"]}[target_first], builds
     assert ("building the 1b pair instead" in log) is (target_first != "1"), log
@@ -444,7 +444,7 @@ def test_the_h200_pipeline_on_one_gpu_probes_rows_on_the_shape_it_built(tmp_path
     assert "building the 1b pair instead" in log, log
     assert "verify ms by attention; 1b)" in log, log
     calls = (work / "calls").read_text().splitlines()
-    probe = [c for c in calls if "engine.demo.probe_rows" in c]
+    probe = [c for c in calls if "lab.probe_rows" in c]
     assert len(probe) == 1 and "--shape 1b " in probe[0], probe
 
 
@@ -455,8 +455,8 @@ _RECORD_STUB = """#!/bin/sh
 [ "$1" = - ] && exec {python} "$@"
 echo "$@" >> "$WORK/calls"
 case "$*" in
-*engine.demo.probe_rows*) exit 0 ;;
-*engine.demo.build_gpu*) mkdir -p "$4/target-4bit" && echo {{}} > "$4/target-4bit/config.json"; exit 0 ;;
+*lab.probe_rows*) exit 0 ;;
+*lab.build_gpu*) mkdir -p "$4/target-4bit" && echo {{}} > "$4/target-4bit/config.json"; exit 0 ;;
 esac
 prev=; rd=
 for a; do [ "$prev" = --record-dir ] && rd=$a; prev=$a; done
@@ -483,11 +483,11 @@ def test_the_h200_pipeline_runs_the_rest_with_the_attention_of_the_better_sweep(
     va, w = ("rows", "6") if winner == "rows" else ("auto", "5")
     assert f"verify attention from here: {va}" in log, log
     calls = (work / "calls").read_text().splitlines()
-    bench = [c for c in calls if "engine.bench" in c]
+    bench = [c for c in calls if "lab.bench" in c]
     assert len(bench) == 1 and f"--widths 4,{w} " in bench[0] and f"--verify-attention {va} " in bench[0], bench
     q4 = [c for c in calls if "records-model-4bit" in c]
     assert len(q4) == 1 and f"--verify-attention {va} " in q4[0], q4
-    cold = [c for c in calls if "engine.coldcheck" in c]
+    cold = [c for c in calls if "lab.coldcheck" in c]
     assert len(cold) == 1 and f"--widths {w} " in cold[0] and f"--verify-attention {va} " in cold[0], cold
     assert f"coldcheck bf16 width {w} with {work / 'gpupair' / 'drafter'}, {va} attention" in log, log
     # then a winner saved on a second prompt, and the saved profile re-measured by --check
@@ -515,7 +515,7 @@ def test_the_h200_side_chain_can_train_a_dflash_drafter_for_the_target_and_the_p
     assert log.index("side: DFlash drafter for the target on GPU 1") < log.index("sweep model bf16\n"), log
     assert log.index("sweep model bf16\n") < log.index("sweep dflash bf16\n") < log.index("sweep model 4bit\n"), log
     calls = (work / "calls").read_text().splitlines()
-    train = [c for c in calls if "engine.demo.build_drafters" in c]
+    train = [c for c in calls if "lab.build_drafters" in c]
     assert len(train) == 1 and f"--pair {work / 'gpupair'} --out {work / 'results' / 'dflashpair'} --only dflash --targets bf16" in train[0], train
     sweep = [c for c in calls if "console.cli sweep" in c and "records-dflash-bf16" in c]
     assert len(sweep) == 1 and f"--draft {work / 'dflashpair'} " in sweep[0], sweep
@@ -614,7 +614,7 @@ def test_best_arm_compares_record_dirs_and_skips_arms_without_figures(tmp_path):
     rec(broken, "session-1.json", [], {4: [1, 2, 3]})
 
     def best(*dirs: Path) -> str:
-        out = subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; best_arm "$@"', "_",
+        out = subprocess.run(["bash", "-c", '. lab/gpu_lib.sh; best_arm "$@"', "_",
                               *map(str, dirs)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
@@ -636,7 +636,7 @@ def test_better_build_takes_the_pair_whose_worse_target_keeps_more(tmp_path):
         return d
 
     def pick(a: Path, b: Path) -> str:
-        out = subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; better_build "$@"', "_", str(a),
+        out = subprocess.run(["bash", "-c", '. lab/gpu_lib.sh; better_build "$@"', "_", str(a),
                               str(b)], cwd=ROOT, capture_output=True, text=True, timeout=60)
         assert out.returncode == 0, out.stderr
         return out.stdout.strip()
@@ -654,13 +654,13 @@ def test_wait_for_succeeds_on_a_file_and_fails_when_its_time_is_up(tmp_path):
     there.write_text("0")
 
     def status(path: Path, seconds: int) -> int:
-        return subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; wait_for "$@"', "_", str(path),
+        return subprocess.run(["bash", "-c", '. lab/gpu_lib.sh; wait_for "$@"', "_", str(path),
                                str(seconds)], cwd=ROOT, timeout=60).returncode
 
     assert status(there, 0) == 0
     assert status(tmp_path / "side.done", 0) == 1
     def any_(seconds: int, *paths: Path) -> int:
-        return subprocess.run(["bash", "-c", '. engine/demo/gpu_lib.sh; wait_for_any "$@"', "_", str(seconds),
+        return subprocess.run(["bash", "-c", '. lab/gpu_lib.sh; wait_for_any "$@"', "_", str(seconds),
                                *map(str, paths)], cwd=ROOT, timeout=60).returncode
 
     assert any_(0, tmp_path / "target-4bit", there) == 0
@@ -668,10 +668,10 @@ def test_wait_for_succeeds_on_a_file_and_fails_when_its_time_is_up(tmp_path):
 
 
 def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
-    """engine.demo.probe_overlap, probe_parts and probe_classic, the H200 probes behind the README's account of
+    """lab.probe_overlap, probe_parts and probe_classic, the H200 probes behind the README's account of
     a verify's cost, on a tiny random model in this process: every figure is there and positive,
     and gemv (a CUDA kernel) routed nothing here while its products still match float32."""
-    from engine.demo import probe_overlap, probe_parts
+    from lab import probe_overlap, probe_parts
 
     assert probe_overlap.main(["--shape", "tiny", "--rows", "1,2", "--steps", "8", "--json"]) == 0
     d = json.loads(capsys.readouterr().out)
@@ -684,7 +684,7 @@ def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
     assert all(two[f] > 0 for f in ("proj", "proj_gather", "proj_gemv", "attn", "attn_vector",
                                     "attn_fused", "rest", "layers", "forward"))
     assert two["gemv_routed"] == 0 and two["gemv_max_rel_err"] < 0.01
-    from engine.demo import probe_classic
+    from lab import probe_classic
 
     assert probe_classic.main(["--shape", "tiny", "--variant", "gemvv", "--reps", "2", "--tokens", "8",
                                "--json"]) == 0
@@ -699,8 +699,8 @@ def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
 def _tiny_target():
     import mlx.core as mx
 
-    from engine.demo import build as small
-    from engine.demo.build_gpu import COMMON, SHAPES
+    from lab import build as small
+    from lab.build_gpu import COMMON, SHAPES
 
     mx.random.seed(3)
     model = small.make_model(dict(COMMON, **SHAPES["tiny"][0]))
@@ -716,7 +716,7 @@ def test_distillation_rows_label_every_position_with_the_targets_argmax_after_it
     import mlx.core as mx
     import numpy as np
 
-    from engine.demo.build_gpu import greedy_rows
+    from lab.build_gpu import greedy_rows
 
     model = _tiny_target()
     prompts = mx.array(np.random.default_rng(0).integers(1, 2048, size=(3, 10)))
@@ -741,7 +741,7 @@ def test_top_ids_splits_the_rows_and_finds_the_largest(monkeypatch):
     import mlx.core as mx
     import numpy as np
 
-    from engine.demo import build_gpu
+    from lab import build_gpu
 
     x = mx.random.normal((3, 5, 40), key=mx.random.key(0))
     whole = np.sort(np.array(build_gpu.top_ids(x, 4)), axis=-1)
@@ -758,7 +758,7 @@ def test_the_drafter_loss_is_the_hard_label_cross_entropy_plus_its_soft_share():
     import mlx.core as mx
     import mlx.nn as nn
 
-    from engine.demo.build_gpu import distil_loss
+    from lab.build_gpu import distil_loss
 
     mx.random.seed(1)
     teacher = mx.random.normal((2, 4, 8))
@@ -781,14 +781,14 @@ def test_the_drafter_loss_is_the_hard_label_cross_entropy_plus_its_soft_share():
 
 
 def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_weight(tmp_path):
-    """engine.demo.build_gpu end to end at its tiny shape (seconds): both targets, the drafter and
+    """lab.build_gpu end to end at its tiny shape (seconds): both targets, the drafter and
     build.json with the recipe; a soft-label weight outside 0..1 is refused in one line, exit 2,
     before anything is built."""
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "bad"), "--shape", "tiny",
+    out = _run("lab.build_gpu", "--out", str(tmp_path / "bad"), "--shape", "tiny",
                "--drafter-soft", "1.5")
     assert out.returncode == 2 and out.stderr.strip() == "--drafter-soft 1.5: a weight from 0 to 1"
     assert not (tmp_path / "bad").exists()
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
+    out = _run("lab.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
                "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0",
                "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80",
                "--drafter-soft", "0.5", "--drafter-topk", "8", "--drafter-labels", "all")
@@ -801,7 +801,7 @@ def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_wei
     for d in ("target-bf16", "target-4bit", "drafter"):
         assert (tmp_path / "pair" / d / "model.safetensors").is_file()
     # another recipe on the same target: nothing trained but the drafter, the targets linked
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "b"), "--shape", "tiny",
+    out = _run("lab.build_gpu", "--out", str(tmp_path / "b"), "--shape", "tiny",
                "--target-from", str(tmp_path / "pair"), "--drafter-seconds", "1", "--gen-seconds", "0",
                "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -811,21 +811,21 @@ def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_wei
     assert (tmp_path / "b" / "target-4bit").resolve() == (tmp_path / "pair" / "target-4bit").resolve()
     assert json.loads((tmp_path / "pair" / "prompts.json").read_text()) == json.loads(
         (tmp_path / "b" / "prompts.json").read_text())
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "b" / "drafter"))
+    out = _run("lab.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "b" / "drafter"))
     assert out.returncode == 2 and "--target-from" in out.stderr and not (tmp_path / "c").exists()
     # a target of another shape than --shape (1b by default): refused before anything is built
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "pair"))
+    out = _run("lab.build_gpu", "--out", str(tmp_path / "c"), "--target-from", str(tmp_path / "pair"))
     assert out.returncode == 2 and out.stderr.strip().startswith(
         f"--target-from {tmp_path / 'pair'}: its target is not the --shape 1b shape (hidden_size 128,")
     assert len(out.stderr.strip().splitlines()) == 1 and not (tmp_path / "c").exists()
     # a folder with targets of its own is not overwritten by links
     before = (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes()
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
+    out = _run("lab.build_gpu", "--out", str(tmp_path / "pair"), "--shape", "tiny",
                "--target-from", str(tmp_path / "b"))
     assert out.returncode == 2 and out.stderr.startswith(f"--out {tmp_path / 'pair'}: holds targets")
     assert (tmp_path / "pair" / "target-bf16" / "model.safetensors").read_bytes() == before
     # a whole build into the folder of links: its own targets there, the linked pair's untouched
-    out = _run("engine.demo.build_gpu", "--out", str(tmp_path / "b"), "--shape", "tiny", "--seed", "1",
+    out = _run("lab.build_gpu", "--out", str(tmp_path / "b"), "--shape", "tiny", "--seed", "1",
                "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0",
                "--gen-batch", "4", "--prompts", "1", "--batch", "2", "--seq", "80")
     assert out.returncode == 0, out.stderr[-2000:]
@@ -839,8 +839,8 @@ def test_a_checkpoint_writes_its_config_json_last(tmp_path, monkeypatch):
     says the folder is whole. It was written before the tokenizer files were copied."""
     import shutil
 
-    from engine.demo import build as small
-    from engine.demo.build_gpu import COMMON, SHAPES
+    from lab import build as small
+    from lab.build_gpu import COMMON, SHAPES
 
     tok = tmp_path / "tok"
     tok.mkdir()
@@ -866,12 +866,12 @@ def test_the_readme_quotes_probe_classic_as_recorded():
     import re
     import statistics
 
-    lines = (ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30d" / "probes" / "probe_classic.jsonl")
+    lines = (ROOT / "lab" / "evidence" / "h200-2026-11-30d" / "probes" / "probe_classic.jsonl")
     runs = [json.loads(x) for x in lines.read_text().splitlines() if x.strip()]
     steps = [s for r in runs for s in r["classic_step_ms_alone"] + r["classic_step_ms_after_spec"]]
     verify = {v: [statistics.median(r["spec_verify_ms"]) for r in runs if r["variant"] == v]
               for v in ("stock", "gemvv")}
-    readme = " ".join((ROOT / "engine" / "demo" / "evidence" / "README.md").read_text().split())
+    readme = " ".join((ROOT / "lab" / "evidence" / "README.md").read_text().split())
     said = re.search(r"classic's step moves \*\*between runs in every process\*\*, from ([\d.]+) to ([\d.]+) ms",
                      readme)
     assert said and (float(said[1]), float(said[2])) == (round(min(steps), 1), round(max(steps), 1))
@@ -886,13 +886,13 @@ def test_the_h200_pipeline_builds_5b_by_default_and_falls_back_to_3_5b(tmp_path)
     shape measured on the H200), not a 1B one; FALLBACK=none builds nothing more."""
     work = tmp_path / "work"
     log = _pipe(tmp_path, "pipeline", stub=_PIPE_STUB, TARGET_FIRST="0", drop=("SHAPE",))
-    builds = [c.split() for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
+    builds = [c.split() for c in (work / "calls").read_text().splitlines() if "lab.build_gpu" in c]
     assert [c[c.index("--shape") + 1] for c in builds] == ["5b", "3.5b"], builds
     assert "build (5b) left no target: building the 3.5b pair instead" in log, log
     assert "--target-seconds 170 --gen-seconds 60" in " ".join(builds[0]), builds[0]
     (work / "calls").unlink()
     log = _pipe(tmp_path, "pipeline", stub=_PIPE_STUB, TARGET_FIRST="0", drop=("SHAPE",), FALLBACK="none")
-    builds = [c for c in (work / "calls").read_text().splitlines() if "engine.demo.build_gpu" in c]
+    builds = [c for c in (work / "calls").read_text().splitlines() if "lab.build_gpu" in c]
     assert len(builds) == 1 and "--shape 5b" in builds[0], builds
 
 
@@ -903,8 +903,8 @@ def test_the_5b_shape_is_a_70b_layer_six_times_with_a_drafter_of_one():
     rates."""
     from mlx.utils import tree_flatten
 
-    from engine.demo import build as small
-    from engine.demo.build_gpu import COMMON, LRS, SHAPES
+    from lab import build as small
+    from lab.build_gpu import COMMON, LRS, SHAPES
 
     tconf, dconf = (dict(COMMON, **s) for s in SHAPES["5b"])
     target = dict(tree_flatten(small.make_model(tconf).parameters()))
@@ -927,8 +927,8 @@ def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates
     a drafter of two of them, and learning rates by shape unless given (recorded in build.json)."""
     from mlx.utils import tree_flatten
 
-    from engine.demo import build as small
-    from engine.demo.build_gpu import COMMON, LRS, SHAPES
+    from lab import build as small
+    from lab.build_gpu import COMMON, LRS, SHAPES
 
     tconf, dconf = (dict(COMMON, **s) for s in SHAPES["3.5b"])
     n = sum(v.size for _, v in tree_flatten(small.make_model(tconf).parameters()))
@@ -938,7 +938,7 @@ def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates
     assert set(LRS) == set(SHAPES) and LRS["3.5b"] == (3e-4, 1e-3)
     # tiny's rates are the 1B's, which were the fixed defaults before LRS: a build whose default
     # did not come from LRS by shape would pass with them, so this build sets its own
-    run = ("import sys; from engine.demo import build_gpu as b; b.LRS['tiny'] = (1.5e-4, 2.5e-4); "
+    run = ("import sys; from lab import build_gpu as b; b.LRS['tiny'] = (1.5e-4, 2.5e-4); "
            "sys.exit(b.main(sys.argv[1:]))")
     out = subprocess.run([sys.executable, "-c", run, "--out", str(tmp_path / "pair"), "--shape", "tiny",
                           "--target-seconds", "1", "--drafter-seconds", "1", "--gen-seconds", "0",
@@ -950,9 +950,9 @@ def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates
 
 
 def test_the_gemv_probe_times_stock_on_a_cpu(capsys):
-    """engine.demo.probe_gemv: on a CPU only the stock matmul is timed (the kernels are CUDA
+    """lab.probe_gemv: on a CPU only the stock matmul is timed (the kernels are CUDA
     source), each figure with its error against float32."""
-    from engine.demo import probe_gemv
+    from lab import probe_gemv
 
     assert probe_gemv.main(["--shapes", "a=64x32", "--rows", "1,2", "--reps", "2", "--copies", "2", "--json"]) == 0
     got = json.loads(capsys.readouterr().out)["us_per_call"]["a 64x32"]
@@ -973,7 +973,7 @@ def test_the_gemv_probe_refuses_bad_input_in_one_line(capsys, argv, line):
     """A probe input it cannot run is one line naming it, exit 2, before any weight is made:
     --rows x and --npw x were tracebacks, --copies 0 a division by zero and --reps 0 an
     IndexError after the weights were built, and a repeated --shapes name silently dropped one."""
-    from engine.demo import probe_gemv
+    from lab import probe_gemv
 
     small = [] if "--shapes" in argv else ["--shapes", "a=8x8"]  # on the old code: small weights first
     assert probe_gemv.main(argv + small) == 2
@@ -992,9 +992,9 @@ def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
     import re
     import statistics
 
-    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30e"
+    d = ROOT / "lab" / "evidence" / "h200-2026-11-30e"
     # the account moved to the evidence page when the eighth build's took its place
-    readme = " ".join((ROOT / "engine" / "demo" / "evidence" / "README.md").read_text().split())
+    readme = " ".join((ROOT / "lab" / "evidence" / "README.md").read_text().split())
 
     def split_medians(sweep: str) -> tuple[list[float], list[float]]:
         rec = json.loads(next((d / "sweeps" / f"records-{sweep}-bf16").glob("*.json")).read_text())
@@ -1038,7 +1038,7 @@ def test_the_readme_quotes_the_eighth_builds_verify_times_and_gpu_busy_share_as_
     import re
     import statistics
 
-    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30f"
+    d = ROOT / "lab" / "evidence" / "h200-2026-11-30f"
     # the README's rows paragraph quotes the verify medians; the build's account (GPU busy share)
     # moved to the evidence page when the ninth build's took its place
     readme = " ".join((ROOT / "README.md").read_text().split())
@@ -1083,7 +1083,7 @@ def test_the_readme_quotes_the_eighth_builds_host_cpu_share_as_recorded():
     down to 82 %."""
     import re
 
-    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30f" / "sweeps"
+    d = ROOT / "lab" / "evidence" / "h200-2026-11-30f" / "sweeps"
     readme = " ".join((d.parent.parent / "README.md").read_text().split())  # the evidence page
     shares = []
     for f in d.glob("records-*-bf16/*.json"):
@@ -1103,9 +1103,9 @@ def test_the_readme_quotes_the_rows_probes_as_recorded():
     evidence page, with the eighth build's account)."""
     import re
 
-    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30f" / "probes"
+    d = ROOT / "lab" / "evidence" / "h200-2026-11-30f" / "probes"
     readme = " ".join((ROOT / "README.md").read_text().split())
-    evidence = " ".join((ROOT / "engine" / "demo" / "evidence" / "README.md").read_text().split())
+    evidence = " ".join((ROOT / "lab" / "evidence" / "README.md").read_text().split())
     ninth = json.loads((d.parent.parent / "h200-2026-11-30g" / "probes" / "probe_rows.json").read_text())
     assert ninth["parity"]["failed"] == []
     err = ninth["parity"]["max_abs_err"]
@@ -1144,7 +1144,7 @@ def test_the_readme_quotes_the_rows_probes_as_recorded():
 
 
 def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_parts(tmp_path):
-    """engine/demo/devwheels3.sh splits the MLX CUDA wheel into PARTS transfers; the last one's
+    """lab/devwheels3.sh splits the MLX CUDA wheel into PARTS transfers; the last one's
     install.sh joins them on the GPU host. PARTS=0 or x was bash's "division by 0" and 11 ran
     out of split's one-digit suffixes; and install.sh joined every mlxpart.* in /root/dw, so a
     longer split's leftover part (a warm host) was appended to the wheel. Here the host's
@@ -1163,7 +1163,7 @@ def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_pa
     (dw / "b" / "mlx-0-py3-none-any.whl").write_bytes(b"metadata")
 
     def split(parts: str, path: str = os.environ["PATH"]) -> subprocess.CompletedProcess:
-        return subprocess.run(["bash", str(ROOT / "engine" / "demo" / "devwheels3.sh")], cwd=repo,
+        return subprocess.run(["bash", str(ROOT / "lab" / "devwheels3.sh")], cwd=repo,
                               env={**os.environ, "PARTS": parts, "PATH": path}, capture_output=True,
                               text=True, timeout=60)
 
@@ -1211,7 +1211,7 @@ def test_the_readme_quotes_the_ninth_builds_sweeps_as_recorded():
     """The ninth build's sweep table against its records: classic's min-max (median), the
     decision's width with its median and range, and the ratio of the medians; and the
     acceptance the account quotes for prompt 0 and prompt 6."""
-    d = ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30g" / "sweeps"
+    d = ROOT / "lab" / "evidence" / "h200-2026-11-30g" / "sweeps"
     readme = " ".join((ROOT / "README.md").read_text().split())
 
     def arms(rec: dict) -> tuple[dict, dict]:
@@ -1248,7 +1248,7 @@ def test_the_readme_quotes_the_ninth_builds_bench_order_effect_as_recorded():
     far apart the two were when each ran second."""
     import re
 
-    b = json.loads((ROOT / "engine" / "demo" / "evidence" / "h200-2026-11-30g" / "sweeps" / "bench-bf16.json")
+    b = json.loads((ROOT / "lab" / "evidence" / "h200-2026-11-30g" / "sweeps" / "bench-bf16.json")
                    .read_text())
     e, m = (b["modes"]["classic"][k] for k in ("engine_tok_s", "mlx_lm_tok_s"))
     sec = lambda xs: [b["tokens"] / x for x in xs]  # noqa: E731

@@ -1,6 +1,6 @@
 """Benchmark: this engine against mlx-lm, side by side in one process, on the demo pair.
 
-    make bench            (or: python -m engine.bench [--n 5] [--tokens 128] [--target bf16|4bit])
+    make bench            (or: python -m lab.bench [--n 5] [--tokens 128] [--target bf16|4bit])
 
 For classic and for widths 2, 4, 8, runs this engine and mlx-lm
 (``generate_step`` / ``speculative_generate_step`` with num_draft_tokens =

@@ -6,7 +6,7 @@ Each figure is the median over ``--reps`` of one evaluation of 2 x ``--copies`` 
 its own copy of the weight (so no call reads another's weight from L2), divided by the calls.
 Without CUDA only the stock matmul is timed (the kernels are CUDA source).
 
-    python -m engine.demo.probe_gemv --json     (~1 minute on an H200)
+    python -m lab.probe_gemv --json     (~1 minute on an H200)
 """
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ decoding advances), under every combination of what the engine can choose:
 It also times the first call at every row count 1..16 on an 8B-shaped 4-bit
 random model (the issue's "no first call over 1 s"). Output: one JSON.
 
-    python -m engine.demo.probe_gpu --out probe.json [--skip-8b]
+    python -m lab.probe_gpu --out probe.json [--skip-8b]
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ from pathlib import Path
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine.demo import build as small
-from engine.demo.build_gpu import COMMON, SHAPES
+from lab import build as small
+from lab.build_gpu import COMMON, SHAPES
 
 EIGHT_B = dict(COMMON, hidden_size=4096, num_hidden_layers=32, intermediate_size=14336,
                num_attention_heads=32, num_key_value_heads=8, vocab_size=32000)

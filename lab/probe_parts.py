@@ -1,6 +1,6 @@
 """Which part of a forward doubles its cost from 1 row to 2?
 
-engine/demo/probe_overlap.py measured on the H200 (random 1B pair, KV cache at
+lab/probe_overlap.py measured on the H200 (random 1B pair, KV cache at
 ~300): evaluating a 1-row forward 3.2 ms (bf16) / 2.0 ms (4-bit), a 2-row one
 6.8 / 4.1 ms, and 8 rows 7.5 / 6.2 ms; the graph build 1.5-2 ms throughout.
 Routing the projections off cuBLAS (engine.linear ``gather``) and the attention
@@ -16,7 +16,7 @@ layers, evaluated and synced, at 1, 2 and 4 rows:
 - ``rest``: norms, RoPE, the MLP's activation, the residual adds;
 - ``layers``: whole layers, as the model runs them; ``forward``: the whole model.
 
-    python -m engine.demo.probe_parts --json [--quant]
+    python -m lab.probe_parts --json [--quant]
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.attention import verify_attention
     from engine.costcurve import context_ids
-    from engine.demo.probe_loop import _models
+    from lab.probe_loop import _models
     from engine.kvcache import rewind
     from engine.linear import verify_linear
 

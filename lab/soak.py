@@ -6,7 +6,7 @@ session or a server dies. This runs ``--rounds`` rounds (restarting the decode
 when the model's context is full) and reports whether it survived, the round
 it failed at, and the time per round in windows along the way.
 
-    python -m engine.soak --target T --draft D --rounds 2000 --width 2 --verify-attention auto
+    python -m lab.soak --target T --draft D --rounds 2000 --width 2 --verify-attention auto
 """
 
 from __future__ import annotations

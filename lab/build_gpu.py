@@ -3,7 +3,7 @@
 The embedded demo pair (4.7M) is launch-bound on a GPU: its forward costs
 what its kernel launches cost, whatever the rows, so it cannot show where a
 verify stops being cheap. This target is large enough that a 1-row forward
-reads ~2 GB of weights. It is built the way the demo pair is (engine/demo/build.py:
+reads ~2 GB of weights. It is built the way the demo pair is (lab/build.py:
 the running Python's standard library, the demo pair's 2048-token tokenizer),
 on a GPU, within a time budget:
 
@@ -25,7 +25,7 @@ on a GPU, within a time budget:
 4. held-out prompts (validation text the target never trained on), and the
    drafter's acceptance per drafted token at width 4 on them, through this engine.
 
-    python -m engine.demo.build_gpu --out /root/gpupair       (7 to 10 minutes on an H200)
+    python -m lab.build_gpu --out /root/gpupair       (7 to 10 minutes on an H200)
 
 Weights stay where they are built (1b: 2 GB + 0.6 GB; 3.5b: 7 GB + 2 GB + 0.9 GB); build.json, the log and
 prompts.json are small enough to commit.
@@ -49,7 +49,7 @@ import mlx.optimizers as optim
 import numpy as np
 from mlx.utils import tree_flatten, tree_map
 
-from engine.demo import build as small
+from lab import build as small
 
 SHAPES = {
     "1b": (dict(hidden_size=2048, num_hidden_layers=22, intermediate_size=6144,
@@ -324,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, required=True)
     ap.add_argument("--shape", choices=tuple(SHAPES), default="1b")
-    ap.add_argument("--tokenizer", type=Path, default=Path(__file__).parent / "pair" / "target-bf16")
+    ap.add_argument("--tokenizer", type=Path, default=Path(__file__).resolve().parents[1] / "engine" / "demo" / "pair" / "target-bf16")
     ap.add_argument("--stdlib", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
     ap.add_argument("--target-seconds", type=float, default=210)
     ap.add_argument("--drafter-seconds", type=float, default=75)

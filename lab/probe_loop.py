@@ -13,8 +13,8 @@ case that pays most for that. This probe runs the engine's own decode loops
 random model of the GPU pair's shape, once per MLX setting, each in a fresh
 process (MLX reads these variables once), in an ABBA order against drift:
 
-    python -m engine.demo.probe_loop --out loop.json             # all settings
-    python -m engine.demo.probe_loop --one --json                # this process's settings
+    python -m lab.probe_loop --out loop.json             # all settings
+    python -m lab.probe_loop --one --json                # this process's settings
 
 Beside each width ``w{K}`` it times ``w{K}gather``: the same loop with the verify's
 projections routed through engine.linear's ``gather`` (no cuBLAS call). The
@@ -64,8 +64,8 @@ def _models(shape: str, quant: bool):
     import mlx.core as mx
     import mlx.nn as nn
 
-    from engine.demo import build as small
-    from engine.demo.build_gpu import COMMON, SHAPES
+    from lab import build as small
+    from lab.build_gpu import COMMON, SHAPES
 
     mx.random.seed(0)
     tconf, dconf = SHAPES[shape]
@@ -178,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         for name in (names if p % 2 == 0 else names[::-1]):
             env = {k: v for k, v in os.environ.items() if k not in {k2 for s in SETTINGS.values() for k2 in s}}
             env.update(SETTINGS[name])
-            cmd = [sys.executable, "-m", "engine.demo.probe_loop", "--one", "--json", "--shape", args.shape,
+            cmd = [sys.executable, "-m", "lab.probe_loop", "--one", "--json", "--shape", args.shape,
                    "--widths", args.widths, "--tokens", str(args.tokens), "--reps", str(args.reps),
                    "--variants", args.variants]
             if args.quant:

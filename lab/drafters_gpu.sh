@@ -2,9 +2,9 @@
 # The demo drafters built on the GPU host, in stages that each fit one device call (10 minutes).
 # Run from the repository root after MLX is installed (shared/device/README.md); results go
 # to $OUT/drafters (the small weights, logs, acceptance) and $OUT/sweeps.
-#   bash engine/demo/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~3.7 min (h200x2.sh allows 250 s)
-#   bash engine/demo/drafters_gpu.sh drafter   # the model drafter, fine-tuned on both targets, ~1.8 min (130 s)
-#   bash engine/demo/drafters_gpu.sh sweep     # widths 2..16 with the DFlash drafter, both targets
+#   bash lab/drafters_gpu.sh hidden    # DFlash drafter + MTP head, ~3.7 min (h200x2.sh allows 250 s)
+#   bash lab/drafters_gpu.sh drafter   # the model drafter, fine-tuned on both targets, ~1.8 min (130 s)
+#   bash lab/drafters_gpu.sh sweep     # widths 2..16 with the DFlash drafter, both targets
 # HIDDEN_KINDS=dflash trains the DFlash drafter alone; DFLASH_INIT=DIR continues that checkpoint
 # (DFLASH_LR: its peak learning rate, default 2e-3).
 # SHARE4: the share of the model drafter's rows labelled by the 4-bit target (default 0.5).
@@ -27,12 +27,12 @@ common=(--out "$D" --gen-batch "${GEN_BATCH:-4096}" --val "${VAL:-256}"
         --batch "${BATCH:-64}" --blocks "${BLOCKS:-16}")
 case $stage in
 hidden)
-    python3 -m engine.demo.build_drafters "${common[@]}" --windows "${WINDOWS:-32768}" \
+    python3 -m lab.build_drafters "${common[@]}" --windows "${WINDOWS:-32768}" \
         $(for k in ${HIDDEN_KINDS:-dflash mtp}; do printf -- '--only %s ' "$k"; done) \
         --seconds dflash="${DFLASH_S:-120}" --seconds mtp="${MTP_S:-70}" \
         ${DFLASH_INIT:+--dflash-init "$DFLASH_INIT"} --dflash-lr "${DFLASH_LR:-2e-3}" 2>&1 | tee "$D/build-hidden.log" ;;
 drafter)
-    python3 -m engine.demo.build_drafters "${common[@]}" --windows "${DRAFTER_WINDOWS:-8192}" \
+    python3 -m lab.build_drafters "${common[@]}" --windows "${DRAFTER_WINDOWS:-8192}" \
         --only drafter --drafter-4bit-share "${SHARE4:-0.5}" \
         --seconds drafter="${DRAFTER_S:-75}" 2>&1 | tee "$D/build-drafter.log" ;;
 sweep)

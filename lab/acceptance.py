@@ -1,6 +1,6 @@
 """Measure the demo pair's per-drafted-token acceptance with mlx-lm's own loop.
 
-    python -m engine.demo.acceptance DIR [--width 4] [--tokens 128]
+    python -m lab.acceptance DIR [--width 4] [--tokens 128]
 
 An independent check on the built weights (the engine reports the same
 quantity through its own round loop).
