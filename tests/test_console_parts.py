@@ -107,3 +107,23 @@ def test_the_stylesheet_ships_in_the_wheel():
     assert (ROOT / "console" / sheet).is_file()
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
     assert any(fnmatch(sheet.name, pattern) for pattern in data.get("console", [])), data
+
+
+def test_the_top_panel_drops_a_sessions_note_with_its_results(tmp_path):
+    """The note on the width in effect ("best measured here") comes from the shown session: a
+    new run clears the results, and the note goes with them (it stayed, about results no longer
+    on screen, while the next session ran and after it failed)."""
+    from tests.states import request_of
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "done")
+            assert "best measured here" in str(app.query_one("#resolution").render())
+            s = fixture_session()
+            app.begin(request_of(s), s.config.planned_runs)
+            await pilot.pause()
+            assert "in effect" not in str(app.query_one("#resolution").render())
+            assert str(app.query_one("#headline").render()) == ""
+
+    asyncio.run(go())

@@ -8,6 +8,8 @@ with ``data_bind``) and its own ``stale``: results belong to the fields they wer
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
@@ -22,6 +24,9 @@ from console.request import SessionRequest, session_request
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
 from console.widgets.top import in_effect
+
+if TYPE_CHECKING:
+    from engine.ab import Session
 
 _PHASE_STYLE = {Phase.FAILED: "bold red", Phase.LOAD_FAILED: "bold red", Phase.CANCELLED: "yellow",
                 Phase.CANCELLING: "yellow", Phase.DONE: "green"}
@@ -80,7 +85,7 @@ class Stage(Horizontal):
         self.query_one("#status", Static).update(status)
 
 
-def arm_table_rows(session, width_in_effect: int | None) -> list[tuple[str, tuple]]:
+def arm_table_rows(session: Session, width_in_effect: int | None) -> list[tuple[str, tuple]]:
     """The arms table: (row key, cells) for every arm with runs; ``*`` marks the width in effect."""
     rows = []
     for arm in [session.classic, *session.arms]:
@@ -236,29 +241,50 @@ class AbTab(TabPane):
                 field.value = ",".join(map(str, sorted({*DEFAULT_WIDTHS, res.width})))
         self.query_one("#side-chain", Static).update(Text.assemble(
             ("the resolution's chain (tab 3)\n", "bold"), "\n".join(chain_lines(res.chain))))
-        state = self.session_state
-        if state is not None and state.session is not None:
-            self.query_one("#details", Static).update(details_text(state, view))
+        # The arms table's * and the headline stay as the session was shown (issue 25 has them
+        # follow a save); the details' note on the width in effect follows the resolution.
+        if self._shown() is not None:
+            self._draw_details()
 
-    def watch_session_state(self, state: SessionView | None) -> None:
+    def watch_session_state(self) -> None:
         self.stale = False  # a new session (or none) is what the fields asked for
+        self._draw_arms()
+        self._draw_plot()
+        self._draw_headline()
+        self._draw_settings()
+        self._draw_details()
+
+    def _shown(self) -> Session | None:
+        """The finished (or cancelled) session shown, if any."""
+        state = self.session_state
+        return state.session if state is not None else None
+
+    # Each part of the results draws from the state alone, so a change redraws what it touches.
+    def _draw_arms(self) -> None:
         table = self.query_one("#arms", DataTable)
         table.clear()
-        s = state.session if state is not None else None
-        if s is None:
-            for wid in ("#plot", "#details", "#headline"):
-                self.query_one(wid, Static).update("")
-            self._draw_settings()
-            return
-        for key, cells in arm_table_rows(s, self.resolution.width if self.resolution else None):
-            table.add_row(*cells, key=key)
-        plot = "" if s.cancelled else "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s"))
+        s = self._shown()
+        if s is not None:
+            for key, cells in arm_table_rows(s, self.resolution.width if self.resolution else None):
+                table.add_row(*cells, key=key)
+
+    def _draw_plot(self) -> None:
+        s = self._shown()
+        plot = "" if s is None or s.cancelled else (
+            "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s")))
         self.query_one("#plot", Static).update(Text(plot))
-        h = headline(s, state.planned or s.config.planned_runs)
-        self.query_one("#headline", Static).update(Text.assemble(
-            (h.text, TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim")))
-        self._draw_settings()
-        self.query_one("#details", Static).update(details_text(state, self.resolution))
+
+    def _draw_headline(self) -> None:
+        s, text = self._shown(), Text()
+        if s is not None:
+            h = headline(s, self.session_state.planned or s.config.planned_runs)
+            text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim"))
+        self.query_one("#headline", Static).update(text)
+
+    def _draw_details(self) -> None:
+        s = self._shown()
+        self.query_one("#details", Static).update(
+            Text() if s is None else details_text(self.session_state, self.resolution))
 
     def _attention(self) -> str:
         """The verify attention in effect: the session's, else what ``auto`` means here."""
