@@ -999,10 +999,10 @@ class BlockwidthApp(App):
                                        f"from {self._profile_path()}?"), answer)
 
     def _delete(self, entry: Any) -> None:
-        from policy import profile as profiles
+        from console import profile_file
 
         try:
-            profiles.delete(self._profile_path(), entry)
+            profile_file.delete(self._profile_path(), entry)
         except ProfileError as e:
             self._error(str(e))
             return

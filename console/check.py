@@ -352,7 +352,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     from console import check_report
     from console.inputs import InputError, device_for, mlx_version
     from policy import profile as profiles
-    from policy.device import probe
+    from engine.device import probe
     from policy.resolve import WidthError
 
     out = out or sys.stdout

@@ -28,7 +28,8 @@ from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 from console import check  # noqa: E402
 from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
-from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileBusy, ProfileError  # noqa: E402
+from console.profile_file import ProfileBusy  # noqa: E402
+from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileError  # noqa: E402
 from policy.resolve import WidthError  # noqa: E402
 
 from console.request import KINDS, add_pair_args, integer, seconds  # noqa: E402,F401 (one home: request.py)

@@ -125,7 +125,7 @@ def device_for(spec: str | None) -> Device:
             return parse_device_spec(spec)
         except DeviceSpecError as e:
             raise InputError(str(e)) from None
-    from policy.device import probe
+    from engine.device import probe
 
     return probe()
 

@@ -38,14 +38,14 @@ def record_dir(value: str | None) -> Path:
 
 def profile_for_save(value: str | None):
     """The profile a --save will write, validated before any model loads."""
-    from policy import profile as profiles
+    from console import profile_file
 
-    profiles.check_writable(user_path(value, "--profile"))
+    profile_file.check_writable(user_path(value, "--profile"))
 
 
 def _memory_bytes() -> int | None:
     """What the device can hold: its own memory where MLX reports it, else physical RAM."""
-    from policy.device import probe
+    from engine.device import probe
 
     mem = probe().memory_bytes
     if mem:
@@ -178,7 +178,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     saved, refusal = None, None
     if args.save:
-        from policy.profile import ProfileBusy
+        from console.profile_file import ProfileBusy
 
         try:
             saved, refusal = save_session(session, pair, path, args.profile,

@@ -388,6 +388,7 @@ def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
     from console.measure import save_session
     from engine.ab import AbConfig, run_session
     from engine.pair import load_pair
+    from console import profile_file
     from policy import profile
 
     paths = pair_paths(None, None)
@@ -398,12 +399,12 @@ def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
     prof = tmp_path / "p.toml"
     holder = _held(Path(str(prof) + ".lock"))
     try:
-        with pytest.raises(profile.ProfileBusy) as e:
-            old, profile.LOCK_WAIT_S = profile.LOCK_WAIT_S, 0.5
+        with pytest.raises(profile_file.ProfileBusy) as e:
+            old, profile_file.LOCK_WAIT_S = profile_file.LOCK_WAIT_S, 0.5
             try:
                 save_session(decided, pair, tmp_path / "record.json", str(prof))
             finally:
-                profile.LOCK_WAIT_S = old
+                profile_file.LOCK_WAIT_S = old
     finally:
         holder.kill()
         holder.wait()
