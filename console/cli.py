@@ -91,7 +91,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from console.inputs import checkpoint_dir
     from engine.checkpoint import CheckpointError, parameter_count
     from policy.drafter import DrafterKind, detect_drafter
-    from policy.quantization import ConfigError, classify, read_config, read_sidecar
+    from policy.config import ConfigError, read_config, read_sidecar
+    from policy.quantization import classify
 
     path = checkpoint_dir(args.path, "inspect")
     try:
