@@ -44,6 +44,22 @@ class Device:
         return d
 
 
+def mismatch(device: Device, backend: Backend, compute_capability: str | None = None,
+             name: str | None = None) -> str | None:
+    """Why ``device`` is not the one these keys describe (a key left None matches any), or None:
+    the one device matcher (profile entries, built-in table rows, --device against the probe).
+    Names compare case-blind, and a device without a name (named by --device) is not told apart
+    by name."""
+    if backend is not device.backend:
+        return f"for {backend.value}; this device is {device.describe()}"
+    if compute_capability and compute_capability != device.compute_capability:
+        return (f"for compute capability {compute_capability}; this device has "
+                f"{device.compute_capability or 'none known'}")
+    if name and device.name and name.lower() != device.name.lower():
+        return f"for device {name!r}; this device is {device.name!r}"
+    return None
+
+
 _SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::(\d+)\.(\d+))?$")
 
 

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
-from policy.device import Backend, Device
+from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
 
@@ -58,20 +58,23 @@ class Override:
     note: str | None = None
     line: int | None = field(default=None, compare=False, hash=False)  # where it was read
 
-    def slot(self) -> tuple:
-        """Two entries with one slot describe the same situation: a save replaces."""
-        return (self.backend, self.compute_capability, self.device_name, self.quant_scheme,
-                self.quant_bits, self.quant_group_size, self.drafter_kind, self.pair)
+    def slot(self, *, case_blind: bool = False) -> tuple[tuple[str, Any], ...]:
+        """The keys this entry matches on, those it sets, as (key, value) pairs: two entries
+        with one slot describe the same situation, and a save replaces. ``case_blind``: as
+        the matcher compares them (device names case-blind), which is what --check's duplicate
+        and shadowing checks need; the file's own slot keeps the name as written."""
+        name = self.device_name.lower() if case_blind and self.device_name else self.device_name
+        keys = (("backend", self.backend.value), ("drafter_kind", self.drafter_kind.value),
+                ("compute_capability", self.compute_capability), ("device_name", name),
+                ("quant_scheme", self.quant_scheme), ("quant_bits", self.quant_bits),
+                ("quant_group_size", self.quant_group_size), ("pair", self.pair))
+        return tuple((k, v) for k, v in keys if v is not None)
 
     def matches(self, device: Device, quant: Quantization, kind: DrafterKind,
                 pair: str | None) -> bool:
-        if self.backend is not device.backend or self.drafter_kind is not kind:
-            return False
-        if self.compute_capability and self.compute_capability != device.compute_capability:
-            return False
         # A device named by --device has no name: the entry still matches, and
         # match_note() says that only the compute capability was compared.
-        if self.device_name and device.name and self.device_name.lower() != device.name.lower():
+        if self.drafter_kind is not kind or self.device_mismatch(device):
             return False
         if self.quant_scheme is not None and self.quant_scheme != quant.scheme.value:
             return False
@@ -82,6 +85,10 @@ class Override:
         if self.pair is not None and self.pair != pair:
             return False
         return True
+
+    def device_mismatch(self, device: Device) -> str | None:
+        """Why this entry is for another device (policy.device.mismatch), or None."""
+        return mismatch(device, self.backend, self.compute_capability, self.device_name)
 
     def match_note(self, device: Device) -> str | None:
         """Why a match may not carry over, for a CUDA entry matched without comparing GPU names:
