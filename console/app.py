@@ -780,6 +780,7 @@ class BlockwidthApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
+        from console import records
         from engine import host, record
         from engine.ab import run_session
 
@@ -787,7 +788,7 @@ class BlockwidthApp(App):
         session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
                               cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
-        path = record.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
+        path = records.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
         self.post_message(AbDone(session, path, list(gate.warnings)))
 
     def on_ab_event(self, message: AbEvent) -> None:
@@ -1052,9 +1053,9 @@ class BlockwidthApp(App):
 
     # ---- records
     def _record_dir(self) -> Path:
-        from engine import record
+        from console import records
 
-        return Path(self.options.record_dir).expanduser() if self.options.record_dir else record.default_dir()
+        return Path(self.options.record_dir).expanduser() if self.options.record_dir else records.default_dir()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
     def read_records(self) -> None:

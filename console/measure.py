@@ -21,9 +21,9 @@ def record_dir(value: str | None) -> Path:
     file can be written in it. Raises InputError naming it."""
     import tempfile
 
-    from engine import record
+    from console import records
 
-    d = user_path(value, "--record-dir") or record.default_dir()
+    d = user_path(value, "--record-dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -95,6 +95,7 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str)
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
+    from console import records as record_files
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
@@ -172,7 +173,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     try:
-        path = record.write(rec, records)
+        path = record_files.write(rec, records)
     except OSError as e:
         raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
 

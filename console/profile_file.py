@@ -11,12 +11,11 @@ import datetime as _dt
 import errno
 import os
 import re
-import stat
-import tempfile
 import time
 from pathlib import Path
 from typing import Iterator
 
+from console import atomic
 from policy import files
 from policy import profile as profiles
 
@@ -139,28 +138,11 @@ def glob_escape(name: str) -> str:
     return re.sub(r"([*?\[])", r"[\1]", name)
 
 
-def _write_atomic(path: Path, text: str, shown: Path) -> None:
+def _write(path: Path, text: str, shown: Path) -> None:
     try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mode = 0o644
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        atomic.replace(path, text)
     except OSError as e:
-        raise profiles.ProfileError(shown, [f"{path.parent} is not writable ({e.strerror})"]) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise profiles.ProfileError(shown, [f"cannot be written ({e.strerror})"]) from None
-        raise
+        raise profiles.ProfileError(shown, [f"cannot be written in {path.parent} ({e.strerror})"]) from None
 
 
 def _current_text(path: Path, shown: Path, must_exist: bool) -> str | None:
@@ -186,7 +168,7 @@ def save(path: Path | None, entry: profiles.Override, *, wait_s: float | None = 
         text = _current_text(real, shown, must_exist=False)
         if text is not None:
             profiles.parse(text, shown)  # raises, writing nothing, if what is on disk is bad
-        _write_atomic(real, profiles.edited(text, shown, entry.slot(), entry), shown)
+        _write(real, profiles.edited(text, shown, entry.slot(), entry), shown)
     return profiles.load(shown)
 
 
@@ -198,7 +180,7 @@ def delete(path: Path | None, entry: profiles.Override, *, wait_s: float | None 
         _clean_leftovers(real)
         text = _current_text(real, shown, must_exist=True) or ""
         profiles.parse(text, shown)
-        _write_atomic(real, profiles.edited(text, shown, entry.slot(), None), shown)
+        _write(real, profiles.edited(text, shown, entry.slot(), None), shown)
     return profiles.load(shown)
 
 

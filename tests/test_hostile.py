@@ -238,11 +238,12 @@ def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, ty
 
 
 def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
+    from console import records
     from engine import record
 
     rec = {"created": "2026-11-29T10:00:00Z", "prompt": {"sha256": "ab" * 32}, "x": 1}
-    first = record.write(rec, tmp_path)
-    second = record.write(dict(rec, x=2), tmp_path)  # same second, prompt and pid
+    first = records.write(rec, tmp_path)
+    second = records.write(dict(rec, x=2), tmp_path)  # same second, prompt and pid
     assert first != second and record.load(first)["x"] == 1 and record.load(second)["x"] == 2
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
@@ -250,7 +251,7 @@ def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
     leftover.write_text('{"half": ')
     mine = tmp_path / f".record.{os.getpid()}.live.tmp"  # a live writer's: kept
     mine.write_text("{")
-    record.write(rec, tmp_path)
+    records.write(rec, tmp_path)
     assert not leftover.exists() and mine.exists()
     assert len(list(tmp_path.glob("session-*.json"))) == 3
 
