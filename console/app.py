@@ -392,6 +392,7 @@ class BlockwidthApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
+        from console import records
         from engine import host, record
         from engine.ab import run_session
 
@@ -399,7 +400,7 @@ class BlockwidthApp(App):
         session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
                               cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
-        path = record.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
+        path = records.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
         self.post_message(AbDone(session, path, list(gate.warnings)))
 
     def on_ab_event(self, message: AbEvent) -> None:
@@ -541,10 +542,10 @@ class BlockwidthApp(App):
                                        f"from {self._profile_path()}?"), answer)
 
     def _delete(self, entry: Any) -> None:
-        from policy import profile as profiles
+        from console import profile_file
 
         try:
-            profiles.delete(self._profile_path(), entry)
+            profile_file.delete(self._profile_path(), entry)
         except ProfileError as e:
             self._error(str(e))
             return
@@ -586,9 +587,9 @@ class BlockwidthApp(App):
 
     # ---- records
     def _record_dir(self) -> Path:
-        from engine import record
+        from console import records
 
-        return Path(self.options.record_dir).expanduser() if self.options.record_dir else record.default_dir()
+        return Path(self.options.record_dir).expanduser() if self.options.record_dir else records.default_dir()
 
     def action_export_markdown(self) -> None:
         if self.query_one(TabbedContent).active == "tab-records":
