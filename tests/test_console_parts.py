@@ -58,11 +58,12 @@ def test_the_top_panels_redraw_whole_after_a_resize(tmp_path):
 
 
 def test_records_markdown_is_rendered_off_the_ui_thread_once_per_record(tmp_path, monkeypatch):
+    from console import records
     from engine import host, record
 
     rec_dir = tmp_path / "rec"
     for cancelled in (False, True):
-        record.write(record.build(fixture_session(cancelled=cancelled), demo_pair(), host.identity()), rec_dir)
+        records.write(record.build(fixture_session(cancelled=cancelled), demo_pair(), host.identity()), rec_dir)
     rendered: list[tuple[bool, bool]] = []
     real = record.markdown
 
