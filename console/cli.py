@@ -64,10 +64,16 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
                                   variant=args.demo_target)
+    from console.answer import answer
+
+    said = answer(res, paths)
     data = res.to_dict()
     data["target"] = str(paths.target)
     data["drafter"] = str(paths.drafter) if paths.drafter else None
     data["drafter_detail"] = info.detail
+    data["num_draft_tokens"] = said.num_draft_tokens
+    data["serve_command"] = said.command
+    data["answer"] = said.to_dict()
 
     def text(d: dict[str, Any]) -> str:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
@@ -78,6 +84,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             + ("" if res.device.probed else " (named, not probed)"),
             f"  target   {d['target']}  [{res.quantization.describe()}]",
             f"  drafter  {d['drafter'] or '(none)'}  [{d['drafter_kind']}: {info.detail}]",
+            f"  answer   {said.head()}",
+            f"  serve    {said.command or 'no mlx_lm.server command: ' + str(said.refusal)}",
             "  chain:",
             *chain_lines(res.chain),
         ]

@@ -199,6 +199,16 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
                names: Mapping[str, str] = CLI_PAIR_NAMES) -> tuple[Resolution, PairPaths, DrafterInfo]:
     paths = pair_paths(target, draft, variant, kind, download=download, names=names)
     info = drafter_info(paths, kind, names)
+    if info.kind is DrafterKind.MODEL and paths.drafter is not None:
+        # The pair the console refuses to load, resolve refuses too: one rule (engine.pair).
+        from engine.pair import PairError, vocabulary_mismatch
+
+        try:
+            why = vocabulary_mismatch(paths.target, paths.drafter, names)
+        except PairError as e:
+            raise InputError(str(e)) from None
+        if why:
+            raise InputError(why)
     quant = target_quantization(paths.target)
     dev = device_for(device)
     prof = load_profile(profile, profile_missing_ok)

@@ -136,6 +136,55 @@ def _vocab(tokenizer) -> dict:
         return {}
 
 
+def _same_tokenizer_files(a: Path, b: Path) -> bool:
+    """Both folders hold the same tokenizer files, byte for byte (then nothing needs loading)."""
+    import hashlib
+
+    def digest(p: Path) -> dict[str, str]:
+        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
+                for f in sorted(p.iterdir()) if f.name.startswith("tokenizer") and f.is_file()}
+
+    try:
+        da, db = digest(a), digest(b)
+    except OSError:
+        return False
+    return bool(da) and da == db
+
+
+def vocabulary_mismatch(target: Path, drafter: Path, names: Mapping[str, str] = ROLE_WORDS, *,
+                        tconfig: dict | None = None, dconfig: dict | None = None,
+                        target_tokenizer: Any = None) -> str | None:
+    """Why a model drafter cannot draft for this target (it must share the target's tokenizer),
+    or None. The one rule for the pair load and for ``resolve``, which loads no model: the
+    configs' vocab sizes first, then the tokenizers themselves, loaded only when their files
+    differ."""
+    tname, dname = names["target"], names["draft"]
+    target, drafter = Path(target), Path(drafter)
+    # configs only: resolve may meet a hub checkpoint fetched without its weights
+    def config_of(path: Path, role: str) -> dict:
+        try:
+            return read_config(path)
+        except ConfigError as e:
+            raise PairError(f"{role} {e}") from None
+
+    tconfig = tconfig if tconfig is not None else config_of(target, tname)
+    dconfig = dconfig if dconfig is not None else config_of(drafter, dname)
+    tv, dv = tconfig.get("vocab_size"), dconfig.get("vocab_size")
+    if tv != dv:
+        return (f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
+                f"{target}'s {tv}; a model drafter must share the target's tokenizer")
+    if not any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
+        return None
+    if _same_tokenizer_files(target, drafter):
+        return None
+    tok = target_tokenizer if target_tokenizer is not None else _load_tokenizer(target, tname, tconfig)
+    a, b = _vocab(tok), _vocab(_load_tokenizer(drafter, dname, dconfig))
+    if a and b and a != b:
+        return (f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
+                f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
+    return None
+
+
 def load_pair(target: Path | str, drafter: Path | str | None = None,
               kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS) -> Pair:
     """Load a pair. ``drafter=None`` means the lookup drafter. ``names``: what errors call the
@@ -165,17 +214,10 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, read_sidecar(target)), kind,
                 fingerprints={"target": fingerprint(target)})
     if kind is DrafterKind.MODEL:
-        tv = tconfig.get("vocab_size")
-        dv = dconfig.get("vocab_size")
-        if tv != dv:
-            raise PairError(f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
-                            f"{target}'s {tv}; a model drafter must share the target's tokenizer")
-        if any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
-            dtok = _load_tokenizer(drafter, dname, dconfig)
-            a, b = _vocab(tokenizer), _vocab(dtok)
-            if a and b and a != b:
-                raise PairError(f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
-                                f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
+        why = vocabulary_mismatch(target, drafter, names, tconfig=tconfig, dconfig=dconfig,
+                                  target_tokenizer=tokenizer)
+        if why:
+            raise PairError(why)
         pair.drafter = _load_model(drafter, dname)
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)

@@ -124,6 +124,49 @@ class Override:
         pair = f", pair {self.pair[:12]}" if self.pair else ""
         return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}"
 
+    def measured_on(self, pair: str | None = None) -> str:
+        """The pair and the prompt (or workload) this entry was measured on, from its evidence,
+        and whether that is the pair being resolved (``pair``: its fingerprint). Evidence is
+        input: only short strings and integers are taken from it."""
+        ev = self.evidence if isinstance(self.evidence, Mapping) else {}
+        on = ev.get("measured_on") if isinstance(ev.get("measured_on"), Mapping) else {}
+
+        def text(v: Any, limit: int = 60) -> str | None:
+            if not isinstance(v, str) or not v.strip():
+                return None
+            v = " ".join(v.split())
+            return v if len(v) <= limit else v[:limit - 1] + "…"
+
+        names = [n for n in (text(on.get("target")), text(on.get("drafter"))) if n]
+        measured_pair = self.pair or text(on.get("pair"), 80)
+        if names:
+            where = " + ".join(names)
+        elif measured_pair:
+            where = f"pair {measured_pair[:12]}"
+        else:
+            where = "a pair the entry does not name"
+        if self.pair is not None:
+            where += " (this pair: a pair-specific entry)"
+        elif measured_pair and pair:
+            where += (" (this pair; the entry is generic: any pair of this kind)" if measured_pair == pair
+                      else " (another pair; the entry is generic: any pair of this kind)")
+        else:
+            where += " (a generic entry: any pair of this kind)"
+        wl = ev.get("workload")
+        tokens = ev.get("prompt_tokens")
+        if isinstance(wl, Mapping) and text(wl.get("name")):
+            n = wl.get("requests")
+            what = f"workload {text(wl.get('name'))}" + (f" ({n} requests)" if isinstance(n, int) else "")
+        elif text(on.get("prompt")):
+            what = f"prompt {text(on.get('prompt'), 40)!r}"
+        elif isinstance(ev.get("prompt_sha256"), str):
+            what = f"a prompt of sha256 {ev['prompt_sha256'][:12]}"
+        else:
+            what = "a prompt the entry does not name"
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and "workload" not in what:
+            what += f" ({tokens} tokens)"
+        return f"{where}, {what}"
+
     def to_toml(self) -> dict[str, Any]:
         d: dict[str, Any] = {"backend": self.backend.value, "drafter_kind": self.drafter_kind.value}
         if self.decline:
