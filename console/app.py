@@ -30,7 +30,7 @@ from textual.worker import Worker, WorkerState
 from console.inputs import CLI_PAIR_NAMES, InputError
 from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
 from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits
-from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
+from console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
 from console.widgets.ab import AbTab, Stage
 from console.widgets.chain import ChainTab
@@ -83,12 +83,13 @@ class BlockwidthApp(App):
     HELP = {
         "start_ab": "run the A/B session (also: Enter in any field)",
         "cancel_ab": "cancel the running session after the current round",
-        "save": "save the session's winner (or decline) to the profile",
+        "save": "save the session's winner (or decline) to the profile: this pair only, or generic",
         "delete": "delete the highlighted profile entry (Profile tab; asks first)",
-        "copy_command": "copy the resolution as an mlx_lm.server command line (and show the env var)",
+        "copy_command": "the answer: copy the mlx_lm.server command (or say why there is none), with "
+                        "the width's source and whether it was measured",
         "open_pair": "open another pair (target and drafter: folders or cached repo ids)",
         "edit_fields": "go to the A/B fields (Tab moves between them, Escape leaves)",
-        "copy_env": "copy the resolution as BLOCKWIDTH_DRAFT_BLOCK_SIZE=N",
+        "copy_env": "copy the resolution as BLOCKWIDTH_DRAFT_BLOCK_SIZE=N (here and in the y dialog)",
         "export_markdown": "export the session (or the highlighted record) as Markdown",
         "next_prompt": "put the next prompt preset in the prompt field",
         "refresh": "re-resolve the width (re-reads the profile and environment)",
@@ -242,15 +243,19 @@ class BlockwidthApp(App):
         self.push_screen(HelpScreen(self.key_rows()))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's own "Keys" (its key panel) is left out: the palette had two "Keys" entries,
+        # and this console's key list is the help screen, listed below as "Help (?)".
+        yield from (c for c in super().get_system_commands(screen) if c.title != "Keys")
         seen = set()
         for b in self.BINDINGS:
             if b.action in ("quit", "help") or b.action in seen:
                 continue
             seen.add(b.action)
-            yield SystemCommand(f"{b.description} ({b.key_display or b.key})", self.HELP.get(b.action, ""),
+            # A tab's entry names its own key ("A/B tab (1)"), not the help screen's "1-5".
+            key = b.key if b.action.startswith("tab(") else b.key_display or b.key
+            yield SystemCommand(f"{b.description} ({key})", self.HELP.get(b.action, ""),
                                 lambda action=b.action: self.run_action(action))
-        yield SystemCommand("Keys (?)", "every key the console answers", self.action_help)
+        yield SystemCommand("Help (?)", "every key the console answers", self.action_help)
 
     # ---- resolution (a worker: it probes the device and fingerprints checkpoints)
     @work(thread=True, exclusive=True, exit_on_error=False, group="resolve", name="resolve")
@@ -313,6 +318,10 @@ class BlockwidthApp(App):
         o = self.options
         self.push_screen(PairScreen(o.target or "", o.draft or "", o.kind or ""), self._open_pair)
 
+    def _reopen_pair(self, values: tuple[str, str, str], error: str) -> None:
+        """A bad entry: the dialog again, with what was typed and why it was refused."""
+        self.push_screen(PairScreen(*values, error=error), self._open_pair)
+
     def _open_pair(self, values: tuple[str, str, str] | None) -> None:
         if values is None:
             return
@@ -320,7 +329,7 @@ class BlockwidthApp(App):
 
         target, draft, kind = values
         if kind and kind not in KINDS:
-            self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
+            self._reopen_pair(values, f"kind {kind!r}: one of {', '.join(KINDS)}")
             return
         from console.inputs import CONSOLE_PAIR_NAMES, pair_paths
 
@@ -329,7 +338,8 @@ class BlockwidthApp(App):
             pair_paths(target or None, draft or None, self.options.variant, kind or None, weights=True,
                        download=False, names=CONSOLE_PAIR_NAMES)
         except InputError as e:
-            self._error(f"{e} — still on {self.pair.describe() if self.pair else 'the previous pair'}")
+            self._reopen_pair(values, f"{e} — still on "
+                                      f"{self.pair.describe() if self.pair else 'the previous pair'}")
             return
         self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
         self._pair_names = CONSOLE_PAIR_NAMES
@@ -411,7 +421,20 @@ class BlockwidthApp(App):
             where = "closing classic" if e.closing else f"{e.arm} warm-up" if e.rep == 0 else f"{e.arm} rep {e.rep}"
             phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
-            self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
+            req = self.request
+            if req is not None and req.sequential:
+                # A sequential session has no fixed total (it adds repetitions while undecided):
+                # the bar is its budget, repetitions or seconds, whichever is nearer its end.
+                reps = max(req.n, req.max_reps)
+                arms = len(req.widths) + 1 + (1 if self.session_state.added_width else 0)
+                at_budget = arms * (reps + 1) + 1  # warm-ups, every repetition, the closing run
+                part = e.tokens / e.total if e.kind == "progress" and e.total else 0.0
+                fraction = min(max((e.run + part) / at_budget, e.elapsed / req.max_seconds), 1.0)
+                rep = "warm-up" if e.rep == 0 and not e.closing else f"rep {e.rep} of ≤{reps}"
+                self._show_phase(phase, f"stage 1/3 · budget: {rep}, {e.elapsed:.0f} of {req.max_seconds:g} s"
+                                        f" · {where}{tokens}", fraction)
+            else:
+                self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
         elif e.kind == "phase":
             phase = Phase.EXACTNESS if e.phase == "exactness" else Phase.COSTCURVE
             what = f"{e.arm} " if e.arm else ""
@@ -502,20 +525,40 @@ class BlockwidthApp(App):
         if self.query_one(AbTab).stale:
             self._error("not saved: the fields changed since this run; run it again (a) first", refusal=True)
             return
-        self.save_in_background(self.session, self.record_path)
+        from console.outcome import headline
+
+        s = self.session
+        h = headline(s)
+        if not h.saveable:  # the refusal, worded for the console, comes from the save itself
+            self.save_in_background(s, self.record_path, False)
+            return
+        what = f"width {s.recommendation}" if s.recommendation is not None else "the decline (classic)"
+        pair = self.pair.describe() if self.pair is not None else "the loaded pair"
+        res = self.res
+        generic = (f"any {self.pair.kind.value} pair on {res.device.backend.value} with "
+                   f"{self.pair.quantization.describe()} targets" if self.pair is not None and res is not None
+                   else "any pair of this kind, device and quantization")
+
+        def scoped(scope: str | None) -> None:
+            if scope is None:
+                self.notify("not saved", timeout=3)
+                return
+            self.save_in_background(s, self.record_path, scope == "pair")
+
+        self.push_screen(SaveScreen(what, pair, generic), scoped)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="save", name="save")
-    def save_in_background(self, session: Any, record_path: Path | None) -> None:
+    def save_in_background(self, session: Any, record_path: Path | None, pair_specific: bool = False) -> None:
         """The device probe and the locked profile write stay off the UI thread."""
         from console.outcome import Front
         from console.save import save_session
 
         try:
             saved, refusal = save_session(session, self.pair, record_path, self.options.profile,
-                                          front=Front.CONSOLE)
+                                          front=Front.CONSOLE, pair_specific=pair_specific)
         except ProfileError as e:
             saved, refusal = None, str(e)
-        self.post_message(Saved(saved, refusal))
+        self.post_message(Saved(saved, refusal, session))
 
     def on_saved(self, message: Saved) -> None:
         if message.refusal:
@@ -523,7 +566,9 @@ class BlockwidthApp(App):
             return
         self._error("")
         self.notify(f"saved {message.saved}", timeout=6, markup=False)
-        self.resolve_in_background()
+        if self.session_state is not None and self.session_state.session is message.session:
+            self.session_state = replace(self.session_state, saved=message.saved)
+        self.resolve_in_background()  # the saved width is the one in effect now: the screen follows
 
     def action_delete(self) -> None:
         entry = self.query_one(ProfileTab).highlighted()
@@ -557,33 +602,34 @@ class BlockwidthApp(App):
         self.resolve_in_background()
 
     # ---- use the answer
-    def server_command(self) -> tuple[str, str] | None:
-        """The resolution as an mlx_lm.server command line, and as the environment variable."""
-        from console.answer import server_command
+    def answer(self) -> Any:
+        """The answer (console.answer) for what is on screen: the resolution, the pair's load,
+        and the shown session's word on the width in effect."""
+        from console.answer import answer
+        from console.widgets.top import in_effect
 
-        return server_command(self.res, self.paths)
+        view = self.resolution
+        note = in_effect(self.session_state, view)
+        return answer(self.res, self.paths, load_error=self.load_error,
+                      resolve_error=view.error if view is not None else None,
+                      session=note[0] if note else None)
 
     def action_copy_command(self) -> None:
-        cmd = self.server_command()
-        if cmd is None:
-            self._error("no width to copy: the resolution is classic (or not ready)", refusal=True)
-            return
+        said = self.answer()
         self._clear_refusal()
-        self.copy_to_clipboard(cmd[0])
-        self.push_screen(TextScreen(Text.assemble(
-            ("copied to the clipboard (where the terminal allows it):\n\n", "bold"), cmd[0],
-            "\n\n", ("the same width for blockwidth and CI, as the environment variable:\n\n", "bold"),
-            f"export {cmd[1]}", "  (Y copies it)\n\n",
-            ("num_draft_tokens = width - 1.  Escape closes.", "dim"))))
+        if said.command is not None:
+            self.copy_to_clipboard(said.command)
+        self.push_screen(AnswerScreen(said, copied=said.command is not None))
 
     def action_copy_env(self) -> None:
-        cmd = self.server_command()
-        if cmd is None:
-            self._error("no width to copy: the resolution is classic (or not ready)", refusal=True)
+        said = self.answer()
+        if said.env is None:
+            why = said.refusal if said.width is None and not said.decline else "a decline decodes classically"
+            self._error(f"no width to copy: {why}", refusal=True)
             return
         self._clear_refusal()
-        self.copy_to_clipboard(f"export {cmd[1]}")
-        self.notify(f"copied: export {cmd[1]}", timeout=5, markup=False)
+        self.copy_to_clipboard(f"export {said.env}")
+        self.notify(f"copied: export {said.env}", timeout=5, markup=False)
 
     # ---- records
     def _record_dir(self) -> Path:

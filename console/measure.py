@@ -92,6 +92,40 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str)
         raise InputError(str(e)) from None
 
 
+def _width_in_effect(args: argparse.Namespace) -> tuple[int, str] | None:
+    """The width ``resolve`` gives for this pair (and its reason), or None: a decline, or a
+    resolution that fails (a broken profile is --save's to report, not a reason to stop)."""
+    from console.inputs import resolution
+    from policy.profile import ProfileError
+    from policy.resolve import WidthError, label
+
+    try:
+        res, _, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
+                               device=None, profile=args.profile if args.save else None,
+                               variant=args.demo_target, profile_missing_ok=True)
+    except (InputError, WidthError, ProfileError):
+        return None
+    return (res.width, label(res.source)) if res.width is not None else None
+
+
+def _answer_after(args: argparse.Namespace, session):
+    """The answer as ``resolve`` now gives it (after the save), with this session's word on it."""
+    from console.answer import answer
+    from console.inputs import resolution
+    from console.outcome import in_effect_note
+    from policy.profile import ProfileError
+    from policy.resolve import WidthError
+
+    try:
+        res, paths, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
+                                   device=None, profile=args.profile, variant=args.demo_target,
+                                   profile_missing_ok=True)
+    except (InputError, WidthError, ProfileError) as e:
+        return answer(None, None, resolve_error=str(e))
+    note = in_effect_note(session, res.width)
+    return answer(res, paths, session=note[0] if note else None)
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
@@ -120,6 +154,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     records = record_dir(args.record_dir)
     if args.save:
         profile_for_save(args.profile)
+    in_effect = _width_in_effect(args)
+    if in_effect is not None and in_effect[0] not in widths:
+        # The width `resolve` gives is always among the measured ones, as in the console: a
+        # sweep that skipped it could not say whether the answer an operator gets loses.
+        widths = (*widths, in_effect[0])
+        if not args.json:
+            print(f"blockwidth: + width {in_effect[0]}, the width in effect ({in_effect[1]})", file=sys.stderr)
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
     n_prompt = len(pair.tokenizer.encode(prompt))
     if n_prompt == 0:
@@ -188,11 +229,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         except ProfileBusy as e:  # the record stays; the operator can save from it later
             refusal = f"{e} (the record is kept: {path})"
 
+    said = _answer_after(args, session) if args.save else None
     if args.json:
         out = dict(rec)
         out["record_path"] = str(path)
         out["saved"] = saved
         out["save_refused"] = refusal
+        if said is not None:
+            out["answer"] = said.to_dict()
         out.pop("host", None)
         out["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
         for arm in out["arms"]:
@@ -238,6 +282,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"saved: {saved}")
         if refusal:
             print(f"not saved: {refusal}", file=sys.stderr)
+        if said is not None:
+            for i, line in enumerate(said.lines()):
+                print(f"{'answer' if i == 0 else '':<6} {line}")
     if session.cancelled:
         return 130
     return ExitCode.CHECK_FAILED if refusal else ExitCode.OK

@@ -67,6 +67,7 @@ class Saved(Message):
 
     saved: str | None
     refusal: str | None
+    session: Session | None = None  # the session it was asked for (the screen may show another by now)
 
 
 @dataclass

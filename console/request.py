@@ -37,7 +37,9 @@ CLI_NAMES: Mapping[Field, str] = {
     Field.WIDTHS: "--widths", Field.N: "-n", Field.TOKENS: "--max-tokens", Field.PROMPT: "--prompt",
     Field.PROMPT_FILE: "--prompt-file", Field.MAX_REPS: "--max-reps", Field.MAX_SECONDS: "--max-seconds",
 }
-CONSOLE_NAMES: Mapping[Field, str] = {f: f"{f.value} field" for f in Field}
+# The console's fields by their labels: its sequential budget is "reps" and "secs".
+CONSOLE_NAMES: Mapping[Field, str] = {**{f: f"{f.value} field" for f in Field},
+                                      Field.MAX_REPS: "reps field", Field.MAX_SECONDS: "secs field"}
 
 
 class FieldError(InputError):

@@ -18,8 +18,10 @@ if TYPE_CHECKING:
     from policy.resolve import Resolution
 
 DEFAULT_WIDTHS = (2, 4, 8)
-# The console's default session is sequential with this budget, so a first run on a
-# 2-core CPU ends in a decision (or says why not) within about 90 s, probe and curve included.
+# The console's default session is sequential with this budget (its reps and secs fields), so
+# a first run on a 2-core CPU ends in a decision (or says which field to raise) within about
+# 90 s, probe and curve included.
+BUDGET_REPS = 12
 BUDGET_S = 60
 
 
@@ -87,3 +89,4 @@ class SessionView:
     planned: int = 0  # runs planned when it started (sequential mode may add more)
     added_width: int | None = None  # the width in effect, added to a run that lacked it
     error: str | None = None
+    saved: str | None = None  # what a save of this session stored (the profile entry, in words)

@@ -92,6 +92,7 @@ class Event:
     runs: int = 1  # runs planned (sequential mode may add more)
     closing: bool = False  # the closing classic bracket, not a repetition
     phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
+    elapsed: float = 0.0  # seconds since the session started (the sequential budget's clock)
 
     @property
     def fraction(self) -> float:
@@ -326,15 +327,11 @@ def judge(classic: Arm, arm: Arm) -> None:
                                        declined_rounds=f.declined_rounds, identical=f.identical)
 
 
-def _more(session: Session) -> str:
-    c = session.config
-    return rules.more_repetitions(sequential=c.sequential, max_reps=c.max_reps, max_seconds=c.max_seconds)
-
-
 def decide(session: Session) -> None:
     """Verdicts, drift and the recommendation, from the samples in ``session`` (policy.verdict.decide)."""
     d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a) for a in session.arms],
-                     cancelled=session.cancelled, reps=session.reps, more=_more(session),
+                     # how to get more repetitions is each front end's to say (console.outcome.advice)
+                     cancelled=session.cancelled, reps=session.reps,
                      blind=rules.warm_blind(warmup_shift=session.warmup_shift,
                                             attention=session.attention, backend=session.backend))
     for arm, (verdict, why) in zip(session.arms, d.verdicts):
@@ -401,12 +398,14 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         index = started[0]
         started[0] += 1
         runs = max(config.planned_runs, started[0])
-        emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
+        emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing,
+                   elapsed=time.monotonic() - t_start))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
         before, host_before = clocks.read(), host.host_reading()
         run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
-                                                         run=index, runs=runs, closing=closing)),
+                                                         run=index, runs=runs, closing=closing,
+                                                         elapsed=time.monotonic() - t_start)),
                      cancel=cancel.is_set)
         run.host = host.host_delta(host_before, host.host_reading())
         if before is not None:
