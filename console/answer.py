@@ -16,6 +16,7 @@ folders by absolute path, so it works from any directory.
 
 from __future__ import annotations
 
+import os
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
@@ -54,15 +55,13 @@ class Answer:
     path: str | None = None  # the path the width was measured on (None: not measured)
     session: str | None = None  # what the session on screen says about the width, if any
     decline: bool = False
+    # The engine's own setting for the same width: none for a decline (no width to set) or for
+    # a pair that did not load (nothing of it runs anywhere).
+    env: str | None = None
 
     @property
     def num_draft_tokens(self) -> int | None:
         return None if self.width is None else self.width - 1
-
-    @property
-    def env(self) -> str | None:
-        """The engine's own setting for the same width (a decline has no width to set)."""
-        return None if self.width is None else f"BLOCKWIDTH_DRAFT_BLOCK_SIZE={self.width}"
 
     def head(self) -> str:
         """One line: the width, num_draft_tokens, the source and, in the same line, whether it
@@ -96,7 +95,9 @@ class Answer:
 
 
 def _abs(path: Path) -> str:
-    return shlex.quote(str(Path(path).expanduser().resolve()))
+    # absolute, and normalised, but through the links the operator named: a folder opened by a
+    # relative path or from another directory still works in the copied line
+    return shlex.quote(os.path.abspath(Path(path).expanduser()))
 
 
 def _num(v: Any) -> float | None:
@@ -169,8 +170,9 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
         return Answer(None, None, why, "-", False, why, session=session)
     measured, trust, path = _trust(res)
     source = label(res.source)
+    env = None if res.width is None else f"BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width}"
     base = dict(width=res.width, source=source, measured=measured, trust=trust, path=path,
-                session=session, decline=res.width is None)
+                session=session, decline=res.width is None, env=None if load_error else env)
     if load_error:
         return Answer(command=None, refusal=f"the pair did not load ({load_error}); no command for it",
                       **base)

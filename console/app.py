@@ -438,7 +438,7 @@ class BlockwidthApp(App):
         elif e.kind == "phase":
             phase = Phase.EXACTNESS if e.phase == "exactness" else Phase.COSTCURVE
             what = f"{e.arm} " if e.arm else ""
-            unit = "widths" if phase is Phase.EXACTNESS else "row counts"
+            unit = "widths" if phase is Phase.EXACTNESS else "forwards"
             stage = 2 if phase is Phase.EXACTNESS else 3
             self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
 

@@ -92,6 +92,73 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str)
         raise InputError(str(e)) from None
 
 
+def run_interruptibly(work, cancel, what: str):
+    """Run ``work()`` in a thread while this (main) thread waits: Ctrl-C sets ``cancel``, which
+    the work checks between forwards, so it stops after the one under way and returns what it
+    measured; a second Ctrl-C quits at once. MLX does not return to Python inside a forward,
+    so a Ctrl-C met there waited for the whole measurement (two were ignored for 7 minutes).
+    Returns (the result, whether it was interrupted)."""
+    import threading
+
+    box: dict = {}
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as e:  # re-raised on the main thread
+            box["error"] = e
+        finally:
+            finished.set()
+
+    threading.Thread(target=run, name=what, daemon=True).start()
+    interrupted = False
+    # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
+    # finished while it still runs.
+    while not finished.is_set():
+        try:
+            finished.wait(0.2)
+        except KeyboardInterrupt:
+            if interrupted:
+                print("\nblockwidth: interrupted", file=sys.stderr, flush=True)
+                os._exit(130)
+            interrupted = True
+            cancel.set()
+            print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
+                  file=sys.stderr, flush=True)
+    if "error" in box:
+        raise box["error"]
+    return box["value"], interrupted
+
+
+# Say how long the forwards will take when the total is at least this (or one forward is).
+LONG_TOTAL_S = 60.0
+LONG_FORWARD_S = 2.0
+
+
+def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel, lower_only: bool = False) -> None:
+    """Before a long measurement starts, time one 1-row forward and say what it implies: at
+    least len(forwards) of those, and up to rows x that for a many-row forward on a CPU (where
+    every row costs). Silent when it is short."""
+    from engine import costcurve
+
+    if quiet or cancel.is_set():
+        return
+    one = costcurve.forward_seconds(model)
+    least = one * len(forwards)
+    biggest = max(forwards)
+    if least < LONG_TOTAL_S and one * biggest < LONG_FORWARD_S * 5 and one < LONG_FORWARD_S:
+        return
+    most = "" if lower_only else f", and a {biggest}-row forward alone up to {_dur(one * biggest)} on a CPU"
+    print(f"blockwidth: {what}: one forward of this target takes {_dur(one)} here; it runs "
+          f"{len(forwards)} forwards: about {_dur(least)} at that rate{most} (Ctrl-C stops it between forwards)",
+          file=sys.stderr, flush=True)
+
+
+def _dur(s: float) -> str:
+    return f"{s:.1f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
 def _width_in_effect(args: argparse.Namespace) -> tuple[int, str] | None:
     """The width ``resolve`` gives for this pair (and its reason), or None: a decline, or a
     resolution that fails (a broken profile is --save's to report, not a reason to stop)."""
@@ -196,7 +263,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
             stage = "exactness probe" if e.phase == "exactness" else "cost curve"
-            print(f"\r  {stage} {e.run}/{e.runs} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
+            unit = "widths" if e.phase == "exactness" else "forwards"
+            print(f"\r  {stage} {e.run}/{e.runs} {unit} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
             print(f"\r  {e.kind}: {e.message}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
@@ -205,13 +273,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
     cancel = threading.Event()
+    # at least: every planned run's prefill, and its tokens at the widest width's rate
+    per_run = -(-args.max_tokens // max(widths))
+    _say_how_long(pair.target, [n_prompt] + [1] * (config.planned_runs * per_run), "sweep",
+                  quiet=args.json, cancel=cancel, lower_only=True)
     try:
-        session = run_session(pair, config, on_event=on_event, cancel=cancel)
+        # Ctrl-C stops the session after the forward under way; the cancelled session's
+        # record is written, as any other (a measured result is never lost)
+        session, _ = run_interruptibly(lambda: run_session(pair, config, on_event=on_event, cancel=cancel),
+                                       cancel, "the session")
     except DecodeError as e:
         raise InputError(str(e)) from None
-    except KeyboardInterrupt:
-        cancel.set()
-        raise
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     try:
         path = record_files.write(rec, records)
@@ -300,14 +372,28 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     _context_bound(pair, "costcurve", args.context + max(rows) + steps,
                    f"--context {args.context} + {max(rows)} rows + {steps} cold steps")
 
-    def progress(i, n):
-        if not args.json:
-            print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()
 
-    curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                              attention=args.verify_attention, linear=args.verify_linear,
-                              on_progress=progress)
-    if not args.json:
+    def progress(i, n):
+        # one redrawn line on a terminal; in a log, a line per tenth
+        if args.json:
+            return
+        if tty:
+            print(f"\r  measuring: {i}/{n} forwards", end="", file=sys.stderr, flush=True)
+        elif i == n or i % max(n // 10, 1) == 0:
+            print(f"  measuring: {i}/{n} forwards", file=sys.stderr, flush=True)
+
+    import threading
+
+    cancel = threading.Event()
+    forwards = costcurve.curve_forwards(rows, args.context, args.repeats)
+    _say_how_long(pair.target, forwards, "costcurve", quiet=args.json, cancel=cancel)
+    curve, _ = run_interruptibly(
+        lambda: costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
+                                  attention=args.verify_attention, linear=args.verify_linear,
+                                  on_progress=progress, cancel=cancel.is_set),
+        cancel, "the cost curve")
+    if not args.json and tty:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
             "mlx": mlx_version(), **curve.to_dict()}
@@ -340,10 +426,12 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         print("cold >> warm: " + ", ".join(f"{p.rows} rows {p.cold_over_warm:.1f}x" for p in replayed)
               + " (work keyed on the KV length is rebuilt every round, as fused attention's cuDNN "
                 "plans are on CUDA; on a busy host it can also be noise)")
-    if curve.boundaries():
-        print("kernel boundaries: " + ", ".join(f"{p.boundary} at {p.rows} rows" for p in curve.boundaries()))
-    else:
-        print("no kernel boundary: time grows smoothly with rows")
+    for line in curve.boundary_lines():  # boundaries only where the repeats agree
+        print(line)
+    if curve.cancelled:
+        print(f"cancelled: {curve.repeats} of {args.repeats} repeats per row count were measured "
+              f"(the figures above are theirs)")
+        return 130
     return ExitCode.OK
 
 

@@ -47,9 +47,12 @@ class AbEvent(Message):
     event: Event
 
     def can_replace(self, message: Message) -> bool:
-        # Token ticks coalesce; stage changes must all arrive.
-        return (isinstance(message, AbEvent) and message.event.kind == "progress"
-                and self.event.kind == "progress")
+        # Token ticks coalesce, and so do a stage's own ticks (the cost curve's forwards);
+        # a change of stage must arrive.
+        if not isinstance(message, AbEvent) or message.event.kind != self.event.kind:
+            return False
+        return self.event.kind == "progress" or (self.event.kind == "phase"
+                                                 and self.event.phase == message.event.phase)
 
 
 @dataclass

@@ -139,7 +139,8 @@ class Session:
     exactness: dict[int, Exactness] = field(default_factory=dict)
     curve: costcurve.CostCurve | None = None
     predicted: dict[int, float] = field(default_factory=dict)
-    predicted_best: int | None = None
+    predicted_best: int | None = None  # None also when the curve's repeats do not resolve it
+    predicted_note: str = ""  # the prediction's best width, or "not resolved at this n" and why
     prediction: dict[int, costcurve.Prediction] = field(default_factory=dict)  # both terms per width
     draft_cost: costcurve.DraftCost = costcurve.DraftCost.LINEAR
     draft_cost_ms: float = 0.0  # the measured unit: per round (flat) or per drafted token (linear)
@@ -298,8 +299,8 @@ class Session:
         if not self.prediction:
             return []
         unit = "per round, any width" if self.draft_cost is costcurve.DraftCost.FLAT else "per drafted token"
-        lines = [f"model prediction (cost curve x acceptance, not a measurement): best width "
-                 f"{self.predicted_best}; "
+        lines = [f"model prediction (cost curve x acceptance, not a measurement): "
+                 f"{self.predicted_note or f'best width {self.predicted_best}'}; "
                  f"{self.drafter_kind} drafting is {self.draft_cost.value}: "
                  f"{self.draft_cost_ms:.2f} ms {unit}"]
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
@@ -532,9 +533,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             session.prediction = costcurve.predict_terms(session.curve, acc, draft_ms, widths,
                                                          session.draft_cost)
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
-            if session.predicted:
-                session.predicted_best = max(session.predicted, key=session.predicted.get)
-            emit(Event("costcurve", message=f"predicted best width {session.predicted_best}"))
+            # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
+            # noise once predicted w2 at 5.42x against ~1.1x measured.
+            session.predicted_best, session.predicted_note = costcurve.best_resolved(
+                session.prediction, session.curve.repeats)
+            emit(Event("costcurve", message=session.predicted_note or "no prediction"))
 
     session.cancelled = cancel.is_set()
     decide(session)

@@ -66,6 +66,7 @@ def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]
         "costcurve": session.curve.to_dict() if session.curve else None,
         "predicted_speedup": {str(k): round(v, 4) for k, v in session.predicted.items()},
         "predicted_best": session.predicted_best,
+        "predicted_note": session.predicted_note,
         "prediction": {"draft_cost": session.draft_cost.value, "draft_cost_ms": round(session.draft_cost_ms, 4),
                        "drafter_kind": session.drafter_kind,
                        "widths": [p.to_dict() for _, p in sorted(session.prediction.items())]},
@@ -191,6 +192,8 @@ def markdown(record: dict) -> str:
         lines += [f"- {w}" for w in record["warnings"]]
     if record.get("predicted_best"):
         lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
+    elif isinstance(record.get("predicted_note"), str) and record["predicted_note"]:
+        lines.append(f"\nPrediction from the cost curve and acceptance: {record['predicted_note']}")
         pred = record.get("prediction") or {}
         if pred.get("widths"):
             unit = "per round, any width" if pred["draft_cost"] == "flat" else "per drafted token"

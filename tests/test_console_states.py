@@ -13,8 +13,16 @@ from tests.states import STATES, enter, make_app
 
 @pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
 @pytest.mark.parametrize("state", STATES)
-def test_console_state_snapshot(state, size, snap_compare, tmp_path):
-    app = make_app(tmp_path)
+def test_console_state_snapshot(state, size, snap_compare):
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    # One fixed folder: the profile's path is in the reasons a saved state shows.
+    where = Path(tempfile.gettempdir()) / "blockwidth-snapshot-state"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir()
+    app = make_app(where)
 
     async def run_before(pilot):
         await enter(app, pilot, state)
