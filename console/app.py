@@ -687,5 +687,8 @@ class BlockwidthApp(App):
 
 
 def run_app(options: Options) -> int:
+    from console.inputs import note_mlx_thread
+
+    note_mlx_thread()  # sessions run in workers: the exit must skip MLX's teardown (cli.entry)
     BlockwidthApp(options).run()
     return 0

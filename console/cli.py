@@ -307,5 +307,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 128 + signal.SIGPIPE
 
 
+def entry() -> None:
+    """The ``blockwidth`` command: ``main``, then the exit. After MLX ran in a worker thread
+    (the console's sessions, a measurement Ctrl-C can stop), MLX 0.32's C++ teardown at exit
+    aborts now and then ("terminate called without an active exception", ml-explore/mlx#3126),
+    turning a finished command's exit code into 134: everything is written and flushed by
+    then, so the process leaves without running that teardown."""
+    code = main()
+    from console.inputs import mlx_ran_in_thread
+
+    if mlx_ran_in_thread():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

@@ -31,6 +31,19 @@ _USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "t
 _HUB_FILES = ["*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 
 
+_MLX_IN_THREAD = [False]
+
+
+def note_mlx_thread() -> None:
+    """MLX work is about to run in a thread other than the main one (the console's workers,
+    the CLI's interruptible measurements): the process must then leave by ``os._exit``."""
+    _MLX_IN_THREAD[0] = True
+
+
+def mlx_ran_in_thread() -> bool:
+    return _MLX_IN_THREAD[0]
+
+
 class InputError(Exception):
     """Bad input from the operator: one line naming the input and what is wrong."""
 

@@ -111,7 +111,11 @@ def run_interruptibly(work, cancel, what: str):
         finally:
             finished.set()
 
-    threading.Thread(target=run, name=what, daemon=True).start()
+    from console.inputs import note_mlx_thread
+
+    note_mlx_thread()
+    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread.start()
     interrupted = False
     # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
     # finished while it still runs.
@@ -126,6 +130,7 @@ def run_interruptibly(work, cancel, what: str):
             cancel.set()
             print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
                   file=sys.stderr, flush=True)
+    thread.join()  # done: it only returns now
     if "error" in box:
         raise box["error"]
     return box["value"], interrupted
