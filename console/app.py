@@ -319,7 +319,9 @@ class BlockwidthApp(App):
         self.push_screen(PairScreen(o.target or "", o.draft or "", o.kind or ""), self._open_pair)
 
     def _reopen_pair(self, values: tuple[str, str, str], error: str) -> None:
-        """A bad entry: the dialog again, with what was typed and why it was refused."""
+        """A bad entry: the dialog again, with what was typed and why it was refused (the error
+        line keeps it too, for after Escape)."""
+        self._error(error)
         self.push_screen(PairScreen(*values, error=error), self._open_pair)
 
     def _open_pair(self, values: tuple[str, str, str] | None) -> None:
