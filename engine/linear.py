@@ -177,6 +177,7 @@ class LinearRouting:
     backend: str = "cpu"
     allowed: dict | None = None
     auto: bool = False
+    call: str = "direct"  # qmv: engine.qmv's call strategy, read when the block opens
     served: dict = field(default_factory=dict)  # qmv: "N x K bits/group" -> calls the kernel took
     stock_reasons: dict = field(default_factory=dict)  # qmv: engine.qmv.REASONS key -> calls left
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> (reason, label)
@@ -187,7 +188,7 @@ class LinearRouting:
             out.update(auto=self.auto, served=dict(sorted(self.served.items())),
                        stock_reasons=dict(sorted(self.stock_reasons.items())),
                        reasons={k: qmv.REASONS.get(k, AUTO_REASON) for k in sorted(self.stock_reasons)},
-                       call=qmv.call_strategy(), kernel_compile_s=qmv.compile_seconds(),
+                       call=self.call, kernel_compile_s=qmv.compile_seconds(),
                        compiled_in_forward=qmv.compiled_in_forward())
         return out
 
@@ -217,14 +218,15 @@ def _compute_capability() -> str | None:
 
 
 def auto_allowed(backend: str, compute_capability: str | None,
-                 wins: tuple[KernelWin, ...] | None = None) -> dict | None:
+                 wins: tuple[KernelWin, ...] | None = None, call: str = "direct") -> dict | None:
     """What ``auto`` routes to qmv here: {(bits, group): rows} from the committed wins measured
-    on this compute capability, or None (auto is stock) where there are none."""
+    on this compute capability with this call strategy (a win measured through mx.compile says
+    nothing of the direct call), or None (auto is stock) where there are none."""
     if backend != "cuda" or compute_capability is None:
         return None
     won = {}
     for w in QMV_WINS if wins is None else wins:
-        if w.compute_capability == compute_capability and w.rows:
+        if w.compute_capability == compute_capability and w.call == call and w.rows:
             won.setdefault((w.bits, w.group_size), set()).update(w.rows)
     return {k: frozenset(v) for k, v in won.items()} or None
 
@@ -360,7 +362,7 @@ def _qdispatch(self, x):
         return _stock_qcall(self, x)
     routing.routed += 1
     routing.served[label] = routing.served.get(label, 0) + 1
-    y = qmv.matmul(x, w, s, b, self.bits, self.group_size)
+    y = qmv.matmul(x, w, s, b, self.bits, self.group_size, routing.call)
     return y + self["bias"] if "bias" in self else y
 
 
@@ -421,8 +423,11 @@ def routing_for(mode: str | VerifyLinear | None, backend: str | None = None) -> 
     backend = backend or current_backend()
     asked = parse(mode)
     routing = LinearRouting(effective(asked), backend=backend)
+    if routing.mode is VerifyLinear.QMV or asked is VerifyLinear.AUTO:
+        routing.call = qmv.call_strategy()  # a bad BLOCKWIDTH_QMV_CALL stops here, named
     if asked is VerifyLinear.AUTO:
-        allowed = auto_allowed(backend, _compute_capability() if backend == "cuda" else None)
+        allowed = auto_allowed(backend, _compute_capability() if backend == "cuda" else None,
+                               call=routing.call)
         if allowed:
             routing.mode, routing.allowed, routing.auto = VerifyLinear.QMV, allowed, True
     return routing
@@ -461,5 +466,5 @@ def prepare(mode: str | VerifyLinear | None, *models) -> dict[str, float]:
     done = {}
     for m in models:
         if isinstance(m, nn.Module):
-            done.update(qmv.prepare(m))
+            done.update(qmv.prepare(m, strategy=routing.call))
     return done

@@ -292,7 +292,7 @@ QDI float qmv_f(uint32_t v) {
 }
 """
 
-# The body. Inputs x [M, K] (T), w [N, K * BITS / 32] uint32, scales / biases [N, K / G] (T);
+# The body. Inputs x [..., K] (T; M rows in all, any leading shape), w [N, K * BITS / 32] uint32, scales / biases [N, K / G] (T);
 # output y [M, N] (T). Constants written in front of it per instance (source_for): BITS, G,
 # U, BF (bfloat16, else float16).
 SOURCE = r"""
@@ -305,8 +305,9 @@ SOURCE = r"""
   constexpr float OFFB = BITS == 8 ? 17.f * OFF : OFF;
   constexpr uint32_t ONE2 = BF ? 0x3F803F80u : 0x3C003C00u;
   static_assert(XV >= 1 && WL >= 1 && (U == 1 || U == 2 || U == 4 || U == 8), "bad instance");
-  const int M = x_shape[0];
-  const int K = x_shape[1];
+  const int K = x_shape[x_ndim - 1];
+  int M = 1;
+  for (int i = 0; i < x_ndim - 1; ++i) M *= x_shape[i];
   const int N = w_shape[0];
   const int NW = blockDim.x >> 5;
   const int GT = K / G;
@@ -479,7 +480,7 @@ def source_for(bits: int, group: int, dtype: str, u: int) -> str:
 _lock = threading.Lock()
 _kernels: dict[tuple, object] = {}  # (bits, group, dtype, u) -> mx.fast.cuda_kernel
 _compiled: dict[str, float] = {}  # instance name -> seconds its first (compiling) call took
-_calls: dict[tuple, Callable] = {}  # (bits, group, dtype, u, call) -> fn(x2, w, s, b)
+_calls: dict[tuple, Callable] = {}  # (bits, group, dtype, u) -> its mx.compile'd call
 _ready: set[tuple] = set()  # instances compiled (keys of _kernels that have run once)
 _lazy: set[str] = set()  # instances first compiled inside a forward, not by prepare()
 
@@ -518,59 +519,59 @@ def _dtype(name: str):
     return getattr(mx, name)
 
 
-_prepared: dict[tuple, dict] = {}  # (rows, n, k, bits, group, dtype) -> the call's keyword arguments
-
-
-def _kwargs(rows: int, n: int, k: int, bits: int, group: int, dtype: str) -> tuple[tuple, dict]:
-    key = (rows, n, k, bits, group, dtype)
-    got = _prepared.get(key)
-    if got is None:
-        lc = launch(n, k, rows, bits, group)
-        got = ((bits, group, dtype, lc.u),
-               dict(grid=lc.grid, threadgroup=lc.threadgroup, output_shapes=[(rows, n)],
-                    output_dtypes=[_dtype(dtype)]))
-        _prepared[key] = got
-    return got
+_fns: dict[tuple, Callable] = {}  # (x shape, n, x dtype, bits, group, strategy) -> fn(x, w, s, b)
 
 
 def _direct(inst: tuple) -> Callable:
+    """fn(x, w, s, b) -> y through the kernel object's call; the launch worked out per shape."""
     kern = kernel(*inst)
     bits, group, dtype, _ = inst
+    dt = _dtype(dtype)
 
-    def run(x2, w, s, b):
-        _, kw = _kwargs(x2.shape[0], w.shape[0], x2.shape[1], bits, group, dtype)
-        return kern(inputs=[x2, w, s, b], **kw)[0]
+    def run(x, w, scales, biases):
+        n = w.shape[0]
+        lc = launch(n, x.shape[-1], x.size // x.shape[-1], bits, group)
+        return kern(inputs=[x, w, scales, biases], grid=lc.grid, threadgroup=lc.threadgroup,
+                    output_shapes=[(*x.shape[:-1], n)], output_dtypes=[dt])[0]
 
     return run
 
 
-def caller(inst: tuple, strategy: str | None = None) -> Callable:
-    """fn(x2 [M, K], w, scales, biases) -> y [M, N] for one instance under ``strategy``."""
-    strategy = strategy or call_strategy()
-    key = (*inst, strategy)
-    fn = _calls.get(key)
-    if fn is None:
-        fn = _direct(inst)
-        if strategy == "compile":
-            import mlx.core as mx
+def _prepared(x_shape: tuple, n: int, dt, bits: int, group: int, strategy: str) -> Callable:
+    """The call for one signature, made once: ``direct`` binds the launch's arguments (a call
+    is then one dict lookup and the kernel object's call); ``compile`` is the instance's
+    ``mx.compile``d function (MLX traces it once per shape, then replays the primitive)."""
+    import mlx.core as mx
 
-            fn = mx.compile(fn)
-        _calls[key] = fn
-    return fn
-
-
-def matmul(x, w, scales, biases, bits: int, group: int, strategy: str | None = None):
-    """``x @ dequantize(w, scales, biases).T`` through the kernel, for ``x`` of 1..8 rows in
-    any leading shape (the caller checked :func:`refusal`); CUDA only."""
-    k = x.shape[-1]
-    rows = x.size // k
-    dtype = str(x.dtype).rsplit(".", 1)[-1]
-    inst, _ = _kwargs(rows, w.shape[0], k, bits, group, dtype)
+    k = x_shape[-1]
+    rows = 1
+    for d in x_shape[:-1]:
+        rows *= d
+    dtype = str(dt).rsplit(".", 1)[-1]
+    lc = launch(n, k, rows, bits, group)
+    inst = (bits, group, dtype, lc.u)
     if inst not in _ready:  # not prepared: compiled here, and the record says it was
         compile_instance(*inst)
         _lazy.add(instance_name(*inst))
-    y = caller(inst, strategy)(x.reshape(rows, k), w, scales, biases)
-    return y.reshape(*x.shape[:-1], w.shape[0])
+    if strategy == "compile":
+        fn = _calls.get(inst)
+        if fn is None:
+            fn = _calls[inst] = mx.compile(_direct(inst))
+        return fn
+    kern = kernel(*inst)
+    kw = dict(grid=lc.grid, threadgroup=lc.threadgroup, output_shapes=[(*x_shape[:-1], n)],
+              output_dtypes=[dt])
+    return lambda x, w, s, b: kern(inputs=[x, w, s, b], **kw)[0]
+
+
+def matmul(x, w, scales, biases, bits: int, group: int, strategy: str = "direct"):
+    """``x @ dequantize(w, scales, biases).T`` through the kernel, for ``x`` of 1..8 rows in
+    any leading shape (the caller checked :func:`refusal`); CUDA only."""
+    key = (x.shape, w.shape[0], x.dtype, bits, group, strategy)
+    fn = _fns.get(key)
+    if fn is None:
+        fn = _fns[key] = _prepared(tuple(x.shape), w.shape[0], x.dtype, bits, group, strategy)
+    return fn(x, w, scales, biases)
 
 
 def compile_instance(bits: int, group: int, dtype: str, u: int) -> float:
@@ -583,14 +584,14 @@ def compile_instance(bits: int, group: int, dtype: str, u: int) -> float:
         return _compiled[name]
     k = group * u
     dt = _dtype(dtype)
-    x = mx.zeros((1, k), dt)
+    x = mx.zeros((1, 1, k), dt)
     w = mx.zeros((TILE, k * bits // 32), mx.uint32)
     s = mx.zeros((TILE, u), dt)
     mx.eval(x, w, s)
     t0 = time.perf_counter()
     lc = launch(TILE, k, 1, bits, group)
     y = kernel(bits, group, dtype, u)(inputs=[x, w, s, s], grid=lc.grid, threadgroup=lc.threadgroup,
-                                      output_shapes=[(1, TILE)], output_dtypes=[dt])[0]
+                                      output_shapes=[(1, 1, TILE)], output_dtypes=[dt])[0]
     mx.eval(y)
     _compiled[name] = time.perf_counter() - t0
     _ready.add((bits, group, dtype, u))
@@ -645,18 +646,14 @@ def prepare(model, rows: tuple[int, ...] = tuple(range(2, MAX_ROWS + 1)),
         done[instance_name(*inst)] = compile_instance(*inst)
         if strategy != "compile":
             continue
+        bits, group, dtype, _ = inst
+        dt = _dtype(dtype)
         for n, k in sorted(shapes):
-            key = ("traced", *inst, n, k)
-            if key in _prepared:
-                continue
-            bits, group, dtype, _ = inst
-            dt = _dtype(dtype)
             w = mx.zeros((n, k * bits // 32), mx.uint32)
             s = mx.zeros((n, k // group), dt)
-            mx.eval(w, s)
-            for r in rows:
-                mx.eval(caller(inst, strategy)(mx.zeros((r, k), dt), w, s, s))
-            _prepared[key] = {}
+            for r in rows:  # the verify's x is [1, rows, K]
+                if ((1, r, k), n, dt, bits, group, strategy) not in _fns:
+                    mx.eval(matmul(mx.zeros((1, r, k), dt), w, s, s, bits, group, strategy))
     return done
 
 

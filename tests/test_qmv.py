@@ -308,10 +308,12 @@ def test_the_source_mlx_gets_is_the_source_without_comments():
     code = [ln.strip() for ln in qmv.SOURCE.splitlines() if ln.strip() and not ln.strip().startswith("//")]
     assert body.splitlines() == code
     assert "//" not in body and not any(ln[:1].isspace() for ln in src.splitlines())
-    # MLX passes a shape only for names it finds followed by _shape: x and w, nothing else
-    for name, wanted in (("x", True), ("w", True), ("scales", False), ("biases", False)):
-        assert (f"{name}_shape" in src) is wanted
-        assert f"{name}_strides" not in src and f"{name}_ndim" not in src
+    # MLX passes a shape (ndim) only for names it finds followed by _shape (_ndim): x's shape
+    # and rank, w's shape, nothing else (the kernel's parameters are what it reads)
+    for name, shape, ndim in (("x", True, True), ("w", True, False), ("scales", False, False),
+                              ("biases", False, False)):
+        assert (f"{name}_shape" in src) is shape and (f"{name}_ndim" in src) is ndim
+        assert f"{name}_strides" not in src
     assert qmv.instance_name(4, 64, "bfloat16", 4) == "blockwidth_qmv_b4_g64_u4_bf16"
 
 
@@ -384,6 +386,7 @@ def test_auto_is_stock_without_a_record_and_qmv_where_one_won():
     assert auto_allowed("cuda", "9.0", ()) is None
     assert auto_allowed("cuda", "9.0", (win,)) == {(4, 64): frozenset(range(2, 9))}
     assert auto_allowed("cuda", "12.1", (win,)) is None  # another device: not measured there
+    assert auto_allowed("cuda", "9.0", (win,), call="compile") is None  # another call strategy
     assert auto_allowed("metal", None, (win,)) is None and auto_allowed("cpu", None, (win,)) is None
     # on this CPU auto is stock whatever the table says, and adds nothing to a projection
     r = routing_for("auto")
@@ -435,7 +438,7 @@ def test_on_cuda_the_block_sends_2_to_8_rows_of_affine_4_and_8_bit_projections_t
     with which arguments, and what the block records can be checked here."""
     sent = []
 
-    def on_cpu(x, w, s, b, bits, group, strategy=None):
+    def on_cpu(x, w, s, b, bits, group, strategy="direct"):
         sent.append((x.shape, bits, group))
         return mx.quantized_matmul(x, w, s, b, transpose=True, group_size=group, bits=bits)
 
