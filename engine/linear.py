@@ -354,15 +354,16 @@ def _qdispatch(self, x):
         why = qmv_plan(routing.backend, routing.allowed, self.mode, self.bits, self.group_size, rows,
                        _name(x.dtype), _name(s.dtype), b is not None, width, tuple(w.shape))
         label = f"{w.shape[0]}x{width} {self.mode}-{self.bits} g{self.group_size}"
-        plan = routing._plans[key] = (why, label)
-    why, label = plan
+        fn = None if why else qmv.bound(x.shape, w.shape[0], x.dtype, self.bits, self.group_size, routing.call)
+        plan = routing._plans[key] = (why, label, fn)
+    why, label, fn = plan
     if why is not None:
         routing.passed += 1
         routing.stock_reasons[why] = routing.stock_reasons.get(why, 0) + 1
         return _stock_qcall(self, x)
     routing.routed += 1
     routing.served[label] = routing.served.get(label, 0) + 1
-    y = qmv.matmul(x, w, s, b, self.bits, self.group_size, routing.call)
+    y = fn(x, w, s, b)
     return y + self["bias"] if "bias" in self else y
 
 

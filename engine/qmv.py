@@ -564,14 +564,20 @@ def _prepared(x_shape: tuple, n: int, dt, bits: int, group: int, strategy: str) 
     return lambda x, w, s, b: kern(inputs=[x, w, s, b], **kw)[0]
 
 
+def bound(x_shape: tuple, n: int, dt, bits: int, group: int, strategy: str = "direct") -> Callable:
+    """fn(x, w, scales, biases) -> y for one call signature (``x_shape``, N, dtype, bits,
+    group), made once: what a dispatcher keeps per signature so a call adds nothing else."""
+    key = (x_shape, n, dt, bits, group, strategy)
+    fn = _fns.get(key)
+    if fn is None:
+        fn = _fns[key] = _prepared(tuple(x_shape), n, dt, bits, group, strategy)
+    return fn
+
+
 def matmul(x, w, scales, biases, bits: int, group: int, strategy: str = "direct"):
     """``x @ dequantize(w, scales, biases).T`` through the kernel, for ``x`` of 1..8 rows in
     any leading shape (the caller checked :func:`refusal`); CUDA only."""
-    key = (x.shape, w.shape[0], x.dtype, bits, group, strategy)
-    fn = _fns.get(key)
-    if fn is None:
-        fn = _fns[key] = _prepared(tuple(x.shape), w.shape[0], x.dtype, bits, group, strategy)
-    return fn(x, w, scales, biases)
+    return bound(x.shape, w.shape[0], x.dtype, bits, group, strategy)(x, w, scales, biases)
 
 
 def compile_instance(bits: int, group: int, dtype: str, u: int) -> float:

@@ -438,12 +438,15 @@ def test_on_cuda_the_block_sends_2_to_8_rows_of_affine_4_and_8_bit_projections_t
     with which arguments, and what the block records can be checked here."""
     sent = []
 
-    def on_cpu(x, w, s, b, bits, group, strategy="direct"):
-        sent.append((x.shape, bits, group))
-        return mx.quantized_matmul(x, w, s, b, transpose=True, group_size=group, bits=bits)
+    def on_cpu(x_shape, n, dt, bits, group, strategy="direct"):
+        def run(x, w, s, b):
+            sent.append((x.shape, bits, group))
+            assert (tuple(x.shape), w.shape[0], x.dtype) == (tuple(x_shape), n, dt)
+            return mx.quantized_matmul(x, w, s, b, transpose=True, group_size=group, bits=bits)
+        return run
 
     monkeypatch.setattr(linear, "current_backend", lambda: "cuda")
-    monkeypatch.setattr(qmv, "matmul", on_cpu)
+    monkeypatch.setattr(qmv, "bound", on_cpu)
     layers = _layers()
     for rows, routed in ((1, False), (2, True), (5, True), (8, True), (9, False)):
         x = mx.random.normal((1, rows, 256)).astype(mx.bfloat16)
