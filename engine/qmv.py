@@ -207,27 +207,46 @@ def parity(y, ref, dtype: str) -> dict:
 
 
 # --- the kernel source ------------------------------------------------------------------------
-HEADER = r"""
+# The header, in pieces: an instance gets only the load widths, the MMA and the conversion it
+# uses (MLX concatenates and hashes the whole source on every call).
+_H_COMMON = r"""
 #define QDI __device__ __forceinline__
-template <int NWD> struct QmvW;
-template <> struct QmvW<1> {
+// two codes (bits sh..sh+3 and 16+sh..16+sh+3 of w) -> 16-bit floats {OFF + q_lo, OFF + q_hi}:
+// one lop3 with the exponent pattern in a register (as two immediates it took two LOP3s)
+QDI uint32_t qmv_nib(uint32_t w, int sh, uint32_t magic) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(w >> sh), "r"(magic));
+  return r;
+}
+"""
+# QmvW: the WL consecutive words of one weight row a lane reads per group (4, 8, 16 or 32
+# bytes), L1 not allocated
+_H_WORDS = {
+    1: r"""
+struct QmvW {
   uint32_t v[1];
   QDI void load(const uint32_t* p) { asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v[0]) : "l"(p)); }
 };
-template <> struct QmvW<2> {
+""",
+    2: r"""
+struct QmvW {
   uint32_t v[2];
   QDI void load(const uint32_t* p) {
     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
   }
 };
-template <> struct QmvW<4> {
+""",
+    4: r"""
+struct QmvW {
   uint32_t v[4];
   QDI void load(const uint32_t* p) {
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
   }
 };
-template <> struct QmvW<8> {
+""",
+    8: r"""
+struct QmvW {
   uint32_t v[8];
   QDI void load(const uint32_t* p) {
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
@@ -236,9 +255,12 @@ template <> struct QmvW<8> {
         : "=r"(v[4]), "=r"(v[5]), "=r"(v[6]), "=r"(v[7]) : "l"(p + 4));
   }
 };
-// U consecutive 16-bit scales (or biases) of one row: U / 2 words (U = 1: one u16)
-template <int U> struct QmvS;
-template <> struct QmvS<1> {
+""",
+}
+# QmvS: U consecutive 16-bit scales (or biases) of one row, as U / 2 words (U = 1: one u16)
+_H_SCALES = {
+    1: r"""
+struct QmvS {
   uint32_t v[1];
   QDI void load(const void* p) {
     unsigned short h;
@@ -246,55 +268,63 @@ template <> struct QmvS<1> {
     v[0] = h;
   }
 };
-template <> struct QmvS<2> {
+""",
+    2: r"""
+struct QmvS {
   uint32_t v[1];
   QDI void load(const void* p) { asm("ld.global.nc.L1::no_allocate.u32 %0, [%1];" : "=r"(v[0]) : "l"(p)); }
 };
-template <> struct QmvS<4> {
+""",
+    4: r"""
+struct QmvS {
   uint32_t v[2];
   QDI void load(const void* p) {
     asm("ld.global.nc.L1::no_allocate.v2.u32 {%0, %1}, [%2];" : "=r"(v[0]), "=r"(v[1]) : "l"(p));
   }
 };
-template <> struct QmvS<8> {
+""",
+    8: r"""
+struct QmvS {
   uint32_t v[4];
   QDI void load(const void* p) {
     asm("ld.global.nc.L1::no_allocate.v4.u32 {%0, %1, %2, %3}, [%4];"
         : "=r"(v[0]), "=r"(v[1]), "=r"(v[2]), "=r"(v[3]) : "l"(p));
   }
 };
-// two codes (bits sh..sh+3 and 16+sh..16+sh+3 of w) -> 16-bit floats {OFF + q_lo, OFF + q_hi}:
-// one lop3 with the exponent pattern in a register (as two immediates it took two LOP3s)
-QDI uint32_t qmv_nib(uint32_t w, int sh, uint32_t magic) {
-  uint32_t r;
-  asm("lop3.b32 %0, %1, 0x000F000F, %2, 0xEA;" : "=r"(r) : "r"(w >> sh), "r"(magic));
-  return r;
+""",
 }
-template <bool BF>
+# the MMA (bf16 or f16 inputs, float32 sums) and the 16-bit value in the low (HI false) or
+# high half of a word, as a float
+_H_TYPE = {
+    "bfloat16": r"""
 QDI void qmv_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
-  if constexpr (BF) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  } else {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-  }
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-// the 16-bit value in the low (HI false) or high half of v, as a float
-template <bool BF, bool HI>
-QDI float qmv_f(uint32_t v) {
-  const uint32_t h = HI ? (v >> 16) : (v & 0xFFFFu);
-  if constexpr (BF) {
-    return __uint_as_float(h << 16);
-  } else {
-    return __half2float(__ushort_as_half((unsigned short)h));
-  }
+template <bool HI>
+QDI float qmv_f(uint32_t v) { return __uint_as_float(HI ? (v & 0xFFFF0000u) : (v << 16)); }
+""",
+    "float16": r"""
+QDI void qmv_mma(float (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]) : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
-"""
+template <bool HI>
+QDI float qmv_f(uint32_t v) { return __half2float(__ushort_as_half((unsigned short)(HI ? (v >> 16) : (v & 0xFFFFu)))); }
+""",
+}
+
+
+def header_for(bits: int, group: int, dtype: str, u: int) -> str:
+    """The header one instance needs: its weight-load width (group / 4 codes a lane: group * bits
+    / 128 words), its scale-load width (u), its dtype's MMA and conversion."""
+    return _strip(_H_COMMON + _H_WORDS[group * bits // 128] + _H_SCALES[u] + _H_TYPE[dtype])
+
 
 # The body. Inputs x [..., K] (T; M rows in all, any leading shape), w [N, K * BITS / 32] uint32, scales / biases [N, K / G] (T);
 # output y [M, N] (T). Constants written in front of it per instance (source_for): BITS, G,
-# U, BF (bfloat16, else float16).
+# U, BF (bfloat16, else float16); the header's QmvW holds the WL words of one row and group a
+# lane reads, QmvS the U scales of one chunk.
 SOURCE = r"""
   constexpr int L = G / 4;
   constexpr int WL = L * BITS / 32;
@@ -333,10 +363,10 @@ SOURCE = r"""
   const int XSTEP = NW * U * G;
   float acc[4] = {0.f, 0.f, 0.f, 0.f};
   struct Buf {
-    QmvW<WL> wa[U];
-    QmvW<WL> wb[U];
+    QmvW wa[U];
+    QmvW wb[U];
     uint4 xv[U][XV];
-    QmvS<U> sa, sb, ba, bb;
+    QmvS sa, sb, ba, bb;
   };
   auto load = [&](Buf& B) {
 #pragma unroll
@@ -385,14 +415,14 @@ SOURCE = r"""
       }
       float xs[4] = {0.f, 0.f, 0.f, 0.f};
 #pragma unroll
-      for (int j = 0; j < NB; ++j) qmv_mma<BF>(xs, ONE2, ONE2, ONE2, ONE2, b0[j], b1[j]);
+      for (int j = 0; j < NB; ++j) qmv_mma(xs, ONE2, ONE2, ONE2, ONE2, b0[j], b1[j]);
       float c[4] = {0.f, 0.f, 0.f, 0.f};
       if constexpr (BITS == 4) {
 #pragma unroll
         for (int j = 0; j < NB; ++j) {
           const uint32_t qa = B.wa[u].v[j >> 1], qb = B.wb[u].v[j >> 1];
           const int sh = (j & 1) * 8;
-          qmv_mma<BF>(c, qmv_nib(qa, sh, MAGIC), qmv_nib(qb, sh, MAGIC), qmv_nib(qa, sh + 4, MAGIC),
+          qmv_mma(c, qmv_nib(qa, sh, MAGIC), qmv_nib(qb, sh, MAGIC), qmv_nib(qa, sh + 4, MAGIC),
                       qmv_nib(qb, sh + 4, MAGIC), b0[j], b1[j]);
         }
       } else {
@@ -400,9 +430,9 @@ SOURCE = r"""
 #pragma unroll
         for (int j = 0; j < NB; ++j) {
           const uint32_t qa = B.wa[u].v[j], qb = B.wb[u].v[j];
-          qmv_mma<BF>(c, qmv_nib(qa, 0, MAGIC), qmv_nib(qb, 0, MAGIC), qmv_nib(qa, 8, MAGIC),
+          qmv_mma(c, qmv_nib(qa, 0, MAGIC), qmv_nib(qb, 0, MAGIC), qmv_nib(qa, 8, MAGIC),
                       qmv_nib(qb, 8, MAGIC), b0[j], b1[j]);
-          qmv_mma<BF>(h, qmv_nib(qa, 4, MAGIC), qmv_nib(qb, 4, MAGIC), qmv_nib(qa, 12, MAGIC),
+          qmv_mma(h, qmv_nib(qa, 4, MAGIC), qmv_nib(qb, 4, MAGIC), qmv_nib(qa, 12, MAGIC),
                       qmv_nib(qb, 12, MAGIC), b0[j], b1[j]);
         }
 #pragma unroll
@@ -410,15 +440,15 @@ SOURCE = r"""
       }
       float s0, s8, o0, o8;
       if (u & 1) {
-        s0 = qmv_f<BF, true>(B.sa.v[u >> 1]);
-        s8 = qmv_f<BF, true>(B.sb.v[u >> 1]);
-        o0 = qmv_f<BF, true>(B.ba.v[u >> 1]);
-        o8 = qmv_f<BF, true>(B.bb.v[u >> 1]);
+        s0 = qmv_f<true>(B.sa.v[u >> 1]);
+        s8 = qmv_f<true>(B.sb.v[u >> 1]);
+        o0 = qmv_f<true>(B.ba.v[u >> 1]);
+        o8 = qmv_f<true>(B.bb.v[u >> 1]);
       } else {
-        s0 = qmv_f<BF, false>(B.sa.v[u >> 1]);
-        s8 = qmv_f<BF, false>(B.sb.v[u >> 1]);
-        o0 = qmv_f<BF, false>(B.ba.v[u >> 1]);
-        o8 = qmv_f<BF, false>(B.bb.v[u >> 1]);
+        s0 = qmv_f<false>(B.sa.v[u >> 1]);
+        s8 = qmv_f<false>(B.sb.v[u >> 1]);
+        o0 = qmv_f<false>(B.ba.v[u >> 1]);
+        o8 = qmv_f<false>(B.bb.v[u >> 1]);
       }
       o0 = fmaf(-OFFB, s0, o0);
       o8 = fmaf(-OFFB, s8, o8);
@@ -508,7 +538,7 @@ def kernel(bits: int, group: int, dtype: str, u: int):
             if k is None:
                 k = mx.fast.cuda_kernel(name=instance_name(*key), input_names=["x", "w", "scales", "biases"],
                                         output_names=["y"], source=source_for(*key),
-                                        header=_strip(HEADER))
+                                        header=header_for(*key))
                 _kernels[key] = k
     return k
 

@@ -114,7 +114,7 @@ def generated_source(bits: int, group: int, dtype: str, u: int) -> tuple[str, st
     name = "custom_kernel_" + qmv.instance_name(bits, group, dtype, u)
     t = "__nv_bfloat16" if dtype == "bfloat16" else "__half"
     s = '\n#include "mlx/backend/cuda/device/utils.cuh"\n\n#include <cooperative_groups.h>\n\n'
-    s += qmv._strip(qmv.HEADER)
+    s += qmv.header_for(bits, group, dtype, u)
     s += "namespace mlx::core::cu {\n\nnamespace cg = cooperative_groups;\n\n"
     s += (f"__global__ void {name}(\n    const {t}* x,\n    const __grid_constant__ Shape x_shape,\n"
           f"    const __grid_constant__ int x_ndim,\n    const uint32_t* w,\n"
@@ -145,8 +145,6 @@ def _quantized(n: int, k: int, bits: int, group: int, dtype: str, seed: int):
 def checked_call(x, wq, s, b, bits: int, group: int):
     """The kernel on ``x`` [rows, K] with its output filled with NaN first: an output the kernel
     never writes stays NaN (the product's call leaves it uninitialised)."""
-    import mlx.core as mx
-
     from engine import qmv
 
     rows, k = x.shape
@@ -360,10 +358,10 @@ def _logits_side_by_side(model, cuda: bool) -> dict:
 
 
 def section_curves(log: Log, shape: str, quant: str, cuda: bool, passes: int, repeats: int,
-                   strategies, budget: float, rows=CURVE_ROWS) -> dict:
+                   strategies, budget: float, rows=CURVE_ROWS, save=lambda res: None) -> dict:
     import mlx.core as mx
 
-    from engine import linear, qmv
+    from engine import qmv
     from lab import synthetic
 
     t1 = time.time()
@@ -376,7 +374,7 @@ def section_curves(log: Log, shape: str, quant: str, cuda: bool, passes: int, re
     if cuda:  # every compile before any clock: kernels, then (compile) the traces per shape
         for _, strat in arms[1:]:
             t2 = time.time()
-            got = linear.prepare("qmv", model) if strat == "direct" else qmv.prepare(model, strategy=strat)
+            got = qmv.prepare(model, strategy=strat)
             res[f"prepare_{strat}"] = {"s": time.time() - t2, "kernels": got}
             log(f"prepare {strat}: {time.time() - t2:.2f} s, kernels {got}")
         res["logits"] = _logits_side_by_side(model, cuda)
@@ -392,6 +390,7 @@ def section_curves(log: Log, shape: str, quant: str, cuda: bool, passes: int, re
                 + (f"  routed {one[name]['linear']['routed_calls']} stock {one[name]['linear']['stock_calls']}"
                    if one[name].get("linear") else ""))
         res["passes"].append({"order": [m if m == "stock" else f"qmv-{s}" for m, s in order], "curves": one})
+        save(res)  # a pass measured is a pass kept, whatever happens to the next
         if log.elapsed > budget and p + 1 < passes:
             log(f"curves: stopped after pass {p} at the budget")
             break
@@ -508,7 +507,7 @@ def run(args) -> int:
                 strategies = STRATEGIES if quant == "affine-4" else ("direct",)
                 cur = section_curves(log, args.shape, quant, cuda, args.passes if quant == "affine-4" else 2,
                                      args.repeats, strategies, args.budget_s * 0.9,
-                                     (1, 2, 4) if tiny else CURVE_ROWS)
+                                     (1, 2, 4) if tiny else CURVE_ROWS, lambda res, key=key: rec.put(key, res))
                 rec.put(key, cur)
                 auto = derive_auto(cur, cc) if cuda else []
                 rec.put(f"auto_{quant}", auto)

@@ -120,7 +120,7 @@ def emulate(x_bits, wq, s_bits, b_bits, bits: int, group: int, bf: bool, u: int,
                             _mma(hh, [_nib(wa, 4, MAGIC), _nib(wb, 4, MAGIC), _nib(wa, 12, MAGIC),
                                       _nib(wb, 12, MAGIC)], b0[j], b1[j], bf)
                         cc = [np.float32(16) * hh[e] + cc[e] for e in range(4)]
-                    # QmvS<U>: U consecutive 16-bit values as U / 2 words, value u in half u & 1
+                    # QmvS: U consecutive 16-bit values as U / 2 words, value u in half u & 1
                     s0 = _f16bits_to_f32(s_bits[ra, grp], bf)
                     s8 = _f16bits_to_f32(s_bits[rb, grp], bf)
                     o0 = _f16bits_to_f32(b_bits[ra, grp], bf) - np.float32(OFFB) * s0
@@ -478,3 +478,17 @@ def test_a_qmv_speculative_run_on_the_4bit_demo_pair_keeps_classics_tokens():
     lin = run.attention["linear"]
     assert lin["mode"] == "qmv" and lin["routed_calls"] == 0 and lin["stock_reasons"].get("cpu", 0) > 0
     assert "linear" not in speculative(pair, ids, 8, 4).attention  # auto on a CPU: stock
+
+
+def test_each_instance_header_holds_only_the_loads_and_the_mma_it_uses():
+    h = qmv.header_for(4, 64, "bfloat16", 4)  # 2 words a lane a group, 4 scales a chunk
+    assert h.count("struct QmvW") == 1 and h.count("struct QmvS") == 1
+    w, sc = h.split("struct QmvS")
+    assert "uint32_t v[2];" in w.split("struct QmvW")[1] and "uint32_t v[2];" in sc
+    assert ".bf16.bf16.f32" in h and ".f16.f16.f32" not in h and "//" not in h
+    h8 = qmv.header_for(8, 128, "float16", 1)  # 8 words (two v4 loads), one u16 scale
+    assert "uint32_t v[8];" in h8 and "ld.global.nc.L1::no_allocate.u16" in h8 and ".f16.f16.f32" in h8
+    for bits in qmv.BITS:
+        for group in qmv.GROUPS:
+            for u in (1, 2, 4, 8):
+                assert qmv.header_for(bits, group, "float16", u)  # every instance has its pieces
