@@ -780,6 +780,7 @@ class BlockwidthApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
+        from console import records
         from engine import host, record
         from engine.ab import run_session
 
@@ -787,7 +788,7 @@ class BlockwidthApp(App):
         session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
                               cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
-        path = record.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
+        path = records.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
         self.post_message(AbDone(session, path, list(gate.warnings)))
 
     def on_ab_event(self, message: AbEvent) -> None:
@@ -999,10 +1000,10 @@ class BlockwidthApp(App):
                                        f"from {self._profile_path()}?"), answer)
 
     def _delete(self, entry: Any) -> None:
-        from policy import profile as profiles
+        from console import profile_file
 
         try:
-            profiles.delete(self._profile_path(), entry)
+            profile_file.delete(self._profile_path(), entry)
         except ProfileError as e:
             self._error(str(e))
             return
@@ -1052,9 +1053,9 @@ class BlockwidthApp(App):
 
     # ---- records
     def _record_dir(self) -> Path:
-        from engine import record
+        from console import records
 
-        return Path(self.options.record_dir).expanduser() if self.options.record_dir else record.default_dir()
+        return Path(self.options.record_dir).expanduser() if self.options.record_dir else records.default_dir()
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
     def read_records(self) -> None:
@@ -1079,12 +1080,15 @@ class BlockwidthApp(App):
         self._records = message.rows
         table = self.query_one("#records-table", DataTable)
         table.clear()
+        from engine.record import refusal
+
         for path, rec in message.rows:
             cfg, dec = rec.get("config", {}), rec.get("decision", {})
-            # The verdict says whether it could be saved, so a drifted "win" never reads as one.
-            verdict = (Text(dec.get("decision", "?"), style="green") if dec.get("saveable")
-                       else Text(f"not saveable ({'cancelled' if rec.get('cancelled') else 'drift'}): "
-                                 f"{dec.get('decision', '?')}", style="yellow"))
+            # The verdict says whether it could be saved (policy.verdict's rule, as save applies
+            # it), so a drifted or undecided "result" never reads as one.
+            why = refusal(rec)
+            verdict = (Text(dec.get("decision", "?"), style="green") if why is None
+                       else Text(f"not saveable ({why.value}): {dec.get('decision', '?')}", style="yellow"))
             table.add_row(rec.get("created", "?"), ",".join(map(str, cfg.get("widths", []))),
                           str(cfg.get("n", "?")), str(cfg.get("max_tokens", "?")), verdict)
         self.query_one("#records-head", Static).update(Text(
