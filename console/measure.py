@@ -120,6 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     records = record_dir(args.record_dir)
     if args.save:
         profile_for_save(args.profile)
+    _qmv_call()
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
     n_prompt = len(pair.tokenizer.encode(prompt))
     if n_prompt == 0:
@@ -247,6 +248,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
     rows = _rows(args.rows)
+    _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2
@@ -345,6 +347,17 @@ def register(sub) -> None:
     linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def _qmv_call() -> None:
+    """A bad BLOCKWIDTH_QMV_CALL is bad input, named before any model loads (it chooses how the
+    qmv kernel is called: engine.qmv.call_strategy)."""
+    from engine import qmv
+
+    try:
+        qmv.call_strategy()
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _linear_note(mode: str) -> str:

@@ -424,7 +424,7 @@ def routing_for(mode: str | VerifyLinear | None, backend: str | None = None) -> 
     backend = backend or current_backend()
     asked = parse(mode)
     routing = LinearRouting(effective(asked), backend=backend)
-    if routing.mode is VerifyLinear.QMV or asked is VerifyLinear.AUTO:
+    if routing.mode is VerifyLinear.QMV or (asked is VerifyLinear.AUTO and backend == "cuda"):
         routing.call = qmv.call_strategy()  # a bad BLOCKWIDTH_QMV_CALL stops here, named
     if asked is VerifyLinear.AUTO:
         allowed = auto_allowed(backend, _compute_capability() if backend == "cuda" else None,

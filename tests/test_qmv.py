@@ -492,3 +492,25 @@ def test_each_instance_header_holds_only_the_loads_and_the_mma_it_uses():
         for group in qmv.GROUPS:
             for u in (1, 2, 4, 8):
                 assert qmv.header_for(bits, group, "float16", u)  # every instance has its pieces
+
+
+def test_a_bad_call_strategy_is_one_line_and_exit_2_before_any_model_loads():
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+
+    env = dict(os.environ, PYTHONPATH=str(ROOT), BLOCKWIDTH_QMV_CALL="graph")
+    for cmd in (["costcurve", "--rows", "1-2"], ["sweep", "--widths", "2", "-n", "1"]):
+        out = subprocess.run([sys.executable, "-m", "console.cli", *cmd, "--verify-linear", "qmv"],
+                             capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
+        assert out.returncode == 2 and out.stderr.strip().splitlines() == [
+            "blockwidth: error: BLOCKWIDTH_QMV_CALL='graph': expected one of direct, compile"], out.stderr
+    # auto on a CPU never reads it: a stock block opens whatever it says
+    os.environ["BLOCKWIDTH_QMV_CALL"] = "graph"
+    try:
+        with verify_linear("auto") as r:
+            assert r.mode is linear.VerifyLinear.STOCK
+    finally:
+        del os.environ["BLOCKWIDTH_QMV_CALL"]
