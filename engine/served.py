@@ -137,8 +137,12 @@ class ServerSpec:
 class Server:
     """A started mlx_lm.server: its process, its port and its log. ``stop`` is idempotent."""
 
-    def __init__(self, spec: ServerSpec, log_dir: Path):
+    def __init__(self, spec: ServerSpec, log_dir: Path, tee=None):
+        """``tee``: a text stream that also gets the server's output, line by line (``serve``
+        shows the operator mlx_lm.server's own log); the log file gets it either way."""
         self.spec = spec
+        self.tee = tee
+        self._copier: threading.Thread | None = None
         self.port = spec.port
         self.log_path = Path(log_dir) / f"{spec.role}.log"
         self.proc: subprocess.Popen | None = None
@@ -173,15 +177,31 @@ class Server:
             # Its own session: a Ctrl-C at the terminal reaches blockwidth, which stops it; the
             # server never sees a half-delivered interrupt of its own.
             self.proc = subprocess.Popen(self.spec.argv(self.port), stdin=subprocess.DEVNULL,
-                                         stdout=log, stderr=subprocess.STDOUT, env=env,
-                                         start_new_session=True)
+                                         stdout=subprocess.PIPE if self.tee else log,
+                                         stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
+            log.close()
             raise ServedError(f"mlx_lm.server ({self.spec.role}) cannot be started: {e.strerror}") from None
-        finally:
+        if self.tee:
+            self._copier = threading.Thread(target=self._copy, args=(self.proc.stdout, log),
+                                            name="blockwidth-server-log", daemon=True)
+            self._copier.start()
+        else:
             log.close()
         self.started_at = time.monotonic()
         with _live_lock:
             _live[self.proc.pid] = self
+
+    def _copy(self, pipe, log) -> None:
+        try:
+            for raw in iter(pipe.readline, b""):
+                log.write(raw)
+                log.flush()
+                with contextlib.suppress(OSError, ValueError):
+                    self.tee.write(raw.decode("utf-8", errors="replace"))
+                    self.tee.flush()
+        finally:
+            log.close()
 
     def log_tail(self, limit: int = LOG_TAIL_BYTES) -> list[str]:
         try:
@@ -260,22 +280,24 @@ class Server:
         except (OSError, ValueError):
             return None
 
-    def stop(self) -> None:
-        """SIGTERM to its process group, SIGKILL after STOP_TIMEOUT_S; waits until it is gone."""
+    def stop(self, graceful: bool = False) -> None:
+        """SIGTERM to its process group (``graceful``: SIGINT first, which mlx_lm.server answers
+        by shutting down its HTTP server and joining its generation thread), SIGKILL after
+        STOP_TIMEOUT_S; waits until it is gone."""
         proc = self.proc
         if proc is None:
             return
         with _live_lock:
             _live.pop(proc.pid, None)
-        if proc.poll() is None:
+        for sig in ((signal.SIGINT,) if graceful else ()) + (signal.SIGTERM, signal.SIGKILL):
+            if proc.poll() is not None:
+                break
             with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            try:
+                os.killpg(proc.pid, sig)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(timeout=STOP_TIMEOUT_S)
+        if self._copier is not None:
+            self._copier.join(timeout=STOP_TIMEOUT_S)
         if self.exit_code is None:
             self.exit_code = proc.returncode
 
