@@ -57,9 +57,12 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
 
 def provenance(res) -> str:
     """The startup line: ``block_size=4, block_size_from=profile: ...`` (the seed's words)."""
+    from policy.resolve import label
+
     w = "classic" if res.width is None else str(res.width)
-    body = res.reason.split(" (", 1)[1][:-1] if " (" in res.reason and res.reason.endswith(")") else res.reason
-    return f"block_size={w}, block_size_from={res.source.value} ({body})"
+    head = f"{w} ({label(res.source)}: "
+    body = res.reason[len(head):-1] if res.reason.startswith(head) else res.reason
+    return f"block_size={w}, block_size_from={label(res.source)} ({body})"
 
 
 def _split_serve_args(argv: list[str]) -> tuple[str, int, list[str]]:

@@ -44,7 +44,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "judged on its own (default 1)")
     p.add_argument("--server-args", default="", metavar="ARGS",
                    help="with --path mlx-lm-server: more mlx_lm.server arguments, as one string "
-                        "(e.g. \"--prompt-cache-size 4\"); the pair, host and port are blockwidth's")
+                        "(--server-args=\"--prompt-cache-size 4\"); the pair, host and port are "
+                        "blockwidth's")
     p.add_argument("--port", type=_port, default=None,
                    help="with --path mlx-lm-server: the classic server's loopback port (the draft "
                         "server takes the next); default: free ports")

@@ -40,6 +40,11 @@ _LABEL = {
 }
 
 
+def label(source: Source) -> str:
+    """A source in words: ``measured default``, ``per-kind default``, ``profile``..."""
+    return _LABEL[source]
+
+
 class WidthError(ValueError):
     """An operator override that is not a valid width. Never a silent fallback."""
 
