@@ -1016,8 +1016,6 @@ class BlockwidthApp(App):
     # ---- use the answer
     def server_command(self) -> tuple[str, str] | None:
         """The resolution as an mlx_lm.server command line, and as the environment variable."""
-        import shlex
-
         res, paths = self.res, self.paths
         if res is None or res.width is None:
             return None
@@ -1025,8 +1023,10 @@ class BlockwidthApp(App):
         if paths.drafter is None:
             return (f"# mlx_lm.server has no prompt-lookup drafter; width {res.width} applies to "
                     f"blockwidth's engine only", env)
-        return (f"mlx_lm.server --model {shlex.quote(str(paths.target))} --draft-model "
-                f"{shlex.quote(str(paths.drafter))} --num-draft-tokens {res.width - 1}", env)
+        from console.serve import command_for  # the command resolve --json gives (issue 27)
+
+        # the mlx_lm.server command, with the arguments a served-path entry was measured with
+        return command_for(res, paths.target, paths.drafter)["mlx-lm-server"]["line"], env
 
     def action_copy_command(self) -> None:
         cmd = self.server_command()
