@@ -177,7 +177,7 @@ class _interruptible:
 
 
 def register(sub, resolution_args, pair_args) -> None:
-    from console.served import _port, _ready_timeout  # noqa: F401 (shared argument types)
+    from console.served import _ready_timeout
     from engine.attention import CHOICES
 
     p = sub.add_parser("serve", help=SERVE_HELP, allow_abbrev=False,

@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
-from policy.profile import MAX_CONCURRENCY, PATH_ENGINE, PATH_SERVER, PATHS  # noqa: F401 (one home)
+from policy.profile import MAX_CONCURRENCY, PATH_SERVER
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -342,9 +342,12 @@ class Servers:
                 self.on_start(server)
             deadline = time.monotonic() + self.ready_timeout
             for server in self.servers.values():
-                server.wait_ready(deadline, self.cancel)
-        except BaseException:
-            self.keep_logs = True
+                try:
+                    server.wait_ready(deadline, self.cancel)
+                except ServedError as e:
+                    raise ServedError(f"{e} (log: {server.log_path})") from None
+        except BaseException as e:
+            self.keep_logs = not isinstance(e, KeyboardInterrupt)
             self.__exit__(*sys.exc_info())
             raise
         return self
