@@ -90,9 +90,10 @@ def server_args(text: str) -> tuple[str, ...]:
 def cmd_sweep_served(args: argparse.Namespace) -> int:
     import threading
 
+    from console import records as record_files
     from console.measure import profile_for_save, record_dir
     from console.request import read_prompt, session_request
-    from engine import host, record
+    from engine import host
     from engine.ab import AbConfig
     from engine.pair import PairError
     from engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
@@ -165,7 +166,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         # Written as the level ends: a later level's failure loses nothing measured here.
         rec = level_record(session, lv, identity, gate.to_dict())
         try:
-            path = record.write(rec, records)
+            path = record_files.write(rec, records)
         except OSError as e:
             raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
         saved = refusal = None

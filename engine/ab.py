@@ -113,7 +113,7 @@ class AbConfig:
     exactness: bool = True
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
-    verify_linear: str = "auto"  # engine.linear: auto (= stock) | stock | gather | gemv
+    verify_linear: str = "auto"  # engine.linear: auto | stock | gather | gemv | qmv
 
     @property
     def planned_runs(self) -> int:
@@ -277,7 +277,7 @@ class Session:
         A width-w verify has w rows, and the route takes 2..MAX_ROWS (gather) or 2..GEMV_MAX_ROWS
         (gemv) of them: a gemv sweep over widths 2..16 routes at w8 and not at w12."""
         mode = linear.effective(self.config.verify_linear)
-        if mode not in (linear.VerifyLinear.GATHER, linear.VerifyLinear.GEMV):
+        if mode not in linear.ROUTES:
             return []
         ran = [arm for arm in self.arms if arm.runs]
         idle = [arm for arm in ran if not sum(r.linear_routed for r in arm.runs)]
