@@ -23,10 +23,9 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy.drafter import DrafterKind
+from policy.profile import PATH_ENGINE as ENGINE_PATH  # blockwidth's own decode loop
+from policy.profile import PATH_SERVER as SERVER_PATH  # the real mlx_lm.server (the served path)
 from policy.resolve import Source, label
-
-ENGINE_PATH = "engine"  # blockwidth's own decode loop: what a sweep measures today
-SERVER_PATH = "mlx-lm-server"  # the real mlx_lm.server (issue 27's served path)
 
 # Why mlx_lm.server cannot draft with a kind, said where the command would be.
 _CANNOT = {
@@ -137,6 +136,11 @@ def _trust(res: Any) -> tuple[bool, str, str | None]:
         line = f"measured on {on}: {entry_verdict(entry.evidence, res.width)}"
         if path != SERVER_PATH:
             line += "; the served path (mlx_lm.server) was not measured"
+        server = entry.server if isinstance(getattr(entry, "server", None), Mapping) else {}
+        if isinstance(server.get("verify_attention"), str):
+            mode = shlex.quote(server["verify_attention"])  # a profile is input
+            line += (f"; measured with blockwidth's verify attention {mode}: run it as blockwidth serve "
+                     f"--verify-attention {mode}")
         if res.stale:
             line += "; STALE (another MLX version)"
         return True, line, path

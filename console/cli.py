@@ -61,9 +61,12 @@ def _resolution_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
+    from console.serve import command_for
+
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
-                                  variant=args.demo_target)
+                                  variant=args.demo_target, path=args.path,
+                                  concurrency=args.concurrency)
     from console.answer import answer
 
     said = answer(res, paths)
@@ -74,6 +77,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     data["num_draft_tokens"] = said.num_draft_tokens
     data["serve_command"] = said.command
     data["answer"] = said.to_dict()
+    # the command for each path, as blockwidth serve and export read it (issue 27)
+    data["command"] = command_for(res, paths.target, paths.drafter)
 
     def text(d: dict[str, Any]) -> str:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
@@ -84,6 +89,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             + ("" if res.device.probed else " (named, not probed)"),
             f"  target   {d['target']}  [{res.quantization.describe()}]",
             f"  drafter  {d['drafter'] or '(none)'}  [{d['drafter_kind']}: {info.detail}]",
+            # the answer (console.answer): the width, whether anything measured it and on which
+            # path, and the mlx_lm.server command, or why there is none
             f"  answer   {said.head()}",
             f"  serve    {said.command or 'no mlx_lm.server command: ' + str(said.refusal)}",
             "  chain:",
@@ -235,6 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resolve", help="the width this pair would use, its source and why")
     _pair_args(p)
     _resolution_args(p)
+    from console import serve
+
+    serve.add_resolve_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_resolve)
 
@@ -246,6 +256,10 @@ def build_parser() -> argparse.ArgumentParser:
     from console import measure  # engine-backed: sweep, costcurve (MLX loads only when they run)
 
     measure.register(sub)
+    serve.register(sub, _resolution_args, _pair_args)
+    from console import export
+
+    export.register(sub)
     return ap
 
 

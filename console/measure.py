@@ -180,8 +180,9 @@ def _width_in_effect(args: argparse.Namespace) -> tuple[int, str] | None:
     return (res.width, label(res.source)) if res.width is not None else None
 
 
-def _answer_after(args: argparse.Namespace, session):
-    """The answer as ``resolve`` now gives it (after the save), with this session's word on it."""
+def answer_after(args: argparse.Namespace, session, path: str = "engine"):
+    """The answer as ``resolve`` now gives it (after the save) for ``path``, with this session's
+    word on it."""
     from console.answer import answer
     from console.inputs import resolution
     from console.outcome import in_effect_note
@@ -191,7 +192,7 @@ def _answer_after(args: argparse.Namespace, session):
     try:
         res, paths, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
                                    device=None, profile=args.profile, variant=args.demo_target,
-                                   profile_missing_ok=True)
+                                   profile_missing_ok=True, path=path)
     except (InputError, WidthError, ProfileError) as e:
         return answer(None, None, resolve_error=str(e))
     note = in_effect_note(session, res.width)
@@ -206,6 +207,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
 
+    from console import served
+
+    if args.path == "mlx-lm-server":
+        return served.cmd_sweep_served(args)
+    served.served_only(args)
     req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
@@ -226,6 +232,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     records = record_dir(args.record_dir)
     if args.save:
         profile_for_save(args.profile)
+    _qmv_call()
     in_effect = _width_in_effect(args)
     if in_effect is not None and in_effect[0] not in widths:
         # The width `resolve` gives is always among the measured ones, as in the console: a
@@ -249,7 +256,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"blockwidth: warning: {w}", file=sys.stderr)
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
-                      max_seconds=args.max_seconds, verify_attention=args.verify_attention,
+                      max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
                       verify_linear=args.verify_linear)
     quiet = args.json
 
@@ -306,7 +313,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         except ProfileBusy as e:  # the record stays; the operator can save from it later
             refusal = f"{e} (the record is kept: {path})"
 
-    said = _answer_after(args, session) if args.save else None
+    said = answer_after(args, session) if args.save else None
     if args.json:
         out = dict(rec)
         out["record_path"] = str(path)
@@ -371,6 +378,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
     rows = _rows(args.rows)
+    _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2
@@ -468,7 +476,13 @@ def register(sub) -> None:
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
     attention.add_arg(p)
+    # Not given: "auto" on the engine path, the stock server on the served path (given there, it
+    # runs mlx_lm.server in-process with the dispatcher in that mode).
+    p.set_defaults(verify_attention=None)
     linear.add_arg(p)
+    from console import served
+
+    served.add_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -485,6 +499,17 @@ def register(sub) -> None:
     linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def _qmv_call() -> None:
+    """A bad BLOCKWIDTH_QMV_CALL is bad input, named before any model loads (it chooses how the
+    qmv kernel is called: engine.qmv.call_strategy)."""
+    from engine import qmv
+
+    try:
+        qmv.call_strategy()
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _linear_note(mode: str) -> str:

@@ -178,7 +178,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
 
     from engine.attention import verify_attention
     from engine.kvcache import rewind as trim_prompt_cache
-    from engine.linear import VerifyLinear, verify_linear
+    from engine.linear import VerifyLinear, prepare, verify_linear
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
@@ -188,6 +188,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     rows = list(rows)
     total = len(curve_forwards(rows, context, repeats, warmup, warm)) - 1
     done = 0
+    prepare(linear, model)  # qmv's kernels compile before the first timed forward
     cache = make_prompt_cache(model)
     prefix = mx.array(context_ids(context), mx.uint32)
     mx.eval(model(prefix[None], cache=cache))

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from policy import table
 from policy.device import Backend, Device
 from policy.drafter import DrafterKind
-from policy.profile import MAX_WIDTH, MIN_WIDTH, Override, Profile
+from policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
 from policy.quantization import Quantization
 
 ENV_VARS = ("BLOCKWIDTH_DRAFT_BLOCK_SIZE", "MLXCEL_DRAFT_BLOCK_SIZE")
@@ -73,6 +73,11 @@ class Resolution:
     stale: bool = False
     entry: Override | None = field(default=None, compare=False)
     row: table.MeasuredDefault | None = field(default=None, compare=False)  # the table row applied
+    # What the width was measured on (engine | mlx-lm-server; None: nothing measured it, e.g. a
+    # flag) and the path and load it was resolved for.
+    measured_path: str | None = None
+    path: str = PATH_ENGINE
+    concurrency: int = 1
 
     @property
     def decline(self) -> bool:
@@ -89,6 +94,9 @@ class Resolution:
             "decline": self.decline,
             "stale": self.stale,
             "chain": [s.to_dict() for s in self.chain],
+            "measured_path": self.measured_path,
+            "resolved_for": {"path": self.path, "concurrency": self.concurrency},
+            "concurrency": self.entry.load if self.entry is not None else None,
         }
 
 
@@ -130,8 +138,11 @@ def resolve(
     declared_detail: str = "",
     pair: str | None = None,
     mlx_version: str | None = None,
+    path: str = PATH_ENGINE,
+    concurrency: int = 1,
 ) -> Resolution:
-    """Pick the width. Raises WidthError for an invalid flag or environment value."""
+    """Pick the width for ``path`` (what will run it: the engine, or mlx_lm.server) under
+    ``concurrency`` requests at once. Raises WidthError for an invalid flag or environment value."""
     env = env or {}
     chain: list[Step] = []
     keys = keyed_on(device, quantization)
@@ -144,7 +155,8 @@ def resolve(
             if all(st.source is not s for st in chain):
                 chain.append(Step(s, False, None, f"not consulted: {source.value} applied first"))
         text = f"{width if width is not None else 'classic'} ({_LABEL[source]}: {reason})"
-        return Resolution(width, source, text, tuple(chain), drafter_kind, device, quantization, **kw)
+        return Resolution(width, source, text, tuple(chain), drafter_kind, device, quantization,
+                          path=path, concurrency=concurrency, **kw)
 
     # 1. operator override
     if flag is not None:
@@ -161,7 +173,8 @@ def resolve(
 
     # 2. measured profile override
     if profile is not None:
-        entry = profile.match(device, quantization, drafter_kind, pair)
+        entry = profile.match(device, quantization, drafter_kind, pair, path=path,
+                              concurrency=concurrency)
         if entry is not None:
             stale = bool(entry.mlx and mlx_version and entry.mlx != mlx_version)
             what = "no width beat classic" if entry.decline else "measured winner"
@@ -176,7 +189,11 @@ def resolve(
             if note:
                 reason += f"; {note}"
             reason += f"; measured on {entry.measured_on(pair)}"
-            return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry)
+            reason += path_note(entry.path, path)
+            if entry.load != concurrency:
+                reason += f"; measured at concurrency {entry.load}, not at the {concurrency} asked for"
+            return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry,
+                        measured_path=entry.path)
         n = len(profile.entries)
         wanted = f"{drafter_kind.value} drafter on {keys}"
         # "no entry of 0 in P (not present)" read as a riddle on a first run with no profile yet
@@ -220,7 +237,8 @@ def resolve(
                     f"(not a win there)")
         return done(row.width, Source.TABLE,
                     f"{what}; record {row.record}, MLX {row.mlx}" + ("" if row.won else f": {row.evidence}")
-                    + _identity_note(row.byte_identical if row.width is not None else None), row=row)
+                    + _identity_note(row.byte_identical if row.width is not None else None)
+                    + path_note(PATH_ENGINE, path), row=row, measured_path=PATH_ENGINE)
     chain.append(Step(Source.TABLE, False, None,
                       f"no built-in measurement for {drafter_kind.value} drafter on {keys}"))
 
@@ -229,6 +247,16 @@ def resolve(
     return done(w, Source.FALLBACK,
                 f"no measurement for {drafter_kind.value} drafter on {keys}; "
                 f"{w} is the unmeasured {drafter_kind.value} constant")
+
+
+def path_note(measured: str, wanted: str) -> str:
+    """What a width measured on one path says when resolved for the other."""
+    if measured == wanted:
+        return ""
+    if wanted == PATH_SERVER:
+        return ("; measured on blockwidth's engine path: the served path (mlx_lm.server) was not "
+                "measured (blockwidth sweep --path mlx-lm-server measures it)")
+    return "; measured through mlx_lm.server (the served path), not on the engine path"
 
 
 def _identity_note(byte_identical: bool | None) -> str:
