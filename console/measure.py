@@ -234,13 +234,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         profile_for_save(args.profile)
     _qmv_call()
     in_effect = _width_in_effect(args)
+    pair = _load(args.target, args.draft, args.kind, args.demo_target)
     if in_effect is not None and in_effect[0] not in widths:
         # The width `resolve` gives is always among the measured ones, as in the console: a
         # sweep that skipped it could not say whether the answer an operator gets loses.
+        # (Said once the pair has loaded: a refusal before stays one line.)
         widths = (*widths, in_effect[0])
         if not args.json:
             print(f"blockwidth: + width {in_effect[0]}, the width in effect ({in_effect[1]})", file=sys.stderr)
-    pair = _load(args.target, args.draft, args.kind, args.demo_target)
     n_prompt = len(pair.tokenizer.encode(prompt))
     if n_prompt == 0:
         raise InputError("prompt: empty (it must hold at least one token)")

@@ -15,7 +15,7 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import var
-from textual.widgets import Button, Checkbox, DataTable, Input, Label, ProgressBar, Static, TabPane
+from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static, TabPane
 
 from console.inputs import InputError, chain_lines
 from console.outcome import Front, headline
@@ -67,19 +67,36 @@ class MarkedCheckbox(Checkbox):
         self.BUTTON_INNER = "X" if self.value else " "
 
 
+class StageBar(Static):
+    """How far the stage is, in per mille: a thick line for what is done, a thin dotted one for
+    what is left. Textual's ProgressBar drew the part left with the same thick glyph in a dim
+    colour, which in a terminal of few colours read as a full bar at 0/4."""
+
+    progress: var[int] = var(0)
+
+    def watch_progress(self) -> None:
+        self.refresh()
+
+    def render(self) -> Text:
+        width = max(self.size.width - 5, 1)
+        done = round(self.progress / 1000 * width)
+        return Text.assemble(("━" * done, "bold"), ("╌" * (width - done), "dim"),
+                             f" {self.progress // 10:3d}%")
+
+
 class Stage(Horizontal):
     """The status line and the bar: one place decides both."""
 
     def compose(self) -> ComposeResult:
-        yield ProgressBar(id="progress", total=1000, show_eta=False, classes="-idle")
+        yield StageBar(id="progress", classes="-idle")
         yield Static("", id="status")
 
     def show(self, phase: Phase, detail: str = "", fraction: float | None = None) -> None:
-        bar = self.query_one(ProgressBar)
+        bar = self.query_one(StageBar)
         # The bar is shown only while a stage with a known size runs; idle or failed, no animation.
         bar.set_class(not phase.busy or fraction is None, "-idle")
         if fraction is not None:
-            bar.update(total=1000, progress=round(fraction * 1000))
+            bar.progress = round(min(max(fraction, 0.0), 1.0) * 1000)
         status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {detail}" if detail else "")
         status.no_wrap, status.overflow = True, "ellipsis"
         self.query_one("#status", Static).update(status)
