@@ -140,9 +140,16 @@ def _same_tokenizer_files(a: Path, b: Path) -> bool:
     """Both folders hold the same tokenizer files, byte for byte (then nothing needs loading)."""
     import hashlib
 
+    def file_digest(f: Path) -> str:
+        h = hashlib.sha256()
+        with open(f, "rb") as fh:  # in blocks: a tokenizer file can be large
+            for block in iter(lambda: fh.read(1 << 20), b""):
+                h.update(block)
+        return h.hexdigest()
+
     def digest(p: Path) -> dict[str, str]:
-        return {f.name: hashlib.sha256(f.read_bytes()).hexdigest()
-                for f in sorted(p.iterdir()) if f.name.startswith("tokenizer") and f.is_file()}
+        return {f.name: file_digest(f) for f in sorted(p.iterdir())
+                if f.name.startswith("tokenizer") and f.is_file()}
 
     try:
         da, db = digest(a), digest(b)
@@ -175,6 +182,12 @@ def vocabulary_mismatch(target: Path, drafter: Path, names: Mapping[str, str] = 
                 f"{target}'s {tv}; a model drafter must share the target's tokenizer")
     if not any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
         return None
+    # What the tokenizer loaders open without asking must be regular files (a FIFO blocks the
+    # load forever), as the pair load checks before it reads anything.
+    for role, folder in ((tname, target), (dname, drafter)):
+        for f in sorted(folder.iterdir()):
+            if f.suffix in _READ_BY_LOADERS and not f.is_file():
+                raise PairError(f"{role} {f}: is not a regular file")
     if _same_tokenizer_files(target, drafter):
         return None
     tok = target_tokenizer if target_tokenizer is not None else _load_tokenizer(target, tname, tconfig)
