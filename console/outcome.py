@@ -7,7 +7,6 @@ The CLI and the console both ask these functions, so the words a session earns
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -92,10 +91,9 @@ def advice(session: Session, front: Front) -> str | None:
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms])
     if why is RefusalKind.UNDECIDED or (why is RefusalKind.DRIFT and session.drift_could_be_noise):
-        runs = more_runs(session)
-        if why is RefusalKind.DRIFT:  # more classic runs settle drift against noise
-            runs = dataclasses.replace(runs, overlap=False)
-        return runs.say(front)
+        # More classic runs would settle drift against noise, but a width whose range overlaps
+        # classic's stays undecided whatever they show: then longer runs are the advice.
+        return more_runs(session).say(front)
     return None
 
 
@@ -136,9 +134,7 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     if why is RefusalKind.CANCELLED:
         return Refusal(why, "the session was cancelled")
     if why is RefusalKind.DRIFT:
-        noise = session.drift_could_be_noise
-        return Refusal(why, session.drift_why,
-                       dataclasses.replace(more_runs(session), overlap=False) if noise else None)
+        return Refusal(why, session.drift_why, more_runs(session) if session.drift_could_be_noise else None)
     if why is RefusalKind.DIFFERS:
         return Refusal(why, f"{', '.join(a.name for a in faster)} faster but output differs from classic")
     if why is RefusalKind.UNDECIDED:
