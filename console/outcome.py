@@ -118,8 +118,8 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         elif any(a.verdict is Verdict.UNDECIDED for a in session.arms):
             c = session.config
             seq = SequentialRun(session.reps, c.max_reps, c.max_seconds, session.budget_out) if c.sequential else None
-            return Refusal(RefusalKind.UNDECIDED, "undecided: ranges overlap", seq)
-        elif not any(a.verdict is Verdict.SLOWER for a in session.arms):
+            return Refusal(RefusalKind.UNDECIDED, "undecided: " + _open(session), seq)
+        elif not any(a.verdict in (Verdict.SLOWER, Verdict.NO_GAIN) for a in session.arms):
             return Refusal(RefusalKind.NOT_MEASURED, "no width was measured (the drafter declined every round)")
     q = pair.quantization
     c = session.classic.decode_range()
@@ -131,6 +131,13 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     }
     if width is not None:
         evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
+        est = session.estimates.get(width)
+        if est is not None:  # the interval it won by, and what it takes to reproduce it
+            evidence.update(ratio=round(est.ratio, 4), ratio_ci=est.ci.to_list(), p_value=round(est.p, 6))
+    evidence["min_gain"] = session.config.min_gain
+    evidence["seed"] = session.seed
+    if session.workload is not None:
+        evidence["workload"] = session.workload.to_dict()
     return Override(
         backend=device.backend, drafter_kind=pair.kind, width=width, decline=width is None,
         compute_capability=device.compute_capability, device_name=device.name or None,
@@ -179,11 +186,25 @@ def headline(session: Session, planned_runs: int | None = None) -> Headline:
         return Headline("a width is faster but its output differs from classic: not saveable", Tone.WARN,
                         False)
     if Verdict.UNDECIDED in verdicts:
-        return Headline("undecided: ranges overlap, more repetitions needed", Tone.WARN, False)
+        return Headline(f"undecided: {_open(session)}, more repetitions needed", Tone.WARN, False)
+    if Verdict.NO_GAIN in verdicts:
+        return Headline(f"classic wins: no measured width clears the {session.config.min_gain:.0%} minimum "
+                        "gain (saves as a decline)", Tone.PLAIN, True)
     if Verdict.SLOWER in verdicts:
         return Headline("classic wins: every measured width is slower (saves as a decline)", Tone.PLAIN,
                         True)
     return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
+
+
+def _open(session: Session) -> str:
+    """What leaves a session undecided: overlapping ranges, or intervals short of the bar."""
+    if not session.single:
+        return "intervals straddle the minimum gain"
+    c = session.classic.decode_range()
+    open_ = [a for a in session.arms if a.verdict is Verdict.UNDECIDED and a.runs]
+    if c is None or any(a.decode_range().overlaps(c) for a in open_):
+        return "ranges overlap"
+    return "intervals do not clear the minimum gain"
 
 
 def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | None:
@@ -201,4 +222,6 @@ def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | No
         return (f"width {width} in effect beats classic, but w{session.recommendation} is faster", Tone.WARN)
     if v is Verdict.SLOWER:
         return (f"width {width} in effect is SLOWER than classic here", Tone.BAD)
+    if v is Verdict.NO_GAIN:
+        return (f"width {width} in effect does not clear the minimum gain over classic here", Tone.WARN)
     return (f"width {width} in effect: {v.value} against classic", Tone.WARN)

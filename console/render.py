@@ -5,7 +5,7 @@ from __future__ import annotations
 BAR = 40
 
 
-def bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[str]:
+def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: int = 1) -> list[str]:
     """A horizontal plot: label, min, median, max, note. '=' up to the min, '#' on to the
     median, '-' out to the max. The median's cell is always '#', even when min ≈ median."""
     top = max((r[3] for r in rows), default=1.0) or 1.0
@@ -15,7 +15,7 @@ def bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[st
         m = max(m, 1)
         a = min(a, m - 1)  # leave the median's own cell as '#'
         bar = "=" * a + "#" * (m - a) + "-" * max(b - m, 0)
-        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.1f} {unit} {note}")
+        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.{digits}f} {unit} {note}")
     return out
 
 
