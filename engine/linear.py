@@ -7,7 +7,7 @@ between calls) and captures the matmul into a child graph. A 1B target's
 verify makes ~150 such calls; on the H200 one call (evaluated alone) cost 8-20 µs
 more than the 1-row gemv (lab/evidence/h200-2026-11-29b/probe.json,
 ``linear_micro``): 1.2-3 ms a verify, a large part of the ~4-5 ms by which a
-verify of 2-16 rows exceeded a decode step in the decode loop (README, "On the H200").
+verify of 2-16 rows exceeded a decode step in the decode loop (docs/verify-attention.md).
 
 ``gather`` routes the projections of a verify-shaped input (2..64 rows) through
 ``mx.gather_mm`` with every row on the one weight and the indices *not* marked

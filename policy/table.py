@@ -52,7 +52,7 @@ TABLE: tuple[MeasuredDefault, ...] = (
         evidence="width 4 served 67.22-67.91 tok/s vs classic 57.98-58.71; width 16 41.88-41.97",
         byte_identical=None,  # the mlxcel record compared throughput only
     ),
-    # The ninth H200 build (README "Ninth build"): a 5.17B Llama-shaped bf16 target and a
+    # The ninth H200 build (docs/gpu-builds.md, "Ninth build"): a 5.17B Llama-shaped bf16 target and a
     # one-layer model drafter distilled from it, widths swept against classic with n = 5.
     # bf16: every width from 3 up won on prompt 0 (best 12); on prompt 6, where fewer drafted
     # tokens are kept, 8 won and 12 / 16 fell back, so 8 is the width that won on both.
