@@ -159,3 +159,203 @@ def test_chat_request_refused_without_a_chat_template(tmp_path):
     # the built-in runs on any pair: its chat requests fall back to mlx_lm.server's transcript
     mixed = prepare(workload.builtin("mixed"), tok, 8)
     assert {p.rendered for p in mixed if p.request.chat} == {TRANSCRIPT}
+
+
+# ---- a real workload session on the demo pair, through sweep --workload ------------------------
+
+def test_sweep_workload_end_to_end(tmp_path):
+    """Three requests (two prompts, one chat through a chat template) on the demo pair with a
+    templated tokenizer: every arm runs every request, interleaved with the arms rotated per
+    request, classic closing with a pass; identity per request; each width's ratio, interval and
+    p-value in --json; the record reproduces its intervals from its own samples and seed."""
+    from engine import record
+    from policy import stats
+
+    target = _templated_copy(tmp_path)
+    wl = _write(tmp_path / "w.jsonl", [
+        {"id": "a", "prompt": "class Stack:\n    def __init__(self):\n        self"},
+        {"id": "b", "prompt": "def read_config(path):\n    result = {}\n    with open(path) as f:\n        for",
+         "max_tokens": 8},
+        {"id": "c", "messages": [{"role": "user", "content": "def main():"}]}])
+    p = run_cli("sweep", "--target", str(target), "--draft", str(DEMO / "drafter"), "--workload", str(wl),
+                "--widths", "2,3", "-n", "2", "--max-tokens", "12", "--seed", "7", "--json",
+                "--record-dir", str(tmp_path / "rec"))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    assert d["workload"]["requests"] == 3 and d["workload"]["sha256"] == workload.read(str(wl)).sha256
+    assert [r["id"] for r in d["requests"]] == ["a", "b", "c"]
+    assert [r["rendered"] for r in d["requests"]] == ["prompt", "prompt", "chat template"]
+    # interleaved: every request in each pass, the widths' order rotated request by request,
+    # and a closing classic pass
+    assert d["order"] == ["a/classic", "a/w2", "a/w3", "b/classic", "b/w3", "b/w2", "c/classic", "c/w2", "c/w3"] * 2 \
+        + ["a/classic", "b/classic", "c/classic"]
+    for r in d["requests"]:
+        counts = {a["arm"]: len(a["samples"]) for a in r["arms"]}
+        assert counts == {"classic": 3, "w2": 2, "w3": 2}
+        assert all(s["tokens"] == (8 if r["id"] == "b" else 12) for a in r["arms"] for s in a["samples"])
+        assert all(a["identity"]["identical_ids"] for a in r["arms"][1:])  # CPU: bitwise exact
+    # the session's arms are per pass: every request's tokens in one sample
+    assert [len(a["samples"]) for a in d["arms"]] == [3, 2, 2]
+    assert all(s["tokens"] == 12 + 8 + 12 for a in d["arms"] for s in a["samples"])
+    assert d["stats"]["seed"] == 7 and d["stats"]["min_gain"] == 0.03
+    rec = record.load(Path(d["record_path"]))
+    again = record.reproduce(rec)
+    for a in d["arms"][1:]:
+        est = again[a["width"]]
+        assert (a["ratio"], a["ratio_ci"], a["p_value"]) == (round(est.ratio, 4), est.ci.to_list(), round(est.p, 6))
+        identical = not a["differs_on"]
+        # the verdict is the interval rule's, in both directions
+        if a["verdict"] == "wins":
+            assert est.ci.lo > 1.03 and identical
+        elif a["verdict"] == "slower":
+            assert est.ci.hi < 1
+        elif a["verdict"] == "below min gain":
+            assert 1 <= est.ci.hi < 1.03
+        else:
+            assert a["verdict"] == "undecided" and est.ci.lo <= 1.03 <= est.ci.hi
+    # the point ratio is the ratio of aggregates over every request and run
+    classic, arms = record.stats_samples(rec)
+    assert d["arms"][1]["ratio"] == round(stats.ratio(arms[2], classic), 4)
+    # and the record's samples are what it reproduces from: change one and the interval moves
+    rec["requests"][0]["arms"][1]["samples"][0]["decode_s"] *= 3
+    assert record.reproduce(rec)[2] != again[2]
+    assert (tmp_path / "rec" / Path(d["record_path"]).name).exists()
+
+
+def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path):
+    wl = _write(tmp_path / "w.jsonl", [{"id": "first", "prompt": "def f(x):\n    return"},
+                                       {"id": "second", "prompt": "import os\n\n\ndef main():\n   "}])
+    p = run_cli("sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "6",
+                "--seed", "1", "--record-dir", str(tmp_path / "rec"))
+    assert p.returncode == 0, p.stderr
+    out = p.stdout
+    assert "workload w.jsonl: 2 requests" in out
+    assert "per request (classic decode tok/s; each width's speed-up there):" in out
+    assert any(line.startswith("first ") for line in out.splitlines())
+    assert "best width per request:" in out
+    assert "95 % bootstrap interval resampling requests, then runs, seed 1" in out
+    assert "per-request speed-up by width" in out
+    assert "decision:" in out and "record:" in out
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--workload", "mixed", "--prompt", "x"), "give --workload or --prompt, not both"),
+    (("--min-gain", "3"), "'3': expected a gain from 0 up to 1 (0 % to 100 %) (did you mean 3%?)"),
+    (("--min-gain", "x%"), "is not a fraction (0.03) or a percentage (3%)"),
+    (("--workload", "nope.jsonl"), "--workload nope.jsonl: no such file"),
+])
+def test_sweep_workload_bad_input_exit_2(args, needle, tmp_path):
+    p = run_cli("sweep", "-n", "1", "--max-tokens", "4", "--record-dir", str(tmp_path), *args)
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert needle in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+def test_sweep_refuses_bad_json_on_line_3_and_chat_without_a_template(tmp_path):
+    bad = _write(tmp_path / "bad.jsonl", ['{"prompt": "a"}', '{"prompt": "b"}', '{"prompt": "c",}'])
+    p = run_cli("sweep", "--workload", str(bad), "--record-dir", str(tmp_path / "rec"))
+    assert p.returncode == 2 and "line 3: not valid JSON" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "rec").exists()
+    chat = _write(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "id": "q"}])
+    p = run_cli("sweep", "--workload", str(chat), "-n", "1", "--record-dir", str(tmp_path / "rec"))
+    assert p.returncode == 2 and "line 1 (id q): \"messages\" need a chat template" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1
+
+
+# ---- the tie rule and the evidence on fixed figures ------------------------------------------------
+
+def _fixed_session(speeds: dict, classic_tok_s=(40.0, 41.5, 42.0, 40.5), workload_=None):
+    """A session judged by the real decide, from fixed timings on the demo tokenizer."""
+    from engine.ab import AbConfig, Arm, Session, Verdict, decide
+    from engine.identity import compare
+    from tests.states import CONTINUATION, DEFAULT_PROMPT, TOKENS, _run, demo_pair
+
+    tok = demo_pair().tokenizer
+    out = tok.encode(CONTINUATION)[:TOKENS]
+    config = AbConfig(widths=tuple(speeds), prompt=DEFAULT_PROMPT, n=3, max_tokens=TOKENS, seed=3,
+                      workload=workload_)
+    classic = Arm(None, [_run(None, v, out) for v in classic_tok_s], verdict=Verdict.CONTROL)
+    arms = [Arm(w, [_run(w, v, out) for v in vs]) for w, vs in speeds.items()]
+    s = Session(config, tok.encode(DEFAULT_PROMPT), classic, arms, reps=3, started_at=0.0, seed=3)
+    for arm in arms:
+        arm.identity = compare(classic.runs[0].tokens, arm.runs[0].tokens, tok)
+    decide(s)
+    return s
+
+
+def test_session_tie_rule_chooses_the_smaller_width_on_fixed_figures():
+    """w2 and w4 both win (disjoint, intervals above 1.03); w4 is a little faster, but the
+    intervals overlap: width 2 is chosen, and the why-line says why."""
+    s = _fixed_session({2: [60.0, 61.0, 62.5], 4: [60.5, 62.0, 63.0], 8: [30.0, 31.0, 33.0]})
+    assert [a.verdict.value for a in s.arms] == ["wins", "wins", "slower"]
+    assert s.estimates[4].ratio > s.estimates[2].ratio and s.estimates[2].ci.overlaps(s.estimates[4].ci)
+    assert s.recommendation == 2 and s.choice.best == 4
+    assert s.why.startswith("width 2 at 1.")
+    assert "smallest winning width whose interval overlaps the best's (w4" in s.why
+    # far apart, the faster one stays
+    s = _fixed_session({2: [44.0, 45.0, 46.0], 4: [60.0, 62.0, 63.0]})
+    assert s.recommendation == 4 and s.why.startswith("width 4 is the fastest winner")
+
+
+def test_disjoint_but_below_the_minimum_gain_is_not_a_win():
+    """Slowest 42.3 beats classic's fastest 42.0 (the old rule's win), but about 1.01x: below min
+    gain, which saves as a decline; with --min-gain 0 the same figures win."""
+    from console.outcome import Tone, headline
+
+    s = _fixed_session({2: [42.3, 42.4, 42.5]}, classic_tok_s=(41.9, 42.0, 41.95, 41.9))
+    assert s.estimates[2].ci.hi < 1.03
+    assert s.arms[0].verdict.value == "below min gain" and s.recommendation is None
+    assert "lies below 1 + the 3 % minimum gain" in s.arms[0].why
+    h = headline(s)
+    assert h.saveable and h.tone is Tone.PLAIN and "no measured width clears the 3% minimum gain" in h.text
+    import dataclasses
+
+    from engine.ab import decide
+
+    s.config = dataclasses.replace(s.config, min_gain=0.0)
+    decide(s)
+    assert s.arms[0].verdict.value == "wins" and s.recommendation == 2
+
+
+def test_profile_entry_keeps_the_workload_and_interval_through_toml(tmp_path):
+    from console.outcome import PairFacts, profile_entry
+    from policy import profile as profiles
+    from policy.device import parse_device_spec
+    from tests.states import demo_pair
+
+    w = workload.builtin("mixed")
+    s = _fixed_session({4: [60.0, 62.0, 63.0]}, workload_=w)
+    pair = demo_pair()
+    e = profile_entry(s, PairFacts(pair.kind, pair.quantization, pair.pair_id), parse_device_spec("cpu"),
+                      mlx="0.32.4", measured_at="2026-01-01T00:00:00Z", record="r.json")
+    assert e.width == 4
+    path = tmp_path / "p.toml"
+    profiles.save(path, e)
+    back = profiles.load(path).entries[0].evidence
+    assert back["workload"] == {"name": "mixed", "source": "builtin", "sha256": w.sha256,
+                                "requests": len(w.requests)}
+    assert back["ratio_ci"] == s.estimates[4].ci.to_list() and back["seed"] == 3
+    assert back["min_gain"] == 0.03
+
+
+def test_check_measure_replays_the_entrys_workload(tmp_path):
+    """The workload an entry names is found again when its content is the same (the built-in, or
+    the file at its path); a changed file is said, and the check falls back to a prompt."""
+    from console.check import _workload_for
+    from policy.profile import Override
+
+    def entry(evidence):
+        e = Override.__new__(Override)
+        object.__setattr__(e, "evidence", evidence)
+        return e
+
+    w = workload.builtin("mixed")
+    got, where = _workload_for(entry({"workload": w.to_dict()}))
+    assert got == w and where.startswith("the entry's workload: workload mixed: 16 requests")
+    f = _write(tmp_path / "w.jsonl", [{"prompt": "a"}])
+    fw = workload.read(str(f))
+    assert _workload_for(entry({"workload": fw.to_dict()}))[0] == fw
+    f.write_text('{"prompt": "b"}\n')
+    got, where = _workload_for(entry({"workload": fw.to_dict()}))
+    assert got is None and "is not here with sha256" in where
+    assert _workload_for(entry({})) == (None, "")
