@@ -359,3 +359,71 @@ def test_check_measure_replays_the_entrys_workload(tmp_path):
     got, where = _workload_for(entry({"workload": fw.to_dict()}))
     assert got is None and "is not here with sha256" in where
     assert _workload_for(entry({})) == (None, "")
+
+
+def _fixed_workload(ratios: list[float], widths=(2, 3, 4, 6, 8)):
+    """A workload session from fixed timings: request k runs classic at 40 tok/s and width w at
+    40 x ratios[k] x (1 - 0.01 w); judged by the real decide."""
+    from engine.ab import AbConfig, Arm, RequestArms, Session, Verdict, _add_pass, decide
+    from engine.identity import compare
+    from engine.workload import PROMPT, Prepared
+    from policy.workload import Request, Workload
+    from tests.states import CONTINUATION, DEFAULT_PROMPT, TOKENS, _run, demo_pair
+
+    tok = demo_pair().tokenizer
+    out = tok.encode(CONTINUATION)[:TOKENS]
+    reqs = tuple(Request(f"request-{k}", prompt=DEFAULT_PROMPT, line=k + 1) for k in range(len(ratios)))
+    w = Workload("fixed", reqs, "0" * 64, "builtin")
+    config = AbConfig(widths=widths, prompt="", n=3, max_tokens=TOKENS, seed=5, workload=w)
+    ids = tuple(tok.encode(DEFAULT_PROMPT))
+    per = []
+    for k, r in enumerate(ratios):
+        classic = Arm(None, [_run(None, v, out) for v in (40.0, 40.4, 39.8, 40.2)], verdict=Verdict.CONTROL)
+        arms = [Arm(x, [_run(x, 40 * r * (1 - 0.01 * x) * f, out) for f in (0.99, 1.0, 1.01)]) for x in widths]
+        for a in arms:
+            a.identity = compare(classic.runs[0].tokens, a.runs[0].tokens, tok)
+        per.append(RequestArms(Prepared(reqs[k], ids, TOKENS, PROMPT), classic, arms))
+    s = Session(config, list(ids), Arm(None, verdict=Verdict.CONTROL), [Arm(x) for x in widths],
+                requests=per, reps=3, started_at=0.0, seed=5)
+    for _ in range(4):
+        _add_pass(s, [None, *widths])
+    for a in s.arms:
+        a.identity = per[0].arm(a.width).identity
+    decide(s)
+    return s
+
+
+def test_workload_verdict_is_the_intervals_and_the_table_folds_to_80_columns():
+    from console.render import ratio_rows, request_table
+
+    s = _fixed_workload([1.6, 1.5, 1.7, 1.4, 1.55, 1.65, 1.45, 1.5])
+    assert [len(a.runs) for a in [s.classic, *s.arms]] == [4, 3, 3, 3, 3, 3]  # one run per pass
+    assert all(a.verdict.value == "wins" for a in s.arms)
+    # w2 is fastest (the width costs 1 % a step here) and w3's interval overlaps it: the tie
+    # rule keeps the smaller, here the fastest itself
+    assert s.recommendation == s.choice.width == 2
+    table = request_table(s, fold=2)
+    assert all(len(line) <= 80 for line in table), max(table, key=len)
+    rows = [line for line in table if line.startswith("request-")]
+    # the 2 best (1.7x, 1.65x) and 2 worst (1.4x, 1.45x) by w2, in their workload order
+    assert [r.split()[0] for r in rows] == ["request-2", "request-3", "request-5", "request-6"]
+    assert "4 more requests between the 2 worst and 2 best by w2" in table[-2]
+    assert table[-1] == "best width per request: w2 on 8"
+    assert [r[0] for r in ratio_rows(s)] == ["w2", "w3", "w4", "w6", "w8"]
+    # a request whose output differs takes the win away from the whole workload
+    from engine.ab import decide
+
+    bad = s.requests[3].arm(2)
+    bad.identity = type(bad.identity)(**{**bad.identity.to_dict(), "identical_ids": False, "first_divergence": 2})
+    decide(s)
+    assert s.arm(2).verdict.value == "faster, output differs" and s.differing_requests(2) == ["request-3"]
+    assert s.recommendation == 3
+
+
+def test_workload_mixed_requests_make_a_wide_interval():
+    """Half the requests gain 1.6x, half lose (0.7x): the aggregate may favour the width, but
+    drawing requests again could give either: undecided, not a win."""
+    s = _fixed_workload([1.6, 0.7, 1.6, 0.7, 1.6, 0.7], widths=(2,))
+    e = s.estimates[2]
+    assert e.ci.lo < 1.03 < e.ci.hi and s.arms[0].verdict.value == "undecided"
+    assert "the interval straddles 1 + the 3 % minimum gain" in s.arms[0].why
