@@ -1079,12 +1079,15 @@ class BlockwidthApp(App):
         self._records = message.rows
         table = self.query_one("#records-table", DataTable)
         table.clear()
+        from engine.record import refusal
+
         for path, rec in message.rows:
             cfg, dec = rec.get("config", {}), rec.get("decision", {})
-            # The verdict says whether it could be saved, so a drifted "win" never reads as one.
-            verdict = (Text(dec.get("decision", "?"), style="green") if dec.get("saveable")
-                       else Text(f"not saveable ({'cancelled' if rec.get('cancelled') else 'drift'}): "
-                                 f"{dec.get('decision', '?')}", style="yellow"))
+            # The verdict says whether it could be saved (policy.verdict's rule, as save applies
+            # it), so a drifted or undecided "result" never reads as one.
+            why = refusal(rec)
+            verdict = (Text(dec.get("decision", "?"), style="green") if why is None
+                       else Text(f"not saveable ({why.value}): {dec.get('decision', '?')}", style="yellow"))
             table.add_row(rec.get("created", "?"), ",".join(map(str, cfg.get("widths", []))),
                           str(cfg.get("n", "?")), str(cfg.get("max_tokens", "?")), verdict)
         self.query_one("#records-head", Static).update(Text(

@@ -14,8 +14,7 @@ from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pa
 from console.render import arm_rows, bars, ratio_rows, request_table, speedup_lines
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
 from console.save import save_session
-
-UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
+from policy import bounds
 
 
 def record_dir(value: str | None) -> Path:
@@ -59,29 +58,14 @@ def _memory_bytes() -> int | None:
 
 
 def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
-    """Refuse a run the target cannot take (its context) or the machine cannot hold (the KV
-    cache plus one prefill's attention scores, which a 1024-context model asked for 200,000
-    tokens turned into a segfault)."""
-    ctx = pair.context_length
-    limit = ctx or UNKNOWN_CONTEXT
-    if tokens > limit:
-        whose = (f"the target's context of {ctx} tokens (max_position_embeddings)" if ctx
-                 else f"{UNKNOWN_CONTEXT} tokens (the target's config states no context length)")
-        raise InputError(f"{what}: {detail} = {tokens} tokens exceeds {whose}")
-    c = pair.target_config
-    ints = {k: c.get(k) for k in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                   "hidden_size", "head_dim")}
-    layers, heads, hidden = ints["num_hidden_layers"], ints["num_attention_heads"], ints["hidden_size"]
-    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
-        return
-    kv = ints["num_key_value_heads"] if isinstance(ints["num_key_value_heads"], int) else heads
-    head_dim = ints["head_dim"] if isinstance(ints["head_dim"], int) else hidden // heads
-    need = 2 * layers * kv * head_dim * tokens * 2 + heads * tokens * tokens * 4
-    mem = _memory_bytes()
-    if mem and need > mem // 2:
-        raise InputError(f"{what}: {detail} = {tokens} tokens needs about {need / 2**30:.1f} GiB "
-                         f"(KV cache and attention scores), over half of this device's "
-                         f"{mem / 2**30:.1f} GiB")
+    """Refuse a run the target cannot take (its context) or the machine cannot hold
+    (policy.bounds); the device's memory is probed only when the config says enough."""
+    why = bounds.context_problem(pair.context_length, tokens)
+    need = bounds.memory_need(pair.target_config, tokens) if why is None else None
+    if need is not None:
+        why = bounds.memory_problem(need, _memory_bytes())
+    if why:
+        raise InputError(f"{what}: {detail} = {tokens} tokens {why}")
 
 
 def _rows(text: str) -> tuple[int, ...]:

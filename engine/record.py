@@ -208,6 +208,24 @@ def load(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 
 
+def refusal(record: dict):
+    """Why a stored session cannot be saved (a ``policy.verdict.RefusalKind``), or None: the
+    rule ``decision.saveable`` was written with, read from the record's own verdicts, so a
+    record written before that rule was one reads as its session would today."""
+    from policy.verdict import Verdict, refusal as why_not, verdict_of
+
+    def get(d, k):
+        return d.get(k) if isinstance(d, dict) else None
+
+    arms = record.get("arms") if isinstance(record.get("arms"), list) else []
+    verdicts = [verdict_of(get(a, "verdict")) for a in arms]
+    drift = get(record, "drift")
+    rec = get(get(record, "decision"), "recommendation")
+    return why_not(cancelled=bool(get(record, "cancelled")), drifted=bool(get(drift, "drifted")),
+                   recommendation=rec if isinstance(rec, int) else None,
+                   verdicts=[v for v in verdicts if v not in (None, Verdict.CONTROL)])
+
+
 def _r(v: list | None) -> str:
     return "-" if not v else f"{v[0]:.1f} / {v[1]:.1f} / {v[2]:.1f}"
 
