@@ -427,3 +427,27 @@ def test_workload_mixed_requests_make_a_wide_interval():
     e = s.estimates[2]
     assert e.ci.lo < 1.03 < e.ci.hi and s.arms[0].verdict.value == "undecided"
     assert "the interval straddles 1 + the 3 % minimum gain" in s.arms[0].why
+
+
+def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
+    """A decline of width 32 on the 4-bit demo target (about 4x slower than classic on a CPU),
+    decided on a two-request workload: --check --measure runs that workload again, both
+    requests, and the interval rule finds width 32 still slower."""
+    from tests.test_check import CPU_4BIT, MLX, by_name, write_profile
+
+    wl = _write(tmp_path / "w.jsonl", [{"id": "one", "prompt": "def f(x):\n    return", "max_tokens": 8},
+                                       {"id": "two", "prompt": "import os\n\n\ndef main():\n   ", "max_tokens": 8}])
+    w = workload.read(str(wl))
+    p = write_profile(tmp_path, CPU_4BIT + f'decline = true\nmlx = "{MLX}"\n'
+                      f'evidence = {{ widths = [32], workload = {{ name = "{w.name}", source = "{w.source}", '
+                      f'sha256 = "{w.sha256}", requests = 2 }} }}\n')
+    r = run_cli("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "2",
+                "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
+    assert r.returncode == 0, r.stdout + r.stderr
+    m = by_name(json.loads(r.stdout))["measure: target-4bit + drafter"]
+    assert m["status"] == "pass", m
+    assert m["figures"]["prompt"].startswith("the entry's workload: workload w.jsonl: 2 requests")
+    assert m["figures"]["workload"]["sha256"] == w.sha256
+    assert m["figures"]["arms"]["w32"]["verdict"] == "slower" and m["figures"]["arms"]["w32"]["ratio_ci"][1] < 1
+    rec = json.loads(Path(m["figures"]["record"]).read_text())
+    assert [q["id"] for q in rec["requests"]] == ["one", "two"]
