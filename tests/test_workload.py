@@ -451,3 +451,19 @@ def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
     assert m["figures"]["arms"]["w32"]["verdict"] == "slower" and m["figures"]["arms"]["w32"]["ratio_ci"][1] < 1
     rec = json.loads(Path(m["figures"]["record"]).read_text())
     assert [q["id"] for q in rec["requests"]] == ["one", "two"]
+
+
+@pytest.mark.slow
+def test_sweep_builtin_mixed_headless_json(tmp_path):
+    """What the GPU host runs, at its smallest: the built-in workload, headless, --json and a
+    record (every request, the chat ones through mlx_lm.server's transcript on the demo pair)."""
+    p = run_cli("sweep", "--workload", "mixed", "--widths", "2", "-n", "1", "--max-tokens", "4",
+                "--json", "--record-dir", str(tmp_path / "rec"))
+    assert p.returncode == 0, p.stderr
+    d = json.loads(p.stdout)
+    w = workload.builtin("mixed")
+    assert d["workload"] == w.to_dict() and len(d["requests"]) == len(w.requests)
+    assert {r["rendered"] for r in d["requests"] if r["kind"] == "chat"} == \
+        {"plain transcript (no chat template: mlx_lm.server's fallback)"}
+    assert d["arms"][1]["ratio_ci"] and d["stats"]["seed"] is not None
+    assert Path(d["record_path"]).is_file()
