@@ -250,6 +250,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
     from console.inputs import CLI_PAIR_NAMES, InputError
+    from console import records
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
@@ -295,9 +296,9 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     try:
-        rec_path = record.write(rec, options.record_dir)
+        rec_path = records.write(rec, options.record_dir)
     except OSError as err:
-        raise InputError(f"--record-dir {options.record_dir or record.default_dir()}: the record "
+        raise InputError(f"--record-dir {options.record_dir or records.default_dir()}: the record "
                          f"cannot be written ({err.strerror or err})") from None
     status, why = measured_status(e, session)
     figures = {
@@ -378,7 +379,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     from console import check_report
     from console.inputs import InputError, device_for, mlx_version
     from policy import profile as profiles
-    from policy.device import probe
+    from engine.device import probe
     from policy.resolve import WidthError
 
     out = out or sys.stdout

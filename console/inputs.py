@@ -18,7 +18,8 @@ from policy import profile as profiles
 from policy.device import Device, DeviceSpecError, parse_device_spec
 from policy.drafter import DrafterInfo, DrafterKind, read_drafter
 from policy.errors import ExitCode  # noqa: F401 (the front ends take it from here)
-from policy.quantization import ConfigError, Quantization, read_quantization
+from policy.config import ConfigError
+from policy.quantization import Quantization, read_quantization
 from policy.resolve import Resolution, Step, resolve
 
 
@@ -125,7 +126,7 @@ def device_for(spec: str | None) -> Device:
             return parse_device_spec(spec)
         except DeviceSpecError as e:
             raise InputError(str(e)) from None
-    from policy.device import probe
+    from engine.device import probe
 
     return probe()
 

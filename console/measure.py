@@ -22,9 +22,9 @@ def record_dir(value: str | None) -> Path:
     file can be written in it. Raises InputError naming it."""
     import tempfile
 
-    from engine import record
+    from console import records
 
-    d = user_path(value, "--record-dir") or record.default_dir()
+    d = user_path(value, "--record-dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -39,14 +39,14 @@ def record_dir(value: str | None) -> Path:
 
 def profile_for_save(value: str | None):
     """The profile a --save will write, validated before any model loads."""
-    from policy import profile as profiles
+    from console import profile_file
 
-    profiles.check_writable(user_path(value, "--profile"))
+    profile_file.check_writable(user_path(value, "--profile"))
 
 
 def _memory_bytes() -> int | None:
     """What the device can hold: its own memory where MLX reports it, else physical RAM."""
-    from policy.device import probe
+    from engine.device import probe
 
     mem = probe().memory_bytes
     if mem:
@@ -147,6 +147,7 @@ def gain(text: str) -> float:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
+    from console import records as record_files
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
@@ -172,6 +173,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     records = record_dir(args.record_dir)
     if args.save:
         profile_for_save(args.profile)
+    _qmv_call()
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
     if workload is not None:
         prepared = prepare_workload(pair, workload, args.max_tokens, widths)
@@ -231,13 +233,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     try:
-        path = record.write(rec, records)
+        path = record_files.write(rec, records)
     except OSError as e:
         raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
 
     saved, refusal = None, None
     if args.save:
-        from policy.profile import ProfileBusy
+        from console.profile_file import ProfileBusy
 
         try:
             saved, refusal = save_session(session, pair, path, args.profile,
@@ -320,6 +322,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
     rows = _rows(args.rows)
+    _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2
@@ -427,6 +430,17 @@ def register(sub) -> None:
     linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def _qmv_call() -> None:
+    """A bad BLOCKWIDTH_QMV_CALL is bad input, named before any model loads (it chooses how the
+    qmv kernel is called: engine.qmv.call_strategy)."""
+    from engine import qmv
+
+    try:
+        qmv.call_strategy()
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _linear_note(mode: str) -> str:

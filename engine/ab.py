@@ -127,7 +127,7 @@ class AbConfig:
     exactness: bool = True
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
-    verify_linear: str = "auto"  # engine.linear: auto (= stock) | stock | gather | gemv
+    verify_linear: str = "auto"  # engine.linear: auto | stock | gather | gemv | qmv
     workload: Workload | None = None  # several requests; None: ``prompt`` alone
     min_gain: float = stats.MIN_GAIN  # a win's interval must clear 1 + this
     seed: int | None = None  # the statistics' seed; None: drawn when the session starts
@@ -402,7 +402,7 @@ class Session:
         A width-w verify has w rows, and the route takes 2..MAX_ROWS (gather) or 2..GEMV_MAX_ROWS
         (gemv) of them: a gemv sweep over widths 2..16 routes at w8 and not at w12."""
         mode = linear.effective(self.config.verify_linear)
-        if mode not in (linear.VerifyLinear.GATHER, linear.VerifyLinear.GEMV):
+        if mode not in linear.ROUTES:
             return []
         ran = [arm for arm in self.arms if arm.runs]
         idle = [arm for arm in ran if not sum(r.linear_routed for r in arm.runs)]

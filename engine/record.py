@@ -3,15 +3,13 @@
 A record holds the host identity, the pair (paths and content fingerprints),
 the prompt hash and token counts (or the workload and each request's), every raw
 sample with its per-round diagnostics, each width's speed-up with its interval
-and p-value and the seed they came from, and the decision with why.
+and p-value and the seed they came from, and the decision with why. Writing one (and where
+they go) is the console's ``console.records``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -19,12 +17,6 @@ from typing import Any
 from policy import stats
 
 RECORD_SCHEMA = 1
-
-
-def default_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("blockwidth")) / "records"
 
 
 def _arm(arm, rounds: bool = True) -> dict[str, Any]:
@@ -133,75 +125,6 @@ def reproduce(record: dict) -> dict[int, stats.Estimate]:
     st = record["stats"]
     classic, arms = stats_samples(record)
     return stats.estimates(classic, arms, seed=st["seed"], resamples=st["resamples"], level=st["level"])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clean_leftovers(directory: Path) -> list[Path]:
-    """Remove temp files of record writers that died mid-write (their pid is in the name);
-    a live writer's temp file is left alone. Returns what was removed."""
-    removed = []
-    for tmp in Path(directory).glob(".record.*.tmp"):
-        parts = tmp.name.split(".")
-        pid = int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else None
-        if pid is not None and _alive(pid):
-            continue
-        if pid is None and time.time() - tmp.stat().st_mtime < 3600:
-            continue  # an older writer's name carries no pid: only remove it once it is old
-        try:
-            tmp.unlink()
-            removed.append(tmp)
-        except OSError:
-            pass
-    return removed
-
-
-def write(record: dict, directory: Path | None = None) -> Path:
-    """Write atomically to ``directory`` (default: the user data dir); return the path.
-
-    The name never collides with an existing record: a second record in the same second, of
-    the same prompt, from the same process (a quick cancel-and-rerun in the console) gets a
-    suffix instead of replacing the first (the final name is claimed with link(), which
-    fails when it exists)."""
-    directory = Path(directory) if directory else default_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(directory)
-    stamp = record["created"].replace(":", "").replace("-", "")
-    base = f"session-{stamp}-{record['prompt']['sha256'][:8]}-{os.getpid()}"
-    fd, tmp = tempfile.mkstemp(prefix=f".record.{os.getpid()}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=1)
-            fh.flush()
-            os.fsync(fh.fileno())
-        for i in range(1, 10_000):
-            path = directory / (f"{base}.json" if i == 1 else f"{base}-{i}.json")
-            try:
-                os.link(tmp, path)
-                break
-            except FileExistsError:
-                continue
-            except OSError:  # a file system without hard links: claim the name, then replace
-                try:
-                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                except FileExistsError:
-                    continue
-                os.replace(tmp, path)
-                break
-        else:
-            raise FileExistsError(f"{directory}: 9,999 records named {base}")
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    return path
 
 
 def load(path: Path) -> dict:

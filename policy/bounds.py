@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from policy.config import text
+
 UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
 
 
@@ -20,7 +22,9 @@ def context_problem(context_length: int | None, tokens: int) -> str | None:
 
 def memory_need(config: Mapping[str, Any], tokens: int) -> int | None:
     """Bytes for the KV cache (bf16) and one prefill's attention scores (fp32) at ``tokens``
-    positions, from the target's config; None when the config does not say enough."""
+    positions, from the target's config (its text model's: policy.config.text); None when the
+    config does not say enough."""
+    config = text(config)
     ints = {k: config.get(k) for k in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
                                         "hidden_size", "head_dim")}
     layers, heads, hidden = ints["num_hidden_layers"], ints["num_attention_heads"], ints["hidden_size"]

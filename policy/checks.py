@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
-from policy.device import Backend, Device
+from policy.device import Device, mismatch
 from policy.errors import ExitCode
 from policy.profile import Override, Profile
 from policy.verdict import Verdict
@@ -80,26 +80,16 @@ def entry_label(i: int, e: Override) -> str:
 
 def for_device(e: Override, device: Device) -> tuple[bool, str]:
     """Whether an entry describes this device at all (quantization, kind and pair aside)."""
-    if e.backend is not device.backend:
-        return False, f"for {e.backend.value}; this device is {device.describe()}"
-    if e.compute_capability and e.compute_capability != device.compute_capability:
-        return False, (f"for compute capability {e.compute_capability}; this device has "
-                       f"{device.compute_capability or 'none known'}")
-    # As the resolver: a device without a name (named by --device) is not told apart by name.
-    if e.device_name and device.name and e.device_name.lower() != device.name.lower():
-        return False, f"for device {e.device_name!r}; this device is {device.name!r}"
+    why = e.device_mismatch(device)
+    if why:
+        return False, why
     note = e.match_note(device)
     return True, f"applies to {device.describe()}" + (f" ({note})" if note else "")
 
 
 def constraints(e: Override) -> dict[str, Any]:
     """The keys an entry matches on, normalised as the matcher compares them."""
-    keys = {"backend": e.backend.value, "drafter_kind": e.drafter_kind.value,
-            "compute_capability": e.compute_capability,
-            "device_name": e.device_name.lower() if e.device_name else None,
-            "quant_scheme": e.quant_scheme, "quant_bits": e.quant_bits,
-            "quant_group_size": e.quant_group_size, "pair": e.pair}
-    return {k: v for k, v in keys.items() if v is not None}
+    return dict(e.slot(case_blind=True))
 
 
 def compatible(a: Override, b: Override) -> bool:
@@ -119,7 +109,7 @@ def duplicate_checks(profile: Profile) -> list[Check]:
     every runner, whichever device it names."""
     groups: dict[tuple, list[int]] = {}
     for i, e in enumerate(profile.entries, 1):
-        groups.setdefault(tuple(sorted(constraints(e).items())), []).append(i)
+        groups.setdefault(e.slot(case_blind=True), []).append(i)
     out = []
     for idx in (g for g in groups.values() if len(g) > 1):
         es = [profile.entries[i - 1] for i in idx]
@@ -265,7 +255,6 @@ def measured_status(e: Override, session: Any) -> tuple[Status, str]:
 
 
 def device_agrees(named: Device, probed: Device) -> bool:
-    """A --device that describes this machine (so measuring here is measuring it)."""
-    if named.backend is not probed.backend:
-        return False
-    return named.backend is not Backend.CUDA or named.compute_capability == probed.compute_capability
+    """A --device that describes this machine (so measuring here is measuring it): a named
+    device has no name, and only a CUDA one a compute capability."""
+    return mismatch(probed, named.backend, named.compute_capability) is None

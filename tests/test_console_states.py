@@ -77,6 +77,7 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     saveable) while save refused it: the tab now says why not, by the rule save applies."""
     import asyncio
 
+    from console import records
     from engine import record
     from tests.states import demo_pair, fixture_session
 
@@ -90,10 +91,10 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     host = {"device": {"backend": "cpu"}}
     old = record.build(undecided, demo_pair(), host)
     old["decision"]["saveable"] = True  # as records were written before the one rule
-    record.write(old, tmp_path / "rec")
+    records.write(old, tmp_path / "rec")
     win = record.build(fixture_session(), demo_pair(), host)
     win["created"] = "2030-01-01T00:00:00Z"  # listed first
-    record.write(win, tmp_path / "rec")
+    records.write(win, tmp_path / "rec")
 
     async def go():
         app = make_app(tmp_path)

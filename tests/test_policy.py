@@ -51,3 +51,40 @@ def test_run_bounds():
     assert need == 2 * 2 * 4 * 16 * 1000 * 2 + 4 * 1000 * 1000 * 4
     assert bounds.memory_need({"num_hidden_layers": "2"}, 10) is None
     assert bounds.memory_problem(need, 4 * need) is None and "over half" in bounds.memory_problem(need, need)
+
+
+POLICY = sorted(p.stem for p in (__import__("pathlib").Path(__file__).parents[1] / "policy").glob("*.py")
+                if p.stem != "__init__")
+
+
+def test_policy_imports_no_engine_console_mlx_textual_or_locking():
+    """Every policy module, imported in a fresh interpreter, pulls in none of the outside:
+    no MLX, no NVML, no Textual, no file locking, no engine or console module."""
+    import json
+    import subprocess
+    import sys
+
+    code = ("import sys, json\n" + "".join(f"import policy.{m}\n" for m in POLICY)
+            + "print(json.dumps(sorted(sys.modules)))")
+    loaded = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True,
+                                       text=True).stdout)
+    banned = ("mlx", "mlx_lm", "pynvml", "textual", "fcntl", "engine", "console", "tomlkit")
+    assert [m for m in loaded if m.split(".")[0] in banned] == []
+    assert len(POLICY) >= 10  # the scan below reads what was imported here
+
+
+def test_policy_source_writes_no_file_and_probes_nothing():
+    """A source scan for the ways a module writes or locks a file, and for imports a function
+    could make late (MLX, NVML, Textual, the engine, the console): policy reads (bounded) and
+    decides; the engine probes, the console writes the profile and the records."""
+    import re
+    from pathlib import Path
+
+    writes = re.compile(r"open\([^)]*['\"][wax+]b?['\"]|os\.(replace|rename|link|unlink|remove|fsync|"
+                        r"fchmod|mkdir|makedirs)\b|\.(write_text|write_bytes|mkdir|unlink|touch)\(|"
+                        r"\bfcntl\b|\bflock\b|mkstemp|NamedTemporaryFile|O_CREAT|O_WRONLY|O_RDWR|"
+                        r"shutil\.|^\s*(import|from) (mlx|mlx_lm|pynvml|textual|fcntl|engine|console)\b")
+    root = Path(__file__).parents[1] / "policy"
+    found = [f"{p.name}:{i}: {line.strip()}" for p in sorted(root.glob("*.py"))
+             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if writes.search(line)]
+    assert found == []
