@@ -318,6 +318,7 @@ def test_disjoint_but_below_the_minimum_gain_is_not_a_win():
 
 
 def test_profile_entry_keeps_the_workload_and_interval_through_toml(tmp_path):
+    from console import profile_file
     from console.outcome import PairFacts, profile_entry
     from policy import profile as profiles
     from policy.device import parse_device_spec
@@ -330,7 +331,7 @@ def test_profile_entry_keeps_the_workload_and_interval_through_toml(tmp_path):
                       mlx="0.32.4", measured_at="2026-01-01T00:00:00Z", record="r.json")
     assert e.width == 4
     path = tmp_path / "p.toml"
-    profiles.save(path, e)
+    profile_file.save(path, e)
     back = profiles.load(path).entries[0].evidence
     assert back["workload"] == {"name": "mixed", "source": "builtin", "sha256": w.sha256,
                                 "requests": len(w.requests)}
