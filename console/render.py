@@ -65,8 +65,9 @@ def request_table(session, fold: int | None = None) -> list[str]:
     if fold is not None and len(reqs) > 2 * fold and key_w is not None:
         ranked = sorted(reqs, key=lambda r: (r.ratio(key_w) or 0.0))
         keep = {id(r) for r in ranked[:fold] + ranked[-fold:]}
-        note = (f"  ({len(reqs) - 2 * fold} more requests between the {fold} worst and {fold} best "
-                f"by w{key_w}; all in the record)")
+        more = len(reqs) - 2 * fold
+        note = (f"  ({more} more request{'' if more == 1 else 's'} between the {fold} worst and {fold} "
+                f"best by w{key_w}; all in the record)")
         reqs = [r for r in reqs if id(r) in keep]
     head = f"{'request':<14} {'tok':>4} {'classic':>7} " + " ".join(f"{'w' + str(w):>6}" for w in widths)
     out = ["\nper request (classic decode tok/s; each width's speed-up there):",

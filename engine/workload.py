@@ -45,11 +45,12 @@ def _where(workload: Workload) -> str:
     return f"built-in workload {workload.name}" if workload.builtin else f"--workload {workload.source}"
 
 
-def prepare(workload: Workload, tokenizer, max_tokens: int) -> list[Prepared]:
+def prepare(workload: Workload, tokenizer, max_tokens: int, where: str | None = None) -> list[Prepared]:
     """Every request's ids and new-token count (its own ``max_tokens``, else ``max_tokens``).
-    Raises WorkloadError naming the request's line."""
+    Raises WorkloadError naming the request's line (after ``where``: the workload as the front
+    end names it; by default as the command line does)."""
     out = []
-    where = _where(workload)
+    where = where or _where(workload)
     has_template = bool(getattr(tokenizer, "has_chat_template", False))
     for req in workload.requests:
         at = f"{where}: line {req.line} (id {req.id})"

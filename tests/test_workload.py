@@ -468,3 +468,69 @@ def test_sweep_builtin_mixed_headless_json(tmp_path):
         {"plain transcript (no chat template: mlx_lm.server's fallback)"}
     assert d["arms"][1]["ratio_ci"] and d["stats"]["seed"] is not None
     assert Path(d["record_path"]).is_file()
+
+
+# ---- the console: the prompt field takes a workload ------------------------------------------------
+
+def test_console_prompt_field_runs_a_workload_and_folds_its_requests_at_80x24(tmp_path):
+    """@FILE in the prompt field runs the workload; at 80x24 the details fold the requests to the
+    worst and best, the plot is each width's per-request speed-up. A bad workload is one line
+    in the console's words, with the prompt field marked."""
+    import asyncio
+
+    from textual.widgets import Input
+
+    from console.app import BlockwidthApp, Options
+    from tests.test_app import _settle, _text, _type_fields
+
+    rows = [{"id": f"r{k}", "prompt": p, "max_tokens": 6} for k, p in enumerate(
+        ["def f(x):\n    return", "import os\n\n\ndef main():\n   ", "class A:\n    def __init__(self):\n        self",
+         "for i in range(10):\n   ", "x = [1, 2, 3]\ny ="])]
+    wl = _write(tmp_path / "w.jsonl", rows)
+    bad = _write(tmp_path / "bad.jsonl", ['{"prompt": "a"}', '{"prompt": "b"}', '{"prompt": c}'])
+
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"), record_dir=str(tmp_path / "rec")))
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            assert app.query_one("#prompt", Input).value == "@mixed"  # the default: the built-in workload
+            app.query_one("#prompt", Input).value = f"@{bad}"
+            await _type_fields(pilot, "2", "1", "6")
+            await pilot.press("enter")
+            await _settle(app, pilot)
+            err = _text(app, "#error")
+            assert f"prompt field @{bad}: " in err and "line 3: not valid JSON" in err and "--" not in err
+            assert app.query_one("#prompt", Input).has_class("-bad") and app.session is None
+            app.query_one("#prompt", Input).value = f"@{wl}"
+            await _type_fields(pilot, "2", "1", "6")
+            await pilot.press("enter")
+            await _settle(app, pilot)
+            s = app.session
+            assert s is not None and len(s.requests) == 5 and s.workload.name == "w.jsonl"
+            assert "workload " in _text(app, "#settings")
+            assert "speed-up per request" in _text(app, "#plot")
+            details = _text(app, "#details")
+            assert "per request (classic decode tok/s" in details
+            assert "1 more request between the 2 worst and 2 best" in details
+            assert "95 % bootstrap interval" in details
+            await pilot.resize_terminal(140, 40)
+            await pilot.pause()
+            assert "more requests between" not in _text(app, "#details")  # room for all of them
+            await pilot.press("q")
+
+    asyncio.run(go())
+
+
+def test_the_committed_cpu_workload_record_reproduces_its_intervals():
+    """lab/records/workload-mixed-cpu-demo: the built-in workload on the demo pair (CPU); its
+    intervals and p-values come back from its own samples and seed."""
+    import gzip
+
+    from engine import record
+
+    rec = json.load(gzip.open(ROOT / "lab" / "records" / "workload-mixed-cpu-demo.json.gz"))
+    assert rec["workload"]["name"] == "mixed" and len(rec["requests"]) == rec["workload"]["requests"] == 16
+    again = record.reproduce(rec)
+    for a in rec["arms"][1:]:
+        est = again[a["width"]]
+        assert (a["ratio"], a["ratio_ci"], a["p_value"]) == (round(est.ratio, 4), est.ci.to_list(), round(est.p, 6))
