@@ -118,7 +118,8 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     c = session.classic.decode_range()
     evidence: dict[str, Any] = {
         "n": session.reps, "classic_tok_s": c.to_list(), "prompt_sha256": session.prompt_sha256,
-        "prompt_tokens": len(session.prompt_ids), "new_tokens": session.config.max_tokens,
+        "prompt_tokens": sum(len(r.prepared.ids) for r in session.per_request),
+        "new_tokens": session.config.max_tokens,
         "record": record, "decision": session.decision,
         "widths": list(session.config.widths),  # what a decline declined: --check re-tries them
     }

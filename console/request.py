@@ -102,11 +102,16 @@ def read_workload(req: SessionRequest, pair):
         text = str(e)
         raise FieldError(Field.PROMPT, shown, text[2:] if text.startswith("@ ") else text) from None
     ctx = pair.context_length
+    # what the tokens field may be: the longest request that takes it bounds it
+    most = min((ctx - len(p.ids) for p in prepared if p.request.max_tokens is None), default=0) if ctx else 0
     for p in prepared:
         if ctx is not None and len(p.ids) + p.max_tokens > ctx:
-            raise FieldError(Field.PROMPT, shown, f"request {p.id} (line {p.request.line}): its "
-                             f"{len(p.ids)} prompt tokens + {p.max_tokens} new exceed the target's "
-                             f"context of {ctx}")
+            said = (f"request {p.id} (line {p.request.line}) of {shown}: its {len(p.ids)} prompt tokens "
+                    f"+ {p.max_tokens} new exceed the target's context of {ctx}")
+            if p.request.max_tokens is None:  # the tokens field set them: that is the one to fix
+                raise FieldError(Field.TOKENS, req.tokens, f"{said}; at most {max(most, 0)} for every "
+                                                           f"request of it")
+            raise FieldError(Field.PROMPT, shown, said + " (its own max_tokens)")
     return w
 
 

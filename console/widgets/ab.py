@@ -279,11 +279,12 @@ class AbTab(TabPane):
         s = self._shown()
         if s is None or s.cancelled:
             plot = ""
-        elif s.single:
-            plot = "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s"))
-        else:  # a workload: each width's speed-up over its requests
-            plot = ("speed-up per request (= min, # median, - max)\n"
-                    + "\n".join(bars(ratio_rows(s), "x", digits=2)))
+        else:
+            plot = ("decode tok/s" + ("" if s.single else " per pass") + " (= min, # median, - max)\n"
+                    + "\n".join(bars(arm_rows(s), "tok/s")))
+            if not s.single:  # a workload: each width's speed-up over its requests, too
+                plot += ("\nspeed-up per request (= min, # median, - max)\n"
+                         + "\n".join(bars(ratio_rows(s), "x", digits=2)))
         self.query_one("#plot", Static).update(Text(plot))
 
     def _draw_headline(self) -> None:
