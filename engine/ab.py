@@ -189,7 +189,8 @@ class RequestArms:
 
 
 def _samples(arm: Arm) -> list[tuple[float, float]]:
-    return [(len(r.tokens), r.decode_s) for r in arm.runs]
+    """Each run's (new tokens, decode seconds); a served run counts its tokens itself."""
+    return [(r.tokens if isinstance(r.tokens, int) else len(r.tokens), r.decode_s) for r in arm.runs]
 
 
 def pass_run(width: int | None, runs: list[DecodeRun]) -> DecodeRun:
@@ -531,6 +532,81 @@ def _add_pass(session: Session, widths: list[int | None]) -> None:
             agg.runs.append(pass_run(w, [x[len(agg.runs)] for x in runs]))
 
 
+def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,
+               emit: Callable[[Event], None], t_start: float) -> None:
+    """The session's schedule, whatever runs an arm: a discarded warm-up of every arm (on the
+    first request), n passes, each every request with its arms interleaved (classic first, the
+    widths rotated request by request), more in sequential mode while an arm is undecided and
+    the budget lasts, and the closing classic pass. ``one(arm, rep, keep=True, closing=False)``
+    runs one request's arm once and records it (``keep=False``: the warm-up); a workload's own
+    arms get each finished pass (``pass_run``). The engine's decode loop and the served path
+    (engine.served) both run through here."""
+    config = session.config
+    requests = session.per_request
+    many = len(requests) > 1
+    if config.warmup:
+        first = requests[0]
+        for arm in [first.classic, *first.arms]:
+            emit(Event("warmup", arm.name))
+            one(arm, 0, keep=False)
+            if cancel.is_set():
+                break
+
+    def budget_out() -> Budget | None:
+        if session.reps >= config.max_reps:
+            return Budget.REPS
+        if time.monotonic() - t_start >= config.max_seconds:
+            return Budget.SECONDS
+        return None
+
+    def one_pass(rep: int, active: list[int]) -> None:
+        for k, req in enumerate(requests):
+            for arm in [req.classic, *_rotated([req.arm(w) for w in active], k)]:
+                one(arm, rep)
+                if cancel.is_set():
+                    return
+
+    rep = 0
+    while True:
+        while not cancel.is_set():
+            rep += 1
+            if rep > config.n:
+                if not config.sequential or _all_decided(session):
+                    break
+                session.budget_out = budget_out()
+                if session.budget_out is not None:
+                    break
+            active = session.arms if rep <= config.n else [
+                a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
+            one_pass(rep, [a.width for a in active])
+            if cancel.is_set():
+                break
+            if many:
+                _add_pass(session, [None, *(a.width for a in active)])
+            session.reps = rep
+            emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
+        if cancel.is_set():
+            break
+        for req in requests:  # the closing bracket: classic on every request
+            one(req.classic, session.reps + 1, closing=True)
+            if cancel.is_set():
+                break
+        if cancel.is_set():
+            break
+        if many:
+            _add_pass(session, [None])
+        # Drift is judged with the closing run, which the loop above could not see, and the
+        # closing run can be classic's fastest: in sequential mode a closing run that leaves
+        # drift and noise apart only by chance, or that takes an arm's win back (undecided
+        # again), sends the session back for more repetitions (that run stays a classic run).
+        if not config.sequential or _all_decided(session):
+            break
+        session.budget_out = budget_out()
+        if session.budget_out is not None:
+            break
+        rep = session.reps
+
+
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
                 cancel: threading.Event | None = None) -> Session:
     """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
@@ -571,7 +647,10 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     started = [0]  # runs begun so far
     clocks = host.ClockWatch()
 
-    def one(req: RequestArms, arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun:
+    owner = {id(a): r for r in requests for a in [r.classic, *r.arms]}  # each arm's request
+
+    def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun:
+        req = owner[id(arm)]
         index = started[0]
         started[0] += 1
         runs = max(config.planned_runs, started[0])
@@ -597,67 +676,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     # NVML (opened by the watch) is shut down however the runs end: a decode error or an
     # exception from on_event mid-session must not leave it initialised in the process.
     try:
-        if config.warmup:
-            first = requests[0]
-            for arm in [first.classic, *first.arms]:
-                emit(Event("warmup", arm.name))
-                one(first, arm, 0, keep=False)
-                if cancel.is_set():
-                    break
-
-        def budget_out() -> Budget | None:
-            if session.reps >= config.max_reps:
-                return Budget.REPS
-            if time.monotonic() - t_start >= config.max_seconds:
-                return Budget.SECONDS
-            return None
-
-        def one_pass(rep: int, active: list[int]) -> None:
-            for k, req in enumerate(requests):
-                for arm in [req.classic, *_rotated([req.arm(w) for w in active], k)]:
-                    one(req, arm, rep)
-                    if cancel.is_set():
-                        return
-
-        rep = 0
-        while True:
-            while not cancel.is_set():
-                rep += 1
-                if rep > config.n:
-                    if not config.sequential or _all_decided(session):
-                        break
-                    session.budget_out = budget_out()
-                    if session.budget_out is not None:
-                        break
-                active = session.arms if rep <= config.n else [
-                    a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
-                one_pass(rep, [a.width for a in active])
-                if cancel.is_set():
-                    break
-                if many:
-                    _add_pass(session, [None, *(a.width for a in active)])
-                session.reps = rep
-                emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
-            if cancel.is_set():
-                break
-            for req in requests:  # the closing bracket: classic on every request
-                one(req, req.classic, session.reps + 1, closing=True)
-                if cancel.is_set():
-                    break
-            if cancel.is_set():
-                break
-            if many:
-                _add_pass(session, [None])
-            # Drift is judged with the closing run, which the loop above could not see, and the
-            # closing run can be classic's fastest: in sequential mode a closing run that leaves
-            # drift and noise apart only by chance, or that takes an arm's win back (undecided
-            # again), sends the session back for more repetitions (that run stays a classic run).
-            if not config.sequential or _all_decided(session):
-                break
-            session.budget_out = budget_out()
-            if session.budget_out is not None:
-                break
-            rep = session.reps
+        interleave(session, one, cancel=cancel, emit=emit, t_start=t_start)
     finally:
         clocks.close()
 
