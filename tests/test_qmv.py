@@ -381,7 +381,6 @@ def test_rows_won_asks_for_ten_percent_in_every_pass():
 
 
 def test_auto_is_stock_without_a_record_and_qmv_where_one_won():
-    assert linear.QMV_WINS == () or all(w.record for w in linear.QMV_WINS)
     win = KernelWin(4, 64, "9.0", (2, 3, 4, 5, 6, 7, 8), "direct", "0.32.4", "lab/evidence/x/qmv.json")
     assert auto_allowed("cuda", "9.0", ()) is None
     assert auto_allowed("cuda", "9.0", (win,)) == {(4, 64): frozenset(range(2, 9))}
@@ -393,6 +392,26 @@ def test_auto_is_stock_without_a_record_and_qmv_where_one_won():
     assert r.mode is linear.VerifyLinear.STOCK and not r.auto
     with verify_linear("auto"):
         assert nn.QuantizedLinear.__call__ is _QSTOCK
+
+
+def test_the_committed_wins_route_only_what_the_h200_measured_under_each_call():
+    """QMV_WINS as committed (lab/tests re-derives it from the H200's record): on a compute
+    capability 9.0 device auto takes 4-bit group 64 at 2..8 rows under either call strategy
+    and 8-bit group 64 at 3..8 only under ``direct``, the one strategy its curve was measured
+    with; any other group, device or backend stays stock."""
+    from tests.conftest import ROOT
+
+    assert linear.QMV_WINS and all((ROOT / w.record).is_file() for w in linear.QMV_WINS)
+    assert auto_allowed("cuda", "9.0", call="compile") == {(4, 64): frozenset(range(2, 9))}
+    assert auto_allowed("cuda", "9.0", call="direct") == {(4, 64): frozenset(range(2, 9)),
+                                                         (8, 64): frozenset(range(3, 9))}
+    for cc in ("8.0", "10.0", "12.1", None):
+        assert auto_allowed("cuda", cc) is None
+    assert auto_allowed("metal", "9.0") is None and auto_allowed("cpu", "9.0") is None
+    allowed = auto_allowed("cuda", "9.0", call="compile")
+    assert _plan(allowed=allowed, rows=2) is None and _plan(allowed=allowed, rows=8) is None
+    assert _plan(allowed=allowed, group=128) == "auto"  # group 128: never measured
+    assert _plan(allowed=allowed, bits=8, w_shape=(1024, 1024)) == "auto"  # 8-bit under compile
 
 
 def _layers():

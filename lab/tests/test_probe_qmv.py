@@ -168,19 +168,28 @@ def _cc(rec: dict) -> str:
     return f"{d['compute_capability_major']}.{d['compute_capability_minor']}"
 
 
-def test_the_committed_parity_record_passed_every_case():
-    records = _qmv_records()
-    if not records:
-        pytest.skip("no committed GPU record of lab.probe_qmv yet (the coordinator commits the H200's)")
+PARITY_RECORD = EVIDENCE / "h200-2026-12-01" / "qmv" / "probe_qmv.json"  # the H200's first parity run
+
+
+def test_the_committed_parity_records_passed_every_case():
+    """Every committed GPU record with a parity section passed every case, and the H200's of
+    2026-12-01 is one of them. That run's harness stopped it (300 s) after the parity section,
+    so its record has no final ``parity_ok``: the section's own verdict (``all_ok``) is read."""
+    records = [p for p in _qmv_records() if "parity" in json.loads(p.read_text())]
+    assert PARITY_RECORD in records
     for path in records:
         rec = json.loads(path.read_text())
         par = rec["parity"]
-        assert rec["parity_ok"] is True and par["all_ok"], path
+        assert rec.get("parity_ok", True) is True and par["all_ok"] is True, path
         assert par["kernel_passed"] == par["cases"] >= 150, path  # 19 shapes x rows 1-8
         seen = {(c["bits"], c["group"], c["dtype"]) for c in par["results"]}
         assert {(b, g, "bfloat16") for b in (4, 8) for g in (32, 64, 128)} <= seen
+        assert {(4, 64, "float16"), (8, 64, "float16")} <= seen
         assert {c["rows"] for c in par["results"]} == set(range(1, 9))
         assert any(c["n"] % 16 for c in par["results"]) and any(c["k"] % 512 for c in par["results"])
         for c in par["results"]:
             k = c["kernel"]
             assert k["ok"] and k["finite"] and k["max_abs_over_max_ref"] <= k["max_tol"], (path, c)
+            assert k["rel_l2"] <= k["rel_l2_tol"], (path, c)
+            if c["rows"] in (2, 8):  # the product's calls, direct and compiled, gave the checked bits
+                assert c["product_call_equal"] == {"direct": True, "compile": True}, (path, c)
