@@ -186,7 +186,7 @@ class LinearRouting:
     backend: str = "cpu"
     allowed: dict | None = None
     auto: bool = False
-    call: str = "direct"  # qmv: engine.qmv's call strategy, read when the block opens
+    call: str = qmv.DEFAULT_CALL  # qmv: engine.qmv's call strategy, read when the block opens
     served: dict = field(default_factory=dict)  # qmv: "N x K bits/group" -> calls the kernel took
     stock_reasons: dict = field(default_factory=dict)  # qmv: engine.qmv.REASONS key -> calls left
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> (reason, label)
@@ -227,10 +227,11 @@ def _compute_capability() -> str | None:
 
 
 def auto_allowed(backend: str, compute_capability: str | None,
-                 wins: tuple[KernelWin, ...] | None = None, call: str = "direct") -> dict | None:
+                 wins: tuple[KernelWin, ...] | None = None, call: str = qmv.DEFAULT_CALL) -> dict | None:
     """What ``auto`` routes to qmv here: {(bits, group): rows} from the committed wins measured
     on this compute capability with this call strategy (a win measured through mx.compile says
-    nothing of the direct call), or None (auto is stock) where there are none."""
+    nothing of the direct call: under the default, compile, the 8-bit curve measured only
+    directly stays stock), or None (auto is stock) where there are none."""
     if backend != "cuda" or compute_capability is None:
         return None
     won = {}
