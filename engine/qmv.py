@@ -33,9 +33,9 @@ compile serves every shape and row count of a (bits, group, dtype, u); the kerne
 each is built once (:func:`kernel`). Host cost per call is what this route fights (the probe:
 ~21 us a custom-kernel call against 6.6 for ``quantized_matmul``), so the call's arguments are
 prepared once per shape, the source handed to MLX is stripped of comments and indentation (MLX
-rebuilds and hashes it on every call), and ``BLOCKWIDTH_QMV_CALL=compile`` runs each call
-through ``mx.compile`` (no Python-side rebuild: the traced primitive is replayed), the default
-since the H200 measured it steadier (:data:`DEFAULT_CALL`); ``direct`` calls the kernel object.
+rebuilds and hashes it on every call), and each call runs through ``mx.compile`` (no
+Python-side rebuild: the traced primitive is replayed), the default since the H200 measured it
+steadier (:data:`DEFAULT_CALL`); ``BLOCKWIDTH_QMV_CALL=direct`` calls the kernel object.
 """
 
 from __future__ import annotations
