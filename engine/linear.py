@@ -469,13 +469,14 @@ def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
 
 def prepare(mode: str | VerifyLinear | None, *models) -> dict[str, float]:
     """Before anything is timed: where ``mode`` routes to the qmv kernel here, compile the
-    kernel instances ``models``' projections need (engine.qmv.prepare), so a measured forward
-    never pays NVRTC; returns {instance: compile seconds}, empty where nothing is routed."""
+    kernel instances ``models``' projections need (engine.qmv.prepare; under ``auto`` only
+    those of the (bits, group, rows) it routes), so a measured forward never pays NVRTC;
+    returns {instance: compile seconds}, empty where nothing is routed."""
     routing = routing_for(mode)
     if routing.mode is not VerifyLinear.QMV or routing.backend != "cuda":
         return {}
     done = {}
     for m in models:
         if isinstance(m, nn.Module):
-            done.update(qmv.prepare(m, strategy=routing.call))
+            done.update(qmv.prepare(m, strategy=routing.call, allowed=routing.allowed))
     return done

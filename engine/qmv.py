@@ -676,24 +676,28 @@ def instances_for(model) -> dict[tuple, set]:
 
 
 def prepare(model, rows: tuple[int, ...] = tuple(range(2, MAX_ROWS + 1)),
-            strategy: str | None = None) -> dict[str, float]:
+            strategy: str | None = None, allowed: dict | None = None) -> dict[str, float]:
     """Compile every instance ``model``'s verify needs (and, under ``compile``, trace each
     projection shape at each row count) before anything is timed; returns {instance: compile
-    seconds}. Cheap when already done (the kernels are built once per process)."""
+    seconds}. ``allowed`` ({(bits, group): rows}, what ``auto`` routes here; None: everything)
+    leaves out what will stay stock. Cheap when already done (the kernels are built once per
+    process)."""
     import mlx.core as mx
 
     strategy = strategy or call_strategy()
     done = {}
     for inst, shapes in instances_for(model).items():
+        bits, group, dtype, _ = inst
+        if allowed is not None and (bits, group) not in allowed:
+            continue
         done[instance_name(*inst)] = compile_instance(*inst)
         if strategy != "compile":
             continue
-        bits, group, dtype, _ = inst
         dt = _dtype(dtype)
         for n, k in sorted(shapes):
             w = mx.zeros((n, k * bits // 32), mx.uint32)
             s = mx.zeros((n, k // group), dt)
-            for r in rows:  # the verify's x is [1, rows, K]
+            for r in (r for r in rows if allowed is None or r in allowed[(bits, group)]):  # x is [1, rows, K]
                 if ((1, r, k), n, dt, bits, group, strategy) not in _fns:
                     mx.eval(matmul(mx.zeros((1, r, k), dt), w, s, s, bits, group, strategy))
     return done

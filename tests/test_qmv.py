@@ -535,6 +535,41 @@ def test_on_a_cuda_9_0_device_auto_routes_what_the_h200_won_under_the_call_in_us
     assert nn.QuantizedLinear.__call__ is _QSTOCK
 
 
+@pytest.mark.parametrize("call", ["compile", "direct"])
+def test_prepare_under_auto_compiles_and_traces_only_what_auto_routes(monkeypatch, call):
+    """Before the clock, auto on a CUDA 9.0 device compiles the instances of the (bits, group)
+    it routes, and under compile traces their shapes at the rows it routes: the 8-bit
+    projection, stock under the default call, costs no compile; explicit qmv prepares all."""
+    import engine.attention
+
+    compiled, traced = [], []
+    monkeypatch.setenv(qmv.CALL_ENV, call)
+    monkeypatch.setattr(linear, "current_backend", lambda: "cuda")
+    monkeypatch.setattr(engine.attention, "current_backend", lambda: "cuda")
+    monkeypatch.setattr(linear, "_compute_capability", lambda: "9.0")
+    monkeypatch.setattr(qmv, "compile_instance", lambda *inst: compiled.append(inst) or 1.0)
+    monkeypatch.setattr(qmv, "matmul", lambda x, w, s, b, bits, group, strategy:
+                        traced.append((bits, x.shape[1], strategy)) or mx.zeros((1,)))
+
+    def q(n, bits, group):
+        lin = nn.Linear(256, n)
+        lin.set_dtype(mx.bfloat16)
+        return nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
+
+    model = nn.Sequential(q(40, 4, 64), q(24, 8, 64))
+    done = linear.prepare("auto", model)
+    if call == "compile":
+        assert [i[:2] for i in compiled] == [(4, 64)] and set(done) == {qmv.instance_name(*compiled[0])}
+        assert traced == [(4, r, "compile") for r in range(2, 9)]
+    else:  # direct: the 8-bit wins too (3..8 rows), and nothing is traced
+        assert sorted(i[:2] for i in compiled) == [(4, 64), (8, 64)] and traced == []
+    compiled.clear(), traced.clear()
+    linear.prepare("qmv", model)
+    assert sorted(i[:2] for i in compiled) == [(4, 64), (8, 64)]
+    assert len(traced) == (14 if call == "compile" else 0)
+    assert linear.prepare("stock", model) == {}
+
+
 def test_a_qmv_speculative_run_on_the_4bit_demo_pair_keeps_classics_tokens():
     from engine import demo
     from engine.decode import classic, speculative
