@@ -79,7 +79,7 @@ def bandwidth(ncu: dict) -> list[dict]:
     """Per projection and rows: stock's and the kernel's device us per call and GB/s read."""
     dev = ncu["device"]
     out = []
-    shapes = sorted({lab.split("/")[0] for lab in dev}, key=lambda s: -bytes_read(*map(int, s.split("x"))))
+    shapes = sorted({lab.split("/")[0] for lab in dev}, key=lambda s: (-bytes_read(*map(int, s.split("x"))), s))
     for shape in shapes:
         n, k = map(int, shape.split("x"))
         for rows in (1, 2, 4, 8):
