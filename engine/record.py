@@ -15,6 +15,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.decode import ROUND_COLUMNS
+
 RECORD_SCHEMA = 1
 
 
@@ -67,6 +69,7 @@ def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]
         "elapsed_s": round(session.elapsed_s, 3),
         "cancelled": session.cancelled,
         "arms": arms,
+        "rounds_columns": list(ROUND_COLUMNS),  # what each samples[].rounds_detail row holds
         "drift": {"drifted": session.drift, "why": session.drift_why,
                   "opening_tok_s": opening.to_list() if opening else None,
                   "closing_tok_s": closing.to_list() if closing else None},
