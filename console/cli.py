@@ -89,6 +89,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 def cmd_inspect(args: argparse.Namespace) -> int:
     from console.inputs import checkpoint_dir
     from engine.checkpoint import CheckpointError, parameter_count
+    from policy.config import size
     from policy.drafter import DrafterKind, detect_drafter
     from policy.quantization import ConfigError, classify, read_config, read_sidecar
 
@@ -125,10 +126,25 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "reads": info.needs(),
         "mtp_layers": next((config[k] for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers")
                             if isinstance(config.get(k), int)), None),
-        "vocab_size": config.get("vocab_size"),
+        "vocab_size": size(config, "vocab_size"),
     }
     if params_note:
         data["parameters_note"] = params_note
+    caches_line = None
+    if info.kind in (DrafterKind.MODEL, DrafterKind.LOOKUP):  # an mlx-lm model, not a head
+        from engine.kvcache import CacheKindError, DEFAULT_METHOD, plan_config
+
+        try:
+            plan = plan_config(config)
+            data["caches"] = plan.summary()
+            data["sliding_window"] = plan.window
+            data["rollback"] = DEFAULT_METHOD.value if plan.recurrent else "trim"
+            caches_line = plan.describe() + (f" (recurrent state: {DEFAULT_METHOD.value})"
+                                             if plan.recurrent else "")
+        except CacheKindError as e:
+            data["caches"] = None
+            data["caches_refused"] = str(e)
+            caches_line = f"refused for speculative decoding: {e}"
 
     def text(d: dict[str, Any]) -> str:
         p = f"{d['parameters'] / 1e6:.2f}M" if d["parameters"] else "unknown"
@@ -143,7 +159,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
              f"nothing in it declares a drafter"),
             f"  declared     {d['declared_width'] if d['declared_width'] else 'no width'}",
             f"  reads        {d['reads']}",
-        ] + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
+        ] + ([f"  caches       {caches_line}"] if caches_line else []) + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
              if d["mtp_layers"] and info.kind is not DrafterKind.MTP else []))
 
     _emit(data, args.json, text)

@@ -242,6 +242,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
             print(f"model prediction (cost curve x acceptance, not a measurement): best width "
                   f"{session.predicted_best}  [{pred}]")
+        if session.curve_skipped:
+            print(session.curve_skipped)
+        if session.rollback_line():
+            print(session.rollback_line())
         for warning in session.warnings():
             print(f"warning: {warning}")
         from console.outcome import headline

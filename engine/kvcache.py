@@ -536,3 +536,19 @@ def _partial(m: Mark, leaves: list, drop: int) -> Mark:
     ``m`` (put back before it is advanced)."""
     offsets = [None if o is None else c.offset - drop for c, o in zip(leaves, m.offsets)]
     return Mark(offsets, m.states)
+
+
+def plan_config(config: dict) -> CachePlan:
+    """The cache plan of the model mlx-lm builds for ``config``, without its weights (the model's
+    parameters stay unevaluated); CacheKindError when mlx-lm cannot build it or a kind is refused."""
+    import json
+
+    from mlx_lm.utils import _get_classes
+
+    try:
+        model_class, args_class = _get_classes(config)
+        model = model_class(args_class.from_dict(json.loads(json.dumps(config))))
+    except Exception as e:
+        text = " ".join(f"{type(e).__name__}: {e}".split())[:200]
+        raise CacheKindError(f"mlx-lm cannot build model_type {config.get('model_type')!r} ({text})") from None
+    return plan(model, "the model")
