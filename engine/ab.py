@@ -684,6 +684,9 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                         cancel=cancel.is_set)
                 except (RewindError, ValueError) as e:  # the arms' figures stand without it
                     session.curve_skipped = f"cost curve skipped: {e}"
+        elif not session.curve_skipped:
+            session.curve_skipped = ("cost curve skipped: no arm drafted a token, so there is no "
+                                     "acceptance to predict with")
         if measured and session.curve is not None:
             acc = statistics.median(a.per_token_acceptance for a in measured)
             # the kind says how drafting grows with width: flat for a block drafter, linear else

@@ -322,23 +322,23 @@ def restore(leaves: list, m: Mark, what: str = "the target") -> None:
 
 
 def rewind(cache: list, n: int, what: str = "the target") -> None:
-    """Drop the last ``n`` rows of every layer of a cache that holds rows only (KV caches, windows);
-    RewindError for recurrent state, which has no rows to drop (``Rollback`` restores it)."""
+    """Drop the last ``n`` rows of every layer of a cache that holds rows only (KV caches, windows),
+    or RewindError with nothing dropped: recurrent state has no rows to drop (``Rollback``
+    restores it), and mlx-lm's RotatingKVCache cannot drop rows once past its window."""
     if n <= 0:
         return
-    for c in _leaves(cache):
+    leaves = _leaves(cache)
+    for c in leaves:
         if _is_state(c):
             raise RewindError(f"{what}'s {type(c).__name__} holds recurrent state, which has no rows "
                               "to drop: it is restored and advanced instead (engine.kvcache.Rollback)")
-        if isinstance(c, WindowCache):
-            c.trim(n)
-            continue
-        trimmable = getattr(c, "is_trimmable", lambda: False)()
-        done = c.trim(n) if trimmable else 0
-        if done != n:
-            raise RewindError(f"{what}'s {type(c).__name__} dropped {done} of {n} rejected rows: "
-                              f"{'a sliding window past its size' if hasattr(c, 'max_size') else 'it'} "
+        ok = c.can_trim(n) if isinstance(c, WindowCache) else getattr(c, "is_trimmable", lambda: False)()
+        if not ok:
+            window = f"a sliding window of {c.max_size} past its size" if hasattr(c, "max_size") else "it"
+            raise RewindError(f"{what}'s {type(c).__name__} cannot drop {n} rejected rows: {window} "
                               "cannot rewind, so speculative decoding would keep rejected drafts")
+    for c in leaves:
+        c.trim(n)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -375,13 +375,6 @@ def _cut(args: tuple, kwargs: dict, rows: int, lo: int, hi: int) -> tuple[tuple,
             {k: _rows_of(v, rows, lo, hi) for k, v in kwargs.items()})
 
 
-def _rows_in(args: tuple, kwargs: dict) -> int | None:
-    for a in (*args, *kwargs.values()):
-        if isinstance(a, mx.array) and a.ndim == 3:
-            return a.shape[1]
-    return None
-
-
 def _join(outs: list) -> Any:
     first = outs[0]
     if isinstance(first, mx.array):
@@ -405,8 +398,6 @@ class Rollback:
 
     def __init__(self, model: Any, cache: list, method: Method | str = DEFAULT_METHOD,
                  what: str = "the target"):
-        from engine import hidden
-
         self.model = model
         self.cache = cache
         self.what = what
@@ -415,11 +406,6 @@ class Rollback:
         self.method = Method(method) if self.states else None
         self._state_ids = {id(c): c for c in self.states}
         self._mixers: dict[int, Any] | None = None  # cache id -> the module it is handed to
-        try:
-            body = hidden.inner(model)
-            self._layers = list(body.layers)
-        except Exception:
-            self._layers = []
         self._mark: Mark | None = None
         self._block: mx.array | None = None
         self._rows = 0
@@ -461,20 +447,21 @@ class Rollback:
             if len(self._seen) == len(self.states):
                 self._mixers = dict(self._seen)
             else:
-                self.fallback = (f"{len(self.states) - len(self._seen)} recurrent cache(s) are not "
-                                 "handed to a module this engine can tap")
+                self.fallback = (f"{len(self.states) - len(self._seen)} recurrent cache(s) are never "
+                                 "handed to a module on their own (read inside a CacheList): a "
+                                 "second forward advances them")
 
     def _candidates(self) -> list:
-        """The modules to tap: the mixers found in the first verify, or every module inside the
-        layers that hold recurrent state until then."""
+        """The modules to tap: the ones found in the first verify, or until then every module of
+        the model (the outermost one handed a recurrent cache is its layer or its mixer: a replay
+        evaluates only what the state depends on, so either costs the same)."""
         if self._mixers is not None:
             return list({id(m): m for m in self._mixers.values()}.values())
         out, seen = [], set()
-        for layer in self._layers:
-            for _, m in layer.named_modules():
-                if m is not layer and id(m) not in seen and callable(m):
-                    seen.add(id(m))
-                    out.append(m)
+        for _, m in self.model.named_modules():
+            if m is not self.model and id(m) not in seen:
+                seen.add(id(m))
+                out.append(m)
         return out
 
     def _hook(self, module, cls, args, kwargs):
@@ -482,7 +469,7 @@ class Rollback:
         if c is None or self._inside:
             return cls.__call__(module, *args, **kwargs)
         self._seen[id(c)] = module
-        rows = _rows_in(args, kwargs)
+        rows = self._rows  # the verify's rows: axis 1 of every per-row argument
         self._inside = True
         try:
             if self.method is Method.PER_ROW and rows and rows > 1:

@@ -149,6 +149,28 @@ def write(out: Path, config: dict, seed: int = 0, dtype: str | None = None, mode
 # Every family: a tiny config from its ModelArgs
 
 
+# Families whose tiny checkpoint mlx-lm itself cannot decode on this CPU, and why (the sweep
+# lists them; everything else runs byte-identically or is refused at load).
+CANNOT = {
+    "bitnet": "its BitLinear layers run a Metal kernel only ([metal_kernel] No Metal back-end)",
+    "olmo": "mlx-lm's olmo needs the ai2-olmo package",
+    "prism_hadamard_qwen35": "needs a Hadamard rotation pack shipped with the checkpoint",
+    "phi3small": "its block-sparse attention aborts the process inside MLX (heap corruption) on CPU",
+    "muse_spark": "its layers run a Metal kernel only ([metal_kernel] No Metal back-end)",
+}
+
+# Families whose recurrent state cannot be replayed module by module, so a second forward of the
+# kept rows advances it (engine.kvcache.Rollback's fallback), and why.
+FALLBACK = {"baichuan_m1": "its conv state lives in a CacheList the attention reads directly"}
+
+# Families refused at load, with the words the refusal names them by.
+REFUSED = {
+    "deepseek_v41": "layer 0 cache is LayerCache",  # a compressed window mlx-lm cannot trim
+    # transformers (reading config.json for the tokenizer, as mlx_lm.load does) rejects its
+    # conv_mixer layer type: mlx_lm.load refuses the same checkpoint
+    "gear": "tokenizer cannot be loaded",
+}
+
 NOT_FAMILIES = {"base", "cache", "activations", "rope_utils", "switch_layers", "pipeline",
                 "gated_delta", "ssm", "mla", "bitlinear_layers"}
 
@@ -180,8 +202,109 @@ TINY: dict[str, Any] = dict(
     intermediate_size_mlp=128, partial_rotary_factor=1.0,
 )
 
+_SW = ["sliding_attention", "full_attention"] * 2
+_YARN = {"type": "yarn", "rope_type": "yarn", "factor": 1.0, "original_max_position_embeddings": 4096,
+         "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 0}
+_LLAMA4_ROPE = {"rope_theta": 10000.0, "rope_type": "default", "llama_4_scaling_beta": 0.1,
+                "original_max_position_embeddings": 4096}
+_DEEPSEEK = dict(n_routed_experts=4, n_shared_experts=1, num_experts_per_tok=2, n_group=1,
+                 topk_group=1, kv_lora_rank=16, q_lora_rank=16, qk_rope_head_dim=8,
+                 qk_nope_head_dim=8, v_head_dim=16, moe_intermediate_size=32,
+                 first_k_dense_replace=1, moe_layer_freq=1, routed_scaling_factor=1.0,
+                 topk_method="noaux_tc", scoring_func="sigmoid", norm_topk_prob=True)
+
 # Family by family, what TINY and the ModelArgs defaults leave wrong at these sizes.
-OVERRIDES: dict[str, dict] = {}
+OVERRIDES: dict[str, dict] = {
+    "kimi_k3": dict(text_config=dict(
+        model_type="kimi_linear", num_experts=4, num_experts_per_token=2, moe_intermediate_size=32,
+        q_lora_rank=16, kv_lora_rank=16, qk_nope_head_dim=8, qk_rope_head_dim=8, v_head_dim=16,
+        first_k_dense_replace=1,
+        linear_attn_config={"kda_layers": [1, 3], "full_attn_layers": [2, 4], "num_heads": 4,
+                            "head_dim": 16, "short_conv_kernel_size": 4})),
+    "llama4": dict(text_config=dict(attention_chunk_size=WINDOW, interleave_moe_layer_step=2,
+                                    num_experts_per_tok=1,
+                                    intermediate_size_mlp=128, rope_scaling=None, use_qk_norm=True,
+                                    attention_bias=False)),
+    "muse_spark": dict(text_config=dict(post_norm_eps=1e-8,
+                                        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"},
+                                        layer_rope_theta=[10000.0, 10000.0, 10000.0, 0],
+                                        layer_types=_SW, final_logit_softcapping=20.0,
+                                        output_multiplier=0.2, moe_hidden_size=32,
+                                        moe_intermediate_size=32, num_local_experts=4,
+                                        mlp_layer_types=["sparse"] * 4, num_shared_experts=0)),
+    "minimax_m3_vl": dict(text_config=dict(moe_layer_freq=None, dense_intermediate_size=128,
+                                           shared_intermediate_size=32, rotary_dim=8)),
+    "gemma3n": dict(text_config=dict(
+        num_kv_shared_layers=0, layer_types=_SW, activation_sparsity_pattern=[0.0] * 4,
+        altup_num_inputs=2, altup_coef_clip=120.0, altup_correct_scale=True, altup_active_idx=0,
+        laurel_rank=8, final_logit_softcapping=30.0)),
+    "longcat_flash_ngram": dict(ffn_hidden_size=128, moe_topk=2, expert_ffn_hidden_size=32,
+                                zero_expert_num=1, mla_scale_q_lora=True, mla_scale_kv_lora=True,
+                                num_layers=2, ngram_vocab_size_ratio=2, emb_neighbor_num=2,
+                                emb_split_num=2),
+    "afm7": dict(hidden_dim=64, num_layers=4, num_kv_reuse_layers=1, num_heads=4, num_kv_heads=2),
+    "afmoe": dict(layer_types=_SW, num_dense_layers=1, num_shared_experts=1, mup_enabled=False),
+    "baichuan_m1": dict(sliding_window_layers=[0, 2], conv_window=2, num_swa_attention_heads=4,
+                        num_swa_key_value_heads=2),
+    "dbrx": dict(d_model=64, n_heads=4, n_layers=4,
+                 ffn_config={"ffn_hidden_size": 128, "moe_num_experts": 4, "moe_top_k": 2},
+                 attn_config={"kv_n_heads": 2, "clip_qkv": 8, "rope_theta": 10000.0}),
+    "deepseek_v2": dict(_DEEPSEEK, topk_method="greedy", rope_scaling=_YARN),
+    "exaone4": dict(sliding_window_pattern="LG", layer_types=_SW, rope_scaling=None,
+                    tie_word_embeddings=False),
+    "exaone_moe": dict(layer_types=_SW, is_moe_layer=[False, True, True, True],
+                       num_shared_experts=1),
+    "falcon_h1": dict(mamba_d_ssm=64, mamba_n_heads=4, mamba_d_head=16, mamba_d_state=16,
+                      mamba_chunk_size=16, mamba_expand=1),
+    "gear": dict(layer_types=["full_attention", "conv_mixer", "sliding_attention", "conv_mixer"],
+                 sliding_window=WINDOW),
+    "glm_moe_dsa": dict(_DEEPSEEK, index_head_dim=16, index_n_heads=2, index_topk=8,
+                        rope_parameters={"rope_theta": 10000.0, "rope_type": "default"}),
+    "gptj": dict(rotary_dim=8),
+    "hunyuan": dict(moe_topk=2, num_experts=4, num_shared_expert=1, use_mixed_mlp_moe=True,
+                    use_qk_norm=True, use_cla=False, cla_share_factor=1, moe_intermediate_size=32,
+                    rope_scaling={"alpha": 1.0, "factor": 1.0, "type": "dynamic"}),
+    "jamba": dict(attn_layer_offset=1, attn_layer_period=2, expert_layer_offset=1,
+                  expert_layer_period=2, mamba_d_conv=4, mamba_d_state=16, mamba_expand=2),
+    "kimi_linear": dict(linear_attn_config={"kda_layers": [1, 3], "full_attn_layers": [2, 4],
+                                            "num_heads": 4, "head_dim": 16, "short_conv_kernel_size": 4},
+                        model_max_length=4096, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                        v_head_dim=16, num_experts_per_token=2, first_k_dense_replace=1),
+    "llama4_text": dict(intermediate_size_mlp=128, no_rope_layers=[1, 1, 1, 0], use_qk_norm=True),
+    "longcat_flash": dict(attention_method="MLA", zero_expert_type="identity", ffn_hidden_size=128,
+                          moe_topk=2, expert_ffn_hidden_size=32, zero_expert_num=1,
+                          mla_scale_q_lora=True, mla_scale_kv_lora=True, num_layers=2),
+    "mamba2": dict(num_heads=8, head_dim=16, time_step_limit=[0.0, 1e9], time_step_rank="auto",
+                   state_size=16, intermediate_size=128),
+    "mellum": dict(layer_types=_SW, rope_parameters={t: {"rope_theta": 10000.0, "rope_type": "default"}
+                                                    for t in ("sliding_attention", "full_attention")}),
+    "mimo_v2_flash": dict(hybrid_layer_pattern=[1, 0, 1, 0], moe_layer_freq=[0, 1, 1, 1],
+                          add_swa_attention_sink_bias=False, add_full_attention_sink_bias=False,
+                          sliding_window_size=WINDOW, topk_method="noaux_tc", scoring_func="sigmoid",
+                          layernorm_epsilon=1e-5, swa_rope_theta=10000.0, swa_num_attention_heads=4,
+                          swa_num_key_value_heads=2, v_head_dim=16, swa_head_dim=16,
+                          swa_v_head_dim=16, partial_rotary_factor=1),
+    "minicpm3": dict(dim_model_base=64, scale_depth=1.0, scale_emb=1.0, rope_scaling={}),
+    "mistral4": dict(_DEEPSEEK, rope_parameters=dict(_LLAMA4_ROPE, **_YARN)),
+    "ministral3": dict(rope_parameters=_LLAMA4_ROPE, layer_types=_SW, sliding_window=WINDOW),
+    "nemotron-nas": dict(block_configs=[{"attention": {"n_heads_in_group": 2},
+                                         "ffn": {"ffn_mult": 2.0}}] * 4),
+    "openelm": dict(num_transformer_layers=4, model_dim=64, ffn_dim_divisor=16,
+                    num_query_heads=[4] * 4, num_kv_heads=[2] * 4, ffn_multipliers=[2.0] * 4),
+    "phi3small": dict(dense_attention_every_n_layers=2, ff_intermediate_size=128, gegelu_limit=20.0,
+                      blocksparse_block_size=32, blocksparse_num_local_blocks=1,
+                      blocksparse_vert_stride=1, mup_width_multiplier=1.0),
+    "phixtral": dict(num_vocab=VOCAB, model_dim=64, num_heads=4, rotary_dim=8),
+    "plamo": dict(n_shared_head=2),
+    "qwen": dict(kv_channels=16),
+    "recurrent_gemma": dict(conv1d_width=4, logits_soft_cap=30.0, attention_window_size=WINDOW,
+                            block_types=["recurrent", "recurrent", "attention"], num_hidden_layers=3,
+                            num_key_value_heads=1),
+    "spark2_5": dict(layer_types=_SW, rope_parameters={t: {"rope_theta": 10000.0, "rope_type": "default"}
+                                                      for t in ("sliding_attention", "full_attention")}),
+    "step3p5": dict(num_attention_groups=2, moe_num_experts=4, moe_top_k=2, moe_intermediate_size=32,
+                    share_expert_dim=32, layer_types=_SW),
+}
 
 
 def families() -> list[str]:
@@ -204,27 +327,48 @@ def _fill(f) -> Any:
     return None
 
 
-def tiny_config(model_type: str) -> dict:
-    """A tiny config for ``model_type`` from its ModelArgs: TINY by field name, OVERRIDES, and a
-    guess by type for required fields left over; nested text_config for multimodal wrappers."""
-    if model_type in NAMED:
-        return json.loads(json.dumps(NAMED[model_type]))
-    mod = module_of(model_type)
-    fields = {f.name: f for f in dataclasses.fields(mod.ModelArgs)}
-    cfg: dict[str, Any] = {"model_type": model_type}
+def _args(cls, model_type: str) -> dict:
+    """TINY for the fields of dataclass ``cls``, a guess by type for its other required ones."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    cfg: dict[str, Any] = {"model_type": model_type} if "model_type" in fields else {}
     for k, v in TINY.items():
         if k in fields:
-            cfg[k] = v
+            cfg[k] = json.loads(json.dumps(v))
     for k, f in fields.items():
         if k not in cfg and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             cfg[k] = _fill(f)
-    if "text_config" in fields:
-        inner = OVERRIDES.get(model_type, {}).get("text_config_type") or f"{model_type}_text"
-        base = tiny_config(inner) if (inner in NAMED or _exists(inner)) else {}
-        base.pop("model_type", None)
-        cfg["text_config"] = dict(TINY, **base)
-        cfg["text_config"]["model_type"] = inner
-    cfg.update({k: v for k, v in OVERRIDES.get(model_type, {}).items() if k != "text_config_type"})
+    return cfg
+
+
+_TEXT_ARGS = ("TextArgs", "TextConfig", "TextModelArgs")
+
+
+def tiny_config(model_type: str) -> dict:
+    """A tiny config for ``model_type`` from its ModelArgs: TINY by field name, OVERRIDES, and a
+    guess by type for required fields left over. A multimodal wrapper's language model (its
+    text_config) gets the same from the module's text arguments class, or from the family it
+    names (``{model_type}_text``), and OVERRIDES[model_type]["text_config"] on top."""
+    if model_type in NAMED:
+        return json.loads(json.dumps(NAMED[model_type]))
+    mod = module_of(model_type)
+    cfg = _args(mod.ModelArgs, model_type)
+    over = json.loads(json.dumps(OVERRIDES.get(model_type, {})))
+    text_over = over.pop("text_config", {})
+    if "text_config" in {f.name for f in dataclasses.fields(mod.ModelArgs)}:
+        own = next((getattr(mod, n) for n in _TEXT_ARGS if hasattr(mod, n)), None)
+        inner = f"{model_type}_text"
+        if own is not None:
+            text = _args(own, model_type)
+        elif inner in NAMED or _exists(inner):
+            text = tiny_config(inner)
+            text["model_type"] = inner
+        else:
+            text = dict(TINY, model_type=model_type)
+        for k, v in TINY.items():
+            text.setdefault(k, json.loads(json.dumps(v)))
+        text.update(text_over)
+        cfg["text_config"] = text
+    cfg.update(over)
     return cfg
 
 
@@ -239,14 +383,22 @@ def _exists(model_type: str) -> bool:
 class AgreeingDrafter:
     """A drafter that proposes the reference (classic) continuation, each token kept with
     probability ``agree`` and otherwise replaced: rounds that accept and rounds that reject, in a
-    pattern a seed fixes. An instrument for testing rewinds, not a drafter anyone would run."""
+    pattern a seed fixes. An instrument for testing rewinds, not a drafter anyone would run.
 
-    def __init__(self, reference: list[int], agree: float = 0.75, seed: int = 0, vocab: int = VOCAB):
+    With ``inner`` (a DFlash or MTP drafter), the inner drafter still runs every round (its
+    forward, its reading of the target's hidden states, its commit) and its own token stands
+    wherever this one does not agree: its state follows rounds that accept as well as reject."""
+
+    def __init__(self, reference: list[int], agree: float = 0.75, seed: int = 0, vocab: int = VOCAB,
+                 inner=None):
         import random
 
         from policy.drafter import DrafterKind
 
-        self.kind = DrafterKind.MODEL
+        self.inner = inner
+        self.kind = inner.kind if inner is not None else DrafterKind.MODEL
+        if inner is not None and hasattr(inner, "watch"):
+            self.watch = inner.watch
         self.reference = list(reference)
         self.agree = agree
         self.rng = random.Random(seed)
@@ -255,18 +407,24 @@ class AgreeingDrafter:
 
     def prefill(self, prompt) -> None:
         self.done = 0
+        if self.inner is not None:
+            self.inner.prefill(prompt)
 
     def propose(self, n: int):
         import mlx.core as mx
 
+        own = self.inner.propose(n).tolist() if self.inner is not None else []
         out = []
         for i in range(n):
             j = self.done + 1 + i  # the verify's row 0 is reference[done]; drafts follow it
             t = self.reference[j] if j < len(self.reference) else 0
             if self.rng.random() >= self.agree:
-                t = (t + 1 + self.rng.randrange(self.vocab - 1)) % self.vocab
+                wrong = own[i] if i < len(own) and own[i] != t else None
+                t = wrong if wrong is not None else (t + 1 + self.rng.randrange(self.vocab - 1)) % self.vocab
             out.append(t)
         return mx.array(out, mx.uint32)
 
     def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
         self.done += accepted + 1
+        if self.inner is not None:
+            self.inner.commit(drafted, accepted, next_token)
