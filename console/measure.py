@@ -13,8 +13,7 @@ from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pa
 from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
 from console.save import save_session
-
-UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
+from policy import bounds
 
 
 def record_dir(value: str | None) -> Path:
@@ -22,9 +21,9 @@ def record_dir(value: str | None) -> Path:
     file can be written in it. Raises InputError naming it."""
     import tempfile
 
-    from engine import record
+    from console import records
 
-    d = user_path(value, "--record-dir") or record.default_dir()
+    d = user_path(value, "--record-dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -39,14 +38,14 @@ def record_dir(value: str | None) -> Path:
 
 def profile_for_save(value: str | None):
     """The profile a --save will write, validated before any model loads."""
-    from policy import profile as profiles
+    from console import profile_file
 
-    profiles.check_writable(user_path(value, "--profile"))
+    profile_file.check_writable(user_path(value, "--profile"))
 
 
 def _memory_bytes() -> int | None:
     """What the device can hold: its own memory where MLX reports it, else physical RAM."""
-    from policy.device import probe
+    from engine.device import probe
 
     mem = probe().memory_bytes
     if mem:
@@ -58,29 +57,14 @@ def _memory_bytes() -> int | None:
 
 
 def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
-    """Refuse a run the target cannot take (its context) or the machine cannot hold (the KV
-    cache plus one prefill's attention scores, which a 1024-context model asked for 200,000
-    tokens turned into a segfault)."""
-    ctx = pair.context_length
-    limit = ctx or UNKNOWN_CONTEXT
-    if tokens > limit:
-        whose = (f"the target's context of {ctx} tokens (max_position_embeddings)" if ctx
-                 else f"{UNKNOWN_CONTEXT} tokens (the target's config states no context length)")
-        raise InputError(f"{what}: {detail} = {tokens} tokens exceeds {whose}")
-    c = pair.target_config
-    ints = {k: c.get(k) for k in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                   "hidden_size", "head_dim")}
-    layers, heads, hidden = ints["num_hidden_layers"], ints["num_attention_heads"], ints["hidden_size"]
-    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
-        return
-    kv = ints["num_key_value_heads"] if isinstance(ints["num_key_value_heads"], int) else heads
-    head_dim = ints["head_dim"] if isinstance(ints["head_dim"], int) else hidden // heads
-    need = 2 * layers * kv * head_dim * tokens * 2 + heads * tokens * tokens * 4
-    mem = _memory_bytes()
-    if mem and need > mem // 2:
-        raise InputError(f"{what}: {detail} = {tokens} tokens needs about {need / 2**30:.1f} GiB "
-                         f"(KV cache and attention scores), over half of this device's "
-                         f"{mem / 2**30:.1f} GiB")
+    """Refuse a run the target cannot take (its context) or the machine cannot hold
+    (policy.bounds); the device's memory is probed only when the config says enough."""
+    why = bounds.context_problem(pair.context_length, tokens)
+    need = bounds.memory_need(pair.target_config, tokens) if why is None else None
+    if need is not None:
+        why = bounds.memory_problem(need, _memory_bytes())
+    if why:
+        raise InputError(f"{what}: {detail} = {tokens} tokens {why}")
 
 
 def _rows(text: str) -> tuple[int, ...]:
@@ -111,6 +95,7 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str)
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
+    from console import records as record_files
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
@@ -135,6 +120,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     records = record_dir(args.record_dir)
     if args.save:
         profile_for_save(args.profile)
+    _qmv_call()
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
     n_prompt = len(pair.tokenizer.encode(prompt))
     if n_prompt == 0:
@@ -188,13 +174,13 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     try:
-        path = record.write(rec, records)
+        path = record_files.write(rec, records)
     except OSError as e:
         raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
 
     saved, refusal = None, None
     if args.save:
-        from policy.profile import ProfileBusy
+        from console.profile_file import ProfileBusy
 
         try:
             saved, refusal = save_session(session, pair, path, args.profile,
@@ -266,6 +252,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
     rows = _rows(args.rows)
+    _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2
@@ -364,6 +351,17 @@ def register(sub) -> None:
     linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def _qmv_call() -> None:
+    """A bad BLOCKWIDTH_QMV_CALL is bad input, named before any model loads (it chooses how the
+    qmv kernel is called: engine.qmv.call_strategy)."""
+    from engine import qmv
+
+    try:
+        qmv.call_strategy()
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _linear_note(mode: str) -> str:

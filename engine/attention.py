@@ -25,7 +25,7 @@ fused kernel:
   straight from the cache's strided view (no copy, no float32 cast, no mask
   array, no plan); where it cannot run (no CUDA, an array mask, sinks, a head
   size that is not a multiple of 32 up to 256) the call goes to ``plain``;
-- ``auto``: ``plain`` on CUDA (measured best there, see README), ``fused``
+- ``auto``: ``plain`` on CUDA (measured best there, see docs/verify-attention.md), ``fused``
   elsewhere (Metal and CPU have no per-length plan).
 
 Every model family mlx-lm loads reaches attention through

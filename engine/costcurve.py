@@ -159,12 +159,13 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     the rows past the first are trimmed so the next forward is one longer."""
     from engine.attention import verify_attention
     from engine.kvcache import DEFAULT_METHOD, Rollback, _is_state, make_cache, mark, restore
-    from engine.linear import VerifyLinear, verify_linear
+    from engine.linear import VerifyLinear, prepare, verify_linear
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
     if repeats < 1:
         raise ValueError(f"repeats = {repeats}: must be at least 1")
+    prepare(linear, model)  # qmv's kernels compile before the first timed forward
     cache = make_cache(model, slack=max(rows, default=1) + warmup + repeats + 1)
     rb = Rollback(model, cache, rollback or DEFAULT_METHOD)
     kv = [c for c in rb.leaves if not _is_state(c)]

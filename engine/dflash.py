@@ -22,7 +22,6 @@ block, so on a GPU its cost is flat in width.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,7 +30,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine import hidden
-from policy.config import size
+from policy.config import ConfigError, size
+from policy.config import read_config as config_file
 from policy.drafter import DrafterKind
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -289,10 +289,11 @@ class DFlashModel(nn.Module):
 
 
 def read_config(path: Path) -> dict:
+    """The drafter's config.json through policy.config's reader, refused as a drafter format."""
     try:
-        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError) as e:
-        raise DrafterFormatError(f"{path}: config.json cannot be read ({e})") from None
+        return config_file(path)
+    except ConfigError as e:
+        raise DrafterFormatError(str(e)) from None
 
 
 def _weights(path: Path) -> dict[str, mx.array]:

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU evidence behind README's H200 figures, in stages that each fit one device call
+# The GPU evidence behind docs/gpu-builds.md's H200 figures, in stages that each fit one device call
 # (10 minutes). Run from the repository root on the GPU host after MLX is installed
 # (shared/device/README.md, or lab/devwheels3.sh when the tree is too large for two
 # transfers); weights stay in $WORK, results go to $OUT/<stage>.tgz.

@@ -12,7 +12,7 @@
 # DFlash/MTP weights; they were then trained alone with WINDOWS=8192 DFLASH_S=100 MTP_S=60.
 #   bash lab/h200x2.sh c   # both: bench against stock mlx-lm at the sweeps' best widths
 # Timing runs on one GPU share the host with the other GPU's job; every comparison that
-# decides anything is made inside one process, arms interleaved (README, "The method").
+# decides anything is made inside one process, arms interleaved (docs/method.md).
 set -uo pipefail
 stage=${1:?stage: a | b | c}
 WORK=${WORK:-/root/bw}

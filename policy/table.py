@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy.device import Backend, Device
+from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
 
@@ -32,8 +32,7 @@ class MeasuredDefault:
     def matches(self, kind: DrafterKind, device: Device, quant: Quantization) -> bool:
         return (
             kind is self.drafter_kind
-            and device.backend is self.backend
-            and (self.compute_capability is None or device.compute_capability == self.compute_capability)
+            and mismatch(device, self.backend, self.compute_capability) is None
             and quant.scheme is self.scheme
             and (self.bits is None or quant.bits == self.bits)
         )
@@ -52,7 +51,7 @@ TABLE: tuple[MeasuredDefault, ...] = (
         evidence="width 4 served 67.22-67.91 tok/s vs classic 57.98-58.71; width 16 41.88-41.97",
         byte_identical=None,  # the mlxcel record compared throughput only
     ),
-    # The ninth H200 build (README "Ninth build"): a 5.17B Llama-shaped bf16 target and a
+    # The ninth H200 build (docs/gpu-builds.md, "Ninth build"): a 5.17B Llama-shaped bf16 target and a
     # one-layer model drafter distilled from it, widths swept against classic with n = 5.
     # bf16: every width from 3 up won on prompt 0 (best 12); on prompt 6, where fewer drafted
     # tokens are kept, 8 won and 12 / 16 fell back, so 8 is the width that won on both.

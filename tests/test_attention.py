@@ -2,7 +2,7 @@
 
 On a CPU, MLX's fused attention is its own fallback arithmetic, which ``plain``
 mirrors, so every choice must give bitwise-equal logits and the same tokens; on
-CUDA they differ only in what each costs (README, "Verify attention")."""
+CUDA they differ only in what each costs (docs/verify-attention.md)."""
 
 import threading
 

@@ -128,19 +128,22 @@ def test_a_subcommand_option_before_its_subcommand_says_where_it_goes():
             f"e.g. blockwidth {owner} {name} ... (see blockwidth --help)"]
 
 
-def test_readme_sweeps_measured_once_say_they_cannot_be_saved():
-    """A reader copies a README sweep and then adds --save: at -n 1 (without --sequential) the
-    method refuses every such session (classic's two single runs cannot tell drift from noise),
-    so the README must say so next to the command, or the reader meets only the refusal."""
+def test_documented_sweeps_measured_once_say_they_cannot_be_saved():
+    """A reader copies a documented sweep (README or docs/) and then adds --save: at -n 1
+    (without --sequential) the method refuses every such session (classic's two single runs
+    cannot tell drift from noise), so the page must say so next to the command, or the reader
+    meets only the refusal."""
     import re
 
     from engine.ab import DRIFT_CHANCE, disjoint_by_chance
 
     assert disjoint_by_chance(1, 1) > DRIFT_CHANCE  # the note's reason, as the method has it
-    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
-    once = [i for i, line in enumerate(lines)
-            if re.search(r"\bblockwidth sweep\b.*\s-n 1\b", line) and "--sequential" not in line]
-    assert once  # the DFlash sweeps of the seeds' scenario
-    for i in once:
+    once = []
+    for page in (ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))):
+        lines = page.read_text(encoding="utf-8").splitlines()
+        once += [(page.name, lines, i) for i, line in enumerate(lines)
+                 if re.search(r"\bblockwidth sweep\b.*\s-n 1\b", line) and "--sequential" not in line]
+    assert once  # the DFlash sweeps of the seeds' scenario (docs/dflash-mtp.md)
+    for name, lines, i in once:
         near = " ".join(lines[max(0, i - 4):i + 3])
-        assert "a look, not a decision" in near and "--save" in near, lines[i]
+        assert "a look, not a decision" in near and "--save" in near, (name, lines[i])

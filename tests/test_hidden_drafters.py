@@ -266,7 +266,7 @@ def test_console_refuses_a_malformed_dflash_pair_and_says_why(ckpts, tmp_path):
 
 @pytest.mark.skipif(not (demo.DFLASH.is_dir() and demo.MTP.is_dir()), reason="demo drafters not built")
 def test_demo_hidden_state_drafters_accept(pairs):
-    """Per-drafted-token acceptance at width 4 over the demo prompts (README: 0.273 and 0.467)."""
+    """Per-drafted-token acceptance at width 4 over the demo prompts (lab/demo-build/README.md: first 0.273 and 0.467)."""
     seen = {}
     for kind in ("dflash", "mtp"):
         acc = dra = 0

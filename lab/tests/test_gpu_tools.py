@@ -332,8 +332,9 @@ def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
             assert row.byte_identical is arm["identity"]["identical_bytes"] is True
 
 
-def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
-    """The README's table of the H200 builds quotes each build's build.json (its acceptance at
+def test_each_h200_build_json_is_committed_and_the_builds_table_quotes_it():
+    """docs/gpu-builds.md's table of the H200 builds (the README's until the README became the
+    manual) quotes each build's build.json (its acceptance at
     width 4 on the held-out prompts). .gitignore's bare ``build/`` ignored every evidence folder's
     build/, so none of them was committed and no reader could check a figure: the folders are
     data, and the table's kept column must be what they hold, build by build."""
@@ -345,7 +346,7 @@ def test_each_h200_build_json_is_committed_and_the_readme_table_quotes_it():
         acc = json.loads((d / "build" / "build.json").read_text())["acceptance_held_out_width4"]
         kept.append((acc["bf16"]["pooled"], acc["4bit"]["pooled"]))
     rows = re.findall(r"^\| \d\w\w, 11-\d\d \d\d:\d\d \|[^|]*\| \**([\d.]+) / ([\d.]+)\** \|",
-                      (ROOT / "README.md").read_text(), re.M)
+                      (ROOT / "docs" / "gpu-builds.md").read_text(), re.M)
     assert [(float(a), float(b)) for a, b in rows] == kept
     # and git keeps them (the files above may be a checkout's ignored leftovers)
     ignored = subprocess.run(["git", "check-ignore", "--no-index", *(str(d / "build" / "build.json") for d in evidence)],
@@ -668,7 +669,7 @@ def test_wait_for_succeeds_on_a_file_and_fails_when_its_time_is_up(tmp_path):
 
 
 def test_the_forward_probes_run_on_a_tiny_model_and_report_every_part(capsys):
-    """lab.probe_overlap, probe_parts and probe_classic, the H200 probes behind the README's account of
+    """lab.probe_overlap, probe_parts and probe_classic, the H200 probes behind docs/verify-attention.md's account of
     a verify's cost, on a tiny random model in this process: every figure is there and positive,
     and gemv (a CUDA kernel) routed nothing here while its products still match float32."""
     from lab import probe_overlap, probe_parts
@@ -858,9 +859,8 @@ def test_a_checkpoint_writes_its_config_json_last(tmp_path, monkeypatch):
     assert seen == [("tokenizer.json", False)] and (out / "config.json").is_file()
 
 
-def test_the_readme_quotes_probe_classic_as_recorded():
-    """The sixth build's probe_classic bullet (in the evidence page since the seventh build took its
-    place in the README): classic's step range over every run of the four processes, and the w6
+def test_the_builds_page_quotes_probe_classic_as_recorded():
+    """The sixth build's probe_classic bullet (docs/gpu-builds.md): classic's step range over every run of the four processes, and the w6
     verify medians by routing, as probes/probe_classic.jsonl holds them (it said 2.6-4.6 ms while
     two runs took 5.1 and 5.3, and 7.6 for a median of 7.4)."""
     import re
@@ -871,7 +871,7 @@ def test_the_readme_quotes_probe_classic_as_recorded():
     steps = [s for r in runs for s in r["classic_step_ms_alone"] + r["classic_step_ms_after_spec"]]
     verify = {v: [statistics.median(r["spec_verify_ms"]) for r in runs if r["variant"] == v]
               for v in ("stock", "gemvv")}
-    readme = " ".join((ROOT / "lab" / "evidence" / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
     said = re.search(r"classic's step moves \*\*between runs in every process\*\*, from ([\d.]+) to ([\d.]+) ms",
                      readme)
     assert said and (float(said[1]), float(said[2])) == (round(min(steps), 1), round(max(steps), 1))
@@ -916,9 +916,9 @@ def test_the_5b_shape_is_a_70b_layer_six_times_with_a_drafter_of_one():
     assert tconf["hidden_size"] // tconf["num_attention_heads"] == 128
     assert all(k in target and target[k].shape == v.shape for k, v in drafter.items())
     assert LRS["5b"] == (2e-4, 6e-4)
-    # and the README's shape list quotes them (it said 0.87B for the drafter: one layer and the
-    # embedding and output matrices, 0.889B)
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    # and docs/gpu-builds.md's shape list quotes them (it said 0.87B for the drafter: one layer and
+    # the embedding and output matrices, 0.889B)
+    readme = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
     assert f"{n / 1e9:.2f}B parameters, with a drafter of one such layer ({d / 1e9:.2f}B)" in readme
 
 
@@ -981,8 +981,8 @@ def test_the_gemv_probe_refuses_bad_input_in_one_line(capsys, argv, line):
     assert len(err) == 1 and err[0].startswith(line), err
 
 
-def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
-    """The seventh build's account in the README, against its files: the verify and drafting
+def test_the_builds_page_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
+    """The seventh build's account (docs/gpu-builds.md), against its files: the verify and drafting
     figures are medians of each run's split rounds (the rounds that time drafting and verify
     apart) in the bf16 sweep records, and the training clock range is the nvidia-smi samples'
     (it said a median verify of 6.03 ms, drafting 0.42-0.96 ms a token, gemv + vector
@@ -993,8 +993,7 @@ def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
     import statistics
 
     d = ROOT / "lab" / "evidence" / "h200-2026-11-30e"
-    # the account moved to the evidence page when the eighth build's took its place
-    readme = " ".join((ROOT / "lab" / "evidence" / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
 
     def split_medians(sweep: str) -> tuple[list[float], list[float]]:
         rec = json.loads(next((d / "sweeps" / f"records-{sweep}-bf16").glob("*.json")).read_text())
@@ -1029,7 +1028,7 @@ def test_the_readme_quotes_the_seventh_builds_verify_and_clocks_as_recorded():
     assert said and [int(x) for x in said.groups()] == [min(busy), max(busy), round(watts)]
 
 
-def test_the_readme_quotes_the_eighth_builds_verify_times_and_gpu_busy_share_as_recorded():
+def test_the_docs_quote_the_eighth_builds_verify_times_and_gpu_busy_share_as_recorded():
     """The eighth build's account against its files: rows' and plain's verify medians (each arm's
     split rounds pooled over its runs, widths 4-7) in the two pairs of sweeps, and the GPU's busy
     share through each sweep (nvidia-smi samples of GPU 0 between the sweep's start and end lines
@@ -1039,10 +1038,10 @@ def test_the_readme_quotes_the_eighth_builds_verify_times_and_gpu_busy_share_as_
     import statistics
 
     d = ROOT / "lab" / "evidence" / "h200-2026-11-30f"
-    # the README's rows paragraph quotes the verify medians; the build's account (GPU busy share)
-    # moved to the evidence page when the ninth build's took its place
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    evidence = " ".join((d.parent / "README.md").read_text().split())
+    # docs/verify-attention.md's rows paragraph quotes the verify medians; the build's account
+    # (GPU busy share) is in docs/gpu-builds.md
+    readme = " ".join((ROOT / "docs" / "verify-attention.md").read_text().split())
+    evidence = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
 
     def verify(sweep: str) -> tuple[float, float]:
         rec = json.loads(next((d / "sweeps" / f"records-{sweep}-bf16").glob("*.json")).read_text())
@@ -1076,15 +1075,15 @@ def test_the_readme_quotes_the_eighth_builds_verify_times_and_gpu_busy_share_as_
         min(others), max(others)]
 
 
-def test_the_readme_quotes_the_eighth_builds_host_cpu_share_as_recorded():
+def test_the_builds_page_quotes_the_eighth_builds_host_cpu_share_as_recorded():
     """"Every run's main thread was on the CPU for A-B % of its wall time": each timed run's
     host_cpu (thread CPU seconds over wall seconds) in the eighth build's four sweep records,
-    every arm. The README said 85-100 %, the first sweep's range; the rows sweeps' runs went
+    every arm. The account said 85-100 %, the first sweep's range; the rows sweeps' runs went
     down to 82 %."""
     import re
 
     d = ROOT / "lab" / "evidence" / "h200-2026-11-30f" / "sweeps"
-    readme = " ".join((d.parent.parent / "README.md").read_text().split())  # the evidence page
+    readme = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
     shares = []
     for f in d.glob("records-*-bf16/*.json"):
         for arm in json.loads(f.read_text())["arms"]:
@@ -1094,18 +1093,18 @@ def test_the_readme_quotes_the_eighth_builds_host_cpu_share_as_recorded():
     assert [int(x) for x in said.groups()] == [round(min(shares) * 100), round(max(shares) * 100)]
 
 
-def test_the_readme_quotes_the_rows_probes_as_recorded():
-    """The "Verify attention" paragraph on ``rows``: the parity figures (the ninth build's
+def test_the_docs_quote_the_rows_probes_as_recorded():
+    """docs/verify-attention.md's paragraph on ``rows``: the parity figures (the ninth build's
     probes/probe_rows.json, against a CPU reference; the eighth's float32 failures against a GPU
     one) and the table of verify times against the eighth build's probes/probe_rows-quiet.json
     (3.5B) and probe_overlap_5b_3.5b.jsonl (5B, plain is its "auto" line) and the ninth's
     probe_rows.json, and the 5B trial's ratios of a verify to a pipelined step (now on the
-    evidence page, with the eighth build's account)."""
+    builds page, docs/gpu-builds.md, with the eighth build's account)."""
     import re
 
     d = ROOT / "lab" / "evidence" / "h200-2026-11-30f" / "probes"
-    readme = " ".join((ROOT / "README.md").read_text().split())
-    evidence = " ".join((ROOT / "lab" / "evidence" / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "verify-attention.md").read_text().split())
+    evidence = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
     ninth = json.loads((d.parent.parent / "h200-2026-11-30g" / "probes" / "probe_rows.json").read_text())
     assert ninth["parity"]["failed"] == []
     err = ninth["parity"]["max_abs_err"]
@@ -1207,12 +1206,12 @@ def test_devwheels3_refuses_a_bad_parts_and_its_install_joins_exactly_its_own_pa
     assert got.stderr.startswith("PARTS 3: the tree (") and "more than 64 MiB" in got.stderr, got.stderr
 
 
-def test_the_readme_quotes_the_ninth_builds_sweeps_as_recorded():
+def test_the_builds_page_quotes_the_ninth_builds_sweeps_as_recorded():
     """The ninth build's sweep table against its records: classic's min-max (median), the
     decision's width with its median and range, and the ratio of the medians; and the
     acceptance the account quotes for prompt 0 and prompt 6."""
     d = ROOT / "lab" / "evidence" / "h200-2026-11-30g" / "sweeps"
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
 
     def arms(rec: dict) -> tuple[dict, dict]:
         best = next(a for a in rec["arms"] if a["width"] == rec["decision"]["recommendation"])
@@ -1241,9 +1240,9 @@ def test_the_readme_quotes_the_ninth_builds_sweeps_as_recorded():
             f"({p6[4]:.2f} at width 4, {p6[16]:.2f} at 16)") in readme
 
 
-def test_the_readme_quotes_the_ninth_builds_bench_order_effect_as_recorded():
+def test_the_builds_page_quotes_the_ninth_builds_bench_order_effect_as_recorded():
     """The bench alternates which arm runs first on each fresh prompt (the engine on even
-    repetitions); its classic ratio followed that order. The README's figures: what running
+    repetitions); its classic ratio followed that order. docs/gpu-builds.md's figures: what running
     first cost each arm (its first-run time less its next second-run time, 128 tokens), and how
     far apart the two were when each ran second."""
     import re
@@ -1256,7 +1255,7 @@ def test_the_readme_quotes_the_ninth_builds_bench_order_effect_as_recorded():
     engine_extra = [es[0] - es[1], es[2] - es[3]]
     mlx_extra = [ms[1] - ms[0], ms[3] - ms[2]]
     apart = [abs(1 - e[1] / m[0]), abs(1 - e[3] / m[2])]
-    readme = " ".join((ROOT / "README.md").read_text().split())
+    readme = " ".join((ROOT / "docs" / "gpu-builds.md").read_text().split())
     said = re.search(r"run first, the engine took ([\d.]+)-([\d.]+) s longer than run second, mlx-lm "
                      r"([\d.]+)-([\d.]+) s; run second, they were about (\d+) % apart", readme)
     assert said and [float(x) for x in said.groups()[:4]] == [
