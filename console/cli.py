@@ -68,6 +68,12 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     data["target"] = str(paths.target)
     data["drafter"] = str(paths.drafter) if paths.drafter else None
     data["drafter_detail"] = info.detail
+    refused = _caches_refused(paths.target)
+    data["caches_refused"] = refused
+    if refused and not args.json:
+        # the width is the policy's; the engine would refuse this target at load
+        print(f"blockwidth: warning: the engine refuses this target at load: {refused}",
+              file=sys.stderr)
 
     def text(d: dict[str, Any]) -> str:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
@@ -85,6 +91,24 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
     _emit(data, args.json, text)
     return ExitCode.OK
+
+
+def _caches_refused(target) -> str | None:
+    """Why the engine would refuse ``target``'s caches at load (engine.kvcache.plan_config on its
+    config.json: the model is built with its weights unevaluated), or None."""
+    from policy.config import ConfigError, read_config
+
+    try:
+        config = read_config(target)
+    except ConfigError:
+        return None  # the resolution above has read it already; nothing more to say here
+    from engine.kvcache import CacheKindError, plan_config
+
+    try:
+        plan_config(config)
+    except CacheKindError as e:
+        return str(e)
+    return None
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:

@@ -263,9 +263,14 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
 
-    curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                              attention=args.verify_attention, linear=args.verify_linear,
-                              on_progress=progress)
+    from engine.kvcache import RewindError
+
+    try:
+        curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
+                                  attention=args.verify_attention, linear=args.verify_linear,
+                                  on_progress=progress)
+    except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
+        raise InputError(f"costcurve: {e}") from None
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -291,6 +296,10 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     points = [(f"{p.rows} row{'' if p.rows == 1 else 's'}", p.min_ms, p.median_ms, p.max_ms, note(p))
               for p in curve.points]
     print("\n".join(bars(points, "ms")))
+    backs = [p for p in curve.points if p.rollback_ms is not None]
+    if backs:
+        print(f"rollback ({curve.rollback}), keeping half the rows: " + ", ".join(
+            f"{p.rows} rows {p.rollback_ms:.3f} ms" for p in backs))
     if curve.linear is not None and not curve.linear["routed_calls"]:
         print(f"verify linear {curve.linear['mode']} routed no projection: "
               f"{linear.unrouted_reason(curve.linear['mode'])}, so these are the stock matmul's times")

@@ -21,6 +21,7 @@ Anything else is refused when the pair loads (``plan``), with one line naming th
 from __future__ import annotations
 
 import time
+import weakref
 from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import Enum
@@ -347,6 +348,9 @@ def rewind(cache: list, n: int, what: str = "the target") -> None:
 
 _TAPPED: dict[type, type] = {}
 _HOOKS: dict[int, Any] = {}
+# Per model (by id, checked against a weak reference): which module each recurrent leaf cache (by
+# its index among the leaves) is handed to, found in a first verify and kept for later runs.
+_FOUND: dict[int, tuple[Any, dict[int, Any]]] = {}
 
 
 def _tap_class(cls: type) -> type:
@@ -406,6 +410,11 @@ class Rollback:
         self.method = Method(method) if self.states else None
         self._state_ids = {id(c): c for c in self.states}
         self._mixers: dict[int, Any] | None = None  # cache id -> the module it is handed to
+        found = _FOUND.get(id(model))
+        if found is not None and found[0]() is model:
+            index = {i: c for i, c in enumerate(self.leaves)}
+            if set(found[1]) == {i for i, c in index.items() if _is_state(c)}:
+                self._mixers = {id(index[i]): m for i, m in found[1].items()}
         self._mark: Mark | None = None
         self._block: mx.array | None = None
         self._rows = 0
@@ -446,6 +455,9 @@ class Rollback:
         if self._mixers is None:
             if len(self._seen) == len(self.states):
                 self._mixers = dict(self._seen)
+                where = {id(c): i for i, c in enumerate(self.leaves)}
+                _FOUND[id(self.model)] = (weakref.ref(self.model),
+                                          {where[k]: m for k, m in self._mixers.items()})
             else:
                 self.fallback = (f"{len(self.states) - len(self._seen)} recurrent cache(s) are never "
                                  "handed to a module on their own (read inside a CacheList): a "

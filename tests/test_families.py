@@ -244,10 +244,16 @@ def test_sizes_under_text_config_are_read(checkpoint, tmp_path):
 
 
 def test_a_cache_kind_without_a_rewind_is_refused_at_load_in_one_line(checkpoint):
+    from tests.conftest import run_cli
+
+    path = checkpoint("deepseek_v41", 1, dtype="float32")
     with pytest.raises(PairError) as e:
-        load_pair(checkpoint("deepseek_v41", 1, dtype="float32"))
+        load_pair(path)
     msg = str(e.value)
     assert "\n" not in msg and "layer 0 cache is LayerCache" in msg and "refused" in msg
+    out = run_cli("resolve", "--target", str(path))  # a width, and the warning that it cannot run
+    assert out.returncode == 0 and "warning: the engine refuses this target at load" in out.stderr
+    assert "LayerCache" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_the_session_fits_a_short_context_and_skips_the_curve_with_a_reason(checkpoint, tmp_path):
