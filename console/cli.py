@@ -150,8 +150,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "drafter_detail": info.detail,
         "target_layers": list(info.target_layers) if info.target_layers else None,
         "reads": info.needs(),
-        "mtp_layers": next((config[k] for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers")
-                            if isinstance(config.get(k), int)), None),
+        "mtp_layers": next((size(config, k) for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+                            if isinstance(size(config, k), int)), None),
         "vocab_size": size(config, "vocab_size"),
     }
     if params_note:

@@ -323,9 +323,10 @@ class Session:
         how = ("KV rows trimmed" if method == "trim" else
                f"recurrent state restored and advanced by the kept rows ({method}"
                + (f"; {info['fallback']}" if info.get("fallback") else "") + ")")
-        per = ", ".join(f"{a.name} {a.rollback_ms_per_round:.3f}" for a in self.arms
-                        if a.rollback_ms_per_round is not None)
-        return f"rollback: {how}; ms a round {per}"
+        per = [(a.name, a.rollback_ms_per_round) for a in self.arms if a.rollback_ms_per_round is not None]
+        if all(v < 0.005 for _, v in per):
+            return f"rollback: {how}, under 0.01 ms a round"
+        return f"rollback: {how}; ms a round " + ", ".join(f"{n} {v:.2f}" for n, v in per)
 
     def arm(self, width: int) -> Arm:
         for a in self.arms:

@@ -418,7 +418,7 @@ class Rollback:
         self._mark: Mark | None = None
         self._block: mx.array | None = None
         self._rows = 0
-        self._calls: list[tuple[Any, type, tuple, dict]] = []  # replay: (mixer, class, args, kwargs)
+        self._calls: list[tuple] = []  # replay: (module, class, cache, args, kwargs, rows) per call
         self._per_row: dict[int, list] = {}  # per-row: cache id -> state after each row
         self.fallback = ""  # why a reforward replaced the chosen method, if it did
 
