@@ -21,8 +21,8 @@ from engine.pair import PairError, load_pair
 from lab import families as F
 
 PROMPT = "The quick brown fox jumps over the lazy dog, and the dog sleeps under the old tree."
-TOKENS = 40
-DRAFTED = 24  # a draft model's runs (the costliest, a forward per drafted token): still past the window
+TOKENS = 32
+DRAFTED = 20  # a draft model's runs (the costliest, a forward per drafted token): still past the window
 WIDTHS = (2, 4, 8)
 WINDOWED = ("gemma3_text", "gemma4_text", "laguna", "gpt_oss", "cohere2", "muse_glimmer")
 RECURRENT = ("qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "granitemoehybrid")
