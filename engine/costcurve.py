@@ -147,7 +147,7 @@ def positions(rows: Sequence[int], repeats: int, warmup: int = 2, warm: bool = T
 def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, repeats: int = 7,
             warmup: int = 2, attention=None, linear=None, warm: bool = True,
             rollback=None, on_progress: Callable[[int, int], None] | None = None,
-            cancel: Callable[[], bool] | None = None) -> CostCurve:
+            cancel: Callable[[], bool] | None = None, prefill_step: int | None = None) -> CostCurve:
     """Time one ``rows``-row forward after a ``context``-token prefix, and the rollback after it.
 
     Cold: every forward at a KV length one past the previous one (as decoding
@@ -156,7 +156,10 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     Warm (``warm=True``): the same forward repeated at one length.
     Rollback: after each cold forward the cache keeps ``rollback_kept(rows)`` of its rows through
     the engine's rollback (``rollback``: engine.kvcache.Method for recurrent state), timed, then
-    the rows past the first are trimmed so the next forward is one longer."""
+    the rows past the first are trimmed so the next forward is one longer.
+    ``prefill_step``: the prefix in forwards of at most that many tokens (None: one), untimed
+    (lab/probe_qmv.py keeps a fresh CUDA host from JIT-compiling a kernel only a long prefill
+    would use)."""
     from engine.attention import verify_attention
     from engine.kvcache import DEFAULT_METHOD, Rollback, _is_state, make_cache, mark, restore
     from engine.linear import VerifyLinear, prepare, verify_linear
@@ -165,12 +168,16 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
         raise ValueError(f"context = {context}: must be at least 1")
     if repeats < 1:
         raise ValueError(f"repeats = {repeats}: must be at least 1")
+    if prefill_step is not None and prefill_step < 1:
+        raise ValueError(f"prefill step = {prefill_step}: must be at least 1")
     prepare(linear, model)  # qmv's kernels compile before the first timed forward
     cache = make_cache(model, slack=max(rows, default=1) + warmup + repeats + 1)
     rb = Rollback(model, cache, rollback or DEFAULT_METHOD)
     kv = [c for c in rb.leaves if not _is_state(c)]
     prefix = mx.array(context_ids(context), mx.uint32)
-    mx.eval(model(prefix[None], cache=cache))
+    step = prefill_step or context
+    for i in range(0, context, step):
+        mx.eval(model(prefix[None, i:i + step], cache=cache))
     points = []
     mode = "fused"
 
