@@ -310,6 +310,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
             print(f"model prediction (cost curve x acceptance, not a measurement): best width "
                   f"{session.predicted_best}  [{pred}]")
+        if session.curve_skipped:
+            print(session.curve_skipped)
+        if session.rollback_line():
+            print(session.rollback_line())
         for warning in session.warnings():
             print(f"warning: {warning}")
         from console.outcome import headline
@@ -341,9 +345,14 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
 
-    curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                              attention=args.verify_attention, linear=args.verify_linear,
-                              on_progress=progress)
+    from engine.kvcache import RewindError
+
+    try:
+        curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
+                                  attention=args.verify_attention, linear=args.verify_linear,
+                                  on_progress=progress)
+    except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
+        raise InputError(f"costcurve: {e}") from None
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -369,6 +378,10 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     points = [(f"{p.rows} row{'' if p.rows == 1 else 's'}", p.min_ms, p.median_ms, p.max_ms, note(p))
               for p in curve.points]
     print("\n".join(bars(points, "ms")))
+    backs = [p for p in curve.points if p.rollback_ms is not None]
+    if backs:
+        print(f"rollback ({curve.rollback}), keeping half the rows: " + ", ".join(
+            f"{p.rows} rows {p.rollback_ms:.3f} ms" for p in backs))
     if curve.linear is not None and not curve.linear["routed_calls"]:
         print(f"verify linear {curve.linear['mode']} routed no projection: "
               f"{linear.unrouted_reason(curve.linear['mode'])}, so these are the stock matmul's times")

@@ -126,6 +126,10 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
             lines.append(Text.assemble(("model prediction ", "bold"),
                                        "(cost curve x acceptance; not a measurement): ",
                                        f"best w{s.predicted_best}  [{pred}]"))
+        if s.curve_skipped:
+            lines.append(Text(s.curve_skipped, style="yellow"))
+        if s.rollback_line():  # how the target's cache went back to the kept rows, and its cost
+            lines.append(Text(s.rollback_line(), style="dim"))
         for ex in s.exactness.values():
             lines.append(Text(f"exactness {ex.describe()}", style="" if ex.bitwise_equal else "yellow"))
         for r in s.per_request:
