@@ -389,6 +389,51 @@ def _join(outs: list) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# mlx-lm's gated-delta recurrence, where it runs as ops (every backend but Metal)
+
+
+def _gated_delta():
+    try:
+        from mlx_lm.models import gated_delta
+    except ImportError:  # an mlx-lm without it: replay runs the recurrence again
+        return None
+    return gated_delta if hasattr(gated_delta, "_gated_delta_step_ops") else None
+
+
+def _recording_ops(g, sink: list):
+    """mlx-lm's ``gated_delta_ops`` (the same step function, in the same order), also keeping the
+    state after every step in ``sink``: a replay then takes the kept rows' state from the verify
+    instead of running the recurrence again."""
+    def ops(q, k, v, gate, beta, state=None, mask=None):
+        B, T, Hk, Dk = q.shape
+        Hv, Dv = v.shape[-2:]
+        if state is None:
+            state = mx.zeros((B, Hv, Dv, Dk), dtype=mx.float32)
+        if (repeat := Hv // Hk) > 1:
+            q = mx.repeat(q, repeat, -2)
+            k = mx.repeat(k, repeat, -2)
+        ys, states = [], []
+        for t in range(T):
+            y, state = g._gated_delta_step_ops(q[:, t], k[:, t], v[:, t], gate[:, t], beta[:, t],
+                                               state, None if mask is None else mask[:, t])
+            ys.append(y)
+            states.append(state)
+        sink.append(states)
+        return mx.stack(ys, axis=1), state
+    return ops
+
+
+def _recorded_ops(states: list):
+    """In a replay of T kept rows: the verify's state after row T, no recurrence (its output is
+    never evaluated: nothing the cache holds depends on it)."""
+    def ops(q, k, v, gate, beta, state=None, mask=None):
+        B, T = q.shape[:2]
+        Hv, Dv = v.shape[-2:]
+        return mx.zeros((B, T, Hv, Dv), dtype=q.dtype), states[T - 1]
+    return ops
+
+
+# ---------------------------------------------------------------------------------------------
 # The rollback of one cache list
 
 
@@ -446,9 +491,17 @@ class Rollback:
             m.__class__ = _tap_class(type(m))
         self._inside = False
         self._seen: dict[int, Any] = {}
+        self._steps: dict[int, list] = {}  # cache id -> per-step states of its recurrence calls
+        g = _gated_delta() if self.method is Method.REPLAY else None
+        ops = g.gated_delta_ops if g is not None else None
+        if g is not None:
+            self._sink: list = []
+            g.gated_delta_ops = _recording_ops(g, self._sink)
         try:
             yield
         finally:
+            if g is not None:
+                g.gated_delta_ops = ops
             for m, cls in saved:
                 m.__class__ = cls
                 _HOOKS.pop(id(m), None)
@@ -493,7 +546,14 @@ class Rollback:
                 self._per_row[id(c)] = states
                 return _join(outs)
             self._calls.append((module, cls, c, args, kwargs, rows))
-            return cls.__call__(module, *args, **kwargs)
+            sink = getattr(self, "_sink", None)
+            before = len(sink) if sink is not None else 0
+            out = cls.__call__(module, *args, **kwargs)
+            if sink is not None:
+                new = sink[before:]
+                # one recurrence of this call's rows: its states stand in for a second one
+                self._steps[id(c)] = new[0] if len(new) == 1 and len(new[0]) == rows else None
+            return out
         finally:
             self._inside = False
 
@@ -522,11 +582,20 @@ class Rollback:
                     if st is not None:
                         c.cache, c.lengths, c.left_padding = list(st[kept - 1][0]), st[kept - 1][1], st[kept - 1][2]
             else:
+                g = _gated_delta()
                 for module, cls, c, args, kwargs, rows in self._calls:
                     a, kw = _cut(args, kwargs, rows, 0, kept) if rows else (args, kwargs)
-                    cls.__call__(module, *a, **kw)
+                    steps = getattr(self, "_steps", {}).get(id(c))
+                    if g is None or not steps:
+                        cls.__call__(module, *a, **kw)
+                        continue
+                    ops, g.gated_delta_ops = g.gated_delta_ops, _recorded_ops(steps)
+                    try:
+                        cls.__call__(module, *a, **kw)
+                    finally:
+                        g.gated_delta_ops = ops
         mx.eval([c.cache for c in self.states])
-        self._calls, self._per_row = [], {}
+        self._calls, self._per_row, self._steps = [], {}, {}
         return time.perf_counter() - t0
 
 

@@ -123,21 +123,69 @@ def methods_table(model, widths: list[int], context: int, reps: int) -> dict:
     return out
 
 
-def decode_table(pair, width: int, tokens: int) -> dict:
+def _margin(pair, ids, ref, run, width: int, method, max_abs_diff: float) -> dict:
+    """Where ``run`` first leaves classic, and the two tokens' logits there: classic's step and
+    the verify row that emitted the width's token (the run replayed with the same drafter, at its
+    length, so every round has its shape); engine.identity's rule calls it a near-tie or real."""
     from engine.decode import classic, speculative
+    from engine.identity import classify_margin
+    from lab.families import AgreeingDrafter
+
+    import mlx.core as mx
+
+    pos = next(i for i, (a, b) in enumerate(zip(run.tokens, ref.tokens)) if a != b)
+    seen: dict = {}
+
+    def on_classic(p, logits):
+        if p == pos:
+            seen["c"] = logits.reshape(-1, logits.shape[-1])[-1].astype(mx.float32)
+
+    def on_width(start, rows):
+        if start <= pos < start + rows.shape[0]:
+            seen["w"] = rows[pos - start].astype(mx.float32)
+
+    done = [False]
+    classic(pair, ids, len(ref.tokens), on_logits=on_classic, cancel=lambda: "c" in seen)
+    speculative(pair, ids, len(run.tokens), width, rollback=method, on_logits=on_width,
+                drafter=AgreeingDrafter([ids[-1]] + ref.tokens, 0.75, seed=width),
+                on_progress=lambda n, _t: done.__setitem__(0, n > pos), cancel=lambda: done[0])
+    c, w = ref.tokens[pos], run.tokens[pos]
+    cl, wl = seen["c"], seen["w"]
+    ok = int(mx.argmax(cl).item()) == c and int(mx.argmax(wl).item()) == w
+    m = classify_margin(pos, c, w, float((cl[c] - cl[w]).item()), float((wl[w] - wl[c]).item()),
+                        max_abs_diff, ok)
+    return dict(m.to_dict(), describe=m.describe())
+
+
+def decode_table(pair, width: int, tokens: int) -> dict:
+    """Classic, then each method at ``width`` with a drafter agreeing 3 times in 4. Where a run
+    leaves classic (a verify of several rows rounds differently from single steps, most of all on
+    random weights, whose top logits nearly tie), the engine's exactness probe and the margin at
+    the first divergence say whether that is rounding or a bug; the methods against each other
+    say whether the rollback differs."""
+    from engine.decode import classic, speculative
+    from engine.identity import probe
     from engine.kvcache import Method
     from lab.families import AgreeingDrafter
 
     ids = pair.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4)
     ref = classic(pair, ids, tokens)
-    out = {"classic_tok_s": round(ref.decode_tok_s, 3), "width": width, "tokens": tokens}
+    ex = probe(pair.target, ids, ref.tokens[:width])
+    out = {"classic_tok_s": round(ref.decode_tok_s, 3), "width": width, "tokens": tokens,
+           "exactness": ex.to_dict(), "exactness_says": ex.describe()}
+    runs = {}
     for m in Method:
         run = speculative(pair, ids, tokens, width, rollback=m,
                           drafter=AgreeingDrafter([ids[-1]] + ref.tokens, 0.75, seed=width))
-        out[m.value] = {"tok_s": round(run.decode_tok_s, 3), "identical": run.tokens == ref.tokens,
-                        "rounds": len(run.rounds), "accepted": run.accepted, "drafted": run.drafted,
-                        "rollback_ms_per_round": round(run.rollback_s * 1e3 / max(len(run.rounds), 1), 4),
-                        "verify_ms_median": round(statistics.median(r.verify_s for r in run.rounds) * 1e3, 4)}
+        runs[m] = run
+        row = {"tok_s": round(run.decode_tok_s, 3), "identical": run.tokens == ref.tokens,
+               "same_as_replay": run.tokens == runs[Method.REPLAY].tokens,
+               "rounds": len(run.rounds), "accepted": run.accepted, "drafted": run.drafted,
+               "rollback_ms_per_round": round(run.rollback_s * 1e3 / max(len(run.rounds), 1), 4),
+               "verify_ms_median": round(statistics.median(r.verify_s for r in run.rounds) * 1e3, 4)}
+        if run.tokens != ref.tokens:
+            row["divergence"] = _margin(pair, ids, ref, run, width, m, ex.max_abs_diff)
+        out[m.value] = row
     return out
 
 
@@ -205,6 +253,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  decode w{d['width']}: classic {d['classic_tok_s']} tok/s; " + ", ".join(
             f"{m} {d[m]['tok_s']} ({'identical' if d[m]['identical'] else 'DIFFERS'})"
             for m in ("replay", "reforward", "per-row")))
+        print(f"  exactness {d['exactness_says']}")
+        for m in ("replay", "reforward", "per-row"):
+            if "divergence" in d[m]:
+                print(f"  {m}: first divergence at token {d[m]['divergence']['position']}, "
+                      f"{d[m]['divergence']['describe']}; same tokens as replay: {d[m]['same_as_replay']}")
     print(f"wrote {args.out} in {record['elapsed_s']:.0f} s")
     return 0
 

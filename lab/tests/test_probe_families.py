@@ -32,3 +32,24 @@ def test_the_families_probe_refuses_a_width_below_two(tmp_path, capsys):
     assert probe_families.main(["--shape", "tiny", "--widths", "1,2", "--out", str(tmp_path / "x")]) == 2
     assert "at least 2" in capsys.readouterr().err
     assert probe_families.main(["--shape", "tiny", "--widths", "2-x", "--out", str(tmp_path / "x")]) == 2
+
+
+def test_a_divergence_is_read_at_its_position_and_classified(tmp_path):
+    """The GPU's random 4B target left classic at its first tokens under every method alike: the
+    probe replays a run to its first divergence and reads both tokens' logits there. On this CPU
+    nothing diverges, so a run with one token changed stands in: the replay does not choose it."""
+    from types import SimpleNamespace
+
+    from engine.decode import classic
+    from engine.identity import NOT_REPRODUCED
+    from engine.kvcache import Method
+    from engine.pair import load_pair
+
+    path = probe_families.write_target(tmp_path / "t", "tiny", "bf16")
+    pair = load_pair(path)
+    ids = pair.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4)
+    ref = classic(pair, ids, 10)
+    tokens = list(ref.tokens)
+    tokens[5] = (tokens[5] + 1) % 2048
+    m = probe_families._margin(pair, ids, ref, SimpleNamespace(tokens=tokens), 4, Method.REPLAY, 0.1)
+    assert m["position"] == 5 and m["kind"] == NOT_REPRODUCED and m["width_token"] == tokens[5]
