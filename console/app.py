@@ -29,7 +29,7 @@ from textual.worker import Worker, WorkerState
 
 from console.inputs import CLI_PAIR_NAMES, InputError
 from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
-from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits
+from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
 from console.widgets.ab import AbTab, Stage
@@ -372,9 +372,14 @@ class BlockwidthApp(App):
             self._error("the pair is not loaded yet (or failed to load): nothing to run", refusal=True)
             return
         tab = self.query_one(AbTab)
+        workload = None
         try:
             req = tab.read_request()
-            check_fits(req, len(self.pair.tokenizer.encode(req.prompt)), self.pair.context_length)
+            if req.workload is not None:
+                workload = read_workload(req, self.pair)
+            else:
+                check_fits(req, len(self.pair.tokenizer.encode(literal_prompt(req.prompt))),
+                           self.pair.context_length)
         except FieldError as e:
             self._error(e.say(CONSOLE_NAMES))
             # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
@@ -389,17 +394,21 @@ class BlockwidthApp(App):
             widths, added = (*widths, self.res.width), self.res.width
         from engine.ab import AbConfig
 
-        config = AbConfig(widths=widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
+        config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,
                           sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
-                          verify_attention=self.options.verify_attention)
-        self.begin(req, config.planned_runs, added)
+                          verify_attention=self.options.verify_attention, workload=workload)
+        # the runs a sequential session would make if it spent its whole repetition budget
+        budget = replace(config, n=max(config.n, config.max_reps)).planned_runs if config.sequential else 0
+        self.begin(req, config.planned_runs, added, budget)
         self._cancel = threading.Event()
         self.run_ab(config)
 
-    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None) -> None:
+    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None,
+              budget_runs: int = 0) -> None:
         """Clear the last results and show a session starting (the worker's events follow)."""
         self._focus_results()  # before the buttons change: focus must not fall into a field
-        self.session_state = SessionView(req, planned=planned, added_width=added_width)
+        self.session_state = SessionView(req, planned=planned, added_width=added_width,
+                                         budget_runs=budget_runs)
         self._show_phase(Phase.WARMUP, f"stage 1/3 · run 0/{planned}", 0.0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
@@ -421,6 +430,8 @@ class BlockwidthApp(App):
             return  # the stage text stays "cancelling" until the worker returns
         if e.kind in ("arm", "progress"):
             where = "closing classic" if e.closing else f"{e.arm} warm-up" if e.rep == 0 else f"{e.arm} rep {e.rep}"
+            if e.request:  # a workload's request
+                where = f"{e.request} {where}"
             phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
             req = self.request
@@ -429,7 +440,8 @@ class BlockwidthApp(App):
                 # the bar is its budget, repetitions or seconds, whichever is nearer its end.
                 reps = max(req.n, req.max_reps)
                 arms = len(req.widths) + 1 + (1 if self.session_state.added_width else 0)
-                at_budget = arms * (reps + 1) + 1  # warm-ups, every repetition, the closing run
+                # warm-ups, every repetition (of every request), the closing run
+                at_budget = self.session_state.budget_runs or arms * (reps + 1) + 1
                 part = e.tokens / e.total if e.kind == "progress" and e.total else 0.0
                 fraction = min(max((e.run + part) / at_budget, e.elapsed / req.max_seconds), 1.0)
                 rep = "warm-up" if e.rep == 0 and not e.closing else f"rep {e.rep} of ≤{reps}"

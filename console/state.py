@@ -19,8 +19,10 @@ if TYPE_CHECKING:
 
 DEFAULT_WIDTHS = (2, 4, 8)
 # The console's default session is sequential with this budget (its reps and secs fields), so
-# a first run on a 2-core CPU ends in a decision (or says which field to raise) within about
-# 90 s, probe and curve included.
+# a first run of one prompt on a 2-core CPU ends in a decision (or says which field to raise)
+# within about 90 s, probe and curve included. The default prompt field names the built-in
+# workload (16 requests), whose n passes always run in full: about 3 minutes on a quiet
+# 2-core CPU, under one on a GPU.
 BUDGET_REPS = 12
 BUDGET_S = 60
 
@@ -90,3 +92,4 @@ class SessionView:
     added_width: int | None = None  # the width in effect, added to a run that lacked it
     error: str | None = None
     saved: str | None = None  # what a save of this session stored (the profile entry, in words)
+    budget_runs: int = 0  # runs a sequential session makes if it spends its repetition budget

@@ -16,6 +16,7 @@ do not is "not resolved at this n", and says how far apart the repeats were.
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -38,6 +39,10 @@ class Point:
     boundary: str = ""  # "", "jump" or "drop": the step from the previous point, where repeats agree
     warm_ms: float | None = None  # median of the same forward repeated at one KV length
     first_ms: float | None = None  # the first forward of this many rows in this process
+    # Median time to put the cache back after this forward, keeping ROLLBACK_KEPT(rows) of its
+    # rows (engine.kvcache.Rollback): microseconds for a trim, the recurrent work where there is
+    # state. None: not measured (one row: nothing to roll back).
+    rollback_ms: float | None = None
     unresolved: str = ""  # "jump" or "drop": the medians step, but the repeats do not agree
     step: str = ""  # the step from the previous point, in words (repeats and how far apart)
 
@@ -48,7 +53,8 @@ class Point:
     def to_dict(self) -> dict:
         return {"rows": self.rows, "median_ms": self.median_ms, "min_ms": self.min_ms,
                 "max_ms": self.max_ms, "boundary": self.boundary, "warm_ms": self.warm_ms,
-                "first_ms": self.first_ms, "unresolved": self.unresolved, "step": self.step}
+                "first_ms": self.first_ms, "rollback_ms": self.rollback_ms, "unresolved": self.unresolved,
+                "step": self.step}
 
 
 @dataclass(frozen=True)
@@ -59,12 +65,19 @@ class CostCurve:
     attention: str = "fused"  # the verify attention the forwards of 2+ rows used
     # engine.linear's summary (mode, routed and stock calls) when not stock; None for stock
     linear: dict | None = None
-    cancelled: bool = False  # stopped between forwards: the row counts measured in full are kept
+    rollback: str = "trim"  # how the cache was put back: trim, or the recurrent method
+    cancelled: bool = False  # stopped between forwards: the passes finished in full are kept
 
     def ms(self, rows: int) -> float | None:
         for p in self.points:
             if p.rows == rows:
                 return p.median_ms
+        return None
+
+    def rollback_ms(self, rows: int) -> float | None:
+        for p in self.points:
+            if p.rows == rows:
+                return p.rollback_ms
         return None
 
     def boundaries(self) -> list[Point]:
@@ -92,6 +105,7 @@ class CostCurve:
 
     def to_dict(self) -> dict:
         out = {"context": self.context, "repeats": self.repeats, "attention": self.attention,
+               "rollback": self.rollback, "rollback_kept": "ceil(rows / 2)",
                "points": [p.to_dict() for p in self.points], "cancelled": self.cancelled}
         if self.linear is not None:
             out["linear"] = self.linear
@@ -155,16 +169,28 @@ def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float =
             step = (f"{repeats} repeats each, {ranges}: {gap:.1f} ms apart" if agree
                     else f"{ranges}: the repeats overlap" if gap <= 0
                     else f"{ranges}, from {repeats} repeat{'' if repeats == 1 else 's'}")
-        out.append(Point(b.rows, b.median_ms, b.min_ms, b.max_ms, mark if agree else "", b.warm_ms,
-                         b.first_ms, "" if agree else mark, step))
+        out.append(dataclasses.replace(b, boundary=mark if agree else "", unresolved="" if agree else mark,
+                                       step=step))
     return tuple(out)
+
+
+def rollback_kept(rows: int) -> int:
+    """The rows a cost curve's forward keeps when its rollback is timed: half of them (rounded up),
+    the middle of what a round keeps (1 .. rows - 1 when a draft is rejected)."""
+    return max(1, (rows + 1) // 2)
+
+
+def positions(rows: Sequence[int], repeats: int, warmup: int = 2, warm: bool = True) -> int:
+    """Positions a curve's forwards take past its context: each cold forward leaves one row, and
+    the widest forward (and the warm repeats, put back each time) reach ``max(rows)`` beyond."""
+    return (warmup + repeats) + max(rows, default=1)
 
 
 def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, repeats: int = 7,
             warmup: int = 2, attention=None, linear=None, warm: bool = True,
-            on_progress: Callable[[int, int], None] | None = None,
-            cancel: Callable[[], bool] | None = None) -> CostCurve:
-    """Time one ``rows``-row forward after a ``context``-token prefix.
+            rollback=None, on_progress: Callable[[int, int], None] | None = None,
+            cancel: Callable[[], bool] | None = None, prefill_step: int | None = None) -> CostCurve:
+    """Time one ``rows``-row forward after a ``context``-token prefix, and the rollback after it.
 
     Cold: in passes over every row count (``warmup`` discarded passes, then ``repeats``), each
     pass one KV length past the previous one, as decoding advances, so no row count ever meets
@@ -172,37 +198,55 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     each row count is kept apart as ``first_ms``. Passes, not a row count's repeats back to
     back: a burst of other work on the host then lands on several row counts, not on all the
     repeats of one, where it read as a kernel boundary. Warm (``warm=True``): the same forward
-    repeated at one length. ``on_progress(forwards done, forwards in all)``; ``cancel`` is
-    checked between forwards, and a cancelled curve keeps the passes it finished."""
-    from mlx_lm.models.cache import make_prompt_cache
-
+    repeated at one length.
+    Rollback: after each cold forward the cache keeps ``rollback_kept(rows)`` of its rows through
+    the engine's rollback (``rollback``: engine.kvcache.Method for recurrent state), timed, then
+    the KV rows are trimmed back to the pass's length (the pass's last forward keeps one, so the
+    next pass is one longer).
+    ``on_progress(forwards done, forwards in all)``; ``cancel`` is checked between forwards, and
+    a cancelled curve keeps the passes it finished.
+    ``prefill_step``: the prefix in forwards of at most that many tokens (None: one), untimed
+    (lab/probe_qmv.py keeps a fresh CUDA host from JIT-compiling a kernel only a long prefill
+    would use)."""
     from engine.attention import verify_attention
-    from engine.kvcache import rewind as trim_prompt_cache
+    from engine.kvcache import DEFAULT_METHOD, Rollback, _is_state, make_cache, mark, restore
     from engine.linear import VerifyLinear, prepare, verify_linear
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
     if repeats < 1:
         raise ValueError(f"repeats = {repeats}: must be at least 1")
+    if prefill_step is not None and prefill_step < 1:
+        raise ValueError(f"prefill step = {prefill_step}: must be at least 1")
     stop = cancel or (lambda: False)
     rows = list(rows)
     total = len(curve_forwards(rows, context, repeats, warmup, warm)) - 1
     done = 0
     prepare(linear, model)  # qmv's kernels compile before the first timed forward
-    cache = make_prompt_cache(model)
+    cache = make_cache(model, slack=max(rows, default=1) + warmup + repeats + 1)
+    rb = Rollback(model, cache, rollback or DEFAULT_METHOD)
+    kv = [c for c in rb.leaves if not _is_state(c)]
     prefix = mx.array(context_ids(context), mx.uint32)
-    mx.eval(model(prefix[None], cache=cache))
+    step = prefill_step or context
+    for i in range(0, context, step):
+        mx.eval(model(prefix[None, i:i + step], cache=cache))
     xs = {k: mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32) for k in rows}
     cold: dict[int, list[float]] = {k: [] for k in rows}
     hot: dict[int, list[float]] = {k: [] for k in rows}
+    backs: dict[int, list[float]] = {k: [] for k in rows}
     first: dict[int, float] = {}
     passes = 0  # cold passes finished
     stopped = stop()
 
-    def timed(k: int) -> float:
-        t0 = time.perf_counter()
-        mx.eval(model(xs[k], cache=cache))
-        return (time.perf_counter() - t0) * 1e3
+    def shorten(n: int) -> None:  # KV rows only: recurrent state's size is what it costs
+        for c in kv:
+            c.trim(n)
+
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if on_progress:
+            on_progress(done, total)
 
     mode = "fused"
     # One projection block and one attention routing around the whole curve: their counts are its.
@@ -213,16 +257,19 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
                 if stop():  # between forwards: one pass of a large target on a CPU is minutes
                     stopped = True
                     break
-                dt = timed(k)
-                # back to this pass's length; the pass's last forward keeps one token, so the
-                # next pass is one longer
-                trim_prompt_cache(cache, k - 1 if i == len(rows) - 1 else k)
+                keep = rollback_kept(k)
+                with rb.verify(xs[k][0]):
+                    t0 = time.perf_counter()
+                    mx.eval(model(xs[k], cache=cache))
+                    dt = (time.perf_counter() - t0) * 1e3
+                back = rb.commit(keep) * 1e3
+                shorten(keep - 1 if i == len(rows) - 1 else keep)
                 first.setdefault(k, dt)
                 if r >= warmup:
                     cold[k].append(dt)
-                done += 1
-                if on_progress:
-                    on_progress(done, total)
+                    if k > 1:
+                        backs[k].append(back)
+                tick()
             if stopped:
                 break
             passes += 1
@@ -232,23 +279,26 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
                     if stop():
                         stopped = True
                         break
-                    dt = timed(k)
-                    trim_prompt_cache(cache, k)  # back to the same length
+                    m = mark(rb.leaves)
+                    t0 = time.perf_counter()
+                    mx.eval(model(xs[k], cache=cache))
+                    dt = (time.perf_counter() - t0) * 1e3
+                    restore(rb.leaves, m)  # back to the same length
                     if r >= 1:
                         hot[k].append(dt)
-                    done += 1
-                    if on_progress:
-                        on_progress(done, total)
+                    tick()
                 if stopped:
                     break
     kept = max(passes - warmup, 0)  # the cold repeats every row count has
     points = [Point(k, statistics.median(cold[k][:kept]), min(cold[k][:kept]), max(cold[k][:kept]),
                     warm_ms=statistics.median(hot[k]) if len(hot[k]) == repeats else None,
-                    first_ms=first.get(k))
+                    first_ms=first.get(k),
+                    rollback_ms=statistics.median(backs[k][:kept]) if backs[k] else None)
               for k in rows] if kept else []
     lsum = None if lrouting.mode is VerifyLinear.STOCK else lrouting.summary()
-    return CostCurve(context, kept if stopped else repeats, mark_boundaries(points, repeats=kept), mode,
-                     lsum, cancelled=stopped)
+    how = rb.effective.value if rb.effective else "trim"
+    return CostCurve(context, kept if stopped else repeats, mark_boundaries(points, repeats=kept), mode, lsum,
+                     how, cancelled=stopped)
 
 
 def forward_seconds(model) -> float:
@@ -300,28 +350,42 @@ class Prediction:
     tokens_per_round: float  # E(K)
     draft_ms: float  # drafting one round at this width, by the kind's cost model
     verify_ms: float  # one K-row verify forward, from the cost curve
+    rollback_ms: float = 0.0  # putting the cache back, per round (measured; 0 for a trim)
     # The speed-up with the curve's repeats at their extremes (slowest K-row verify against the
     # fastest 1-row step, and the other way round): how far the repeats let it move.
     low: float | None = None
     high: float | None = None
 
     def describe(self) -> str:
+        back = f" + rollback {self.rollback_ms:.2f}" if self.rollback_ms >= 0.005 else ""
         spread = f", {self.low:.2f}-{self.high:.2f}x over the curve's repeats" if self.low is not None else ""
         return (f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round over "
-                f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f} ms)")
+                f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms)")
 
     def to_dict(self) -> dict:
         return {"width": self.width, "speedup": round(self.speedup, 4),
                 "tokens_per_round": round(self.tokens_per_round, 4),
                 "draft_ms": round(self.draft_ms, 4), "verify_ms": round(self.verify_ms, 4),
+                "rollback_ms": round(self.rollback_ms, 4),
                 "low": None if self.low is None else round(self.low, 4),
                 "high": None if self.high is None else round(self.high, 4)}
 
 
+def rollback_per_round(curve: CostCurve, acceptance: float, width: int) -> float:
+    """The curve's rollback at ``width`` rows, weighted by how often a round rolls back: a round
+    rejects some draft with probability 1 - a^(K-1) (all accepted: nothing to put back)."""
+    back = curve.rollback_ms(width) or 0.0
+    a = min(max(acceptance, 0.0), 1.0)
+    return back * (1 - a ** (width - 1))
+
+
 def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: Sequence[int],
-                  model: DraftCost = DraftCost.LINEAR) -> dict[int, Prediction]:
-    """Per width: E(K) / (draft(K) + verify(K)) against 1 / verify(1), with both terms kept.
-    ``draft_ms`` is per drafted token for a LINEAR drafter and per round for a FLAT one."""
+                  model: DraftCost = DraftCost.LINEAR,
+                  rollback_ms: dict[int, float] | None = None) -> dict[int, Prediction]:
+    """Per width: E(K) / (draft(K) + verify(K) + rollback(K)) against 1 / verify(1), each term
+    kept. ``draft_ms`` is per drafted token for a LINEAR drafter and per round for a FLAT one;
+    ``rollback_ms`` per round by width where measured in decoding (a session's arms), else the
+    curve's rollback weighted by how often a round rolls back."""
     by_rows = {p.rows: p for p in curve.points}
     one = by_rows.get(1)
     out: dict[int, Prediction] = {}
@@ -333,8 +397,10 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
             continue
         d = draft_ms if model is DraftCost.FLAT else (k - 1) * draft_ms
         e = expected_tokens(acceptance, k)
-        out[k] = Prediction(k, e / (d + p.median_ms) * one.median_ms, e, d, p.median_ms,
-                            e / (d + p.max_ms) * one.min_ms, e / (d + p.min_ms) * one.max_ms)
+        b = (rollback_ms or {}).get(k)
+        b = rollback_per_round(curve, acceptance, k) if b is None else b
+        out[k] = Prediction(k, e / (d + p.median_ms + b) * one.median_ms, e, d, p.median_ms, b,
+                            e / (d + p.max_ms + b) * one.min_ms, e / (d + p.min_ms + b) * one.max_ms)
     return out
 
 
