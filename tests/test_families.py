@@ -205,6 +205,31 @@ def test_dflash_and_mtp_on_a_qwen35_target_equal_classic(qwen35_seeds, kind):
     assert accepted
 
 
+@pytest.mark.parametrize("family", ["gemma3_text", "gemma4_text"])
+def test_a_model_drafter_on_a_gemma_target_equals_classic_at_widths_2_to_8(checkpoint, family):
+    """A draft model that is the target with its weights perturbed by 2 %: it agrees part of the
+    time, so its own windowed cache goes back to the step after the last accepted draft in rounds
+    that accept and in rounds that reject."""
+    from mlx.utils import tree_map
+
+    model = F.build(F.tiny_config(family), seed=1)
+    mx.random.seed(7)
+    model.update(tree_map(lambda p: (p * (1 + 0.02 * mx.random.normal(p.shape))).astype(p.dtype)
+                          if mx.issubdtype(p.dtype, mx.floating) else p, model.parameters()))
+    near = checkpoint(family, 1, tag="-near", model=model)
+    pair = load_pair(checkpoint(family, 1), near, "model")
+    assert pair.drafter_caches.window == F.WINDOW
+    ids = pair.tokenizer.encode(PROMPT)
+    ref = classic(pair, ids, 20)
+    accepted = rejected = 0
+    for w in range(2, 9):
+        run = speculative(pair, ids, 20, w)
+        assert run.tokens == ref.tokens, (family, w)
+        accepted += run.accepted
+        rejected += sum(1 for r in run.rounds if r.accepted < r.drafted)
+    assert accepted and rejected
+
+
 def test_mtp_norms_of_a_published_qwen35_checkpoint_are_shifted(checkpoint, tmp_path):
     """A Qwen 3.5 checkpoint in its published layout stores RMSNorm weights as w - 1 (mlx-lm adds
     1 to the target's when it converts them): the MTP head read from it gets the same."""
