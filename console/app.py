@@ -29,7 +29,7 @@ from textual.worker import Worker, WorkerState
 
 from console.inputs import CLI_PAIR_NAMES, InputError, chain_lines
 from console.outcome import Tone
-from console.render import arm_rows, bars
+from console.render import arm_rows, arm_table, bars
 from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits, session_request
 from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
 from policy.profile import ProfileError
@@ -827,18 +827,13 @@ class BlockwidthApp(App):
             self._show_phase(Phase.DONE, f"{runs} runs, {reps}, {s.elapsed_s:.0f} s")
         table = self.query_one("#arms", DataTable)
         table.clear()
-        for arm in [s.classic, *s.arms]:
-            d, e = arm.decode_range(), arm.e2e_range()
-            if d is None:
-                continue
-            acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
-            ident = "-" if arm.identity is None else (
-                "identical" if arm.identity.identical_ids else f"differs @ {arm.identity.first_divergence}")
-            verdict = "(cancelled)" if s.cancelled and arm.width is not None else arm.verdict.value
+        for row in arm_table(s):
+            d = row.decode
+            verdict = "(cancelled)" if s.cancelled and row.width is not None else row.verdict.value
             style = {"wins": "bold green", "slower": "red", "faster, output differs": "yellow"}.get(verdict, "")
-            name = arm.name + (" *" if self.res is not None and arm.width == self.res.width else "")
-            table.add_row(name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{e.median:.1f}",
-                          acc, ident, Text(verdict, style=style), key=arm.name)
+            name = row.name + (" *" if self.res is not None and row.width == self.res.width else "")
+            table.add_row(name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{row.e2e.median:.1f}",
+                          row.acceptance, row.identity, Text(verdict, style=style), key=row.name)
         if not s.cancelled:
             plot = "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s"))
             self.query_one("#plot", Static).update(Text(plot))

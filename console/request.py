@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Callable, Mapping
 
 from console.inputs import InputError, user_path
+from policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
@@ -49,7 +50,7 @@ class FieldError(InputError):
 
     def say(self, names: Mapping[Field, str]) -> str:
         v = self.value
-        shown = "" if v is None else f" {v!r}" if self.field is Field.WIDTHS else f" {v}"
+        shown = "" if v is None else f" {shorten(repr(v), 80)}" if self.field is Field.WIDTHS else f" {shorten(v, 80)}"
         return f"{names[self.field]}{shown}: {self.problem}"
 
 
@@ -78,24 +79,25 @@ def parse_widths(text: str) -> tuple[int, ...]:
         if not part:
             raise FieldError(Field.WIDTHS, text, "empty: give widths such as 2,4,8"
                              if not str(text).strip() else "an empty entry between commas")
-        if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
-            raise FieldError(Field.WIDTHS, text, f"{part!r} is not an integer")
-        w = int(part)
-        if not MIN_WIDTH <= w <= MAX_WIDTH:
-            raise FieldError(Field.WIDTHS, text,
-                             f"width {w} is out of range; each width is {MIN_WIDTH}..{MAX_WIDTH}")
+        try:
+            w = parse_int(part, MIN_WIDTH, MAX_WIDTH, signed=False)
+        except IntegerError as e:
+            if not e.out_of_range:
+                raise FieldError(Field.WIDTHS, text, f"{shorten(repr(part))} is not an integer") from None
+            raise FieldError(Field.WIDTHS, text, f"width {e.shown} is out of range; each width is "
+                                                 f"{MIN_WIDTH}..{MAX_WIDTH}") from None
         out.append(w)
     return tuple(dict.fromkeys(out))
 
 
 def _count(field: Field, value: str | int, least: int = 1) -> int:
-    t = str(value).strip()
-    if not t.isascii() or not t.isdigit():  # int() also reads '1_0' and non-ASCII digits
-        raise FieldError(field, value, "must be a whole number")
-    v = int(t)
-    if v < least:
-        raise FieldError(field, value, f"must be at least {least}")
-    return v
+    try:
+        return parse_int(value, least, signed=False)
+    except IntegerError as e:
+        if not e.out_of_range:
+            raise FieldError(field, value, "must be a whole number") from None
+        raise FieldError(field, value, f"must be at least {least}" if e.value is not None
+                         else f"must be a whole number of at most {MAX_DIGITS} digits") from None
 
 
 def session_request(*, widths: str, n: str | int, tokens: str | int, prompt: str,
@@ -152,14 +154,13 @@ def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
     """An argparse type: ASCII digits only (int() also reads '1_0' and Arabic-Indic digits),
     within [lo, hi]; ``why`` says where the bound comes from."""
     def parse(text: str) -> int:
-        t = text.strip()
-        digits = t[1:] if t[:1] in "+-" else t
-        if not digits or not digits.isascii() or not digits.isdigit():
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits only)")
-        v = int(t)
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{v} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
-        return v
+        try:
+            return parse_int(text, lo, hi)
+        except IntegerError as e:
+            if not e.out_of_range:
+                raise argparse.ArgumentTypeError(f"{shorten(repr(text))} is not an integer (ASCII digits only)") from None
+            raise argparse.ArgumentTypeError(f"{e.shown} is out of range {lo}..{hi}"
+                                             + (f" ({why})" if why else "")) from None
     return parse
 
 

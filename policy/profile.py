@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
+from policy.integers import shorten
 from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
@@ -192,6 +193,8 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(path, [f"not valid TOML: {e}"]) from None
+    except ValueError as e:  # tomllib's int() past 4,300 digits: not a TOMLDecodeError
+        raise ProfileError(path, [f"not valid TOML: {shorten(str(e), 120)}"]) from None
     except RecursionError:
         raise ProfileError(path, ["nested too deeply to parse; not a profile"]) from None
     problems: list[str] = []
