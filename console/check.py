@@ -103,18 +103,15 @@ class ConfiguredPair:
 def configure_pair(*, target: str | None, draft: str | None, kind: str | None, variant: str,
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
                    origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
-    """Resolve one pair against the loaded profile and device. Raises InputError/WidthError."""
-    from console.inputs import InputError, drafter_info, pair_paths, target_quantization
-    from engine.checkpoint import CheckpointError, pair_id
+    """Resolve one pair against the loaded profile and device. Raises a BlockwidthError."""
+    from console.inputs import drafter_info, pair_paths, target_quantization
+    from engine.checkpoint import pair_id
     from policy.resolve import resolve
 
     paths = pair_paths(target, draft, variant, kind)
     info = drafter_info(paths, kind)
     quant = target_quantization(paths.target)
-    try:
-        pid = pair_id(paths.target, paths.drafter)
-    except CheckpointError as e:
-        raise InputError(str(e)) from None
+    pid = pair_id(paths.target, paths.drafter)
     res = resolve(drafter_kind=info.kind, device=device, quantization=quant, flag=flag,
                   env=os.environ if env is None else env, profile=profile,
                   declared_width=info.declared_width, declared_detail=info.detail, pair=pid,
@@ -232,12 +229,12 @@ def _prompt_for(e: Override) -> tuple[str, str]:
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
-    from console.inputs import CLI_PAIR_NAMES, InputError
+    from console.inputs import InputError
     from console import records
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
-    from engine.pair import ROLE_WORDS, RUNNABLE, PairError, load_pair
+    from engine.pair import RUNNABLE, load_pair
     from policy.drafter import DrafterKind
 
     name = f"measure: {p.label}"
@@ -254,19 +251,14 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     else:
         widths, widths_from = (e.width,), "the entry"
     prompt, prompt_from = _prompt_for(e)
-    try:
-        # a pair from the flags is named by them, as every command names it
-        pair = load_pair(p.target, p.drafter, p.kind,
-                         names=CLI_PAIR_NAMES if p.origin == "command line" else ROLE_WORDS)
-    except PairError as err:
-        raise InputError(str(err)) from None
+    pair = load_pair(p.target, p.drafter, p.kind)  # a PairError names its input; run() words it
     gate = host.gate()
     config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
                       predict=False, verify_attention=options.verify_attention)
     try:
         session = run_session(pair, config, on_event=on_event)
     except DecodeError as err:
-        raise InputError(f"{p.label}: {err}") from None
+        raise DecodeError(f"{p.label}: {err}") from None
     except Exception as err:  # the engine broke on this runner: that is the check's answer
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
@@ -274,8 +266,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     try:
         rec_path = records.write(rec, options.record_dir)
     except OSError as err:
-        raise InputError(f"--record-dir {options.record_dir or records.default_dir()}: the record "
-                         f"cannot be written ({err.strerror or err})") from None
+        raise InputError(f"{options.record_dir or records.default_dir()}: the record "
+                         f"cannot be written ({err.strerror or err})", "record dir") from None
     status, why = measured_status(e, session)
     figures = {
         "entry": p.entry, "outcome": outcome(e), "widths": list(widths), "widths_from": widths_from,
@@ -351,10 +343,10 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     import sys
 
     from console import check_report
-    from console.inputs import InputError, device_for, mlx_version
-    from policy import profile as profiles
+    from console.inputs import CLI_NAMES, device_for, mlx_version
     from engine.device import probe
-    from policy.resolve import WidthError
+    from policy import profile as profiles
+    from policy.errors import BlockwidthError
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -373,8 +365,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     device = None
     try:
         device = device_for(args.device)
-    except InputError as e:
-        problems.append(str(e))
+    except BlockwidthError as e:
+        problems.append(e.say(CLI_NAMES))
     if measure and device is not None and args.device:
         here = probe()
         if not device_agrees(device, here):
@@ -404,8 +396,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
         try:
             record_dir = checked_record_dir(args.record_dir)
-        except InputError as e:
-            problems.append(str(e))
+        except BlockwidthError as e:
+            problems.append(e.say(CLI_NAMES))
 
     junit_path = None
     if args.junit is not None:
@@ -420,15 +412,15 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
         try:
             pair_paths(args.target, args.draft, args.demo_target, args.kind)
-        except InputError as e:
-            problems.append(str(e))
+        except BlockwidthError as e:
+            problems.append(e.say(CLI_NAMES))
     else:
         try:
             pairs.append(configure_pair(target=args.target, draft=args.draft, kind=args.kind,
                                         variant=args.demo_target, flag=args.flag, device=device,
                                         profile=prof, mlx=mlx, origin="command line"))
-        except (InputError, WidthError) as e:
-            problems.append(str(e))
+        except BlockwidthError as e:
+            problems.append(e.say(CLI_NAMES))
         seen = {(p.target.resolve(), p.drafter.resolve() if p.drafter else None) for p in pairs}
         for i, target, drafter, kind in recorded_pairs(prof, device):
             key = (Path(target).resolve(), Path(drafter).resolve() if drafter else None)
@@ -439,7 +431,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
                 pairs.append(configure_pair(target=target, draft=drafter, kind=kind or None,
                                             variant=args.demo_target, flag=args.flag, device=device,
                                             profile=prof, mlx=mlx, origin=f"record of entry {i}"))
-            except (InputError, WidthError, ValueError) as e:
+            except (BlockwidthError, ValueError) as e:  # a record's pair: its own words, not flags
                 problems.append(f"entry {i}'s record names a pair that cannot be resolved: {e}")
 
     meta: dict[str, Any] = {
@@ -467,8 +459,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
                     print(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip(), file=err)
             try:
                 checks.append(measure_pair(p, prof, options, progress))
-            except InputError as e:
-                print(f"blockwidth: error: {e}", file=err)
+            except BlockwidthError as e:  # a pair from the flags is named by them
+                print(f"blockwidth: error: {e.say(CLI_NAMES) if p.origin == 'command line' else e}", file=err)
                 return ExitCode.USAGE
     code = exit_code(checks, strict=strict, allow_inconclusive=allow)
     meta["exit_code"] = int(code)

@@ -27,10 +27,9 @@ import json  # noqa: E402
 from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 from console import check  # noqa: E402
-from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
-from console.profile_file import ProfileBusy  # noqa: E402
-from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileError  # noqa: E402
-from policy.resolve import WidthError  # noqa: E402
+from console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa: E402
+from policy.errors import BlockwidthError  # noqa: E402
+from policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
 
 from console.request import KINDS, add_pair_args, integer, seconds  # noqa: E402,F401 (one home: request.py)
 
@@ -99,7 +98,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         config = read_config(path)
     except ConfigError as e:
         # named after what was typed before the path, as resolve's --target and sweep's are
-        raise InputError(f"inspect {e}") from None
+        raise e.about("inspect") from None
     quant = classify(config, read_sidecar(path))
     info = detect_drafter(config)
     try:
@@ -283,14 +282,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, "func", None):
             return _console(args)
         return int(args.func(args))
-    except ProfileBusy as e:  # a check failed (the lock stayed held), not bad input
-        for line in str(e).splitlines():
+    except BlockwidthError as e:  # each says its exit code (a held profile lock: 1, a failed check)
+        for line in e.say(CLI_NAMES).splitlines():
             print(f"blockwidth: error: {line}", file=sys.stderr)
-        return ExitCode.CHECK_FAILED
-    except (InputError, WidthError, ProfileError) as e:
-        for line in str(e).splitlines():
-            print(f"blockwidth: error: {line}", file=sys.stderr)
-        return ExitCode.USAGE
+        return e.exit_code
     except KeyboardInterrupt:
         print("blockwidth: interrupted", file=sys.stderr)
         return 130

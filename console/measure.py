@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from engine import attention, linear
-from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
+from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, arm_table, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
 from console.save import save_session
@@ -23,7 +23,7 @@ def record_dir(value: str | None) -> Path:
 
     from console import records
 
-    d = user_path(value, "--record-dir") or records.default_dir()
+    d = user_path(value, "record dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -40,7 +40,7 @@ def profile_for_save(value: str | None):
     """The profile a --save will write, validated before any model loads."""
     from console import profile_file
 
-    profile_file.check_writable(user_path(value, "--profile"))
+    profile_file.check_writable(user_path(value, "profile"))
 
 
 def _memory_bytes() -> int | None:
@@ -67,24 +67,11 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
         raise InputError(f"{what}: {detail} = {tokens} tokens {why}")
 
 
-def _rows(text: str) -> tuple[int, ...]:
-    from engine import costcurve
-
-    try:
-        return costcurve.parse_rows(text)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-
-
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
-    from engine.pair import PairError, load_pair
+    from engine.pair import load_pair
 
-    try:
-        # named by the flags, as resolve and --check name them
-        return load_pair(paths.target, paths.drafter, kind, names=CLI_PAIR_NAMES)
-    except PairError as e:
-        raise InputError(str(e)) from None
+    return load_pair(paths.target, paths.drafter, kind)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -161,8 +148,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     try:
         session = run_session(pair, config, on_event=on_event, cancel=cancel)
-    except DecodeError as e:
-        raise InputError(str(e)) from None
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -238,7 +223,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
-    rows = _rows(args.rows)
+    rows = costcurve.parse_rows(args.rows)
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2

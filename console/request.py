@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Mapping
 
-from console.inputs import InputError, user_path
+from console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError, user_path  # noqa: F401 (the field names)
 from policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
@@ -34,24 +34,19 @@ class Field(str, Enum):
     MAX_SECONDS = "max seconds"
 
 
-CLI_NAMES: Mapping[Field, str] = {
-    Field.WIDTHS: "--widths", Field.N: "-n", Field.TOKENS: "--max-tokens", Field.PROMPT: "--prompt",
-    Field.PROMPT_FILE: "--prompt-file", Field.MAX_REPS: "--max-reps", Field.MAX_SECONDS: "--max-seconds",
-}
-CONSOLE_NAMES: Mapping[Field, str] = {f: f"{f.value} field" for f in Field}
-
-
 class FieldError(InputError):
-    """One field is wrong. ``str()`` words it for the command line; ``say`` for another front end."""
+    """One field is wrong: its value and the problem; the front end words the field's name
+    (``say(CLI_NAMES)``: ``-n 0: must be at least 1``; ``say(CONSOLE_NAMES)``: ``n field 0: ...``)."""
 
     def __init__(self, field: Field, value: object, problem: str) -> None:
         self.field, self.value, self.problem = field, value, problem
-        super().__init__(self.say(CLI_NAMES))
+        v = value
+        self.shown = "" if v is None else f" {shorten(repr(v), 80)}" if field is Field.WIDTHS else f" {shorten(v, 80)}"
+        super().__init__(f"{self.shown}: {problem}".lstrip(), field.value)
 
-    def say(self, names: Mapping[Field, str]) -> str:
-        v = self.value
-        shown = "" if v is None else f" {shorten(repr(v), 80)}" if self.field is Field.WIDTHS else f" {shorten(v, 80)}"
-        return f"{names[self.field]}{shown}: {self.problem}"
+    def say(self, names: Mapping[str, str] | None = None) -> str:
+        word = (names or {}).get(self.field.value) or self.field.value
+        return f"{word}{self.shown}: {self.problem}"  # the value between the name and the problem
 
 
 @dataclass(frozen=True)
@@ -133,11 +128,11 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise InputError("give --prompt or --prompt-file, not both")
     if prompt_file is not None:
-        p = user_path(prompt_file, "--prompt-file")
+        p = user_path(prompt_file, Field.PROMPT_FILE.value)
         try:
             return files.read_text(p, MAX_PROMPT_BYTES)
         except files.FileProblem as e:
-            raise InputError(f"--prompt-file {e}") from None
+            raise e.about(Field.PROMPT_FILE.value) from None
     return prompt if prompt is not None else DEFAULT_PROMPT
 
 

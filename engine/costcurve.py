@@ -21,6 +21,7 @@ from typing import Callable, Sequence
 
 import mlx.core as mx
 
+from policy.errors import InputError
 from policy.integers import IntegerError, parse_int, shorten
 
 MAX_ROWS = 512  # row counts a cost curve takes
@@ -80,7 +81,7 @@ def context_ids(n: int) -> list[int]:
 
 
 def parse_rows(text: str) -> tuple[int, ...]:
-    """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts >= 1."""
+    """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts >= 1; InputError (rows)."""
     shown = shorten(repr(text))
     out: set[int] = set()
     try:
@@ -93,10 +94,10 @@ def parse_rows(text: str) -> tuple[int, ...]:
                 out.add(parse_int(part, 1, MAX_ROWS, signed=False))
     except IntegerError as e:
         if e.out_of_range:
-            raise ValueError(f"--rows {shown}: row counts must be 1..{MAX_ROWS}") from None
-        raise ValueError(f"--rows {shown}: expected ASCII numbers and ranges like 1-16,24,32") from None
+            raise InputError(f"{shown}: row counts must be 1..{MAX_ROWS}", "rows") from None
+        raise InputError(f"{shown}: expected ASCII numbers and ranges like 1-16,24,32", "rows") from None
     if not out:
-        raise ValueError(f"--rows {shown}: row counts must be 1..{MAX_ROWS}")
+        raise InputError(f"{shown}: row counts must be 1..{MAX_ROWS}", "rows")
     return tuple(sorted(out))
 
 

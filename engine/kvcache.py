@@ -9,8 +9,10 @@ would go wrong. This says so instead.
 
 from __future__ import annotations
 
+from policy.errors import BlockwidthError
 
-class RewindError(ValueError):
+
+class RewindError(BlockwidthError, ValueError):
     """The cache cannot drop the rows it was asked to; the message says which model."""
 
 

@@ -5,10 +5,12 @@ range of 10**17 rows is refused before anything is built from it."""
 
 from __future__ import annotations
 
+from policy.errors import BlockwidthError
+
 MAX_DIGITS = 100  # far past any bound the tool takes; far below int()'s 4,300
 
 
-class IntegerError(ValueError):
+class IntegerError(BlockwidthError, ValueError):
     """``text`` is not an integer (``out_of_range`` False) or not one in range (True). ``value``
     is the integer where it was read (None past MAX_DIGITS); ``shown`` is how a message may quote
     the number: its digits, or their head and count when there are many."""

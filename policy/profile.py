@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
+from policy.errors import BlockwidthError
 from policy.integers import shorten
 from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
@@ -162,7 +163,7 @@ class Profile:
         return max(found, key=lambda e: (e.specificity(), e.measured_at or ""))
 
 
-class ProfileError(Exception):
+class ProfileError(BlockwidthError):
     """A profile that does not parse, validate or cannot be written; str() is located lines,
     at most SHOW_PROBLEMS of them and a count of the rest."""
 

@@ -19,6 +19,7 @@ from policy import table
 from policy.integers import IntegerError, parse_int, shorten
 from policy.device import Backend, Device
 from policy.drafter import DrafterKind
+from policy.errors import BlockwidthError
 from policy.profile import MAX_WIDTH, MIN_WIDTH, Override, Profile
 from policy.quantization import Quantization
 
@@ -41,7 +42,7 @@ _LABEL = {
 }
 
 
-class WidthError(ValueError):
+class WidthError(BlockwidthError, ValueError):
     """An operator override that is not a valid width. Never a silent fallback."""
 
 

@@ -343,6 +343,7 @@ def test_integers_past_python_s_digit_limit_are_refused_in_one_short_line(tmp_pa
     5,000-digit one is out of range in one line of bounded length, never a traceback."""
     from console.request import FieldError, session_request
     from engine.costcurve import parse_rows
+    from policy.errors import BlockwidthError
     from policy.resolve import WidthError, parse_width
 
     prof = tmp_path / "p.toml"
@@ -361,7 +362,7 @@ def test_integers_past_python_s_digit_limit_are_refused_in_one_short_line(tmp_pa
         assert len(str(e.value)) < 200
     with pytest.raises(WidthError):
         parse_width("0" * 5000 + "1", "--draft-block-size")  # 1, with leading zeros int() counts
-    with pytest.raises(ValueError, match="1..512"):
+    with pytest.raises(BlockwidthError, match="1..512"):
         parse_rows("1-100000000000000000")  # refused before a range of 10**17 rows is built
 
 

@@ -88,3 +88,38 @@ def test_policy_source_writes_no_file_and_probes_nothing():
     found = [f"{p.name}:{i}: {line.strip()}" for p in sorted(root.glob("*.py"))
              for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if writes.search(line)]
     assert found == []
+
+
+def test_every_error_the_product_raises_has_one_base_and_each_front_end_words_its_input():
+    """One base (policy.errors.BlockwidthError: message, input name, exit code) for every
+    exception class the product defines; nothing re-wraps one into InputError to rename it."""
+    import importlib
+    import inspect
+    import re
+    from pathlib import Path
+
+    from console.inputs import CLI_NAMES, CONSOLE_NAMES, pair_paths
+    from console.profile_file import ProfileBusy
+    from policy.errors import BlockwidthError, ExitCode, InputError
+
+    root = Path(__file__).parents[1]
+    mods = sorted(".".join(p.relative_to(root).with_suffix("").parts) for d in ("policy", "engine", "console")
+                  for p in (root / d).rglob("*.py") if p.name != "__init__.py" and "demo/pair" not in str(p))
+    classes = {}
+    for m in mods:
+        for name, obj in inspect.getmembers(importlib.import_module(m), inspect.isclass):
+            if issubclass(obj, BaseException) and obj.__module__ == m:
+                classes[f"{m}.{name}"] = obj
+    assert len(classes) >= 15, sorted(classes)
+    assert [n for n, c in classes.items() if not issubclass(c, BlockwidthError)] == []
+    rewraps = [f"{p.name}:{i}" for d in ("console", "engine", "policy") for p in (root / d).rglob("*.py")
+               for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+               if re.search(r"raise InputError\((str\(e\)|f\"[^\"]*\{e\}\")", line)]
+    assert rewraps == []
+
+    with pytest.raises(InputError) as e:
+        pair_paths("/nope/target", None)
+    assert e.value.input_name == "target" and e.value.exit_code is ExitCode.USAGE
+    assert e.value.say(CLI_NAMES) == "--target /nope/target: no such file or directory"
+    assert e.value.say(CONSOLE_NAMES) == "target field /nope/target: no such file or directory"
+    assert ProfileBusy("p.toml", ["locked"]).exit_code is ExitCode.CHECK_FAILED
