@@ -31,7 +31,7 @@ from console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa:
 from policy.errors import BlockwidthError  # noqa: E402
 from policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
 
-from console.request import KINDS, add_pair_args, integer, seconds  # noqa: E402,F401 (one home: request.py)
+from console.request import KINDS, add_pair_args, add_verify_attention, integer, seconds  # noqa: E402,F401 (one home: request.py)
 
 _pair_args = add_pair_args
 
@@ -216,9 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
     _pair_args(ap)
     _resolution_args(ap)
     ap.add_argument("--record-dir", help="where A/B session records go (default: user data dir)")
-    from engine.attention import add_arg as add_attention_arg
-
-    add_attention_arg(ap)
+    add_verify_attention(ap)
     check.add_arguments(ap)
     _mark_before(ap)
     sub = ap.add_subparsers(dest="command", metavar="COMMAND")

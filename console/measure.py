@@ -11,7 +11,8 @@ from pathlib import Path
 from engine import attention, linear
 from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, arm_table, bars
-from console.request import add_pair_args, integer, read_prompt, seconds, session_request
+from console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
+                             seconds, session_request)
 from console.save import save_session
 from policy import bounds
 
@@ -304,8 +305,8 @@ def register(sub) -> None:
                    help="with --save: the entry matches only this pair (by content fingerprint)")
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
-    attention.add_arg(p)
-    linear.add_arg(p)
+    add_verify_attention(p)
+    add_verify_linear(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -318,8 +319,8 @@ def register(sub) -> None:
                                      "the target's context)")
     p.add_argument("--repeats", type=integer(1, 1000, "timed repeats"), default=7,
                    help="timed repeats per row count (median), 1..1000")
-    attention.add_arg(p)
-    linear.add_arg(p)
+    add_verify_attention(p)
+    add_verify_linear(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
 

@@ -145,6 +145,27 @@ def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> N
                    help="which demo target when --target is not given (default bf16)")
 
 
+def add_verify_attention(p: argparse.ArgumentParser) -> None:
+    """``--verify-attention``, as every command and lab tool that decodes declares it: one default,
+    one help, and the choices checked as the arguments are parsed, so a bad name stops before any
+    model loads (the modes are engine.attention's)."""
+    from engine.attention import CHOICES, VerifyAttention
+
+    p.add_argument("--verify-attention", choices=CHOICES, default=VerifyAttention.AUTO.value,
+                   help="attention of verify forwards (2..64 rows against the KV cache): auto = "
+                        "plain on CUDA (no per-length cuDNN plan), fused elsewhere")
+
+
+def add_verify_linear(p: argparse.ArgumentParser) -> None:
+    """``--verify-linear``, declared once as ``--verify-attention`` is (engine.linear's modes)."""
+    from engine.linear import CHOICES, VerifyLinear
+
+    p.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
+                   help="projections of verify forwards: auto = stock; gather keeps 2..64-row "
+                        "16-bit projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a "
+                        "kernel that reads the weights once for all rows (CUDA; engine/linear.py)")
+
+
 def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
     """An argparse type: ASCII digits only (int() also reads '1_0' and Arabic-Indic digits),
     within [lo, hi]; ``why`` says where the bound comes from."""

@@ -33,7 +33,6 @@ sorted, the same call takes a CUTLASS grouped GEMM, which the probe measured at
 
 from __future__ import annotations
 
-import argparse
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
@@ -61,16 +60,6 @@ GEMV_MAX_ROWS = 8  # the kernel keeps one float accumulator per row in registers
 
 
 CHOICES = tuple(m.value for m in VerifyLinear)
-
-
-def add_arg(parser: argparse.ArgumentParser) -> None:
-    """``--verify-linear``, as every command and tool that decodes declares it: one default, one
-    help, and the choices checked as the arguments are parsed, so a bad name stops before any
-    model loads."""
-    parser.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
-                        help="projections of verify forwards: auto = stock; gather keeps 2..64-row "
-                             "16-bit projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a "
-                             "kernel that reads the weights once for all rows (CUDA; engine/linear.py)")
 
 
 def parse(value: str | VerifyLinear | None) -> VerifyLinear:

@@ -153,9 +153,9 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
                         f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
                         f"resolves a width for {kind.value}")
     if kind in (DrafterKind.MODEL, DrafterKind.DFLASH) and drafter is None:
-        raise PairError(f"drafter kind {kind.value} needs --draft (a drafter checkpoint folder)")
+        raise PairError(f"missing: drafter kind {kind.value} needs a drafter checkpoint folder", "draft")
     if kind is DrafterKind.LOOKUP and drafter is not None:
-        raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
+        raise PairError(f"{drafter} given with drafter kind lookup: prompt lookup uses no checkpoint", "draft")
 
     model = _load_model(target, tname)
     tokenizer = _load_tokenizer(target, tname, tconfig)

@@ -250,13 +250,14 @@ def test_the_routed_nothing_warning_says_why_on_cuda_and_names_the_arms_left_sto
 
 
 @pytest.mark.parametrize("flag, home, said", [
-    ("--verify-linear", "engine/linear.py", "auto = stock"),
-    ("--verify-attention", "engine/attention.py", "auto = plain on CUDA"),
+    ("--verify-linear", "console/request.py", "auto = stock"),
+    ("--verify-attention", "console/request.py", "auto = plain on CUDA"),
 ])
 def test_verify_choices_are_one_declaration_everywhere(flag, home, said):
     """bench, soak and coldcheck each declared --verify-linear, with defaults None and "auto" and
     one help among three, and --verify-attention with no choices (a bad name reached the engine);
-    every command and tool now takes engine.linear's and engine.attention's add_arg."""
+    every command and tool now takes the console's one declaration (console.request: flags are
+    the front end's; the engine declares none)."""
     import os
     import re
     import subprocess
@@ -275,6 +276,9 @@ def test_verify_choices_are_one_declaration_everywhere(flag, home, said):
     helps = {args: entry(*args) for args in [("lab.bench",), ("lab.soak",), ("lab.coldcheck",),
                                              ("console.cli", "sweep"), ("console.cli", "costcurve")]}
     assert len(set(helps.values())) == 1 and said in helps[("lab.soak",)], helps
-    declared = [p.relative_to(ROOT) for d in ("engine", "console") for p in (ROOT / d).rglob("*.py")
+    declared = [p.relative_to(ROOT) for d in ("engine", "console", "lab") for p in (ROOT / d).rglob("*.py")
                 if re.search(rf'add_argument\(\s*"{flag}"', p.read_text(encoding="utf-8"))]
     assert declared == [Path(home)], declared
+    engine = [p.name for p in (ROOT / "engine").rglob("*.py")
+              if re.search(r"^\s*(import argparse|[\w.]+\.add_argument\()", p.read_text(encoding="utf-8"), re.M)]
+    assert engine == []  # the engine declares no flag at all
