@@ -1,4 +1,4 @@
-"""The ``--check`` mode for CI: is the profile still true for this runner?
+"""``blockwidth check`` (alias ``--check``) for CI: is the profile still true for this runner?
 
 Static checks read the profile, the records it names and the configured pairs,
 and never run a model. Measured checks (``--measure``) run a short A/B with the
@@ -289,37 +289,22 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
 
 # ---- the command --------------------------------------------------------------------------
 
-CHECK_ONLY = ("measure", "strict", "allow_inconclusive", "json", "junit", "n", "max_tokens")
+def add_arguments(p: Any) -> None:
+    """The check command's own options (``blockwidth check``, or its alias ``--check``)."""
+    from console.request import integer
 
-
-def add_arguments(ap: Any) -> None:
-    """``--check`` and its options, on the top-level parser (``blockwidth --check ...``)."""
-    from console.cli import integer  # the CLI's bounded integers (cli imports this module first)
-
-    g = ap.add_argument_group("--check (CI: is the profile still true for this runner?)")
-    g.add_argument("--check", action="store_true",
-                   help="check the profile for this device (or --device) and the configured pair; "
-                        "exit 0 all pass, 1 a check failed, 2 bad input")
-    g.add_argument("--measure", action="store_true", default=None,
-                   help="with --check: a short A/B of each matching entry's width (or declined widths)")
-    g.add_argument("--strict", action="store_true", default=None,
-                   help="with --check: warnings (stale MLX version, missing record...) fail")
-    g.add_argument("--allow-inconclusive", action="store_true", default=None,
-                   help="with --check --measure: an undecided or drifted measurement does not fail")
-    g.add_argument("--json", action="store_true", default=None,
-                   help="with --check: one JSON document, an object per check, on stdout")
-    g.add_argument("--junit", metavar="FILE", help="with --check: also write JUnit XML to FILE")
-    g.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=None, metavar="N",
-                   help="with --check --measure: repetitions per arm (default 3)")
-    g.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
-                   default=None, metavar="T",
-                   help="with --check --measure: new tokens per run (default 32)")
-
-
-def stray_options(args: Any) -> list[str]:
-    """Check-only options given without --check: refused rather than ignored."""
-    return [f"--{k.replace('_', '-')}" if k != "n" else "-n"
-            for k in CHECK_ONLY if getattr(args, k, None) not in (None, False)]
+    p.add_argument("--measure", action="store_true",
+                   help="a short A/B of each matching entry's width (or declined widths)")
+    p.add_argument("--strict", action="store_true",
+                   help="warnings (stale MLX version, missing record...) fail")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="with --measure: an undecided or drifted measurement does not fail")
+    p.add_argument("--json", action="store_true", help="one JSON document, an object per check, on stdout")
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE")
+    p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=None, metavar="N",
+                   help="with --measure: repetitions per arm (default 3)")
+    p.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
+                   default=None, metavar="T", help="with --measure: new tokens per run (default 32)")
 
 
 def _validate_output(path_text: str, profile_path: Path | None) -> tuple[Path | None, str | None]:
@@ -338,8 +323,8 @@ def _validate_output(path_text: str, profile_path: Path | None) -> tuple[Path | 
 
 
 def run(args: Any, out: Any = None, err: Any = None) -> int:
-    """``blockwidth --check``: problems with the input are all reported (exit 2) before
-    anything is checked or measured; the profile is only read."""
+    """``blockwidth check`` (``--check``): problems with the input are all reported (exit 2)
+    before anything is checked or measured; the profile is only read."""
     import sys
 
     from console import check_report
@@ -481,20 +466,3 @@ def _write_junit(path: Path, data: bytes, err: Any) -> bool:
         print(f"blockwidth: error: --junit {path}: cannot be written ({e.strerror})", file=err)
         return False
     return True
-
-
-def dispatch(args: Any) -> int | None:
-    """The CLI's hook: run ``--check``; refuse its options without it (never ignore them).
-    None: not a check, carry on."""
-    from console.inputs import InputError
-
-    if getattr(args, "check", False):
-        if getattr(args, "command", None):
-            raise InputError(f"--check takes no COMMAND (got {args.command!r}): it is a mode of its own")
-        return run(args)
-    strays = stray_options(args)
-    if getattr(args, "command", None):  # json, -n and --max-tokens also belong to subcommands
-        strays = [s for s in strays if s not in ("--json", "-n", "--max-tokens")]
-    if strays:
-        raise InputError(f"{', '.join(strays)}: only with --check")
-    return None
