@@ -161,9 +161,11 @@ def add_verify_linear(p: argparse.ArgumentParser) -> None:
     from engine.linear import CHOICES, VerifyLinear
 
     p.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
-                   help="projections of verify forwards: auto = stock; gather keeps 2..64-row "
-                        "16-bit projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a "
-                        "kernel that reads the weights once for all rows (CUDA; engine/linear.py)")
+                   help="projections of verify forwards: auto = stock (or qmv where a committed "
+                        "measurement has it winning); gather keeps 2..64-row 16-bit projections "
+                        "off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads the "
+                        "weights once for all rows, qmv 2..8-row affine 4- and 8-bit ones (CUDA; "
+                        "engine/linear.py)")
 
 
 def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
