@@ -27,7 +27,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError
+from console.inputs import CLI_NAMES, CONSOLE_NAMES
 from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
 from console.request import FieldError, SessionRequest, check_fits
 from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
