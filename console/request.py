@@ -145,12 +145,19 @@ def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> N
                    help="which demo target when --target is not given (default bf16)")
 
 
-def add_verify_attention(p: argparse.ArgumentParser) -> None:
+def add_verify_attention(p: argparse.ArgumentParser, *, served: bool = False) -> None:
     """``--verify-attention``, as every command and lab tool that decodes declares it: one default,
     one help, and the choices checked as the arguments are parsed, so a bad name stops before any
-    model loads (the modes are engine.attention's)."""
+    model loads (the modes are engine.attention's). ``served``: for ``serve``, where not giving it
+    means the stock mlx_lm.server and giving it runs the server in-process with the dispatcher."""
     from engine.attention import CHOICES, VerifyAttention
 
+    if served:
+        p.add_argument("--verify-attention", choices=CHOICES, default=None,
+                       help="run mlx_lm.server in-process with blockwidth's verify-attention dispatcher "
+                            "in this mode (auto: plain on CUDA; on CPU and Metal a no-op route); "
+                            "default: the stock mlx_lm.server")
+        return
     p.add_argument("--verify-attention", choices=CHOICES, default=VerifyAttention.AUTO.value,
                    help="attention of verify forwards (2..64 rows against the KV cache): auto = "
                         "plain on CUDA (no per-length cuDNN plan), fused elsewhere")

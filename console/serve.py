@@ -174,8 +174,8 @@ class _interruptible:
 
 
 def register(sub, resolution_args, pair_args) -> None:
+    from console.request import add_verify_attention
     from console.served import _ready_timeout
-    from engine.attention import CHOICES
 
     p = sub.add_parser("serve", help=SERVE_HELP, allow_abbrev=False,
                        description=SERVE_HELP + ". Any option not listed here is mlx_lm.server's "
@@ -185,10 +185,7 @@ def register(sub, resolution_args, pair_args) -> None:
     p.add_argument("--concurrency", type=_concurrency, default=1, metavar="N",
                    help="the load it will serve: picks the profile entry measured at N concurrent "
                         "requests (else the nearest level below)")
-    p.add_argument("--verify-attention", choices=CHOICES, default=None,
-                   help="run mlx_lm.server in-process with blockwidth's verify-attention dispatcher "
-                        "in this mode (auto: plain on CUDA; on CPU and Metal a no-op route); "
-                        "default: the stock mlx_lm.server")
+    add_verify_attention(p, served=True)
     p.add_argument("--ready-timeout", type=_ready_timeout, default=None, metavar="S",
                    help="seconds mlx_lm.server may take to load and answer (default 180)")
     p.set_defaults(func=cmd_serve)
