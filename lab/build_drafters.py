@@ -64,6 +64,7 @@ from engine.demo import PAIR_DIR as PAIR  # noqa: E402  (the demo pair stays in 
 # are written by the same code, which lives with the tests (the product's tests need it).
 from tests.checkpoints import BLOCK, dflash_config, mtp_head, write_dflash, write_mtp  # noqa: E402
 
+
 # -- training -------------------------------------------------------------------------------
 
 
