@@ -81,26 +81,19 @@ def read_workload(value: str | None, prompt: str | None, prompt_file: str | None
     None without it. Refused beside --prompt or --prompt-file."""
     if value is None:
         return None
-    from policy.workload import WorkloadError, read
+    from policy.workload import read
 
     if prompt is not None or prompt_file is not None:
         raise InputError(f"give --workload or {'--prompt' if prompt is not None else '--prompt-file'}, not both")
-    try:
-        return read(value)
-    except WorkloadError as e:
-        raise InputError(str(e)) from None
+    return read(value)  # a WorkloadError is one line naming where and what
 
 
 def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int, ...]):
     """Every request rendered for this pair, each checked against the target's context as a
     single prompt is (the line and id of one that does not fit named)."""
     from engine.workload import prepare
-    from policy.workload import WorkloadError
 
-    try:
-        prepared = prepare(workload, pair.tokenizer, max_tokens)
-    except WorkloadError as e:
-        raise InputError(str(e)) from None
+    prepared = prepare(workload, pair.tokenizer, max_tokens)  # a WorkloadError names the request
     for p in prepared:
         extra = max(0, 7 - p.max_tokens)
         _context_bound(pair, f"sweep: request {p.id} (line {p.request.line})",
@@ -330,7 +323,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
                                   attention=args.verify_attention, linear=args.verify_linear,
                                   on_progress=progress)
     except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
-        raise InputError(f"costcurve: {e}") from None
+        raise RewindError(f"costcurve: {e}") from None
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),

@@ -36,7 +36,7 @@ class RewindError(BlockwidthError, ValueError):
     """The cache cannot drop the rows it was asked to; the message says which model and cache."""
 
 
-class CacheKindError(ValueError):
+class CacheKindError(BlockwidthError, ValueError):
     """A layer's cache kind that no rewind here handles: refused at load, the message names it."""
 
 
