@@ -29,12 +29,14 @@ from typing import Any, Iterator
 
 import mlx.core as mx
 
+from policy.errors import BlockwidthError
 
-class RewindError(ValueError):
+
+class RewindError(BlockwidthError, ValueError):
     """The cache cannot drop the rows it was asked to; the message says which model and cache."""
 
 
-class CacheKindError(ValueError):
+class CacheKindError(BlockwidthError, ValueError):
     """A layer's cache kind that no rewind here handles: refused at load, the message names it."""
 
 
