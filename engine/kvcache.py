@@ -615,6 +615,8 @@ def plan_config(config: dict) -> CachePlan:
 
     from mlx_lm.utils import _get_classes
 
+    if not config.get("model_type"):
+        raise CacheKindError("config.json names no model_type: mlx-lm cannot build it")
     try:
         model_class, args_class = _get_classes(config)
         model = model_class(args_class.from_dict(json.loads(json.dumps(config))))

@@ -1,5 +1,5 @@
 """Speculative decoding on every model family mlx-lm ships: tiny random checkpoints built with
-mlx-lm's own classes (lab.families), on this CPU.
+mlx-lm's own classes (tests/families.py), on this CPU.
 
 For the families the product is measured on (recurrent state, sliding windows of 16 that a run
 leaves, MoE): classic equals mlx-lm's own greedy tokens (generate_step), and widths 2, 4 and 8
@@ -18,7 +18,7 @@ import pytest
 from engine.decode import classic, speculative
 from engine.kvcache import CacheKindError, Method, WindowCache, plan, rewind
 from engine.pair import PairError, load_pair
-from lab import families as F
+from tests import families as F
 
 PROMPT = "The quick brown fox jumps over the lazy dog, and the dog sleeps under the old tree."
 TOKENS = 32
@@ -174,7 +174,7 @@ def _qwen35_with_mtp() -> dict:
 def qwen35_seeds(checkpoint, tmp_path_factory):
     """A Qwen 3.5-layout target carrying its own MTP layer, and a DFlash drafter reading its
     layers 0-2 (gated-delta, attention, gated-delta)."""
-    from lab import build_drafters as bd
+    from tests import checkpoints as bd
 
     cfg = _qwen35_with_mtp()
     mx.random.seed(5)
@@ -236,7 +236,7 @@ def test_mtp_norms_of_a_published_qwen35_checkpoint_are_shifted(checkpoint, tmp_
     import shutil
 
     from engine import mtp
-    from lab import build_drafters as bd
+    from tests import checkpoints as bd
 
     cfg = _qwen35_with_mtp()
     mx.random.seed(5)
