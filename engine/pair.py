@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -19,6 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from engine.checkpoint import CheckpointError, fingerprint, pair_key, read_header, weight_files  # noqa: E402
 from policy.config import size  # noqa: E402
 from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
+from policy.errors import BlockwidthError  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
@@ -32,13 +33,9 @@ _SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
 
 
-class PairError(Exception):
-    """A pair that cannot be loaded; the message names the input and what is wrong."""
-
-
-# How an error names the two inputs: these words, or a front end's own (the command line's
-# --target and --draft), so that a broken file reads the same in every command that meets it.
-ROLE_WORDS: Mapping[str, str] = {"target": "target", "draft": "drafter"}
+class PairError(BlockwidthError):
+    """A pair that cannot be loaded: what is wrong, and which input (``target`` or ``draft``),
+    which each front end words its way (the command line's --target, the console's field)."""
 
 
 @dataclass
@@ -82,28 +79,28 @@ def _check_folder(path: Path, what: str) -> dict:
     try:
         config = read_config(path)
     except ConfigError as e:
-        raise PairError(f"{what} {e}") from None
+        raise PairError(e.message, what) from None
     for key in _SIZE_KEYS:
         v = size(config, key)
         # None is a stated "not set" (some configs write head_dim: null); bool is not a size
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise PairError(f"{what} {path / 'config.json'}: {key} = {v!r}: expected a positive integer")
+            raise PairError(f"{path / 'config.json'}: {key} = {v!r}: expected a positive integer", what)
     # mlx-lm and transformers open these without asking what they are: a FIFO would block
     # the load forever, /dev/zero would never end.
     for f in sorted(path.iterdir()):
         if f.suffix in _READ_BY_LOADERS and not f.is_file():
-            raise PairError(f"{what} {f}: is not a regular file")
+            raise PairError(f"{f}: is not a regular file", what)
     try:
         files = weight_files(path)
     except CheckpointError as e:
-        raise PairError(f"{what} {e}") from None
+        raise PairError(e.message, what) from None
     if not files:
-        raise PairError(f"{what} {path}: no *.safetensors weights")
+        raise PairError(f"{path}: no *.safetensors weights", what)
     for f in files:
         try:
             read_header(f)
         except CheckpointError as e:
-            raise PairError(f"{what} {e}") from None
+            raise PairError(e.message, what) from None
     return config
 
 
@@ -119,10 +116,10 @@ def _load_model(path: Path, what: str):
     try:
         model, _ = load_model(path, lazy=False, trust_remote_code=False)
     except KeyError as e:  # a key mlx-lm reads from config.json is missing
-        raise PairError(f"{what} {path}: mlx-lm cannot load it: a key it reads is missing "
-                        f"({e.args[0]!r}, in config.json or the weights)") from None
+        raise PairError(f"{path}: mlx-lm cannot load it: a key it reads is missing "
+                        f"({e.args[0]!r}, in config.json or the weights)", what) from None
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
-        raise PairError(f"{what} {path}: mlx-lm cannot load it ({_one_line(e)})") from None
+        raise PairError(f"{path}: mlx-lm cannot load it ({_one_line(e)})", what) from None
     return model
 
 
@@ -143,7 +140,7 @@ def _load_tokenizer(path: Path, what: str, config: dict):
         return load_tokenizer(path, tokenizer_config_extra={"trust_remote_code": False},
                               eos_token_ids=size(config, "eos_token_id"))
     except Exception as e:
-        raise PairError(f"{what} {path}: tokenizer cannot be loaded ({_one_line(e)})") from None
+        raise PairError(f"{path}: tokenizer cannot be loaded ({_one_line(e)})", what) from None
 
 
 def _vocab(tokenizer) -> dict:
@@ -175,27 +172,27 @@ def _same_tokenizer_files(a: Path, b: Path) -> bool:
     return bool(da) and da == db
 
 
-def vocabulary_mismatch(target: Path, drafter: Path, names: Mapping[str, str] = ROLE_WORDS, *,
-                        tconfig: dict | None = None, dconfig: dict | None = None,
-                        target_tokenizer: Any = None) -> str | None:
+def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = None,
+                        dconfig: dict | None = None, target_tokenizer: Any = None) -> str | None:
     """Why a model drafter cannot draft for this target (it must share the target's tokenizer),
-    or None. The one rule for the pair load and for ``resolve``, which loads no model: the
-    configs' vocab sizes first, then the tokenizers themselves, loaded only when their files
-    differ."""
-    tname, dname = names["target"], names["draft"]
+    or None; the reason is about the ``draft`` input (``PairError(why, "draft")``). The one rule
+    for the pair load and for ``resolve``, which loads no model: the configs' vocab sizes first,
+    then the tokenizers themselves, loaded only when their files differ. A config or tokenizer
+    that cannot be read raises PairError naming its input."""
+    tname, dname = "target", "draft"
     target, drafter = Path(target), Path(drafter)
     # configs only: resolve may meet a hub checkpoint fetched without its weights
     def config_of(path: Path, role: str) -> dict:
         try:
             return read_config(path)
         except ConfigError as e:
-            raise PairError(f"{role} {e}") from None
+            raise PairError(e.message, role) from None
 
     tconfig = tconfig if tconfig is not None else config_of(target, tname)
     dconfig = dconfig if dconfig is not None else config_of(drafter, dname)
     tv, dv = size(tconfig, "vocab_size"), size(dconfig, "vocab_size")  # text_config's, where nested
     if tv != dv:
-        return (f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
+        return (f"{drafter}: vocabulary of {dv} tokens differs from target "
                 f"{target}'s {tv}; a model drafter must share the target's tokenizer")
     if not any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
         return None
@@ -204,23 +201,23 @@ def vocabulary_mismatch(target: Path, drafter: Path, names: Mapping[str, str] = 
     for role, folder in ((tname, target), (dname, drafter)):
         for f in sorted(folder.iterdir()):
             if f.suffix in _READ_BY_LOADERS and not f.is_file():
-                raise PairError(f"{role} {f}: is not a regular file")
+                raise PairError(f"{f}: is not a regular file", role)
     if _same_tokenizer_files(target, drafter):
         return None
     tok = target_tokenizer if target_tokenizer is not None else _load_tokenizer(target, tname, tconfig)
     a, b = _vocab(tok), _vocab(_load_tokenizer(drafter, dname, dconfig))
     if a and b and a != b:
-        return (f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
+        return (f"{drafter}: tokenizer of {len(b)} tokens differs from target "
                 f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
     return None
 
 
 def load_pair(target: Path | str, drafter: Path | str | None = None,
-              kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS) -> Pair:
-    """Load a pair. ``drafter=None`` means the lookup drafter. ``names``: what errors call the
-    target and the drafter (keys ``target`` and ``draft``)."""
+              kind: DrafterKind | str | None = None) -> Pair:
+    """Load a pair. ``drafter=None`` means the lookup drafter. A PairError names the input it
+    is about (``target`` or ``draft``)."""
     target = Path(target)
-    tname, dname = names["target"], names["draft"]
+    tname, dname = "target", "draft"
     tconfig = _check_folder(target, tname)
     if kind is not None:
         kind = DrafterKind(kind)
@@ -235,19 +232,19 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
                         f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
                         f"resolves a width for {kind.value}")
     if kind in (DrafterKind.MODEL, DrafterKind.DFLASH) and drafter is None:
-        raise PairError(f"drafter kind {kind.value} needs --draft (a drafter checkpoint folder)")
+        raise PairError(f"missing: drafter kind {kind.value} needs a drafter checkpoint folder", "draft")
     if kind is DrafterKind.LOOKUP and drafter is not None:
-        raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
+        raise PairError(f"{drafter} given with drafter kind lookup: prompt lookup uses no checkpoint", "draft")
 
     model = _load_model(target, tname)
     tokenizer = _load_tokenizer(target, tname, tconfig)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, read_sidecar(target)), kind,
                 fingerprints={"target": fingerprint(target)}, caches=_cache_plan(model, target, tname))
     if kind is DrafterKind.MODEL:
-        why = vocabulary_mismatch(target, drafter, names, tconfig=tconfig, dconfig=dconfig,
+        why = vocabulary_mismatch(target, drafter, tconfig=tconfig, dconfig=dconfig,
                                   target_tokenizer=tokenizer)
         if why:
-            raise PairError(why)
+            raise PairError(why, "draft")
         pair.drafter = _load_model(drafter, dname)
         pair.drafter_caches = _cache_plan(pair.drafter, drafter, dname)
         pair.drafter_path = drafter
