@@ -149,7 +149,12 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
     app._linked = state.startswith("y-")  # type: ignore[attr-defined]
     await _resolve(app, pilot, kind, linked=state.startswith("y-"))
     if state in ("unloaded", "y-unloaded"):
-        app.load_error = LOAD_ERROR.format(app.paths.target)  # as the pair worker's failure sets it
+        # as the pair worker's failure sets it; the demo pair's folder named from the checkout's
+        # root, so the snapshot does not hold where this checkout happens to be
+        target = Path(app.paths.target)
+        root = Path(__file__).resolve().parent.parent
+        shown = target.relative_to(root) if target.is_relative_to(root) else target
+        app.load_error = LOAD_ERROR.format(shown)
         app._show_phase(Phase.LOAD_FAILED, "why: above; o opens another pair")
     else:
         app.set_pair(demo_pair(kind))
