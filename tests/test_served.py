@@ -197,7 +197,8 @@ def test_the_cached_repeat_differs_on_mlx_lm_0_32_2(served_sweep):
     for a in rec["arms"]:
         if a["arm"] in differs:
             assert a["identity"]["identical_ids"] is False
-            assert a["verdict"] in ("faster, output differs", "slower", "undecided")
+            # never "wins": which of the others depends on this host's timing
+            assert a["verdict"] in ("faster, output differs", "slower", "undecided", "below min gain")
 
 
 def test_no_server_is_left_after_a_served_sweep(served_sweep):
