@@ -46,7 +46,10 @@ class Device:
         return d
 
 
-_SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::(\d+)\.(\d+))?$")
+# [0-9], not \d: \d also matches Arabic-Indic and other digits, which int() reads as numbers
+# (the README promises ASCII digits); a compute capability has one or two digits a part.
+_SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::([0-9]{1,3})\.([0-9]{1,3}))?$")
+_CC_LIKE = re.compile(r"^(cuda|gpu):[0-9]+\.[0-9]+$")
 
 
 class DeviceSpecError(ValueError):
@@ -61,18 +64,23 @@ def sm_of(cc: str) -> str:
 def parse_device_spec(spec: str) -> Device:
     """``cuda:9.0``, ``cuda:12.1``, ``metal``, ``cpu`` -> a Device not read off hardware."""
     m = _SPEC.match(spec.strip().lower())
+    shown = repr(spec) if len(spec) <= 40 else repr(spec[:37] + "...")
+    if not m and _CC_LIKE.match(spec.strip().lower()):
+        raise DeviceSpecError(f"--device {shown}: a compute capability has at most 3 digits a part "
+                              f"(e.g. cuda:9.0, cuda:12.1)")
     if not m:
         raise DeviceSpecError(
-            f"--device {spec!r}: expected cuda:MAJOR.MINOR (e.g. cuda:9.0, cuda:12.1), metal or cpu")
+            f"--device {shown}: expected cuda:MAJOR.MINOR in ASCII digits (e.g. cuda:9.0, cuda:12.1), "
+            f"metal or cpu")
     kind, major, minor = m.groups()
     if kind in ("cuda", "gpu"):
         if major is None:
             raise DeviceSpecError(
-                f"--device {spec!r}: a CUDA device needs its compute capability, e.g. cuda:9.0")
+                f"--device {shown}: a CUDA device needs its compute capability, e.g. cuda:9.0")
         cc = f"{int(major)}.{int(minor)}"
         return Device(Backend.CUDA, name="", architecture=sm_of(cc), compute_capability=cc)
     if major is not None:
-        raise DeviceSpecError(f"--device {spec!r}: only cuda takes a compute capability")
+        raise DeviceSpecError(f"--device {shown}: only cuda takes a compute capability")
     return Device(Backend(kind))
 
 
@@ -151,7 +159,7 @@ def nvml_handle(lib: Any, env: Mapping[str, str] | None = None) -> Any:
     first = visible_device(os.environ if env is None else env)
     if first is None:
         return lib.nvmlDeviceGetHandleByIndex(0)
-    if first.isdigit():
+    if first.isascii() and first.isdigit() and len(first) <= 6:
         # CUDA orders by speed unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML by bus. probe()
         # cross-checks the name with MLX's own when they could differ.
         return lib.nvmlDeviceGetHandleByIndex(int(first))

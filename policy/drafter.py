@@ -16,6 +16,22 @@ class DrafterKind(str, Enum):
     EAGLE = "eagle"
 
 
+def pairing_problem(kind: DrafterKind | str | None, drafter: object | None,
+                    names: Mapping[str, str]) -> str | None:
+    """Why this kind cannot run with (or without) this drafter checkpoint, or None. One rule for
+    every front end: ``sweep`` refused these at once while the console opened and said "pair
+    not loaded". ``names``: how the front end calls the drafter and the kind (``draft``, ``kind``)."""
+    if kind is None:
+        return None
+    kind = DrafterKind(kind)
+    if kind in (DrafterKind.MODEL, DrafterKind.DFLASH) and drafter is None:
+        return f"drafter kind {kind.value} needs a drafter checkpoint folder ({names['draft']})"
+    if kind is DrafterKind.LOOKUP and drafter is not None:
+        return (f"{names['draft']} {drafter} given with {names.get('kind', '--kind')} lookup: prompt "
+                f"lookup uses no checkpoint")
+    return None
+
+
 @dataclass(frozen=True)
 class DrafterInfo:
     kind: DrafterKind

@@ -15,6 +15,7 @@ import errno
 import os
 import re
 import stat
+import sys
 import tempfile
 import time
 import tomllib
@@ -168,6 +169,7 @@ class ProfileError(Exception):
         shown = [f"profile {path}: {p}" for p in problems[:SHOW_PROBLEMS]]
         if len(problems) > SHOW_PROBLEMS:
             shown.append(f"profile {path}: ... and {len(problems) - SHOW_PROBLEMS:,} more problems")
+        self.lines = shown  # one line each, as policy.text.error_lines shows them
         super().__init__("\n".join(shown))
 
 
@@ -175,9 +177,24 @@ class ProfileBusy(ProfileError):
     """Another process held the profile's lock for longer than a save waits."""
 
 
+def _long_number_line(text: str) -> int | None:
+    m = re.search(r"[0-9_]{%d,}" % (sys.get_int_max_str_digits() + 1), text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+# An [[override]] header at the start of a line, outside every string: the strings are matched
+# (and passed over) first, so a multi-line string holding "[[override]]" is not an entry.
+_HEADERS = re.compile(files.TOML_SKIP + r"""|(?m:^[ \t]*\[\[[ \t]*(?:override|"override"|'override')[ \t]*\]\])""")
+
+
 def _override_lines(text: str) -> list[int]:
-    return [i + 1 for i, line in enumerate(text.splitlines())
-            if re.match(r"^\s*\[\[\s*override\s*\]\]", line)]
+    lines, pos, line = [], 0, 1
+    for m in _HEADERS.finditer(text):
+        if m.group().lstrip(" \t").startswith("[["):
+            line += text.count("\n", pos, m.start())
+            pos = m.start()
+            lines.append(line)
+    return lines
 
 
 _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capability", "device_name",
@@ -193,6 +210,10 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(path, [f"not valid TOML: {e}"]) from None
+    except ValueError as e:  # tomllib's int() of a number of more than 4,300 digits
+        line = _long_number_line(text)
+        raise ProfileError(path, [f"{'line ' + str(line) + ': ' if line else ''}a number of more "
+                                  f"than {sys.get_int_max_str_digits():,} digits; not a profile"]) from None
     except RecursionError:
         raise ProfileError(path, ["nested too deeply to parse; not a profile"]) from None
     problems: list[str] = []

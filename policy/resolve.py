@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from policy import table
+from policy import files, table
 from policy.device import Backend, Device
 from policy.drafter import DrafterKind
 from policy.profile import MAX_WIDTH, MIN_WIDTH, Override, Profile
@@ -92,9 +92,12 @@ def parse_width(value: Any, origin: str) -> int:
     rng = f"an integer from {MIN_WIDTH} to {MAX_WIDTH} (rows per verify: drafted tokens + 1)"
     digits = text[1:] if text[:1] in "+-" else text
     # int() also reads '1_0' and non-ASCII digits ('٤'): an operator typo, not a width.
+    shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
     if not digits or not digits.isascii() or not digits.isdigit():
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
         raise WidthError(f"{origin} = {shown} is not an integer; expected {rng}")
+    if len(digits.lstrip("0")) > files.MAX_DIGITS:  # int() of 4,301 digits raises
+        big = text if len(text) <= 40 else text[:37] + "..."
+        raise WidthError(f"{origin} = {big} is out of range; expected {rng}")
     width = int(text)
     if not MIN_WIDTH <= width <= MAX_WIDTH:
         why = " (width 1 is classic decoding)" if width in (0, 1) else ""
