@@ -511,7 +511,10 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         raise DecodeError(f"n = {config.n}: at least one repetition per arm")
     if not config.prompt:
         raise DecodeError("prompt: empty")
-    ids = pair.tokenizer.encode(config.prompt)
+    try:
+        ids = pair.encode(config.prompt)  # each id checked against the pair's embedding tables
+    except ValueError as e:
+        raise DecodeError(str(e)) from None
     session = Session(config, ids, Arm(None, verdict=Verdict.CONTROL),
                       [Arm(w) for w in widths])
     session.backend = attention.current_backend()

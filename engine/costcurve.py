@@ -22,6 +22,7 @@ from typing import Callable, Sequence
 import mlx.core as mx
 
 DEFAULT_ROWS = tuple(range(1, 17)) + (24, 32)
+MAX_ROWS = 512
 
 
 @dataclass(frozen=True)
@@ -77,20 +78,30 @@ def context_ids(n: int) -> list[int]:
 
 
 def parse_rows(text: str) -> tuple[int, ...]:
-    """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts >= 1."""
+    """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts 1..MAX_ROWS.
+
+    Every number is bounded before a range is expanded: ``1-99999999999999`` is refused, not
+    turned into a set that fills the machine's memory."""
+    shown = repr(text) if len(text) <= 60 else repr(text[:57] + "...")
     out: set[int] = set()
-    try:
-        for part in text.split(","):
-            part = part.strip()
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
-                out.update(range(a, b + 1))
-            elif part:
-                out.add(int(part))
-    except ValueError:
-        raise ValueError(f"--rows {text!r}: expected numbers and ranges like 1-16,24,32") from None
-    if not out or min(out) < 1 or max(out) > 512:
-        raise ValueError(f"--rows {text!r}: row counts must be 1..512")
+
+    def number(x: str) -> int:
+        x = x.strip()
+        if not x.isascii() or not x.isdigit():
+            raise ValueError(f"--rows {shown}: expected numbers and ranges like 1-16,24,32")
+        if len(x.lstrip("0")) > 6 or not 1 <= int(x) <= MAX_ROWS:
+            raise ValueError(f"--rows {shown}: row counts must be 1..{MAX_ROWS}")
+        return int(x)
+
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            a, b = (number(x) for x in part.split("-", 1))
+            out.update(range(a, b + 1))
+        elif part:
+            out.add(number(part))
+    if not out:
+        raise ValueError(f"--rows {shown}: row counts must be 1..{MAX_ROWS}")
     return tuple(sorted(out))
 
 

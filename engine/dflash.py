@@ -22,7 +22,6 @@ block, so on a GPU its cost is flat in width.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -289,7 +288,9 @@ class DFlashModel(nn.Module):
 
 def read_config(path: Path) -> dict:
     try:
-        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        from policy import files  # bounded and strict, as every file the tool reads
+
+        return files.read_json(Path(path) / "config.json")
     except (OSError, ValueError) as e:
         raise DrafterFormatError(f"{path}: config.json cannot be read ({e})") from None
 

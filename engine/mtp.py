@@ -31,7 +31,6 @@ shortcut: strictly, head i reads head i-1's outputs).
 from __future__ import annotations
 
 import importlib
-import json
 import re
 from dataclasses import dataclass
 from enum import Enum
@@ -163,7 +162,9 @@ def _read_weights(path: Path, prefixes: tuple[str, ...]) -> dict[str, mx.array]:
 
 def _config(path: Path) -> dict:
     try:
-        return json.loads((Path(path) / "config.json").read_text(encoding="utf-8"))
+        from policy import files  # bounded and strict, as every file the tool reads
+
+        return files.read_json(Path(path) / "config.json")
     except (OSError, ValueError) as e:
         raise DrafterFormatError(f"{path}: config.json cannot be read ({e})") from None
 

@@ -16,12 +16,14 @@ from typing import Any, Mapping
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from engine.checkpoint import CheckpointError, fingerprint, pair_key, read_header, weight_files  # noqa: E402
-from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
+from engine import shapes  # noqa: E402
+from engine.checkpoint import CheckpointError, fingerprint, pair_key  # noqa: E402
+from policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
 _READ_BY_LOADERS = {".json", ".model", ".jinja", ".txt", ".tiktoken", ".jsonl", ".safetensors"}
+_MAX_LOADER_BYTES = 512 << 20  # the largest published tokenizer.json is tens of MiB
 
 
 # Sizes every architecture reads from config.json. transformers validates them only inside
@@ -51,6 +53,13 @@ class Pair:
     drafter: Any | None = None  # mlx_lm model (model), DFlashModel (dflash), MTPModel (mtp)
     drafter_path: Path | None = None
     fingerprints: dict[str, str] = field(default_factory=dict)
+    token_rows: int | None = None  # rows of the pair's smallest embedding table (engine.shapes)
+
+    def encode(self, text: str, what: str = "prompt") -> list[int]:
+        """The prompt's ids, each checked to be a row of every embedding table it will meet."""
+        ids = list(self.tokenizer.encode(text))
+        shapes.check_ids(ids, self.token_rows, f"{what} (target {self.target_path})")  # ShapeError
+        return ids
 
     @property
     def pair_id(self) -> str:
@@ -69,7 +78,7 @@ class Pair:
         return f"{self.target_path.name} [{self.quantization.describe()}] + {d} ({self.kind.value})"
 
 
-def _check_folder(path: Path, what: str) -> dict:
+def _check_folder(path: Path, what: str) -> tuple[dict, shapes.Weights]:
     path = Path(path)
     try:
         config = read_config(path)
@@ -85,18 +94,17 @@ def _check_folder(path: Path, what: str) -> dict:
     for f in sorted(path.iterdir()):
         if f.suffix in _READ_BY_LOADERS and not f.is_file():
             raise PairError(f"{what} {f}: is not a regular file")
+        # ...and read them whole: bounded here as our own reader bounds what it reads
+        if f.suffix in _READ_BY_LOADERS and f.suffix != ".safetensors" and f.stat().st_size > _MAX_LOADER_BYTES:
+            raise PairError(f"{what} {f}: {f.stat().st_size / 2**20:,.0f} MiB is over the "
+                            f"{_MAX_LOADER_BYTES >> 20} MiB a tokenizer or config file may have")
     try:
-        files = weight_files(path)
+        weights = shapes.read_weights(path)  # every header, checked
     except CheckpointError as e:
         raise PairError(f"{what} {e}") from None
-    if not files:
+    if not weights.shapes:
         raise PairError(f"{what} {path}: no *.safetensors weights")
-    for f in files:
-        try:
-            read_header(f)
-        except CheckpointError as e:
-            raise PairError(f"{what} {e}") from None
-    return config
+    return config, weights
 
 
 def _one_line(e: Exception, limit: int = 300) -> str:
@@ -142,34 +150,61 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     target and the drafter (keys ``target`` and ``draft``)."""
     target = Path(target)
     tname, dname = names["target"], names["draft"]
-    tconfig = _check_folder(target, tname)
+    tconfig, tweights = _check_folder(target, tname)
+    dweights = None
     if kind is not None:
         kind = DrafterKind(kind)
     if drafter is None:
         kind = kind or DrafterKind.LOOKUP
     else:
         drafter = Path(drafter)
-        dconfig = _check_folder(drafter, dname)
+        dconfig, dweights = _check_folder(drafter, dname)
         kind = kind or detect_drafter(dconfig).kind
     if kind not in RUNNABLE:
         raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
                         f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
                         f"resolves a width for {kind.value}")
-    if kind in (DrafterKind.MODEL, DrafterKind.DFLASH) and drafter is None:
-        raise PairError(f"drafter kind {kind.value} needs --draft (a drafter checkpoint folder)")
-    if kind is DrafterKind.LOOKUP and drafter is not None:
-        raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
+    problem = pairing_problem(kind, drafter, {"kind": "--kind", **names})
+    if problem:
+        raise PairError(problem)
 
-    model = _load_model(target, tname)
-    tokenizer = _load_tokenizer(target, tname, tconfig)
-    pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, read_sidecar(target)), kind,
-                fingerprints={"target": fingerprint(target)})
     if kind is DrafterKind.MODEL:
         tv = tconfig.get("vocab_size")
         dv = dconfig.get("vocab_size")
         if tv != dv:
             raise PairError(f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
                             f"{target}'s {tv}; a model drafter must share the target's tokenizer")
+    try:
+        sidecar = read_sidecar(target)
+    except ConfigError as e:
+        raise PairError(f"{tname} {e}") from None
+    # Before anything is built: the configs' sizes against the weights, the weights against the
+    # device's memory, and every id the tokenizer can produce against the tables it indexes.
+    own = dweights if kind is DrafterKind.MODEL else None  # dflash and mtp read the target's tables
+    try:
+        memory = shapes.device_memory()
+        shapes.check_config(tconfig, tweights, tname, memory=memory)
+        if dweights is not None:
+            shapes.check_config(dconfig, dweights, dname, memory=memory,
+                                builds=kind is not DrafterKind.MTP)  # a head's config states the target's layers
+            shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
+    except shapes.ShapeError as e:
+        raise PairError(str(e)) from None
+    tokenizer = _load_tokenizer(target, tname, tconfig)
+    tables, heads = shapes.pair_tables(tweights, own, tname, dname)
+    model = _load_model(target, tname)
+    if tweights.embedding() is None:  # named in a way the headers do not say: ask the built model
+        tables += shapes.module_tables(model, f"{tname} {target}")
+    try:
+        rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), f"{tname} {target}", tables, heads)
+    except shapes.ShapeError as e:
+        raise PairError(str(e)) from None
+    if rows is None:
+        raise PairError(f"{tname} {target}: no token embedding found (in the weights or the built "
+                        f"model) to check the tokenizer's ids against")
+    pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, sidecar), kind,
+                fingerprints={"target": fingerprint(target)}, token_rows=rows)
+    if kind is DrafterKind.MODEL:
         if any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
             dtok = _load_tokenizer(drafter, dname, dconfig)
             a, b = _vocab(tokenizer), _vocab(dtok)

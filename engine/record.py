@@ -8,12 +8,13 @@ diagnostics, and the decision with why.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from policy import files
 
 RECORD_SCHEMA = 1
 
@@ -126,7 +127,7 @@ def write(record: dict, directory: Path | None = None) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=f".record.{os.getpid()}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            json.dump(record, fh, indent=1)
+            fh.write(files.dumps_json(record, indent=1))
             fh.flush()
             os.fsync(fh.fileno())
         for i in range(1, 10_000):
@@ -152,7 +153,8 @@ def write(record: dict, directory: Path | None = None) -> Path:
 
 
 def load(path: Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A record, read bounded and strict (files.FileProblem, a ValueError, when it cannot be)."""
+    return files.read_json(Path(path), files.MAX_RECORD_BYTES)
 
 
 def _r(v: list | None) -> str:
