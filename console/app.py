@@ -34,6 +34,7 @@ from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fit
 from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
 from policy.profile import ProfileError
 from policy.resolve import WidthError, keyed_on
+from policy.text import error_lines, shown, shown_block
 
 DEFAULT_WIDTHS = (2, 4, 8)
 _TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yellow", Tone.BAD: "bold red",
@@ -70,7 +71,7 @@ class Options:
     flag: str | None = None
     device: str | None = None
     profile: str | None = None
-    variant: str = "bf16"
+    variant: str | None = None  # the demo target (bf16 when None); only without a target
     record_dir: str | None = None
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector | rows
 
@@ -155,7 +156,7 @@ def _short_path(path: Path | None, demo: bool) -> str:
         return f"demo pair: {path.name}"
     home = str(Path.home())
     s = str(path)
-    return "~" + s[len(home):] if s.startswith(home + "/") else s
+    return shown("~" + s[len(home):] if s.startswith(home + "/") else s)
 
 
 def quant_label(scheme: str | None, bits: int | None) -> str:
@@ -389,7 +390,7 @@ class BlockwidthApp(App):
             bar.update(total=1000, progress=round(fraction * 1000))
         style = {Phase.FAILED: "bold red", Phase.LOAD_FAILED: "bold red", Phase.CANCELLED: "yellow",
                  Phase.CANCELLING: "yellow", Phase.DONE: "green"}.get(phase, "")
-        status = Text.assemble((phase.value, style or "bold"), f"  {detail}" if detail else "")
+        status = Text.assemble((phase.value, style or "bold"), f"  {shown(detail)}" if detail else "")
         status.no_wrap, status.overflow = True, "ellipsis"
         self.query_one("#status", Static).update(status)
         self.query_one("#start", Button).disabled = phase.busy or self.pair is None
@@ -399,7 +400,9 @@ class BlockwidthApp(App):
     def _error(self, text: str, refusal: bool = False) -> None:
         """Show ``text`` on the error line (empty: clear it). ``refusal``: a key's "nothing to do"
         answer, which the next action that works takes away (_clear_refusal); other errors stay
-        until what caused them is redone."""
+        until what caused them is redone. Shown as one line: an error quotes paths and names from
+        the operator's files, whose escape sequences must not reach the terminal."""
+        text = shown(text)
         err = self.query_one("#error", Static)
         err.update(Text(text))
         err.set_class(not text, "-empty")
@@ -513,7 +516,7 @@ class BlockwidthApp(App):
             with self.prevent(Input.Changed):
                 field.value = ",".join(map(str, ws))
         self._render_top()
-        chain = "\n".join(chain_lines(res.chain))
+        chain = "\n".join(shown(line) for line in chain_lines(res.chain))
         self.query_one("#chain", Static).update(Text(chain))
         self.query_one("#side-chain", Static).update(Text.assemble(("the resolution's chain (tab 3)\n", "bold"),
                                                                    chain))
@@ -532,7 +535,7 @@ class BlockwidthApp(App):
             head.append(f"  {note[0]}", style=_TONE_STYLE[note[1]])
         keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
         self.query_one("#resolution", Static).update(Text.assemble(
-            head, "\n", res.reason, *(() if narrow else ("\n", keyed))))
+            head, "\n", shown(res.reason), *(() if narrow else ("\n", keyed))))
         self._render_pair()
 
     def _render_pair(self) -> None:
@@ -548,10 +551,10 @@ class BlockwidthApp(App):
                      Text.assemble(("device  ", "bold"), res.device.describe())]
             if self.has_class("narrow"):
                 d = paths.drafter.name if paths.drafter else "prompt lookup"
-                lines = [Text.assemble(("pair ", "bold"), f"{'demo: ' if paths.demo else ''}{paths.target.name}"
-                                       f" + {d} ({info.kind.value}) · {res.device.describe()}")]
+                lines = [Text.assemble(("pair ", "bold"), shown(f"{'demo: ' if paths.demo else ''}{paths.target.name}"
+                                       f" + {d} ({info.kind.value}) · {res.device.describe()}"))]
         if self._load_error is not None:
-            lines.append(Text(f"pair not loaded: {self._load_error}", style="red"))
+            lines.append(Text(f"pair not loaded: {shown(self._load_error)}", style="red"))
         if not lines:
             return  # neither resolved nor failed yet: "loading the pair…" stays
         t = Text("\n").join(lines)
@@ -582,19 +585,19 @@ class BlockwidthApp(App):
             prof = profiles.load(path, missing_ok=True)
         except ProfileError as e:
             self._profile_entries = []
-            self.query_one("#profile-path", Static).update(Text(str(e), style="red"))
+            self.query_one("#profile-path", Static).update(Text("\n".join(error_lines(e)), style="red"))
             return
         self._profile_entries = list(prof.entries)
-        where = f"{path}" + ("" if prof.exists else " (not created yet)")
+        where = shown(path) + ("" if prof.exists else " (not created yet)")
         self.query_one("#profile-path", Static).update(Text(
             f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
             f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
         for e, mark in zip(prof.entries, self._entry_marks(prof)):
             table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
                           e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
-                          e.drafter_kind.value, "decline" if e.decline else str(e.width), e.mlx or "-",
-                          (e.measured_at or "-")[:19], "yes" if e.byte_identical else "NO",
-                          (e.pair or "any")[:12], mark.why)
+                          e.drafter_kind.value, "decline" if e.decline else str(e.width), shown(e.mlx or "-"),
+                          shown((e.measured_at or "-")[:19]), "yes" if e.byte_identical else "NO",
+                          shown((e.pair or "any")[:12]), shown(mark.why))
 
     def _entry_marks(self, prof: Any) -> list[Any]:
         """The static --check, read-only, for the resolved device: one mark per entry (none
@@ -647,12 +650,13 @@ class BlockwidthApp(App):
 
         try:
             # Folder checks only (no model load): a wrong path must not cost the loaded pair.
-            pair_paths(target or None, draft or None, self.options.variant, kind or None, weights=True,
-                       download=False, names=CONSOLE_PAIR_NAMES)
+            pair_paths(target or None, draft or None, None if target else self.options.variant,
+                       kind or None, weights=True, download=False, names=CONSOLE_PAIR_NAMES)
         except InputError as e:
             self._error(f"{e} — still on {self.pair.describe() if self.pair else 'the previous pair'}")
             return
-        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
+        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None,
+                               variant=None if target else self.options.variant)
         self._pair_names = CONSOLE_PAIR_NAMES
         self.pair = self.res = self.session = self.request = self.record_path = None
         self._load_error = None
@@ -743,7 +747,7 @@ class BlockwidthApp(App):
             return
         try:
             req = self._read_request()
-            check_fits(req, len(self.pair.tokenizer.encode(req.prompt)), self.pair.context_length)
+            check_fits(req, len(self.pair.encode(req.prompt)), self.pair.context_length)
         except FieldError as e:
             self._error(e.say(CONSOLE_NAMES))
             # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
@@ -751,7 +755,7 @@ class BlockwidthApp(App):
             if field:
                 self.query_one(field, Input).add_class("-bad")
             return
-        except InputError as e:
+        except (InputError, ValueError) as e:  # ValueError: an id the pair's tables have no row for
             self._error(str(e))
             return
         self._error("")
@@ -874,7 +878,7 @@ class BlockwidthApp(App):
                 lines.append(Text(f"exactness {ex.describe()}", style="" if ex.bitwise_equal else "yellow"))
             for arm in s.arms:
                 if arm.identity and not arm.identity.identical_ids:
-                    lines.append(Text(f"{arm.name}: {arm.identity.describe()}", style="yellow"))
+                    lines.append(Text(shown(f"{arm.name}: {arm.identity.describe()}"), style="yellow"))
             for w in s.warnings():
                 lines.append(Text(f"warning: {w}", style="yellow"))
         for w in self.gate_warnings:
@@ -900,22 +904,23 @@ class BlockwidthApp(App):
         width_ids = next((r.tokens for r in arm.runs if r.tokens != classic_ids), arm.runs[0].tokens)
         ident = arm.identity
         n = ident.first_divergence if ident and not ident.identical_ids else None
-        prompt = Text(s.config.prompt, style="dim")
+        prompt = Text(shown_block(s.config.prompt), style="dim")
 
-        def render(ids: list[int], colour: str) -> Text:
+        def render(ids: list[int], colour: str) -> Text:  # a completion's escapes are escaped too
             if n is None:
-                return prompt + Text(tok.decode(ids))
-            return prompt + Text.assemble(tok.decode(ids[:n]), (tok.decode(ids[n:]), f"bold {colour} reverse"))
+                return prompt + Text(shown_block(tok.decode(ids)))
+            return prompt + Text.assemble(shown_block(tok.decode(ids[:n])),
+                                          (shown_block(tok.decode(ids[n:])), f"bold {colour} reverse"))
 
         measured = [a.width for a in s.arms if a.runs]
         self.query_one("#identity-head", Static).update(Text(
             # "2 of 3 widths", not "width 2 of 3": the position in the list, not the width 2
             f"classic (left) vs {arm.name} (right), {measured.index(width) + 1} of {len(measured)} widths "
-            f"([ and ] pick): {ident.describe() if ident else 'no identity'}"))
+            f"([ and ] pick): {shown(ident.describe()) if ident else 'no identity'}"))
         self.query_one("#classic-text", Static).update(render(classic_ids, "green"))
         self.query_one("#width-text", Static).update(render(width_ids, "red"))
         self.query_one("#side-identity", Static).update(Text.assemble(
-            (f"identity (tab 2): classic vs {arm.name}\n", "bold"), ident.describe() if ident else "", "\n\n",
+            (f"identity (tab 2): classic vs {arm.name}\n", "bold"), shown(ident.describe()) if ident else "", "\n\n",
             ("classic\n", "bold"), render(classic_ids, "green"), "\n\n", (f"{arm.name}\n", "bold"),
             render(width_ids, "red")))
 
@@ -977,7 +982,7 @@ class BlockwidthApp(App):
             self._error(f"not saved: {message.refusal}")
             return
         self._error("")
-        self.notify(f"saved {message.saved}", timeout=6, markup=False)
+        self.notify(f"saved {shown(message.saved)}", timeout=6, markup=False)
         self.resolve_in_background()
 
     def action_delete(self) -> None:
@@ -1058,19 +1063,21 @@ class BlockwidthApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
     def read_records(self) -> None:
-        import json
+        from policy import files
 
         pair_id = self.pair.pair_id if self.pair is not None else None
         backend = self.res.device.backend.value if self.res is not None else None
         rows = []
         for path in sorted(self._record_dir().glob("session-*.json"), reverse=True)[:200]:
             try:
-                rec = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if pair_id and rec.get("pair", {}).get("pair_id") != pair_id:
-                continue
-            if backend and rec.get("host", {}).get("device", {}).get("backend") != backend:
+                rec = files.read_json(path, files.MAX_RECORD_BYTES)
+                if pair_id and rec.get("pair", {}).get("pair_id") != pair_id:
+                    continue
+                if backend and rec.get("host", {}).get("device", {}).get("backend") != backend:
+                    continue
+                if not isinstance(rec.get("config", {}), dict) or not isinstance(rec.get("decision", {}), dict):
+                    continue
+            except (OSError, ValueError, AttributeError):  # not a record (a list, a string where a table is)
                 continue
             rows.append((path, rec))
         self.post_message(RecordsRead(rows))
@@ -1082,11 +1089,13 @@ class BlockwidthApp(App):
         for path, rec in message.rows:
             cfg, dec = rec.get("config", {}), rec.get("decision", {})
             # The verdict says whether it could be saved, so a drifted "win" never reads as one.
-            verdict = (Text(dec.get("decision", "?"), style="green") if dec.get("saveable")
+            verdict = (Text(shown(dec.get("decision", "?")), style="green") if dec.get("saveable")
                        else Text(f"not saveable ({'cancelled' if rec.get('cancelled') else 'drift'}): "
-                                 f"{dec.get('decision', '?')}", style="yellow"))
-            table.add_row(rec.get("created", "?"), ",".join(map(str, cfg.get("widths", []))),
-                          str(cfg.get("n", "?")), str(cfg.get("max_tokens", "?")), verdict)
+                                 f"{shown(dec.get('decision', '?'))}", style="yellow"))
+            widths = cfg.get("widths", [])
+            table.add_row(shown(rec.get("created", "?")),
+                          shown(",".join(map(str, widths if isinstance(widths, list) else [widths]))),
+                          shown(cfg.get("n", "?")), shown(cfg.get("max_tokens", "?")), verdict)
         self.query_one("#records-head", Static).update(Text(
             f"{plural(len(message.rows), 'session')} for this pair and device in {self._record_dir()}"
             "   (m exports the highlighted one as Markdown)"))
@@ -1097,7 +1106,11 @@ class BlockwidthApp(App):
 
         i = event.cursor_row
         if 0 <= i < len(self._records):
-            self.query_one("#record-preview", Static).update(Text(record.markdown(self._records[i][1])))
+            try:
+                preview = shown_block(record.markdown(self._records[i][1]))
+            except (KeyError, TypeError, ValueError, AttributeError) as e:  # a record this version cannot read
+                preview = f"{shown(self._records[i][0])}: cannot be shown ({type(e).__name__}: {shown(e)})"
+            self.query_one("#record-preview", Static).update(Text(preview))
 
     def action_export_markdown(self) -> None:
         if self.query_one(TabbedContent).active == "tab-records":
@@ -1117,15 +1130,22 @@ class BlockwidthApp(App):
     @work(thread=True, exit_on_error=False, group="export", name="export Markdown")
     def export_in_background(self, path: Path) -> None:
         """A record can hold every round of every run: read and render it off the UI thread."""
+        from console.outputs import OutputError, write_output
         from engine import record
 
+        out = path.with_suffix(".md")
         try:
-            out = path.with_suffix(".md")
-            out.write_text(record.markdown(record.load(path)), encoding="utf-8")
-        except (OSError, ValueError, KeyError) as e:
+            # checked as every output is: a FIFO named like it would hang the export, and a hard
+            # link to the record or the profile would be written over
+            write_output(out, record.markdown(record.load(path)).encode("utf-8"), "Markdown export",
+                         [("the record", path), ("the profile", self._profile_path())])
+        except OutputError as e:
+            self.call_from_thread(self._error, str(e))
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             self.call_from_thread(self._error, f"record {path}: cannot be exported ({e})")
             return
-        self.call_from_thread(self.notify, f"wrote {out}", timeout=6)
+        self.call_from_thread(self.notify, f"wrote {shown(out)}", timeout=6, markup=False)
 
     # ---- failures and shutdown
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

@@ -28,6 +28,8 @@ from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 from console import check  # noqa: E402
 from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
+from policy import files  # noqa: E402
+from policy.text import error_lines, shown  # noqa: E402
 from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileBusy, ProfileError  # noqa: E402
 from policy.resolve import WidthError  # noqa: E402
 
@@ -44,11 +46,14 @@ class Parser(argparse.ArgumentParser):
                                   f"(see {self.prog} --help)\n")
 
 
-def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str]) -> None:
+def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], list[str]]) -> None:
+    """JSON (which escapes every control character itself), or the text's lines, each shown as
+    one line: a name from a checkpoint's files never reaches the terminal raw."""
     if as_json:
-        print(json.dumps(data, indent=2, sort_keys=False))
+        print(files.dumps_json(data, indent=2, sort_keys=False))
     else:
-        print(text(data))
+        for line in text(data):
+            print(shown(line))
 
 
 def _resolution_args(p: argparse.ArgumentParser) -> None:
@@ -68,7 +73,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     data["drafter"] = str(paths.drafter) if paths.drafter else None
     data["drafter_detail"] = info.detail
 
-    def text(d: dict[str, Any]) -> str:
+    def text(d: dict[str, Any]) -> list[str]:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
         lines = [
             f"width {width}   source {d['source']}{'   STALE' if d['stale'] else ''}",
@@ -80,7 +85,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             "  chain:",
             *chain_lines(res.chain),
         ]
-        return "\n".join(lines)
+        return lines
 
     _emit(data, args.json, text)
     return ExitCode.OK
@@ -95,10 +100,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     path = checkpoint_dir(args.path, "inspect")
     try:
         config = read_config(path)
+        sidecar = read_sidecar(path)
     except ConfigError as e:
         # named after what was typed before the path, as resolve's --target and sweep's are
         raise InputError(f"inspect {e}") from None
-    quant = classify(config, read_sidecar(path))
+    quant = classify(config, sidecar)
     info = detect_drafter(config)
     try:
         params = parameter_count(path, quant.bits)
@@ -130,9 +136,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     if params_note:
         data["parameters_note"] = params_note
 
-    def text(d: dict[str, Any]) -> str:
+    def text(d: dict[str, Any]) -> list[str]:
         p = f"{d['parameters'] / 1e6:.2f}M" if d["parameters"] else "unknown"
-        return "\n".join([
+        return [
             f"{d['path']}",
             f"  model        {d['model_type'] or '(no model_type)'} {', '.join(arch_words)}",
             f"  parameters   {p}" + (f" ({params_note})" if params_note else ""),
@@ -144,7 +150,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             f"  declared     {d['declared_width'] if d['declared_width'] else 'no width'}",
             f"  reads        {d['reads']}",
         ] + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
-             if d["mtp_layers"] and info.kind is not DrafterKind.MTP else []))
+             if d["mtp_layers"] and info.kind is not DrafterKind.MTP else [])
 
     _emit(data, args.json, text)
     return ExitCode.OK
@@ -152,10 +158,14 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _console(args: argparse.Namespace) -> int:
     """The Textual console. Bad input is checked first, so it fails like the headless commands."""
-    from console.inputs import pair_paths, resolution
+    from console.inputs import CLI_PAIR_NAMES, pair_paths, resolution
+    from policy.drafter import pairing_problem
 
     # A hub id is fetched here, with progress on the terminal, before the console takes it over.
-    pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
+    paths = pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
+    problem = pairing_problem(args.kind, paths.drafter, CLI_PAIR_NAMES)  # as sweep refuses it
+    if problem:
+        raise InputError(problem)
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)
@@ -269,25 +279,31 @@ def _misplaced(ap: argparse.ArgumentParser, argv: list[str]) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    from console import outputs
+
+    outputs.forget_kept()
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         ap = build_parser()
         _misplaced(ap, argv)
         args = ap.parse_args(argv)
         _apply_before(ap, args)
+        if getattr(args, "check", False) or getattr(args, "func", None):
+            outputs.guard_stdout()  # headless: a stdout that fails is named, not a traceback
         code = check.dispatch(args)  # --check, or its options refused without it
-        if code is not None:
-            return code
-        if not getattr(args, "func", None):
-            return _console(args)
-        return int(args.func(args))
+        if code is None:
+            if not getattr(args, "func", None):
+                return _console(args)
+            code = int(args.func(args))
+        sys.stdout.flush()  # here, where a failure can still be said in one line
+        return code
+    except outputs.StreamError as e:
+        return outputs.stdout_failed(e)
     except ProfileBusy as e:  # a check failed (the lock stayed held), not bad input
-        for line in str(e).splitlines():
-            print(f"blockwidth: error: {line}", file=sys.stderr)
+        _say(e)
         return ExitCode.CHECK_FAILED
     except (InputError, WidthError, ProfileError) as e:
-        for line in str(e).splitlines():
-            print(f"blockwidth: error: {line}", file=sys.stderr)
+        _say(e)
         return ExitCode.USAGE
     except KeyboardInterrupt:
         print("blockwidth: interrupted", file=sys.stderr)
@@ -295,6 +311,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `blockwidth ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    finally:
+        outputs.unguard_stdout()
+
+
+def _say(e: BaseException) -> None:
+    """An expected failure: its line (or its located lines), each shown as one line."""
+    for line in error_lines(e):
+        print(f"blockwidth: error: {line}", file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -158,12 +158,16 @@ class PairPaths:
     demo: bool
 
 
-def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
+def pair_paths(target: str | None, draft: str | None, variant: str | None = None,
                kind: str | None = None, weights: bool = False, download: bool = True,
                names: Mapping[str, str] = CLI_PAIR_NAMES) -> PairPaths:
     """The pair's folders; the demo pair without --target (the demo drafter of --kind, none for
-    lookup).
+    lookup). ``variant``: the demo target (``bf16`` when None); given with a target it is an error,
+    not ignored.
     ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
+    if target is not None and variant is not None:
+        raise InputError(f"--demo-target {variant} given with {names['target']}: --demo-target picks "
+                         f"the demo pair's target, used only without {names['target']}; drop one")
     if target is None:
         if draft is not None:
             raise InputError(f"{names['draft']} given without {names['target']}: name the target too")
@@ -172,7 +176,7 @@ def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
             flag = names.get("kind", "--kind")
             raise InputError(f"{flag} {kind}: the demo pair has no {kind} drafter (it has "
                              f"{', '.join(demo.DRAFTERS)} and lookup)")
-        return PairPaths(demo.target(variant), drafter, True)
+        return PairPaths(demo.target(variant or "bf16"), drafter, True)
     return PairPaths(checkpoint_dir(target, names["target"], weights, download),
                      checkpoint_dir(draft, names["draft"], weights, download) if draft is not None else None,
                      False)
@@ -199,7 +203,7 @@ def drafter_info(paths: PairPaths, kind: str | None,
 
 def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
-               env: Mapping[str, str] | None = None, variant: str = "bf16",
+               env: Mapping[str, str] | None = None, variant: str | None = None,
                profile_missing_ok: bool = False, download: bool = True,
                names: Mapping[str, str] = CLI_PAIR_NAMES) -> tuple[Resolution, PairPaths, DrafterInfo]:
     paths = pair_paths(target, draft, variant, kind, download=download, names=names)

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 from pathlib import Path
 
@@ -12,7 +10,10 @@ from engine import attention, linear
 from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
+from console import outputs
 from console.save import save_session
+from policy import files
+from policy.text import error_lines, shown
 
 UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
 
@@ -37,24 +38,20 @@ def record_dir(value: str | None) -> Path:
     return d
 
 
-def profile_for_save(value: str | None):
-    """The profile a --save will write, validated before any model loads."""
+def profile_for_save(value: str | None, inputs: list[tuple[str, Path | None]] = ()):
+    """The profile a --save will write, validated before any model loads: a profile that can be
+    written, and none of the run's other inputs under another name (``inputs``)."""
     from policy import profile as profiles
 
-    profiles.check_writable(user_path(value, "--profile"))
+    path = user_path(value, "--profile")
+    profiles.check_writable(path)
+    outputs.not_an_input(path or profiles.default_path(), "--profile", inputs)
 
 
 def _memory_bytes() -> int | None:
-    """What the device can hold: its own memory where MLX reports it, else physical RAM."""
-    from policy.device import probe
+    from engine.shapes import device_memory  # one definition: the pair's load bounds by it too
 
-    mem = probe().memory_bytes
-    if mem:
-        return mem
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return device_memory()
 
 
 def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
@@ -97,7 +94,7 @@ def _rows(text: str) -> tuple[int, ...]:
         raise InputError(str(e)) from None
 
 
-def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
+def _load(target: str | None, draft: str | None, kind: str | None, variant: str | None):
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
     from engine.pair import PairError, load_pair
 
@@ -134,9 +131,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # Everything this command will write is checked before any model loads.
     records = record_dir(args.record_dir)
     if args.save:
-        profile_for_save(args.profile)
+        profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "--prompt-file"))])
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
-    n_prompt = len(pair.tokenizer.encode(prompt))
+    try:
+        n_prompt = len(pair.encode(prompt))
+    except ValueError as e:  # an id the pair's tables have no row for
+        raise InputError(str(e)) from None
     if n_prompt == 0:
         raise InputError("prompt: empty (it must hold at least one token)")
     # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
@@ -187,14 +187,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         cancel.set()
         raise
     rec = record.build(session, pair, host.identity(), gate.to_dict())
+    # The measurement is done: a write that fails now (a full disk, a file-size limit, a profile
+    # made read-only or rewritten as bad TOML meanwhile) is reported after the results, in one
+    # line that names what was kept, and exits 2; it never throws the results away.
+    late: list[str] = []
+    path = None
     try:
         path = record.write(rec, records)
+        outputs.keep("record", path)
     except OSError as e:
-        raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
+        late.append(f"record directory {records}: the record cannot be written ({e.strerror or e})")
 
     saved, refusal = None, None
-    if args.save:
-        from policy.profile import ProfileBusy
+    if args.save and path is None:
+        late.append("--save: nothing saved (a profile entry names its record, which was not written)")
+    elif args.save:
+        from policy.profile import ProfileBusy, ProfileError
 
         try:
             saved, refusal = save_session(session, pair, path, args.profile,
@@ -202,57 +210,80 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                           pair_specific=args.pair_specific)
         except ProfileBusy as e:  # the record stays; the operator can save from it later
             refusal = f"{e} (the record is kept: {path})"
+        except ProfileError as e:
+            late.append("; ".join(error_lines(e)) + " (nothing saved)")
+        else:
+            if saved:
+                from policy import profile as profiles
+
+                outputs.keep("profile entry", user_path(args.profile, "--profile") or profiles.default_path())
 
     if args.json:
         out = dict(rec)
-        out["record_path"] = str(path)
+        out["record_path"] = str(path) if path else None
         out["saved"] = saved
         out["save_refused"] = refusal
+        out["errors"] = late
+        out["exit_code"] = _sweep_exit(session, refusal, late)
         out.pop("host", None)
         out["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
         for arm in out["arms"]:
             for s in arm["samples"]:
                 s.pop("rounds_detail", None)
-        print(json.dumps(out, indent=1))
+        print(files.dumps_json(out, indent=1))
     else:
-        print(f"pair   {pair.describe()}")
-        print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
-              f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
-              + _linear_note(session.config.verify_linear))
-        print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
-              f"{'identity':<16} verdict")
+        def say(line: str = "") -> None:  # one line each; names from the checkpoint shown escaped
+            print(shown(line))
+
+        say(f"pair   {pair.describe()}")
+        say(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
+            f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
+            + _linear_note(session.config.verify_linear))
+        say(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
+            f"{'identity':<16} verdict")
         for arm in [session.classic, *session.arms]:
             d, e = arm.decode_range(), arm.e2e_range()
             acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
             ident = "-" if arm.identity is None else (
                 "identical" if arm.identity.identical_ids else f"differs@{arm.identity.first_divergence}")
-            print(f"{arm.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
-                  f"{ident:<16} {arm.verdict.value}")
-        print("\ndecode tok/s by width (= min, # median, - max):")
-        print("\n".join(bars(arm_rows(session), "tok/s")))
+            say(f"{arm.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
+                f"{ident:<16} {arm.verdict.value}")
+        say()
+        say("decode tok/s by width (= min, # median, - max):")
+        for line in bars(arm_rows(session), "tok/s"):
+            say(line)
         for arm in session.arms:
             if arm.identity and not arm.identity.identical_ids:
-                print(f"  {arm.name}: {arm.identity.describe()}")
+                say(f"  {arm.name}: {arm.identity.describe()}")
         for ex in session.exactness.values():
-            print(f"  probe {ex.describe()}")
+            say(f"  probe {ex.describe()}")
         if session.prediction:  # both terms per width
             for line in session.prediction_lines():
-                print(line)
+                say(line)
         elif session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
-            print(f"model prediction (cost curve x acceptance, not a measurement): best width "
-                  f"{session.predicted_best}  [{pred}]")
+            say(f"model prediction (cost curve x acceptance, not a measurement): best width "
+                f"{session.predicted_best}  [{pred}]")
         for warning in session.warnings():
-            print(f"warning: {warning}")
+            say(f"warning: {warning}")
         from console.outcome import headline
 
-        print(f"verdict: {headline(session).text}")  # the same words as the console's headline
-        print(f"decision: {session.decision} — {session.why}")
-        print(f"record: {path}")
+        say(f"verdict: {headline(session).text}")  # the same words as the console's headline
+        say(f"decision: {session.decision} — {session.why}")
+        say(f"record: {path}" if path else "record: not written (below)")
         if saved:
-            print(f"saved: {saved}")
+            say(f"saved: {saved}")
         if refusal:
-            print(f"not saved: {refusal}", file=sys.stderr)
+            print(f"not saved: {shown(refusal)}", file=sys.stderr)
+    sys.stdout.flush()  # the results are out before the line that says what failed after them
+    for line in late:
+        print(f"blockwidth: error: {shown(line)}{outputs.kept_note()}", file=sys.stderr)
+    return _sweep_exit(session, refusal, late)
+
+
+def _sweep_exit(session, refusal: str | None, late: list[str]) -> int:
+    if late:
+        return ExitCode.USAGE
     if session.cancelled:
         return 130
     return ExitCode.CHECK_FAILED if refusal else ExitCode.OK
@@ -280,12 +311,11 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
             "mlx": mlx_version(), **curve.to_dict()}
     if args.json:
-        print(json.dumps(data, indent=1))
+        print(files.dumps_json(data, indent=1))
         return ExitCode.OK
-    print(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
-          f"context {curve.context}, median of {curve.repeats}, each forward at a new KV length "
-          f"(cold); verify attention {curve.attention}"
-          + _linear_note(args.verify_linear))
+    print(shown(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
+                f"context {curve.context}, median of {curve.repeats}, each forward at a new KV length "
+                f"(cold); verify attention {curve.attention}" + _linear_note(args.verify_linear)))
     # "warm" and "first" were bare numbers beside the bar, "first" rounded to whole ms: say
     # once what each is, and print both as the bar's median is printed.
     print("  bar: cold ms (= min, # median, - max); warm: median ms of one forward repeated at "
@@ -349,7 +379,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("costcurve", help="verify-forward time against rows, with kernel boundaries")
     p.add_argument("--target", metavar="T", help="target checkpoint folder (default: the demo target)")
-    p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16")
+    p.add_argument("--demo-target", choices=("bf16", "4bit"), default=None,
+                   help="which demo target when --target is not given (default bf16)")
     p.add_argument("--rows", default="1-16,24,32", help="row counts, e.g. 1-16,24,32 (default)")
     p.add_argument("--context", type=integer(1, 1 << 20, "then bounded by the target's context"),
                    default=128, help="prefix tokens before the timed rows (context + rows must fit "

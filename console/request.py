@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Callable, Mapping
 
 from console.inputs import InputError, user_path
+from policy import files
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
@@ -79,7 +80,10 @@ def parse_widths(text: str) -> tuple[int, ...]:
             raise FieldError(Field.WIDTHS, text, "empty: give widths such as 2,4,8"
                              if not str(text).strip() else "an empty entry between commas")
         if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
-            raise FieldError(Field.WIDTHS, text, f"{part!r} is not an integer")
+            raise FieldError(Field.WIDTHS, _clip(text), f"{_clip(part)!r} is not an integer")
+        if len(part.lstrip("0")) > files.MAX_DIGITS:
+            raise FieldError(Field.WIDTHS, _clip(text), f"a width of {len(part):,} digits is out of range; "
+                             f"each width is {MIN_WIDTH}..{MAX_WIDTH}")
         w = int(part)
         if not MIN_WIDTH <= w <= MAX_WIDTH:
             raise FieldError(Field.WIDTHS, text,
@@ -88,10 +92,17 @@ def parse_widths(text: str) -> tuple[int, ...]:
     return tuple(dict.fromkeys(out))
 
 
+def _clip(text: str, limit: int = 60) -> str:
+    """A field's value for a one-line error: a 5,000-digit paste is not worth 5,000 characters."""
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 def _count(field: Field, value: str | int, least: int = 1) -> int:
     t = str(value).strip()
     if not t.isascii() or not t.isdigit():  # int() also reads '1_0' and non-ASCII digits
-        raise FieldError(field, value, "must be a whole number")
+        raise FieldError(field, _clip(str(value)), "must be a whole number")
+    if len(t.lstrip("0")) > files.MAX_DIGITS:
+        raise FieldError(field, _clip(t), f"{len(t):,} digits: out of range")
     v = int(t)
     if v < least:
         raise FieldError(field, value, f"must be at least {least}")
@@ -136,7 +147,16 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
             return files.read_text(p, MAX_PROMPT_BYTES)
         except files.FileProblem as e:
             raise InputError(f"--prompt-file {e}") from None
-    return prompt if prompt is not None else DEFAULT_PROMPT
+    if prompt is None:
+        return DEFAULT_PROMPT
+    try:
+        # An argument that is not UTF-8 reaches Python as lone surrogates, which no tokenizer
+        # takes (a TypeError from deep inside it); --prompt-file says where the bad byte is.
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"--prompt: not valid UTF-8 (a byte that is not text at character {e.start}, "
+                         f"counting from 0); pass the text as UTF-8, or in a file with --prompt-file") from None
+    return prompt
 
 
 def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> None:
@@ -144,8 +164,8 @@ def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> N
     p.add_argument("--draft", metavar="D", required=draft_required,
                    help="drafter checkpoint folder or repo id (none: the model-free lookup drafter)")
     p.add_argument("--kind", choices=KINDS, help="drafter kind; wins over detection")
-    p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16",
-                   help="which demo target when --target is not given (default bf16)")
+    p.add_argument("--demo-target", choices=("bf16", "4bit"), default=None,
+                   help="which demo target when --target is not given (default bf16; with --target, an error)")
 
 
 def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
@@ -155,7 +175,9 @@ def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
         t = text.strip()
         digits = t[1:] if t[:1] in "+-" else t
         if not digits or not digits.isascii() or not digits.isdigit():
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits only)")
+            raise argparse.ArgumentTypeError(f"{_clip(text)!r} is not an integer (ASCII digits only)")
+        if len(digits.lstrip("0")) > files.MAX_DIGITS:
+            raise argparse.ArgumentTypeError(f"{_clip(t)} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
         v = int(t)
         if not lo <= v <= hi:
             raise argparse.ArgumentTypeError(f"{v} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
@@ -172,9 +194,9 @@ def seconds(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str], 
                 raise ValueError
             v = float(t)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+            raise argparse.ArgumentTypeError(f"{_clip(text)!r} is not a number of seconds") from None
         if not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
             low = f"more than {lo:g}" if open_low else f"at least {lo:g}"
-            raise argparse.ArgumentTypeError(f"{text!r}: expected {low} and at most {hi:g} seconds")
+            raise argparse.ArgumentTypeError(f"{_clip(text)!r}: expected {low} and at most {hi:g} seconds")
         return v
     return parse
