@@ -3,7 +3,8 @@
 Static checks read the profile, the records it names and the configured pairs,
 and never run a model. Measured checks (``--measure``) run a short A/B with the
 engine's method and decision rules. One profile serves every machine a team
-has: entries for another device are skipped, never failed.
+has: entries for another device are skipped, never failed. What is decided from
+what was read or measured (statuses, marks, the exit code) is ``policy.checks``.
 
 No Textual here (a test proves it), and MLX loads only to probe the device and to
 measure, so the console's Profile tab and the headless command share this module.
@@ -12,171 +13,22 @@ measure, so the console's Profile tab and the headless command share this module
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
-from enum import Enum
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from console.inputs import ExitCode
 from policy import files
+from policy.checks import (Category, Check, EntryMark, Mark, Status, device_agrees,  # noqa: F401
+                           duplicate_checks, entry_label, exit_code, for_device, marks,
+                           measured_status, outcome, shadow_checks, stale_check)
+from policy.device import Device
 from policy.text import error_lines, shown
-from policy.device import Backend, Device
 from policy.profile import Override, Profile
 from policy.resolve import Resolution, Source
 
 
-class Status(str, Enum):
-    PASS = "pass"
-    WARN = "warn"  # allowed, unless --strict
-    FAIL = "fail"
-    SKIP = "skip"  # not this runner's business: another machine's entry, a kind the engine cannot run
-    INCONCLUSIVE = "inconclusive"  # a measurement that decided nothing; never a pass
-
-
-class Mark(str, Enum):
-    """What the console's Profile tab shows beside each entry, for this device."""
-
-    PASS = "pass"
-    WARN = "warn"
-    STALE = "stale"
-    SKIP = "skip"
-    FAIL = "fail"
-    UNCHECKED = "unchecked"  # no device to check against yet (the console is still resolving)
-
-
-class Category(str, Enum):
-    PROFILE = "profile"  # the file as a whole
-    ENTRY = "entry"  # one entry, on this device
-    RESOLVE = "resolve"  # a configured pair's resolution
-    MEASURE = "measure"  # a short A/B on this machine
-
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    status: Status
-    detail: str
-    category: Category = Category.PROFILE
-    figures: Mapping[str, Any] = field(default_factory=dict)
-    entry: int | None = None  # 1-based index of the profile entry it is about
-    line: int | None = None
-    stale: bool = False  # a warning because the entry was measured under another MLX
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"name": self.name, "status": self.status.value, "detail": self.detail,
-                "category": self.category.value, "entry": self.entry, "line": self.line,
-                "figures": dict(self.figures)}
-
-
-def exit_code(checks: Sequence[Check], *, strict: bool = False,
-              allow_inconclusive: bool = False) -> ExitCode:
-    """0 when all pass (warnings too, unless strict); 1 when any check failed."""
-    statuses = {c.status for c in checks}
-    if Status.FAIL in statuses:
-        return ExitCode.CHECK_FAILED
-    if Status.INCONCLUSIVE in statuses and not allow_inconclusive:
-        return ExitCode.CHECK_FAILED
-    if Status.WARN in statuses and strict:
-        return ExitCode.CHECK_FAILED
-    return ExitCode.OK
-
-
 # ---- the entries, read statically -------------------------------------------------------------
-
-def entry_label(i: int, e: Override) -> str:
-    """``entry 3 (line 12)``: how every check names an entry, so one grep finds it in the file."""
-    return f"entry {i}" + (f" (line {e.line})" if e.line else "")
-
-
-def for_device(e: Override, device: Device) -> tuple[bool, str]:
-    """Whether an entry describes this device at all (quantization, kind and pair aside)."""
-    if e.backend is not device.backend:
-        return False, f"for {e.backend.value}; this device is {device.describe()}"
-    if e.compute_capability and e.compute_capability != device.compute_capability:
-        return False, (f"for compute capability {e.compute_capability}; this device has "
-                       f"{device.compute_capability or 'none known'}")
-    # As the resolver: a device without a name (named by --device) is not told apart by name.
-    if e.device_name and device.name and e.device_name.lower() != device.name.lower():
-        return False, f"for device {e.device_name!r}; this device is {device.name!r}"
-    note = e.match_note(device)
-    return True, f"applies to {device.describe()}" + (f" ({note})" if note else "")
-
-
-def _constraints(e: Override) -> dict[str, Any]:
-    """The keys an entry matches on, normalised as the matcher compares them."""
-    keys = {"backend": e.backend.value, "drafter_kind": e.drafter_kind.value,
-            "compute_capability": e.compute_capability,
-            "device_name": e.device_name.lower() if e.device_name else None,
-            "quant_scheme": e.quant_scheme, "quant_bits": e.quant_bits,
-            "quant_group_size": e.quant_group_size, "pair": e.pair}
-    return {k: v for k, v in keys.items() if v is not None}
-
-
-def _compatible(a: Override, b: Override) -> bool:
-    """Some situation matches both: every key both set has the same value."""
-    ca, cb = _constraints(a), _constraints(b)
-    return all(ca[k] == cb[k] for k in ca.keys() & cb.keys())
-
-
-def _outcome(e: Override) -> str:
-    return "decline" if e.decline else f"width {e.width}"
-
-
-def duplicate_checks(profile: Profile) -> list[Check]:
-    """Entries with the same match keys: the resolver would pick one by date, silently.
-    policy.profile refuses two entries in one slot; this also catches device names that
-    differ only in case (matched case-blind). A property of the file, so it fails on
-    every runner, whichever device it names."""
-    groups: dict[tuple, list[int]] = {}
-    for i, e in enumerate(profile.entries, 1):
-        groups.setdefault(tuple(sorted(_constraints(e).items())), []).append(i)
-    out = []
-    for idx in (g for g in groups.values() if len(g) > 1):
-        es = [profile.entries[i - 1] for i in idx]
-        names = ", ".join(entry_label(i, e) for i, e in zip(idx, es))
-        out.append(Check(
-            f"duplicate match keys: entries {', '.join(map(str, idx))}", Status.FAIL,
-            f"{names} have the same match keys ({es[0].describe_keys()}): the resolver would pick "
-            f"one silently (the latest measured_at, else the first); keep one", figures={"entries": idx,
-                                                          "outcomes": [_outcome(e) for e in es]},
-            entry=idx[0], line=es[0].line))
-    if not out:
-        out.append(Check("duplicate match keys", Status.PASS,
-                         f"no two of {len(profile.entries)} entries share their match keys"))
-    return out
-
-
-def shadow_checks(profile: Profile, device: Device) -> list[Check]:
-    """A more specific entry that overrides a broader one where both match, with another
-    width, must say why (a ``note``). Checked among the entries for this device: another
-    machine's are its runner's business."""
-    mine = [(i, e) for i, e in enumerate(profile.entries, 1) if for_device(e, device)[0]]
-    out = []
-    for i, broad in mine:
-        for j, narrow in mine:
-            if i == j or not _compatible(broad, narrow):
-                continue
-            if narrow.specificity() <= broad.specificity():
-                continue
-            if _constraints(narrow) == _constraints(broad):
-                continue  # a duplicate, reported as such
-            if _outcome(narrow) == _outcome(broad):
-                continue  # agrees where it wins: nothing hidden
-            said = narrow.note
-            head = (f"{entry_label(j, narrow)}, {_outcome(narrow)} for {narrow.describe_keys()}, wins over "
-                    f"{entry_label(i, broad)}, {_outcome(broad)} for {broad.describe_keys()}, wherever both match")
-            if said:
-                status, detail = Status.PASS, f"{head}; it says why: {said!r}"
-            else:
-                status, detail = Status.WARN, (f"{head}, and does not say why: add note = \"...\" to "
-                                               f"{entry_label(j, narrow)}")
-            out.append(Check(f"entry {i}: shadowed by entry {j}", status, detail, Category.ENTRY,
-                             figures={"shadowed": i, "by": j, "note": said}, entry=i, line=broad.line))
-    if not out:
-        out.append(Check("shadowing", Status.PASS,
-                         "no entry for this device is overridden by a more specific one with another width"))
-    return out
-
 
 def record_path(e: Override, profile: Profile) -> Path | None:
     """The record an entry names; a relative path is read beside the profile (records
@@ -217,32 +69,18 @@ def record_check(i: int, e: Override, profile: Profile) -> Check:
                  "relative to it", Category.ENTRY, figures, entry=i, line=e.line)
 
 
-def stale_check(i: int, e: Override, mlx: str | None) -> Check:
-    name = f"entry {i}: mlx version"
-    figures = {"entry_mlx": e.mlx, "running_mlx": mlx}
-    if not e.mlx:
-        return Check(name, Status.WARN, "records no MLX version: cannot tell "
-                     "whether it is stale", Category.ENTRY, figures, entry=i, line=e.line)
-    if mlx and e.mlx != mlx:
-        return Check(name, Status.WARN, f"stale: measured under MLX {e.mlx}, "
-                     f"running {mlx} (a failure with --strict; re-measure with sweep --save)",
-                     Category.ENTRY, figures, entry=i, line=e.line, stale=True)
-    return Check(name, Status.PASS, f"measured under MLX {e.mlx}, as running", Category.ENTRY,
-                 figures, entry=i, line=e.line)
-
-
 def entry_checks(profile: Profile, device: Device, mlx: str | None) -> list[Check]:
     """Per entry: whether it applies here; if it does, its record and its MLX version."""
     out = []
     for i, e in enumerate(profile.entries, 1):
         applies, why = for_device(e, device)
-        head = f"{_outcome(e)} for {e.describe_keys()}"
+        head = f"{outcome(e)} for {e.describe_keys()}"
         if not applies:
             out.append(Check(f"entry {i}: device", Status.SKIP, f"another machine's entry ({why}): {head}",
-                             Category.ENTRY, {"outcome": _outcome(e)}, entry=i, line=e.line))
+                             Category.ENTRY, {"outcome": outcome(e)}, entry=i, line=e.line))
             continue
         out.append(Check(f"entry {i}: device", Status.PASS, f"{why}: {head}", Category.ENTRY,
-                         {"outcome": _outcome(e)}, entry=i, line=e.line))
+                         {"outcome": outcome(e)}, entry=i, line=e.line))
         out.append(record_check(i, e, profile))
         out.append(stale_check(i, e, mlx))
     return out
@@ -341,31 +179,6 @@ def static_checks(profile: Profile, device: Device, mlx: str | None,
     return checks
 
 
-@dataclass(frozen=True)
-class EntryMark:
-    mark: Mark
-    why: str
-
-
-def marks(checks: Sequence[Check], count: int) -> list[EntryMark]:
-    """One mark per entry from the checks about it: fail, then skip (another machine's),
-    then stale, then warn, else pass."""
-    out = []
-    for i in range(1, count + 1):
-        mine = [c for c in checks if c.entry == i or i in c.figures.get("entries", ())]
-        for wanted, test in ((Mark.FAIL, lambda c: c.status is Status.FAIL),
-                             (Mark.SKIP, lambda c: c.status is Status.SKIP),
-                             (Mark.STALE, lambda c: c.stale),
-                             (Mark.WARN, lambda c: c.status is Status.WARN)):
-            hit = next((c for c in mine if test(c)), None)
-            if hit is not None:
-                out.append(EntryMark(wanted, hit.detail))
-                break
-        else:
-            out.append(EntryMark(Mark.PASS, "applies here; record present; measured under this MLX"))
-    return out
-
-
 def profile_marks(profile: Profile, device: Device, mlx: str | None = None) -> list[EntryMark]:
     """The Profile tab's column: each entry's mark for this device, from the static checks."""
     if mlx is None:
@@ -396,61 +209,6 @@ def declined_widths(e: Override, profile: Profile) -> tuple[tuple[int, ...], str
     return DEFAULT_DECLINED, "no widths recorded; the default"
 
 
-def measured_status(e: Override, session: Any) -> tuple[Status, str]:
-    """The check's verdict on one entry from a finished A/B session (engine rules:
-    a width wins only with disjoint ranges and identical output).
-
-    A session whose classic drifted beyond what noise explains is inconclusive. When the
-    engine cannot tell drift from noise (few runs), a disjoint verdict stands: classic
-    opens and closes the session, so a steady drift widens classic's range over the
-    width's and shows up as overlap (undecided), not as a win or a loss."""
-    from engine.ab import Verdict
-
-    if session.cancelled:
-        return Status.INCONCLUSIVE, "the session was cancelled"
-    arms = session.arms
-    c = session.classic.decode_range()
-    broken = [a for a in arms if a.identity is not None and not a.identity.identical_ids]
-    drifted = session.drift and not session.drift_could_be_noise
-    noise_note = ""
-    if session.drift and not drifted:
-        noise_note = (f"; classic's opening and closing runs do not overlap, which noise alone does "
-                      f"{session.drift_chance:.0%} of the time at this n: the verdict stands because "
-                      f"classic brackets the session")
-
-    def arms_text() -> str:
-        return "; ".join(f"{a.name} {a.verdict.value} ({a.why})" for a in arms)
-
-    if e.decline:
-        if broken:
-            return Status.FAIL, ("identity broke: " + "; ".join(f"{a.name} {a.identity.describe()}" for a in broken))
-        if drifted:
-            return Status.INCONCLUSIVE, session.drift_why
-        winners = [a for a in arms if a.verdict is Verdict.WINS]
-        if winners:
-            best = max(winners, key=lambda a: a.decode_range().median)
-            return Status.FAIL, (f"a declined width now wins clearly: {best.name} {best.why}; the profile "
-                                 f"leaves speed on the table (re-measure with sweep --save)")
-        open_ = [a for a in arms if a.verdict in (Verdict.UNDECIDED, Verdict.NOT_MEASURED)]
-        if open_:
-            return Status.INCONCLUSIVE, (f"{', '.join(a.name for a in open_)} not decided: {arms_text()}; "
-                                         f"more repetitions (-n) may decide")
-        return Status.PASS, f"every declined width still loses to classic ({c.min:.1f}-{c.max:.1f} tok/s): {arms_text()}{noise_note}"
-
-    arm = arms[0]
-    expects_identical = e.byte_identical
-    if broken and expects_identical:
-        return Status.FAIL, f"identity broke: {arm.name} {arm.identity.describe()}; the entry says byte-identical"
-    if drifted:
-        return Status.INCONCLUSIVE, session.drift_why
-    if arm.verdict is Verdict.WINS or (arm.verdict is Verdict.FASTER_DIFFERS and not expects_identical):
-        note = "" if expects_identical else "; output differs from classic, as the entry records"
-        return Status.PASS, f"{arm.name} still wins: {arm.why}{note}{noise_note}"
-    if arm.verdict is Verdict.SLOWER:
-        return Status.FAIL, f"width {arm.width} no longer wins: {arm.why}{noise_note}"
-    return Status.INCONCLUSIVE, f"{arm.name} {arm.verdict.value}: {arm.why}; more repetitions (-n) may decide"
-
-
 @dataclass(frozen=True)
 class MeasureOptions:
     n: int = 3
@@ -477,6 +235,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
     from console.inputs import CLI_PAIR_NAMES, InputError
+    from console import records
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
@@ -488,7 +247,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         return Check(name, Status.SKIP, f"no profile entry applies to {p.label} here: nothing to confirm",
                      Category.MEASURE)
     e = profile.entries[p.entry - 1]
-    head = f"{entry_label(p.entry, e)} ({_outcome(e)})"
+    head = f"{entry_label(p.entry, e)} ({outcome(e)})"
     if DrafterKind(p.kind) not in RUNNABLE:
         return Check(name, Status.SKIP, f"{head}: the embedded engine does not run {p.kind} drafters",
                      Category.MEASURE, entry=p.entry, line=e.line)
@@ -516,17 +275,17 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     record_error = None
     try:
-        rec_path = record.write(rec, options.record_dir)
+        rec_path = records.write(rec, options.record_dir)
         from console import outputs
 
         outputs.keep("record", rec_path)
     except OSError as err:  # the measurement stands; run() reports the write after the results
         rec_path = None
-        record_error = (f"--record-dir {options.record_dir or record.default_dir()}: the record of "
+        record_error = (f"--record-dir {options.record_dir or records.default_dir()}: the record of "
                         f"{p.label} cannot be written ({err.strerror or err})")
     status, why = measured_status(e, session)
     figures = {
-        "entry": p.entry, "outcome": _outcome(e), "widths": list(widths), "widths_from": widths_from,
+        "entry": p.entry, "outcome": outcome(e), "widths": list(widths), "widths_from": widths_from,
         "n": options.n, "reps": session.reps, "new_tokens": options.max_tokens,
         "verify_attention": session.attention,
         "prompt": prompt_from, "prompt_sha256": session.prompt_sha256,
@@ -542,13 +301,6 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                     if isinstance(e.evidence, Mapping) and k in e.evidence},
     }
     return Check(name, status, f"{head}: {why}", Category.MEASURE, figures, entry=p.entry, line=e.line)
-
-
-def device_agrees(named: Device, probed: Device) -> bool:
-    """A --device that describes this machine (so measuring here is measuring it)."""
-    if named.backend is not probed.backend:
-        return False
-    return named.backend is not Backend.CUDA or named.compute_capability == probed.compute_capability
 
 
 # ---- the command --------------------------------------------------------------------------
@@ -611,7 +363,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     from console import check_report
     from console.inputs import InputError, device_for, mlx_version
     from policy import profile as profiles
-    from policy.device import probe
+    from engine.device import probe
     from policy.resolve import WidthError
 
     out = out or sys.stdout

@@ -6,7 +6,7 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from console.check import Check, Status
+from policy.checks import Check, Status
 from policy.text import shown
 
 

@@ -28,9 +28,10 @@ from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
 
 from console import check  # noqa: E402
 from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
+from console.profile_file import ProfileBusy  # noqa: E402
 from policy import files  # noqa: E402
+from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileError  # noqa: E402
 from policy.text import error_lines, shown  # noqa: E402
-from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileBusy, ProfileError  # noqa: E402
 from policy.resolve import WidthError  # noqa: E402
 
 from console.request import KINDS, add_pair_args, integer, seconds  # noqa: E402,F401 (one home: request.py)
@@ -95,7 +96,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from console.inputs import checkpoint_dir
     from engine.checkpoint import CheckpointError, parameter_count
     from policy.drafter import DrafterKind, detect_drafter
-    from policy.quantization import ConfigError, classify, read_config, read_sidecar
+    from policy.config import ConfigError, read_config, read_sidecar
+    from policy.quantization import classify
 
     path = checkpoint_dir(args.path, "inspect")
     try:

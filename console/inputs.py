@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from enum import IntEnum
 from importlib import metadata
 from pathlib import Path
 from typing import Mapping
@@ -18,7 +17,9 @@ from policy import files
 from policy import profile as profiles
 from policy.device import Device, DeviceSpecError, parse_device_spec
 from policy.drafter import DrafterInfo, DrafterKind, read_drafter
-from policy.quantization import ConfigError, Quantization, read_quantization
+from policy.errors import ExitCode  # noqa: F401 (the front ends take it from here)
+from policy.config import ConfigError
+from policy.quantization import Quantization, read_quantization
 from policy.resolve import Resolution, Step, resolve
 
 
@@ -28,12 +29,6 @@ _USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "t
 
 # What a checkpoint needs: the configs and tokenizer files, and the weights when it is loaded.
 _HUB_FILES = ["*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
-
-
-class ExitCode(IntEnum):
-    OK = 0
-    CHECK_FAILED = 1
-    USAGE = 2
 
 
 class InputError(Exception):
@@ -131,7 +126,7 @@ def device_for(spec: str | None) -> Device:
             return parse_device_spec(spec)
         except DeviceSpecError as e:
             raise InputError(str(e)) from None
-    from policy.device import probe
+    from engine.device import probe
 
     return probe()
 

@@ -12,10 +12,8 @@ from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
 from console import outputs
 from console.save import save_session
-from policy import files
+from policy import bounds, files
 from policy.text import error_lines, shown
-
-UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
 
 
 def record_dir(value: str | None) -> Path:
@@ -23,9 +21,9 @@ def record_dir(value: str | None) -> Path:
     file can be written in it. Raises InputError naming it."""
     import tempfile
 
-    from engine import record
+    from console import records
 
-    d = user_path(value, "--record-dir") or record.default_dir()
+    d = user_path(value, "--record-dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -41,10 +39,11 @@ def record_dir(value: str | None) -> Path:
 def profile_for_save(value: str | None, inputs: list[tuple[str, Path | None]] = ()):
     """The profile a --save will write, validated before any model loads: a profile that can be
     written, and none of the run's other inputs under another name (``inputs``)."""
+    from console import profile_file
     from policy import profile as profiles
 
     path = user_path(value, "--profile")
-    profiles.check_writable(path)
+    profile_file.check_writable(path)
     outputs.not_an_input(path or profiles.default_path(), "--profile", inputs)
 
 
@@ -55,29 +54,14 @@ def _memory_bytes() -> int | None:
 
 
 def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
-    """Refuse a run the target cannot take (its context) or the machine cannot hold (the KV
-    cache plus one prefill's attention scores, which a 1024-context model asked for 200,000
-    tokens turned into a segfault)."""
-    ctx = pair.context_length
-    limit = ctx or UNKNOWN_CONTEXT
-    if tokens > limit:
-        whose = (f"the target's context of {ctx} tokens (max_position_embeddings)" if ctx
-                 else f"{UNKNOWN_CONTEXT} tokens (the target's config states no context length)")
-        raise InputError(f"{what}: {detail} = {tokens} tokens exceeds {whose}")
-    c = pair.target_config
-    ints = {k: c.get(k) for k in ("num_hidden_layers", "num_attention_heads", "num_key_value_heads",
-                                   "hidden_size", "head_dim")}
-    layers, heads, hidden = ints["num_hidden_layers"], ints["num_attention_heads"], ints["hidden_size"]
-    if not all(isinstance(v, int) and v > 0 for v in (layers, heads, hidden)):
-        return
-    kv = ints["num_key_value_heads"] if isinstance(ints["num_key_value_heads"], int) else heads
-    head_dim = ints["head_dim"] if isinstance(ints["head_dim"], int) else hidden // heads
-    need = 2 * layers * kv * head_dim * tokens * 2 + heads * tokens * tokens * 4
-    mem = _memory_bytes()
-    if mem and need > mem // 2:
-        raise InputError(f"{what}: {detail} = {tokens} tokens needs about {need / 2**30:.1f} GiB "
-                         f"(KV cache and attention scores), over half of this device's "
-                         f"{mem / 2**30:.1f} GiB")
+    """Refuse a run the target cannot take (its context) or the machine cannot hold
+    (policy.bounds); the device's memory is probed only when the config says enough."""
+    why = bounds.context_problem(pair.context_length, tokens)
+    need = bounds.memory_need(pair.target_config, tokens) if why is None else None
+    if need is not None:
+        why = bounds.memory_problem(need, _memory_bytes())
+    if why:
+        raise InputError(f"{what}: {detail} = {tokens} tokens {why}")
 
 
 def _rows(text: str) -> tuple[int, ...]:
@@ -108,6 +92,7 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str 
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
+    from console import records as record_files
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
@@ -193,7 +178,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     late: list[str] = []
     path = None
     try:
-        path = record.write(rec, records)
+        path = record_files.write(rec, records)
         outputs.keep("record", path)
     except OSError as e:
         late.append(f"record directory {records}: the record cannot be written ({e.strerror or e})")
@@ -202,7 +187,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.save and path is None:
         late.append("--save: nothing saved (a profile entry names its record, which was not written)")
     elif args.save:
-        from policy.profile import ProfileBusy, ProfileError
+        from console.profile_file import ProfileBusy
+        from policy.profile import ProfileError
 
         try:
             saved, refusal = save_session(session, pair, path, args.profile,

@@ -11,11 +11,12 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from engine.ab import Budget, Session, Verdict
+from engine.ab import Session
 from policy.device import Device
 from policy.drafter import DrafterKind
 from policy.profile import Override
 from policy.quantization import Quantization
+from policy.verdict import Budget, RefusalKind, Verdict, refusal
 
 
 class Front(str, Enum):
@@ -23,14 +24,6 @@ class Front(str, Enum):
 
     CLI = "cli"
     CONSOLE = "console"
-
-
-class RefusalKind(str, Enum):
-    CANCELLED = "cancelled"
-    DRIFT = "drift"
-    DIFFERS = "output differs"
-    UNDECIDED = "undecided"
-    NOT_MEASURED = "not measured"
 
 
 _REMEDY = {
@@ -102,25 +95,25 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
                   measured_at: str, record: str, allow_nonidentical: bool = False,
                   pair_specific: bool = False) -> Override | Refusal:
     """The profile entry a session earns (a width, or a decline), or the refusal and why."""
-    if session.cancelled:
-        return Refusal(RefusalKind.CANCELLED, "the session was cancelled")
-    if session.drift:
-        return Refusal(RefusalKind.DRIFT, session.drift_why)
+    why = refusal(cancelled=session.cancelled, drifted=session.drift,
+                  recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms],
+                  allow_nonidentical=allow_nonidentical)
+    faster = [a for a in session.arms if a.verdict is Verdict.FASTER_DIFFERS]
+    if why is RefusalKind.CANCELLED:
+        return Refusal(why, "the session was cancelled")
+    if why is RefusalKind.DRIFT:
+        return Refusal(why, session.drift_why)
+    if why is RefusalKind.DIFFERS:
+        return Refusal(why, f"{', '.join(a.name for a in faster)} faster but output differs from classic")
+    if why is RefusalKind.UNDECIDED:
+        c = session.config
+        seq = SequentialRun(session.reps, c.max_reps, c.max_seconds, session.budget_out) if c.sequential else None
+        return Refusal(why, "undecided: ranges overlap", seq)
+    if why is RefusalKind.NOT_MEASURED:
+        return Refusal(why, "no width was measured (the drafter declined every round)")
     width, identical = session.recommendation, True
-    if width is None:
-        faster = [a for a in session.arms if a.verdict is Verdict.FASTER_DIFFERS]
-        if faster and allow_nonidentical:
-            best = max(faster, key=lambda a: a.decode_range().median)
-            width, identical = best.width, False
-        elif faster:
-            return Refusal(RefusalKind.DIFFERS, f"{', '.join(a.name for a in faster)} faster but "
-                                                f"output differs from classic")
-        elif any(a.verdict is Verdict.UNDECIDED for a in session.arms):
-            c = session.config
-            seq = SequentialRun(session.reps, c.max_reps, c.max_seconds, session.budget_out) if c.sequential else None
-            return Refusal(RefusalKind.UNDECIDED, "undecided: ranges overlap", seq)
-        elif not any(a.verdict is Verdict.SLOWER for a in session.arms):
-            return Refusal(RefusalKind.NOT_MEASURED, "no width was measured (the drafter declined every round)")
+    if width is None and faster:  # allowed: the fastest, recorded as not byte-identical
+        width, identical = max(faster, key=lambda a: a.decode_range().median).width, False
     q = pair.quantization
     c = session.classic.decode_range()
     evidence: dict[str, Any] = {
@@ -158,32 +151,33 @@ class Headline:
 
 
 def headline(session: Session, planned_runs: int | None = None) -> Headline:
-    """One line for the top of the results; its tone follows whether the result can be saved."""
-    if session.cancelled:
+    """One line for the top of the results; its tone follows whether the result can be saved
+    (policy.verdict.refusal, as the save itself)."""
+    why = refusal(cancelled=session.cancelled, drifted=session.drift,
+                  recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms])
+    if why is RefusalKind.CANCELLED:
         done = sum(len(a.runs) for a in [session.classic, *session.arms])
         # ``planned_runs`` counts the discarded warm-ups too; these are measured runs only.
         warmups = len(session.arms) + 1 if session.config.warmup else 0
         of = f" of {planned_runs - warmups}" if planned_runs else ""
         return Headline(f"cancelled after {done}{of} measured runs: no verdict, nothing to save",
                         Tone.STOPPED, False)
-    if session.drift:
+    if why is RefusalKind.DRIFT:
         if session.drift_could_be_noise:
             # Too few classic runs to tell drift from noise: say so, not "drifted".
             return Headline(f"not saveable: classic drift or noise, too few runs to tell "
                             f"(measured: {session.decision})", Tone.WARN, False)
         return Headline(f"not saveable: classic drifted (measured: {session.decision})", Tone.WARN, False)
-    if session.recommendation is not None:
-        return Headline(f"width {session.recommendation} beats classic", Tone.GOOD, True)
-    verdicts = {a.verdict for a in session.arms}
-    if Verdict.FASTER_DIFFERS in verdicts:
+    if why is RefusalKind.DIFFERS:
         return Headline("a width is faster but its output differs from classic: not saveable", Tone.WARN,
                         False)
-    if Verdict.UNDECIDED in verdicts:
+    if why is RefusalKind.UNDECIDED:
         return Headline("undecided: ranges overlap, more repetitions needed", Tone.WARN, False)
-    if Verdict.SLOWER in verdicts:
-        return Headline("classic wins: every measured width is slower (saves as a decline)", Tone.PLAIN,
-                        True)
-    return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
+    if why is RefusalKind.NOT_MEASURED:
+        return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
+    if session.recommendation is not None:
+        return Headline(f"width {session.recommendation} beats classic", Tone.GOOD, True)
+    return Headline("classic wins: every measured width is slower (saves as a decline)", Tone.PLAIN, True)
 
 
 def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | None:

@@ -19,7 +19,6 @@ import errno
 import os
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterable, TextIO
 
@@ -85,29 +84,15 @@ def not_an_input(path: Path, what: str, inputs: Iterable[tuple[str, Path | None]
 
 def write_output(path: Path, data: bytes, what: str,
                  inputs: Iterable[tuple[str, Path | None]] = ()) -> Path:
-    """Check ``path`` again (it may have changed since) and write ``data`` atomically;
-    OutputError, one line, when it cannot be written."""
+    """Check ``path`` again (it may have changed since) and write ``data`` (UTF-8 text) with the
+    one atomic writer; OutputError, one line, when it cannot be written."""
+    from console import atomic
+
     real = check_output(path, what, inputs)
     try:
-        mode = stat.S_IMODE(os.stat(real).st_mode)
-    except OSError:
-        mode = 0o644
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{real.name}.", suffix=".tmp", dir=real.parent)
-    except OSError as e:
-        raise OutputError(f"{what} {path}: cannot be written ({e.strerror})") from None
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.replace(tmp, real)
+        atomic.replace(real, data.decode("utf-8"))
     except OSError as e:
         raise OutputError(f"{what} {path}: cannot be written ({e.strerror or e})") from None
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
     return real
 
 

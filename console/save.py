@@ -1,8 +1,9 @@
 """Store a finished session in the profile: the one door from a session to the file.
 
 The decision (an entry, or a refusal and why) is ``console.outcome.profile_entry``,
-pure; this adds the device probe and the locked, atomic profile write. Both the
-``sweep --save`` command and the console's ``s`` come through here.
+pure; this adds the device probe and the locked, atomic profile write
+(``console.profile_file``). Both the ``sweep --save`` command and the console's ``s``
+come through here.
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
                  allow_nonidentical: bool = False, pair_specific: bool = False,
                  front=None) -> tuple[str | None, str | None]:
     """Store a session's outcome in the profile: (what was saved, None) or (None, why not)."""
+    from console import profile_file
     from console.outcome import Front, PairFacts, Refusal, profile_entry
-    from policy import profile as profiles
-    from policy.device import probe
+    from engine.device import probe
 
     entry = profile_entry(session, PairFacts(pair.kind, pair.quantization, pair.pair_id), probe(),
-                          mlx=mlx_version(), measured_at=profiles.now_iso(),
+                          mlx=mlx_version(), measured_at=profile_file.now_iso(),
                           record=str(Path(record_path).resolve()),  # --check reads a relative one beside the profile
                           allow_nonidentical=allow_nonidentical, pair_specific=pair_specific)
     if isinstance(entry, Refusal):
         return None, entry.say(front or Front.CLI)
     path = user_path(profile_path, "--profile") if profile_path is not None else None
-    prof = profiles.save(path, entry)
+    prof = profile_file.save(path, entry)
     what = f"width {entry.width}" if entry.width is not None else "decline (no width beat classic)"
     return f"{what} for {entry.describe_keys()} in {prof.path}", None

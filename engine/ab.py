@@ -4,15 +4,11 @@
   (classic, w_a, w_b, ...), and one closing classic run, so drift spreads
   across the table instead of pooling at one end;
 - min / median / max of decode tok/s (prefill excluded) and end-to-end tok/s;
-- a width **wins** only if its slowest run beats classic's fastest (disjoint
-  ranges) and its output is byte-identical to classic's; overlapping ranges
-  are **undecided**;
-- **drift**: opening and closing classic ranges that do not overlap void the
-  session for saving; with few runs that also happens by chance (2 / C(2k, k)
-  for k runs a half: 1 in 3 at n = 3), and the session says which it can tell;
-- an arm that ran no speculative round is *not measured*;
 - sequential mode adds interleaved repetitions until every arm is decided or
   the budget (repetitions or seconds) runs out.
+
+The verdict rules (wins, undecided, drift, what is saveable) are ``policy.verdict``'s;
+this module runs the session and applies them.
 """
 
 from __future__ import annotations
@@ -23,48 +19,16 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from enum import Enum
-from typing import Callable, Sequence
+from typing import Callable
 
 from engine import attention, costcurve, host, linear
 from engine.decode import DecodeError, DecodeRun, decode
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
+from policy import verdict as rules
+from policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
 REPLAY_FACTOR = 1.5  # first run at a position this much slower than repeats: replay-flattered
-
-
-class Verdict(str, Enum):
-    CONTROL = "control"
-    WINS = "wins"
-    FASTER_DIFFERS = "faster, output differs"
-    SLOWER = "slower"
-    UNDECIDED = "undecided"
-    NOT_MEASURED = "not measured"
-
-
-class Budget(str, Enum):
-    """The sequential budget that ended a session still adding repetitions."""
-
-    REPS = "repetitions"
-    SECONDS = "seconds"
-
-
-@dataclass(frozen=True)
-class Range:
-    min: float
-    median: float
-    max: float
-
-    @staticmethod
-    def of(values: Sequence[float]) -> "Range":
-        return Range(min(values), statistics.median(values), max(values))
-
-    def overlaps(self, other: "Range") -> bool:
-        return self.min <= other.max and other.min <= self.max
-
-    def to_list(self) -> list[float]:
-        return [round(self.min, 3), round(self.median, 3), round(self.max, 3)]
 
 
 def per_token_acceptance(runs: list[DecodeRun]) -> float | None:
@@ -196,22 +160,20 @@ class Session:
         return hashlib.sha256(self.config.prompt.encode("utf-8")).hexdigest()
 
     def opening_closing(self) -> tuple[Range | None, Range | None]:
-        runs = self.classic.runs
-        if len(runs) < 2:
-            return None, None
-        half = (len(runs) + 1) // 2
-        return (Range.of([r.decode_tok_s for r in runs[:half]]),
-                Range.of([r.decode_tok_s for r in runs[half:]]))
+        return rules.opening_closing([r.decode_tok_s for r in self.classic.runs])
 
     @property
     def saveable(self) -> bool:
-        return not self.drift and not self.cancelled
+        """policy.verdict.saveable: not cancelled, not drifted, and a win or a decline."""
+        return rules.saveable(cancelled=self.cancelled, drifted=self.drift,
+                              recommendation=self.recommendation,
+                              verdicts=[a.verdict for a in self.arms])
 
     @property
     def drift_could_be_noise(self) -> bool:
         """Classic's opening and closing runs are apart, but noise alone does that more often
         than DRIFT_CHANCE with this few runs: more classic runs would settle it."""
-        return self.drift and self.drift_chance is not None and self.drift_chance > DRIFT_CHANCE
+        return rules.could_be_noise(self.drift, self.drift_chance)
 
     def cold_arms(self, factor: float = 2.0) -> dict[str, float]:
         """Arms whose discarded warm-up decoded ``factor``x slower than their median run.
@@ -349,128 +311,36 @@ class Session:
         raise KeyError(width)
 
 
-def _apart(*pairs: tuple[float, float]) -> int:
-    """Decimals (1..3) at which each pair's two values print differently: two ranges judged
-    apart by 0.05 tok/s must not read "27.1-27.1 against 27.1-27.1"."""
-    return next((d for d in (1, 2, 3) if all(f"{a:.{d}f}" != f"{b:.{d}f}" for a, b in pairs)), 3)
+def _facts(arm: Arm) -> rules.ArmFacts:
+    return rules.ArmFacts(arm.name, arm.width, tuple(r.decode_tok_s for r in arm.runs),
+                          sum(r.speculative_rounds for r in arm.runs),
+                          sum(r.declined_rounds for r in arm.runs),
+                          arm.identity is not None and arm.identity.identical_ids)
 
 
 def judge(classic: Arm, arm: Arm) -> None:
-    """Set ``arm.verdict`` and ``arm.why`` from its runs against classic's."""
-    if not arm.runs:
-        arm.verdict, arm.why = Verdict.NOT_MEASURED, "no runs"
-        return
-    if sum(r.speculative_rounds for r in arm.runs) == 0:
-        arm.verdict = Verdict.NOT_MEASURED
-        arm.why = "zero speculative rounds: the drafter declined every round"
-        return
-    c, w = classic.decode_range(), arm.decode_range()
-    same = arm.identity is not None and arm.identity.identical_ids
-    if w.min > c.max:
-        d = _apart((w.min, c.max))
-        if same:
-            arm.verdict = Verdict.WINS
-            arm.why = f"slowest {w.min:.{d}f} tok/s beats classic's fastest {c.max:.{d}f}; output byte-identical"
-        else:
-            arm.verdict = Verdict.FASTER_DIFFERS
-            arm.why = (f"slowest {w.min:.{d}f} tok/s beats classic's fastest {c.max:.{d}f}, "
-                       f"but output differs from classic")
-    elif w.max < c.min:
-        d = _apart((w.max, c.min))
-        arm.verdict = Verdict.SLOWER
-        arm.why = f"fastest {w.max:.{d}f} tok/s is below classic's slowest {c.min:.{d}f}"
-    else:
-        arm.verdict = Verdict.UNDECIDED
-        arm.why = (f"{w.min:.1f}-{w.max:.1f} tok/s overlaps classic's {c.min:.1f}-{c.max:.1f}")
-    declined = sum(r.declined_rounds for r in arm.runs)
-    if declined:
-        arm.why += f"; drafter declined {declined} rounds"
-
-
-DRIFT_CHANCE = 0.05
-
-
-def disjoint_by_chance(a: int, b: int) -> float:
-    """Chance that ``a`` and ``b`` samples of one distribution form disjoint ranges:
-    all of one group below all of the other, either way round (2 / C(a+b, a))."""
-    from math import comb
-
-    return min(1.0, 2 / comb(a + b, a)) if a and b else 1.0
+    """Set ``arm.verdict`` and ``arm.why`` from its runs against classic's (policy.verdict.judge)."""
+    f = _facts(arm)
+    arm.verdict, arm.why = rules.judge(classic.decode_range(), f.range,
+                                       speculative_rounds=f.speculative_rounds,
+                                       declined_rounds=f.declined_rounds, identical=f.identical)
 
 
 def _more(session: Session) -> str:
-    """How to get more repetitions, given what this session already did."""
-    if session.config.sequential:
-        return (f"the sequential budget of {session.config.max_reps} repetitions / "
-                f"{session.config.max_seconds:g} s ended first; the sweep command's max-reps and "
-                "max-seconds options raise it")
-    # The console shows this in its error line too, where a "--" flag is out of place (test_app)
-    return "-n 7 or the sequential flag; in the console, n 7 or sequential mode"
+    c = session.config
+    return rules.more_repetitions(sequential=c.sequential, max_reps=c.max_reps, max_seconds=c.max_seconds)
 
 
 def decide(session: Session) -> None:
-    """Verdicts, drift and the recommendation, from the samples in ``session``."""
-    # A win needs its slowest run to beat classic, and the first run at these positions is
-    # cold (the warm-up ran elsewhere), so a replay-flattered arm cannot win by itself. Only
-    # when the warm-up had to share the positions, under fused attention on CUDA, could
-    # every run be warm: no win is taken from such a session.
-    blind = (session.warmup_shift == 0 and session.attention == "fused"
-             and session.backend == "cuda")
-    for arm in session.arms:
-        judge(session.classic, arm)
-        if blind and arm.verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS):
-            arm.verdict = Verdict.UNDECIDED
-            arm.why = ("the warm-up shared this session's positions (no room in the model's context) "
-                       "under fused attention on CUDA, so every run may replay cuDNN plans a new "
-                       "request would build; " + arm.why)
-    if session.cancelled:
-        # A cancelled session stopped before its repetitions were done: its ranges are
-        # reported, but no verdict is drawn from them (a record read later must not say
-        # "wins" or "slower" on the strength of a run the operator stopped).
-        for arm in session.arms:
-            if arm.verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS, Verdict.SLOWER):
-                arm.verdict = Verdict.UNDECIDED
-                arm.why = f"cancelled after {session.reps} repetition(s): no verdict; " + arm.why
-    opening, closing = session.opening_closing()
-    session.drift, session.drift_chance, session.drift_why = False, None, ""
-    if opening and closing and not opening.overlaps(closing):
-        half = (len(session.classic.runs) + 1) // 2
-        chance = disjoint_by_chance(half, len(session.classic.runs) - half)
-        lo, hi = sorted((opening, closing), key=lambda r: r.min)  # lo.max < hi.min: the gap
-        d = _apart((lo.max, hi.min))
-        span = (f"opening {opening.min:.{d}f}-{opening.max:.{d}f} tok/s, "
-                f"closing {closing.min:.{d}f}-{closing.max:.{d}f}")
-        session.drift, session.drift_chance = True, chance
-        if chance <= DRIFT_CHANCE:
-            session.drift_why = f"classic drifted: {span}; nothing here can be saved"
-        else:
-            session.drift_why = (f"classic's opening and closing runs do not overlap ({span}), which "
-                                 f"noise alone does {chance:.0%} of the time with this few runs: drift "
-                                 f"or noise, it cannot tell; nothing here can be saved until more "
-                                 f"repetitions settle it ({_more(session)})")
-    winners = [a for a in session.arms if a.verdict is Verdict.WINS]
-    undecided = [a for a in session.arms if a.verdict is Verdict.UNDECIDED]
-    if session.cancelled:
-        session.recommendation = None
-        session.decision = "cancelled"
-        session.why = (f"stopped by the operator after {session.reps} repetition(s); the ranges so far "
-                       "are kept, no verdict is drawn from them")
-    elif winners:
-        best = max(winners, key=lambda a: a.decode_range().median)
-        session.recommendation = best.width
-        session.decision = f"width {best.width} beats classic"
-        session.why = best.why
-    elif undecided:
-        session.recommendation = None
-        session.decision = "undecided"
-        session.why = ("ranges overlap for " + ", ".join(a.name for a in undecided)
-                       + f"; more repetitions may decide ({_more(session)})")
-    else:
-        session.recommendation = None
-        session.decision = "no width beats classic here"
-        session.why = "; ".join(f"{a.name}: {a.verdict.value}" for a in session.arms)
-    if session.drift:
-        session.why += f"; {session.drift_why}"
+    """Verdicts, drift and the recommendation, from the samples in ``session`` (policy.verdict.decide)."""
+    d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a) for a in session.arms],
+                     cancelled=session.cancelled, reps=session.reps, more=_more(session),
+                     blind=rules.warm_blind(warmup_shift=session.warmup_shift,
+                                            attention=session.attention, backend=session.backend))
+    for arm, (verdict, why) in zip(session.arms, d.verdicts):
+        arm.verdict, arm.why = verdict, why
+    session.drift, session.drift_chance, session.drift_why = d.drift.drifted, d.drift.chance, d.drift.why
+    session.recommendation, session.decision, session.why = d.recommendation, d.decision, d.why
 
 
 def _all_decided(session: Session) -> bool:

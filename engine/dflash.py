@@ -30,6 +30,8 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine import hidden
+from policy.config import ConfigError
+from policy.config import read_config as config_file
 from policy.drafter import DrafterKind
 
 ARCHITECTURE = "DFlashDraftModel"
@@ -287,12 +289,11 @@ class DFlashModel(nn.Module):
 
 
 def read_config(path: Path) -> dict:
+    """The drafter's config.json through policy.config's reader, refused as a drafter format."""
     try:
-        from policy import files  # bounded and strict, as every file the tool reads
-
-        return files.read_json(Path(path) / "config.json")
-    except (OSError, ValueError) as e:
-        raise DrafterFormatError(f"{path}: config.json cannot be read ({e})") from None
+        return config_file(path)
+    except ConfigError as e:
+        raise DrafterFormatError(str(e)) from None
 
 
 def _weights(path: Path) -> dict[str, mx.array]:

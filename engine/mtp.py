@@ -41,6 +41,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine import hidden
+from engine import dflash
 from engine.dflash import DrafterFormatError
 from policy.drafter import DrafterKind
 
@@ -160,22 +161,13 @@ def _read_weights(path: Path, prefixes: tuple[str, ...]) -> dict[str, mx.array]:
     return out
 
 
-def _config(path: Path) -> dict:
-    try:
-        from policy import files  # bounded and strict, as every file the tool reads
-
-        return files.read_json(Path(path) / "config.json")
-    except (OSError, ValueError) as e:
-        raise DrafterFormatError(f"{path}: config.json cannot be read ({e})") from None
-
-
 def load(head_path: Path | None, target: Any, target_path: Path, target_config: dict) -> MTPModel:
     """MTP heads for ``target``: from ``head_path``, or from the target checkpoint when None."""
     from mlx.utils import tree_flatten
 
     source = Path(head_path) if head_path else Path(target_path)
     where = f"MTP head {source}" if head_path else f"target {source}"
-    config = _config(source) if head_path else target_config
+    config = dflash.read_config(source) if head_path else target_config
     count = head_count(config)
     if not count:
         raise DrafterFormatError(f"{where}: no MTP layers (num_nextn_predict_layers / "

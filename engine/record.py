@@ -2,14 +2,12 @@
 
 A record holds the host identity, the pair (paths and content fingerprints),
 the prompt hash and token counts, every raw sample with its per-round
-diagnostics, and the decision with why.
+diagnostics, and the decision with why. Writing one (and where they go) is
+the console's ``console.records``.
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -17,12 +15,6 @@ from typing import Any
 from policy import files
 
 RECORD_SCHEMA = 1
-
-
-def default_dir() -> Path:
-    import platformdirs
-
-    return Path(platformdirs.user_data_dir("blockwidth")) / "records"
 
 
 def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]:
@@ -83,78 +75,27 @@ def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]
     }
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def clean_leftovers(directory: Path) -> list[Path]:
-    """Remove temp files of record writers that died mid-write (their pid is in the name);
-    a live writer's temp file is left alone. Returns what was removed."""
-    removed = []
-    for tmp in Path(directory).glob(".record.*.tmp"):
-        parts = tmp.name.split(".")
-        pid = int(parts[2]) if len(parts) > 3 and parts[2].isdigit() else None
-        if pid is not None and _alive(pid):
-            continue
-        if pid is None and time.time() - tmp.stat().st_mtime < 3600:
-            continue  # an older writer's name carries no pid: only remove it once it is old
-        try:
-            tmp.unlink()
-            removed.append(tmp)
-        except OSError:
-            pass
-    return removed
-
-
-def write(record: dict, directory: Path | None = None) -> Path:
-    """Write atomically to ``directory`` (default: the user data dir); return the path.
-
-    The name never collides with an existing record: a second record in the same second, of
-    the same prompt, from the same process (a quick cancel-and-rerun in the console) gets a
-    suffix instead of replacing the first (the final name is claimed with link(), which
-    fails when it exists)."""
-    directory = Path(directory) if directory else default_dir()
-    directory.mkdir(parents=True, exist_ok=True)
-    clean_leftovers(directory)
-    stamp = record["created"].replace(":", "").replace("-", "")
-    base = f"session-{stamp}-{record['prompt']['sha256'][:8]}-{os.getpid()}"
-    fd, tmp = tempfile.mkstemp(prefix=f".record.{os.getpid()}.", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(files.dumps_json(record, indent=1))
-            fh.flush()
-            os.fsync(fh.fileno())
-        for i in range(1, 10_000):
-            path = directory / (f"{base}.json" if i == 1 else f"{base}-{i}.json")
-            try:
-                os.link(tmp, path)
-                break
-            except FileExistsError:
-                continue
-            except OSError:  # a file system without hard links: claim the name, then replace
-                try:
-                    os.close(os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644))
-                except FileExistsError:
-                    continue
-                os.replace(tmp, path)
-                break
-        else:
-            raise FileExistsError(f"{directory}: 9,999 records named {base}")
-    finally:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-    return path
-
-
 def load(path: Path) -> dict:
     """A record, read bounded and strict (files.FileProblem, a ValueError, when it cannot be)."""
     return files.read_json(Path(path), files.MAX_RECORD_BYTES)
+
+
+def refusal(record: dict):
+    """Why a stored session cannot be saved (a ``policy.verdict.RefusalKind``), or None: the
+    rule ``decision.saveable`` was written with, read from the record's own verdicts, so a
+    record written before that rule was one reads as its session would today."""
+    from policy.verdict import Verdict, refusal as why_not, verdict_of
+
+    def get(d, k):
+        return d.get(k) if isinstance(d, dict) else None
+
+    arms = record.get("arms") if isinstance(record.get("arms"), list) else []
+    verdicts = [verdict_of(get(a, "verdict")) for a in arms]
+    drift = get(record, "drift")
+    rec = get(get(record, "decision"), "recommendation")
+    return why_not(cancelled=bool(get(record, "cancelled")), drifted=bool(get(drift, "drifted")),
+                   recommendation=rec if isinstance(rec, int) else None,
+                   verdicts=[v for v in verdicts if v not in (None, Verdict.CONTROL)])
 
 
 def _r(v: list | None) -> str:

@@ -95,7 +95,7 @@ def read_weights(path: Path) -> Weights:
 
 def device_memory() -> int | None:
     """What the device can hold: its own memory where MLX reports it, else physical RAM."""
-    from policy.device import probe
+    from engine.device import probe
 
     mem = probe().memory_bytes
     if mem:
@@ -107,11 +107,11 @@ def device_memory() -> int | None:
 
 
 def _sizes(config: Mapping[str, Any]) -> Mapping[str, Any]:
-    """The block that states the decoder's sizes (``text_config`` for multimodal configs)."""
-    text = config.get("text_config")
-    if not isinstance(config.get("num_hidden_layers"), int) and isinstance(text, Mapping):
-        return text
-    return config
+    """The block that states the decoder's sizes (``text_config`` for multimodal configs): the
+    one rule every size reader follows (policy.config)."""
+    from policy.config import text
+
+    return text(config)
 
 
 def _int(v: Any) -> int | None:

@@ -1,17 +1,15 @@
-"""The device a width is resolved for: a value type, a spec parser and the probe.
+"""The device a width is resolved for: a value type and the parsers of its names.
 
-Pure code takes a ``Device``; only ``probe()`` touches hardware (MLX's
-``device_info()`` and, on NVIDIA, pynvml).
+Pure: a ``Device`` is read off this machine by ``engine.device.probe`` (MLX's
+``device_info()`` and, on NVIDIA, pynvml) or named by ``parse_device_spec``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import re
-import warnings
 from dataclasses import asdict, dataclass
 from enum import Enum
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 
 class Backend(str, Enum):
@@ -44,6 +42,22 @@ class Device:
         d = asdict(self)
         d["backend"] = self.backend.value
         return d
+
+
+def mismatch(device: Device, backend: Backend, compute_capability: str | None = None,
+             name: str | None = None) -> str | None:
+    """Why ``device`` is not the one these keys describe (a key left None matches any), or None:
+    the one device matcher (profile entries, built-in table rows, --device against the probe).
+    Names compare case-blind, and a device without a name (named by --device) is not told apart
+    by name."""
+    if backend is not device.backend:
+        return f"for {backend.value}; this device is {device.describe()}"
+    if compute_capability and compute_capability != device.compute_capability:
+        return (f"for compute capability {compute_capability}; this device has "
+                f"{device.compute_capability or 'none known'}")
+    if name and device.name and name.lower() != device.name.lower():
+        return f"for device {name!r}; this device is {device.name!r}"
+    return None
 
 
 # [0-9], not \d: \d also matches Arabic-Indic and other digits, which int() reads as numbers
@@ -84,60 +98,6 @@ def parse_device_spec(spec: str) -> Device:
     return Device(Backend(kind))
 
 
-def probe() -> Device:
-    """Read this machine's default MLX device. Never raises for missing NVIDIA parts."""
-    import mlx.core as mx
-
-    info: dict[str, Any] = {}
-    try:
-        info = dict(mx.device_info())
-    except Exception:  # an MLX without device_info, or no GPU
-        info = {}
-    dev = mx.default_device()
-    if dev.type == mx.cpu:
-        import platform
-
-        return Device(Backend.CPU, name=platform.processor() or platform.machine(),
-                      mlx_version=mx.__version__, probed=True,
-                      memory_bytes=_int(info.get("memory_size")))
-    if hasattr(mx, "cuda") and mx.cuda.is_available():
-        major = info.get("compute_capability_major")
-        minor = info.get("compute_capability_minor")
-        cc = f"{major}.{minor}" if major is not None and minor is not None else None
-        name, driver = _nvml(str(info.get("device_name", "")))
-        return Device(Backend.CUDA, name=name, architecture=info.get("architecture") or (sm_of(cc) if cc else None),
-                      compute_capability=cc, memory_bytes=_int(info.get("total_memory")),
-                      driver=driver, mlx_version=mx.__version__, probed=True)
-    return Device(Backend.METAL, name=str(info.get("device_name", "")),
-                  architecture=info.get("architecture"),
-                  memory_bytes=_int(info.get("memory_size")),
-                  mlx_version=mx.__version__, probed=True)
-
-
-def _int(v: Any) -> int | None:
-    return v if isinstance(v, int) and not isinstance(v, bool) else None
-
-
-@contextlib.contextmanager
-def nvml() -> Iterator[Any]:
-    """pynvml, initialised for the block and shut down after; None where there is no NVIDIA
-    driver or no pynvml. The one door to NVML for the probe and the host gate."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # the pynvml shim's deprecation notice
-            import pynvml
-
-        pynvml.nvmlInit()
-    except Exception:
-        yield None
-        return
-    try:
-        yield pynvml
-    finally:
-        with contextlib.suppress(Exception):
-            pynvml.nvmlShutdown()
-
-
 def visible_device(env: Mapping[str, str]) -> str | None:
     """The NVML selector of the GPU that CUDA (and so MLX) calls device 0.
 
@@ -150,38 +110,3 @@ def visible_device(env: Mapping[str, str]) -> str | None:
     if raw is None:
         return None
     return raw.split(",")[0].strip()
-
-
-def nvml_handle(lib: Any, env: Mapping[str, str] | None = None) -> Any:
-    """NVML's handle for the GPU MLX runs on (see ``visible_device``); raises where none."""
-    import os
-
-    first = visible_device(os.environ if env is None else env)
-    if first is None:
-        return lib.nvmlDeviceGetHandleByIndex(0)
-    if first.isascii() and first.isdigit() and len(first) <= 6:
-        # CUDA orders by speed unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML by bus. probe()
-        # cross-checks the name with MLX's own when they could differ.
-        return lib.nvmlDeviceGetHandleByIndex(int(first))
-    if first.upper().startswith(("GPU-", "MIG-")):
-        return lib.nvmlDeviceGetHandleByUUID(first)
-    raise LookupError(f"CUDA_VISIBLE_DEVICES={first!r} names no GPU NVML can find")
-
-
-def _nvml(fallback_name: str) -> tuple[str, str | None]:
-    with nvml() as lib:
-        if lib is None:
-            return fallback_name, None
-        try:
-            h = nvml_handle(lib)
-            name = lib.nvmlDeviceGetName(h)
-            driver = lib.nvmlSystemGetDriverVersion()
-        except Exception:
-            return fallback_name, None
-        name = name.decode() if isinstance(name, bytes) else name
-        driver = driver.decode() if isinstance(driver, bytes) else driver
-        if fallback_name and name and fallback_name.lower() not in name.lower() \
-                and name.lower() not in fallback_name.lower():
-            # NVML picked another GPU than MLX runs on (device order differs): trust MLX's name.
-            return fallback_name, driver
-        return name or fallback_name, driver

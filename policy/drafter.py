@@ -107,6 +107,6 @@ def detect_drafter(config: Any) -> DrafterInfo:
 
 
 def read_drafter(path: Path) -> DrafterInfo:
-    from policy.quantization import read_config
+    from policy.config import read_config
 
     return detect_drafter(read_config(Path(path)))

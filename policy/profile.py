@@ -1,30 +1,27 @@
 """The TOML profile: measured width overrides that later runs and CI honour.
 
 Reading validates every entry and reports every problem with the file, the
-entry and its line. Writing is atomic (temp file + rename), under a lock, and
-merges with what is on disk so two writers lose nothing; a profile that does
-not parse or validate is never overwritten. Writes edit the document in place
-(tomlkit), so the operator's comments and layout survive a save or a delete.
+entry and its line; matching picks the entry for a device, quantization, kind
+and pair. ``edited`` is what a save or a delete makes of the text on disk: the
+document edited in place (tomlkit), so the operator's comments and layout
+survive. Writing it (locked, atomic, merged with what is on disk now) is the
+console's ``console.profile_file``: nothing here writes a file.
 """
 
 from __future__ import annotations
 
-import contextlib
 import datetime as _dt
-import errno
 import os
 import re
 import stat
 import sys
-import tempfile
-import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 from policy import files
-from policy.device import Backend, Device
+from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
 
@@ -32,7 +29,6 @@ SCHEMA = 1
 MAX_WIDTH = 64
 MIN_WIDTH = 2
 MAX_BYTES = 16 * files.MiB  # far above any real profile; bounds a read of /dev/zero or a huge file
-LOCK_WAIT_S = 10.0  # a save waits this long for another writer, then says who holds the lock
 SHOW_PROBLEMS = 10  # problems printed before "and N more"
 
 
@@ -63,20 +59,23 @@ class Override:
     note: str | None = None
     line: int | None = field(default=None, compare=False, hash=False)  # where it was read
 
-    def slot(self) -> tuple:
-        """Two entries with one slot describe the same situation: a save replaces."""
-        return (self.backend, self.compute_capability, self.device_name, self.quant_scheme,
-                self.quant_bits, self.quant_group_size, self.drafter_kind, self.pair)
+    def slot(self, *, case_blind: bool = False) -> tuple[tuple[str, Any], ...]:
+        """The keys this entry matches on, those it sets, as (key, value) pairs: two entries
+        with one slot describe the same situation, and a save replaces. ``case_blind``: as
+        the matcher compares them (device names case-blind), which is what --check's duplicate
+        and shadowing checks need; the file's own slot keeps the name as written."""
+        name = self.device_name.lower() if case_blind and self.device_name else self.device_name
+        keys = (("backend", self.backend.value), ("drafter_kind", self.drafter_kind.value),
+                ("compute_capability", self.compute_capability), ("device_name", name),
+                ("quant_scheme", self.quant_scheme), ("quant_bits", self.quant_bits),
+                ("quant_group_size", self.quant_group_size), ("pair", self.pair))
+        return tuple((k, v) for k, v in keys if v is not None)
 
     def matches(self, device: Device, quant: Quantization, kind: DrafterKind,
                 pair: str | None) -> bool:
-        if self.backend is not device.backend or self.drafter_kind is not kind:
-            return False
-        if self.compute_capability and self.compute_capability != device.compute_capability:
-            return False
         # A device named by --device has no name: the entry still matches, and
         # match_note() says that only the compute capability was compared.
-        if self.device_name and device.name and self.device_name.lower() != device.name.lower():
+        if self.drafter_kind is not kind or self.device_mismatch(device):
             return False
         if self.quant_scheme is not None and self.quant_scheme != quant.scheme.value:
             return False
@@ -87,6 +86,10 @@ class Override:
         if self.pair is not None and self.pair != pair:
             return False
         return True
+
+    def device_mismatch(self, device: Device) -> str | None:
+        """Why this entry is for another device (policy.device.mismatch), or None."""
+        return mismatch(device, self.backend, self.compute_capability, self.device_name)
 
     def match_note(self, device: Device) -> str | None:
         """Why a match may not carry over, for a CUDA entry matched without comparing GPU names:
@@ -171,10 +174,6 @@ class ProfileError(Exception):
             shown.append(f"profile {path}: ... and {len(problems) - SHOW_PROBLEMS:,} more problems")
         self.lines = shown  # one line each, as policy.text.error_lines shows them
         super().__init__("\n".join(shown))
-
-
-class ProfileBusy(ProfileError):
-    """Another process held the profile's lock for longer than a save waits."""
 
 
 def _long_number_line(text: str) -> int | None:
@@ -393,7 +392,7 @@ def dumps(entries: tuple[Override, ...] | list[Override]) -> str:
     return doc.as_string()
 
 
-def _edited(text: str | None, path: Path, drop: tuple, add: Override | None) -> str:
+def edited(text: str | None, path: Path, drop: tuple, add: Override | None) -> str:
     """``text`` with the entries in slot ``drop`` removed and ``add`` appended, edited in
     place so that everything else (comments, order, layout) is kept as the operator left it.
     ``text`` has been validated, so its n-th [[override]] is the n-th parsed entry."""
@@ -432,7 +431,7 @@ def _edited(text: str | None, path: Path, drop: tuple, add: Override | None) -> 
     return out
 
 
-def _stat_problem(path: Path) -> str | None:
+def stat_problem(path: Path) -> str | None:
     """Why ``path`` cannot be a profile file, or None (it is a file, or it does not exist yet)."""
     try:
         st = os.stat(path)
@@ -453,7 +452,7 @@ def _stat_problem(path: Path) -> str | None:
 def load(path: Path | None = None, *, missing_ok: bool = True) -> Profile:
     """Read and validate a profile. A missing file is an empty profile when missing_ok."""
     path = Path(path) if path is not None else default_path()
-    problem = _stat_problem(path)
+    problem = stat_problem(path)
     if problem:
         raise ProfileError(path, [problem])
     if not path.exists():
@@ -465,182 +464,3 @@ def load(path: Path | None = None, *, missing_ok: bool = True) -> Profile:
     except files.FileProblem as e:
         raise ProfileError(path, [str(e).removeprefix(f"{path}: ")]) from None
     return Profile(path, parse(text, path), True)
-
-
-def real_path(path: Path | None) -> Path:
-    """Where a write lands: a symlinked profile is written through to its target (the link
-    stays a link), and the lock sits beside the target, so writers via either name meet."""
-    path = Path(path) if path is not None else default_path()
-    return Path(os.path.realpath(path))
-
-
-def lock_path(path: Path) -> Path:
-    return path.with_name(path.name + ".lock")
-
-
-def check_writable(path: Path | None) -> Profile:
-    """Before any work whose result will be saved: the profile validates and can be written.
-    Creates nothing: a read (and this check) never changes a file."""
-    shown = Path(path) if path is not None else default_path()
-    prof = load(shown, missing_ok=True)
-    real = real_path(shown)
-    problem = _stat_problem(lock_path(real))
-    if problem and "no such" not in problem:
-        raise ProfileError(shown, [f"lock file {lock_path(real)} {problem}"])
-    if os.path.islink(lock_path(real)) and not lock_path(real).exists():
-        raise ProfileError(shown, [f"lock file {lock_path(real)} is a symbolic link to a missing file"])
-    existing = next((p for p in [real.parent, *real.parent.parents] if p.exists()), None)
-    if existing is None or not existing.is_dir():
-        raise ProfileError(shown, [f"its parent {existing} is a file, not a directory"])
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ProfileError(shown, [f"{existing} is not writable"])
-    if real.exists() and not os.access(real.parent, os.W_OK | os.X_OK):
-        raise ProfileError(shown, [f"{real.parent} is not writable (a save replaces the file)"])
-    return prof
-
-
-def _lock_holder(fd: int) -> str:
-    """Who holds the flock on ``fd``'s file, from /proc/locks (Linux); else 'another process'."""
-    try:
-        inode = os.fstat(fd).st_ino
-        with open("/proc/locks", encoding="ascii", errors="replace") as fh:
-            for line in fh:
-                parts = line.split()
-                if "->" in parts or len(parts) < 6 or parts[1] != "FLOCK":
-                    continue
-                if parts[5].rsplit(":", 1)[-1] == str(inode):
-                    pid = parts[4]
-                    try:
-                        with open(f"/proc/{pid}/cmdline", "rb") as c:
-                            cmd = c.read(200).replace(b"\0", b" ").decode(errors="replace").strip()
-                    except OSError:
-                        cmd = ""
-                    return f"pid {pid}" + (f" ({cmd})" if cmd else "")
-    except OSError:
-        pass
-    return "another process"
-
-
-def _open_lock(lock: Path, shown: Path) -> int:
-    try:
-        # O_NOFOLLOW: a symlinked lock file must not create the file it points to.
-        return os.open(lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-    except OSError as e:
-        if e.errno == errno.ELOOP:
-            try:  # a link to an existing file is locked through; a dangling one is refused
-                return os.open(lock, os.O_RDWR | os.O_CLOEXEC)
-            except OSError:
-                raise ProfileError(shown, [f"lock file {lock} is a symbolic link to a missing "
-                                           f"file; remove it"]) from None
-        if e.errno == errno.EISDIR:
-            raise ProfileError(shown, [f"lock file {lock} is a directory; remove it"]) from None
-        raise ProfileError(shown, [f"lock file {lock} cannot be opened ({e.strerror})"]) from None
-
-
-@contextlib.contextmanager
-def _locked(path: Path, shown: Path, wait_s: float) -> Iterator[None]:
-    import fcntl
-
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-    except (FileExistsError, NotADirectoryError):
-        raise ProfileError(shown, [f"its parent {path.parent} is not a directory"]) from None
-    except OSError as e:
-        raise ProfileError(shown, [f"{path.parent} cannot be created ({e.strerror})"]) from None
-    fd = _open_lock(lock_path(path), shown)
-    try:
-        deadline = time.monotonic() + wait_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    raise ProfileBusy(shown, [f"locked by {_lock_holder(fd)} for over {wait_s:g}s "
-                                              f"({lock_path(path)}); nothing was written"]) from None
-                time.sleep(0.05)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
-
-
-def _clean_leftovers(path: Path) -> None:
-    """Temp files of writers killed mid-save. Every writer makes its temp file under the
-    lock we hold, so any one still here belongs to a dead process."""
-    for tmp in path.parent.glob(f".{glob_escape(path.name)}.*.tmp"):
-        with contextlib.suppress(OSError):
-            tmp.unlink()
-
-
-def glob_escape(name: str) -> str:
-    return re.sub(r"([*?\[])", r"[\1]", name)
-
-
-def _write_atomic(path: Path, text: str, shown: Path) -> None:
-    try:
-        mode = stat.S_IMODE(os.stat(path).st_mode)
-    except OSError:
-        mode = 0o644
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    except OSError as e:
-        raise ProfileError(shown, [f"{path.parent} is not writable ({e.strerror})"]) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), mode)
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        if isinstance(e, OSError):
-            raise ProfileError(shown, [f"cannot be written ({e.strerror})"]) from None
-        raise
-
-
-def _current_text(path: Path, shown: Path, must_exist: bool) -> str | None:
-    problem = _stat_problem(path)
-    if problem:
-        raise ProfileError(shown, [problem])
-    if not path.exists():
-        if must_exist:
-            raise ProfileError(shown, ["no such file"])
-        return None
-    try:
-        return files.read_text(path, MAX_BYTES)
-    except files.FileProblem as e:
-        raise ProfileError(shown, [str(e)]) from None
-
-
-def save(path: Path | None, entry: Override, *, wait_s: float | None = None) -> Profile:
-    """Add ``entry`` (replacing one in the same slot) to what is on disk now."""
-    shown = Path(path) if path is not None else default_path()
-    real = real_path(shown)
-    with _locked(real, shown, LOCK_WAIT_S if wait_s is None else wait_s):
-        _clean_leftovers(real)
-        text = _current_text(real, shown, must_exist=False)
-        if text is not None:
-            parse(text, shown)  # raises, writing nothing, if what is on disk is bad
-        _write_atomic(real, _edited(text, shown, entry.slot(), entry), shown)
-    return load(shown)
-
-
-def delete(path: Path | None, entry: Override, *, wait_s: float | None = None) -> Profile:
-    """Remove the entry in ``entry``'s slot from what is on disk now."""
-    shown = Path(path) if path is not None else default_path()
-    real = real_path(shown)
-    with _locked(real, shown, LOCK_WAIT_S if wait_s is None else wait_s):
-        _clean_leftovers(real)
-        text = _current_text(real, shown, must_exist=True) or ""
-        parse(text, shown)
-        _write_atomic(real, _edited(text, shown, entry.slot(), None), shown)
-    return load(shown)
-
-
-def now_iso() -> str:
-    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")

@@ -14,6 +14,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
+from policy.config import ConfigError, read_config, read_sidecar, remote_code  # noqa: F401 (their home)
+from policy.config import text as text_config
+
 
 class Scheme(str, Enum):
     NONE = "none"
@@ -159,9 +162,7 @@ def _dims(config: Mapping[str, Any] | None) -> dict[str, int]:
     """The sizes that set how many weights each module holds (text_config for multimodal)."""
     if not isinstance(config, Mapping):
         return {}
-    src: Mapping[str, Any] = config
-    if not isinstance(config.get("hidden_size"), int) and isinstance(config.get("text_config"), Mapping):
-        src = config["text_config"]
+    src = text_config(config)
     keys = {"hidden": "hidden_size", "inter": "intermediate_size", "moe_inter": "moe_intermediate_size",
             "heads": "num_attention_heads", "kv": "num_key_value_heads", "head_dim": "head_dim",
             "vocab": "vocab_size", "layers": "num_hidden_layers", "experts": "num_experts",
@@ -457,98 +458,6 @@ def classify(config: Any, sidecar: Any = None) -> Quantization:
         return Quantization(Scheme.NONE, None, None, None, "no quantization block; dtype not stated")
     bits = _DTYPE_BITS.get(dtype)
     return Quantization(Scheme.NONE, bits, None, dtype, f"no quantization block; {dtype}")
-
-
-class ConfigError(Exception):
-    """A checkpoint folder whose config.json is missing or unreadable, or that asks to run
-    its own code."""
-
-
-# Files of a checkpoint folder that transformers (through mlx-lm) reads, and the keys in
-# them that make it import Python shipped with the checkpoint.
-_CODE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json",
-               "preprocessor_config.json", "generation_config.json")
-_CODE_KEYS = ("auto_map", "model_file", "custom_pipelines")
-
-
-def remote_code(path: Path, config: Mapping[str, Any] | None = None) -> str | None:
-    """'<file>: <key> ...' when the folder asks to run its own code, else None.
-
-    blockwidth never runs checkpoint code: transformers would ask on stdin (and run it on
-    'y'), mlx-lm would import ``model_file``. Checked here, before anything reaches them.
-    """
-    from policy import files
-
-    path = Path(path)
-    for name in _CODE_FILES:
-        f = path / name
-        if name == "config.json" and config is not None:
-            data: Any = config
-        elif not f.exists() and not f.is_symlink():
-            continue
-        else:
-            try:
-                data = files.read_json(f)
-            except files.FileProblem as e:
-                # transformers would still try to read it: unreadable is not proof of no code
-                return f"{e}; cannot check it for auto_map"
-        if not isinstance(data, Mapping):
-            continue
-        nested = [("", data)] + [(f"{k}.", v) for k, v in data.items()
-                                 if k.endswith("_config") and isinstance(v, Mapping)]
-        for prefix, block in nested:
-            for key in _CODE_KEYS:
-                if block.get(key):
-                    return (f"{f}: has {prefix}{key}, which asks to run code shipped with the "
-                            f"checkpoint; blockwidth never runs checkpoint code")
-    return None
-
-
-def read_config(path: Path) -> dict[str, Any]:
-    """Read ``PATH/config.json``; ConfigError names the path and what is wrong.
-
-    Every reader of a checkpoint folder comes through here (the engine, ``inspect``,
-    ``resolve``, the console), so a folder that asks to run its own code is refused here.
-    """
-    from policy import files
-
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: no such file or directory")
-    if not path.is_dir():
-        raise ConfigError(f"{path}: is a file, not a checkpoint folder")
-    cfg = path / "config.json"
-    if not cfg.exists():
-        raise ConfigError(f"{path}: has no config.json (not a checkpoint folder)")
-    try:
-        data = files.read_json(cfg)
-    except files.FileProblem as e:
-        raise ConfigError(str(e)) from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{cfg}: top level is a {type(data).__name__}, not an object")
-    refusal = remote_code(path, data)
-    if refusal:
-        raise ConfigError(refusal)
-    return data
-
-
-def read_sidecar(path: Path) -> dict[str, Any] | None:
-    """ModelOpt's ``hf_quant_config.json``, or None where the folder has none. One that is there
-    but broken (truncated, not JSON, not an object, a FIFO) is a ConfigError: read as absent, it
-    made an NVFP4 target an unquantized one, and the width was resolved for the wrong kernel."""
-    from policy import files
-
-    side = Path(path) / "hf_quant_config.json"
-    if not side.exists() and not side.is_symlink():
-        return None
-    try:
-        data = files.read_json(side)
-    except files.FileProblem as e:
-        raise ConfigError(f"{e} (the quantization sidecar; remove it or restore it)") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{side}: top level is a {type(data).__name__}, not an object "
-                          f"(the quantization sidecar)")
-    return data
 
 
 def read_quantization(path: Path) -> Quantization:

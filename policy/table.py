@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy.device import Backend, Device
+from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
 
@@ -32,8 +32,7 @@ class MeasuredDefault:
     def matches(self, kind: DrafterKind, device: Device, quant: Quantization) -> bool:
         return (
             kind is self.drafter_kind
-            and device.backend is self.backend
-            and (self.compute_capability is None or device.compute_capability == self.compute_capability)
+            and mismatch(device, self.backend, self.compute_capability) is None
             and quant.scheme is self.scheme
             and (self.bits is None or quant.bits == self.bits)
         )

@@ -70,3 +70,42 @@ def test_console_save_and_delete_keep_the_operators_comment(tmp_path):
     asyncio.run(go())
     assert [e.width for e in profile.load(p).entries] == [8]
     assert "# our H200: measured by hand, keep" in p.read_text()
+
+
+def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
+    """An undecided session's record showed green in the Records tab (its stored flag said
+    saveable) while save refused it: the tab now says why not, by the rule save applies."""
+    import asyncio
+
+    from console import records
+    from engine import record
+    from tests.states import demo_pair, fixture_session
+
+    undecided = fixture_session()
+    for arm in undecided.arms:
+        for run, c in zip(arm.runs, undecided.classic.runs):
+            run.decode_s = c.decode_s
+    from engine.ab import decide
+
+    decide(undecided)
+    host = {"device": {"backend": "cpu"}}
+    old = record.build(undecided, demo_pair(), host)
+    old["decision"]["saveable"] = True  # as records were written before the one rule
+    records.write(old, tmp_path / "rec")
+    win = record.build(fixture_session(), demo_pair(), host)
+    win["created"] = "2030-01-01T00:00:00Z"  # listed first
+    records.write(win, tmp_path / "rec")
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "idle")
+            await pilot.press("5")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            table = app.query_one("#records-table")
+            cells = [table.get_row_at(i)[-1] for i in range(table.row_count)]
+            assert [(str(c), str(c.style)) for c in cells] == [
+                ("width 4 beats classic", "green"), ("not saveable (undecided): undecided", "yellow")]
+
+    asyncio.run(go())

@@ -6,6 +6,7 @@ import json
 import mlx.core as mx
 import pytest
 
+from console import records
 from engine import costcurve, demo, record
 from engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide, run_session
 from engine.decode import DecodeError, DecodeRun, Round, classic, speculative
@@ -251,7 +252,7 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
     assert all(a.identity.identical_ids for a in s.arms)
     assert set(s.exactness) == {2, 4} and s.curve is not None and s.predicted_best in (2, 4)
     rec = record.build(s, model_pair, host.identity(), host.gate().to_dict())
-    path = record.write(rec, tmp_path)
+    path = records.write(rec, tmp_path)
     back = record.load(path)
     assert back == json.loads(json.dumps(rec))
     assert back["prompt"]["sha256"] == s.prompt_sha256 and back["arms"][1]["samples"][0]["rounds_detail"]

@@ -238,11 +238,12 @@ def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, ty
 
 
 def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
+    from console import records
     from engine import record
 
     rec = {"created": "2026-11-29T10:00:00Z", "prompt": {"sha256": "ab" * 32}, "x": 1}
-    first = record.write(rec, tmp_path)
-    second = record.write(dict(rec, x=2), tmp_path)  # same second, prompt and pid
+    first = records.write(rec, tmp_path)
+    second = records.write(dict(rec, x=2), tmp_path)  # same second, prompt and pid
     assert first != second and record.load(first)["x"] == 1 and record.load(second)["x"] == 2
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True,
                           text=True).stdout.strip()
@@ -250,7 +251,7 @@ def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
     leftover.write_text('{"half": ')
     mine = tmp_path / f".record.{os.getpid()}.live.tmp"  # a live writer's: kept
     mine.write_text("{")
-    record.write(rec, tmp_path)
+    records.write(rec, tmp_path)
     assert not leftover.exists() and mine.exists()
     assert len(list(tmp_path.glob("session-*.json"))) == 3
 
@@ -388,6 +389,7 @@ def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
     from console.measure import save_session
     from engine.ab import AbConfig, run_session
     from engine.pair import load_pair
+    from console import profile_file
     from policy import profile
 
     paths = pair_paths(None, None)
@@ -398,12 +400,12 @@ def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
     prof = tmp_path / "p.toml"
     holder = _held(Path(str(prof) + ".lock"))
     try:
-        with pytest.raises(profile.ProfileBusy) as e:
-            old, profile.LOCK_WAIT_S = profile.LOCK_WAIT_S, 0.5
+        with pytest.raises(profile_file.ProfileBusy) as e:
+            old, profile_file.LOCK_WAIT_S = profile_file.LOCK_WAIT_S, 0.5
             try:
                 save_session(decided, pair, tmp_path / "record.json", str(prof))
             finally:
-                profile.LOCK_WAIT_S = old
+                profile_file.LOCK_WAIT_S = old
     finally:
         holder.kill()
         holder.wait()

@@ -120,3 +120,31 @@ def test_an_undecided_fixed_n_session_still_says_more_repetitions_or_sequential(
     assert r.say(Front.CONSOLE) == ("undecided: ranges overlap; run more repetitions "
                                     "(raise n, or turn on sequential)")
     assert r.say(Front.CLI) == "undecided: ranges overlap; run more repetitions (-n, or --sequential)"
+
+
+def test_an_undecided_session_is_not_saveable_anywhere():
+    """One rule (policy.verdict.saveable): the record said "saveable": true for an undecided
+    session (no drift, not cancelled) while save refused it. The record, what sweep --json
+    prints (the record's decision), the headline and save now agree, and a record written
+    before the rule reads by its verdicts, not by its stored flag."""
+    from engine import record
+    from policy.verdict import RefusalKind as Kind
+
+    host = {"device": {"backend": "cpu"}, "mlx": "0.32.4"}
+    for s, kind in ((_undecided(), Kind.UNDECIDED), (fixture_session(), None),
+                    (fixture_session(drift=True), Kind.DRIFT),
+                    (fixture_session(cancelled=True), Kind.CANCELLED)):
+        rec = record.build(s, demo_pair(), host)
+        entry = _entry(s)
+        assert s.saveable is (kind is None) is rec["decision"]["saveable"] is headline(s).saveable
+        assert record.refusal(rec) is kind
+        assert isinstance(entry, Override) if kind is None else entry.kind is kind
+    old = record.build(_undecided(), demo_pair(), host)
+    old["decision"]["saveable"] = True  # as the old rule wrote it
+    assert record.refusal(old) is Kind.UNDECIDED
+    differs = fixture_session()
+    for arm in differs.arms:
+        arm.identity = type(arm.identity)(**{**arm.identity.to_dict(), "identical_ids": False,
+                                             "first_divergence": 3})
+    decide(differs)
+    assert not differs.saveable and record.refusal(record.build(differs, demo_pair(), host)) is Kind.DIFFERS

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from console import profile_file
 from policy import profile
 from policy.device import Backend
 from policy.drafter import DrafterKind
@@ -29,9 +30,9 @@ def entry(**kw):
 
 def test_round_trip(tmp_path):
     p = tmp_path / "profile.toml"
-    profile.save(p, entry())
-    profile.save(p, entry(drafter_kind=DrafterKind.LOOKUP, width=None, decline=True))
-    profile.save(p, entry(backend=Backend.CPU, compute_capability=None, width=3, byte_identical=False,
+    profile_file.save(p, entry())
+    profile_file.save(p, entry(drafter_kind=DrafterKind.LOOKUP, width=None, decline=True))
+    profile_file.save(p, entry(backend=Backend.CPU, compute_capability=None, width=3, byte_identical=False,
                           pair="aa+bb"))
     got = profile.load(p)
     assert len(got.entries) == 3
@@ -45,10 +46,10 @@ def test_round_trip(tmp_path):
 
 def test_save_replaces_same_slot(tmp_path):
     p = tmp_path / "profile.toml"
-    profile.save(p, entry(width=8))
-    profile.save(p, entry(width=4))
+    profile_file.save(p, entry(width=8))
+    profile_file.save(p, entry(width=4))
     assert [e.width for e in profile.load(p).entries] == [4]
-    profile.delete(p, entry())
+    profile_file.delete(p, entry())
     assert profile.load(p).entries == ()
 
 
@@ -82,7 +83,7 @@ def test_invalid_profiles_are_located_and_untouched(tmp_path, text, needle):
         profile.load(p)
     assert needle in str(e.value) and str(p) in str(e.value)
     with pytest.raises(ProfileError):
-        profile.save(p, entry())
+        profile_file.save(p, entry())
     assert p.read_bytes() == before
 
 
@@ -97,13 +98,14 @@ def test_all_problems_reported_at_once(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
+    from console import profile_file
     from policy import profile
     from policy.device import Backend
     from policy.drafter import DrafterKind
     path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     for i in range(n):
-        profile.save(path, profile.Override(backend=Backend.CPU, drafter_kind=DrafterKind.MODEL,
-                                            width=2 + i % 8, pair=f"{tag}-{i}"))
+        profile_file.save(path, profile.Override(backend=Backend.CPU, drafter_kind=DrafterKind.MODEL,
+                                                 width=2 + i % 8, pair=f"{tag}-{i}"))
 """)
 
 
@@ -128,11 +130,11 @@ def test_save_and_delete_keep_comments_and_layout(tmp_path):
     p.write_text("# my notes: do not lose me\nschema = 1\n\n"
                  "# measured by hand on the lab box\n[[override]]\nbackend = \"cpu\"   # the 2-core CI\n"
                  "drafter_kind = \"lookup\"\nwidth = 3\n")
-    profile.save(p, entry())
+    profile_file.save(p, entry())
     text = p.read_text()
     assert "# my notes: do not lose me" in text and "# measured by hand on the lab box" in text
     assert 'backend = "cpu"   # the 2-core CI' in text and text.count("[[override]]") == 2
-    profile.delete(p, entry())
+    profile_file.delete(p, entry())
     text = p.read_text()
     assert "# my notes: do not lose me" in text and 'backend = "cpu"   # the 2-core CI' in text
     assert text.count("[[override]]") == 1 and len(profile.load(p).entries) == 1
@@ -157,7 +159,7 @@ def test_accepted_but_wrong_profiles_are_refused(tmp_path, text, needle):
     assert len(str(e.value)) < 400
     before = p.read_bytes()
     with pytest.raises(ProfileError):
-        profile.save(p, entry())
+        profile_file.save(p, entry())
     assert p.read_bytes() == before
 
 
@@ -176,7 +178,7 @@ def test_symlinked_profile_is_written_through(tmp_path):
     link = tmp_path / "link.toml"
     real.write_text(ONE)
     link.symlink_to(real)
-    profile.save(link, entry())
+    profile_file.save(link, entry())
     assert link.is_symlink() and len(profile.load(real).entries) == 2
     assert (tmp_path / "real.toml.lock").exists() and not (tmp_path / "link.toml.lock").exists()
 
@@ -196,18 +198,18 @@ def test_bad_lock_and_parent_paths_are_one_line_errors(tmp_path):
     p = tmp_path / "p.toml"
     (tmp_path / "p.toml.lock").symlink_to(tmp_path / "victim")
     with pytest.raises(ProfileError, match="symbolic link to a missing file"):
-        profile.save(p, entry())
+        profile_file.save(p, entry())
     assert not (tmp_path / "victim").exists() and not p.exists()
     q = tmp_path / "q.toml"
     (tmp_path / "q.toml.lock").mkdir()
     with pytest.raises(ProfileError, match="is a directory"):
-        profile.save(q, entry())
+        profile_file.save(q, entry())
     with pytest.raises(ProfileError, match="is a directory"):
-        profile.check_writable(q)
+        profile_file.check_writable(q)
     f = tmp_path / "file"
     f.write_text("x")
-    for call in (lambda: profile.load(f / "p.toml"), lambda: profile.save(f / "p.toml", entry()),
-                 lambda: profile.check_writable(f / "p.toml")):
+    for call in (lambda: profile.load(f / "p.toml"), lambda: profile_file.save(f / "p.toml", entry()),
+                 lambda: profile_file.check_writable(f / "p.toml")):
         with pytest.raises(ProfileError, match="is a file, not a directory|is not a directory"):
             call()
 
@@ -236,14 +238,14 @@ def test_a_held_lock_is_waited_for_a_bounded_time_and_named(tmp_path):
                               text=True)
     try:
         assert holder.stdout.readline().strip() == "held"
-        with pytest.raises(profile.ProfileBusy) as e:
-            profile.save(p, entry(), wait_s=0.3)
+        with pytest.raises(profile_file.ProfileBusy) as e:
+            profile_file.save(p, entry(), wait_s=0.3)
         assert f"pid {holder.pid}" in str(e.value) and "nothing was written" in str(e.value)
         assert p.read_text() == ONE
     finally:
         holder.kill()
         holder.wait()
-    profile.save(p, entry(), wait_s=0.3)  # released: the save goes through
+    profile_file.save(p, entry(), wait_s=0.3)  # released: the save goes through
     assert len(profile.load(p).entries) == 2
 
 
@@ -253,7 +255,7 @@ def test_leftover_temp_files_are_cleaned_and_ignored(tmp_path):
     left = tmp_path / ".p.toml.abc123.tmp"
     left.write_text("half a profile [[")
     assert len(profile.load(p).entries) == 1  # a read ignores it
-    profile.save(p, entry())
+    profile_file.save(p, entry())
     assert not left.exists()
 
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from policy.quantization import ConfigError, Quantization, Scheme, classify, read_quantization
+from policy.config import ConfigError
+from policy.quantization import Quantization, Scheme, classify, read_quantization
 
 CASES = [
     # (name, config, sidecar, scheme, bits, group_size)

@@ -1,0 +1,84 @@
+"""What the console's workers post back to the UI thread: one typed message per result.
+
+Workers never touch widgets; each posts one of these and its handler (``on_<name>``) draws it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from textual.message import Message
+
+if TYPE_CHECKING:
+    from console.inputs import PairPaths
+    from engine.ab import Event, Session
+    from engine.pair import Pair
+    from policy.drafter import DrafterInfo
+    from policy.resolve import Resolution
+
+
+@dataclass
+class Resolved(Message):
+    """The resolver answered (its device probe and checkpoint fingerprints ran in a thread)."""
+
+    res: Resolution
+    paths: PairPaths
+    info: DrafterInfo
+
+
+@dataclass
+class ResolveFailed(Message):
+    """The resolver refused: bad input, a bad width override, a profile that does not parse."""
+
+    error: str
+
+
+@dataclass
+class PairReady(Message):
+    pair: Pair
+
+
+@dataclass
+class AbEvent(Message):
+    """One progress event of a running A/B session."""
+
+    event: Event
+
+    def can_replace(self, message: Message) -> bool:
+        # Token ticks coalesce; stage changes must all arrive.
+        return (isinstance(message, AbEvent) and message.event.kind == "progress"
+                and self.event.kind == "progress")
+
+
+@dataclass
+class AbDone(Message):
+    """A session finished (or was cancelled) and its record was written."""
+
+    session: Session
+    record_path: Path
+    gate_warnings: list[str]
+
+
+@dataclass
+class Saved(Message):
+    """The profile write: what was saved, or the refusal (exactly one is set)."""
+
+    saved: str | None
+    refusal: str | None
+
+
+@dataclass
+class RecordsRead(Message):
+    """Past session records for this pair and device, newest first."""
+
+    rows: list[tuple[Path, dict]]
+
+
+@dataclass
+class PreviewRendered(Message):
+    """One record's Markdown, rendered off the UI thread."""
+
+    path: Path
+    markdown: str

@@ -1,0 +1,1 @@
+"""The console's parts: the top panels and one widget per tab (each a ``TabPane``)."""

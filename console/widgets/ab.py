@@ -1,0 +1,321 @@
+"""Tab 1: the A/B session. Its fields, the stage line (bar and status), and the results:
+settings, headline, the arms table beside (or above) the plot, details; on wide and tall
+terminals the identity diff and the chain beside them.
+
+The tab draws the app's reactive state (``resolution``, ``session_state``, ``phase``, bound
+with ``data_bind``) and its own ``stale``: results belong to the fields they were run with.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from rich.text import Text
+from textual import on
+from textual.app import ComposeResult
+from textual.containers import Horizontal, VerticalScroll
+from textual.reactive import var
+from textual.widgets import Button, Checkbox, DataTable, Input, Label, ProgressBar, Static, TabPane
+
+from console.inputs import InputError, chain_lines
+from console.outcome import headline
+from console.render import arm_rows, bars
+from console.request import SessionRequest, session_request
+from console.state import BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
+from console.widgets.common import TONE_STYLE
+from console.widgets.top import in_effect
+from policy.text import shown
+
+if TYPE_CHECKING:
+    from engine.ab import Session
+
+_PHASE_STYLE = {Phase.FAILED: "bold red", Phase.LOAD_FAILED: "bold red", Phase.CANCELLED: "yellow",
+                Phase.CANCELLING: "yellow", Phase.DONE: "green"}
+_VERDICT_STYLE = {"wins": "bold green", "slower": "red", "faster, output differs": "yellow"}
+
+
+def escape_prompt(prompt: str) -> str:
+    return prompt.replace("\\", "\\\\").replace("\n", "\\n")
+
+
+def unescape_prompt(text: str) -> str:
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c == "\\" and i + 1 < len(text) and text[i + 1] in "n\\":
+            out.append("\n" if text[i + 1] == "n" else "\\")
+            i += 2
+            continue
+        out.append(c)
+        i += 1
+    return "".join(out)
+
+
+class MarkedCheckbox(Checkbox):
+    """A checkbox whose mark is blank when off. Textual's draws its X either way and tells the
+    states apart by colour alone, which in the compact controls row a user toggled without
+    noticing (new-user tryout)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self._set_mark()  # a box created on shows its X before it is first toggled
+
+    def watch_value(self) -> None:
+        self._set_mark()
+        super().watch_value()
+
+    def _set_mark(self) -> None:
+        self.BUTTON_INNER = "X" if self.value else " "
+
+
+class Stage(Horizontal):
+    """The status line and the bar: one place decides both."""
+
+    def compose(self) -> ComposeResult:
+        yield ProgressBar(id="progress", total=1000, show_eta=False, classes="-idle")
+        yield Static("", id="status")
+
+    def show(self, phase: Phase, detail: str = "", fraction: float | None = None) -> None:
+        bar = self.query_one(ProgressBar)
+        # The bar is shown only while a stage with a known size runs; idle or failed, no animation.
+        bar.set_class(not phase.busy or fraction is None, "-idle")
+        if fraction is not None:
+            bar.update(total=1000, progress=round(fraction * 1000))
+        status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {shown(detail)}" if detail else "")
+        status.no_wrap, status.overflow = True, "ellipsis"
+        self.query_one("#status", Static).update(status)
+
+
+def arm_table_rows(session: Session, width_in_effect: int | None) -> list[tuple[str, tuple]]:
+    """The arms table: (row key, cells) for every arm with runs; ``*`` marks the width in effect."""
+    rows = []
+    for arm in [session.classic, *session.arms]:
+        d, e = arm.decode_range(), arm.e2e_range()
+        if d is None:
+            continue
+        acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
+        ident = "-" if arm.identity is None else (
+            "identical" if arm.identity.identical_ids else f"differs @ {arm.identity.first_divergence}")
+        verdict = "(cancelled)" if session.cancelled and arm.width is not None else arm.verdict.value
+        name = arm.name + (" *" if width_in_effect is not None and arm.width == width_in_effect else "")
+        rows.append((arm.name, (name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{e.median:.1f}",
+                                acc, ident, Text(verdict, style=_VERDICT_STYLE.get(verdict, "")))))
+    return rows
+
+
+def details_text(state: SessionView, view: ResolutionView | None) -> Text:
+    """Below the table: the width in effect, why, predictions, exactness, warnings, the record."""
+    s = state.session
+    lines: list[Text] = []
+    note = in_effect(state, view)
+    if note:
+        lines.append(Text(note[0] + " (* in the table)", style=TONE_STYLE[note[1]]))
+    if not s.cancelled:
+        lines.append(Text.assemble(("why: ", "bold"), s.why))
+        if s.prediction:
+            # both terms per width (draft by the kind's cost model, verify from the curve)
+            first, *rest = s.prediction_lines()
+            lines.append(Text(first, style="bold"))
+            lines.extend(Text(line) for line in rest)
+        elif s.predicted:
+            pred = "  ".join(f"w{k} {v:.2f}x" for k, v in sorted(s.predicted.items()))
+            lines.append(Text.assemble(("model prediction ", "bold"),
+                                       "(cost curve x acceptance; not a measurement): ",
+                                       f"best w{s.predicted_best}  [{pred}]"))
+        for ex in s.exactness.values():
+            lines.append(Text(f"exactness {ex.describe()}", style="" if ex.bitwise_equal else "yellow"))
+        for arm in s.arms:
+            if arm.identity and not arm.identity.identical_ids:
+                lines.append(Text(shown(f"{arm.name}: {arm.identity.describe()}"), style="yellow"))
+        for w in s.warnings():
+            lines.append(Text(f"warning: {w}", style="yellow"))
+    for w in state.gate_warnings:
+        lines.append(Text(f"host: {w} (timings may be noisy)", style="yellow"))
+    if state.record_path is not None:
+        lines.append(Text(f"record: {state.record_path.name}  (m exports it as Markdown)", style="dim"))
+    return Text("\n").join(lines)
+
+
+class AbTab(TabPane):
+    resolution: var[ResolutionView | None] = var(None)
+    session_state: var[SessionView | None] = var(None)
+    phase: var[Phase] = var(Phase.LOADING)  # bound, read when drawing; the app's stage shows it
+    stale: var[bool] = var(False)  # the fields changed since the shown session was asked for
+
+    def __init__(self, title: str, *, prompt: str, verify_attention: str, id: str) -> None:
+        super().__init__(title, id=id)
+        self._prompt = prompt
+        self._verify_attention = verify_attention
+        self._widths_touched = False  # typed by the operator: the resolution no longer fills them
+
+    def compose(self) -> ComposeResult:
+        with Horizontal(id="controls"):
+            yield Label("widths")
+            yield Input(",".join(map(str, DEFAULT_WIDTHS)), id="widths", compact=True)
+            yield Label("n")
+            yield Input("3", id="n", compact=True)
+            yield Label("tokens")
+            yield Input("64", id="tokens", compact=True)
+            yield MarkedCheckbox("sequential", True, id="sequential", compact=True,
+                                 tooltip=f"add repetitions until decided (at most 12, {BUDGET_S} s)")
+        with Horizontal(id="prompt-row"):
+            yield Label("prompt")
+            yield Input(escape_prompt(self._prompt), id="prompt", compact=True,
+                        tooltip="\\n is a newline; p puts the next preset here")
+            # On the prompt row, where the field gives way, so both fit at 80 columns.
+            yield Button("Run (a)", id="start", variant="primary", compact=True)
+            yield Button("Cancel (c)", id="cancel", disabled=True, compact=True)
+        yield Stage(id="stage")
+        with Horizontal(id="ab-main"):
+            with VerticalScroll(id="results", can_focus=True):
+                yield Static(_NO_SESSION, id="settings")
+                yield Static("", id="headline")
+                with Horizontal(id="body"):
+                    yield DataTable(id="arms", cursor_type="row", zebra_stripes=True)
+                    yield Static("", id="plot")
+                yield Static("", id="details")
+            # Only on wide terminals: the identity diff and the chain beside the results.
+            with VerticalScroll(id="side"):
+                yield Static("", id="side-identity")
+                yield Static("", id="side-chain")
+
+    def on_mount(self) -> None:
+        self.query_one("#arms", DataTable).add_columns(
+            "arm", "decode min", "median", "max", "e2e med", "accept", "identity", "verdict")
+
+    # ---- the fields
+    def read_request(self) -> SessionRequest:
+        """The session the fields ask for (FieldError names the field that is wrong)."""
+        return session_request(
+            widths=self.query_one("#widths", Input).value, n=self.query_one("#n", Input).value,
+            tokens=self.query_one("#tokens", Input).value,
+            prompt=unescape_prompt(self.query_one("#prompt", Input).value),
+            sequential=self.query_one("#sequential", Checkbox).value, max_seconds=BUDGET_S)
+
+    def set_prompt(self, prompt: str) -> None:
+        self.query_one("#prompt", Input).value = escape_prompt(prompt)
+
+    def mark_bad(self, field: str) -> None:
+        """Mark the field to fix (``widths``, ``n``, ``tokens`` or ``prompt``)."""
+        if field in ("widths", "n", "tokens", "prompt"):
+            self.query_one(f"#{field}", Input).add_class("-bad")
+
+    def set_buttons(self, busy: bool, can_start: bool, can_cancel: bool) -> None:
+        self.query_one("#start", Button).disabled = busy or not can_start
+        self.query_one("#cancel", Button).disabled = not can_cancel
+
+    @on(Input.Changed)
+    def _field_changed(self, event: Input.Changed) -> None:
+        event.input.remove_class("-bad")
+        if event.input.id == "widths" and event.input.has_focus:  # typed by the operator
+            self._widths_touched = True
+        self._mark_stale()
+
+    @on(Checkbox.Changed)
+    def _box_changed(self) -> None:
+        self._mark_stale()
+
+    def _mark_stale(self) -> None:
+        state = self.session_state
+        if state is None or state.request is None:
+            return
+        try:
+            now = self.read_request()
+        except InputError:
+            now = None
+        self.stale = now != state.request and not self.phase.busy
+
+    def watch_stale(self, stale: bool) -> None:
+        self.query_one("#results").set_class(stale, "-stale")
+        self._draw_settings()
+
+    # ---- the state
+    def watch_resolution(self, view: ResolutionView | None) -> None:
+        if view is None or view.res is None:
+            return  # resolving again, or it failed: what is shown stays
+        res = view.res
+        # The width in effect is always among the measured arms; add it while the operator
+        # has not typed their own widths (a run adds it anyway).
+        if res.width is not None and not self._widths_touched:
+            field = self.query_one("#widths", Input)
+            with self.prevent(Input.Changed):
+                field.value = ",".join(map(str, sorted({*DEFAULT_WIDTHS, res.width})))
+        self.query_one("#side-chain", Static).update(Text.assemble(
+            ("the resolution's chain (tab 3)\n", "bold"), "\n".join(chain_lines(res.chain))))
+        # The arms table's * and the headline stay as the session was shown (issue 25 has them
+        # follow a save); the details' note on the width in effect follows the resolution.
+        if self._shown() is not None:
+            self._draw_details()
+
+    def watch_session_state(self) -> None:
+        self.stale = False  # a new session (or none) is what the fields asked for
+        self._draw_arms()
+        self._draw_plot()
+        self._draw_headline()
+        self._draw_settings()
+        self._draw_details()
+
+    def _shown(self) -> Session | None:
+        """The finished (or cancelled) session shown, if any."""
+        state = self.session_state
+        return state.session if state is not None else None
+
+    # Each part of the results draws from the state alone, so a change redraws what it touches.
+    def _draw_arms(self) -> None:
+        table = self.query_one("#arms", DataTable)
+        table.clear()
+        s = self._shown()
+        if s is not None:
+            for key, cells in arm_table_rows(s, self.resolution.width if self.resolution else None):
+                table.add_row(*cells, key=key)
+
+    def _draw_plot(self) -> None:
+        s = self._shown()
+        plot = "" if s is None or s.cancelled else (
+            "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s")))
+        self.query_one("#plot", Static).update(Text(plot))
+
+    def _draw_headline(self) -> None:
+        s, text = self._shown(), Text()
+        if s is not None:
+            h = headline(s, self.session_state.planned or s.config.planned_runs)
+            text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim"))
+        self.query_one("#headline", Static).update(text)
+
+    def _draw_details(self) -> None:
+        s = self._shown()
+        self.query_one("#details", Static).update(
+            Text() if s is None else details_text(self.session_state, self.resolution))
+
+    def _attention(self) -> str:
+        """The verify attention in effect: the session's, else what ``auto`` means here."""
+        state = self.session_state
+        if state is not None and state.session is not None and getattr(state.session, "attention", ""):
+            return state.session.attention
+        from engine.attention import effective
+
+        mode = self._verify_attention
+        eff = effective(mode).value
+        return eff if mode == eff else f"{eff} ({mode})"
+
+    def _draw_settings(self) -> None:
+        state = self.session_state
+        settings = self.query_one("#settings", Static)
+        if state is None or state.request is None:
+            settings.update(_NO_SESSION)
+            return
+        said = ("running with " if self.phase.busy else "failed with " if self.phase is Phase.FAILED
+                else "measured with ")
+        t = Text.assemble((said, "dim"), state.request.settings(), f" · verify attention {self._attention()}")
+        if state.added_width:
+            t.append(f" (+ w{state.added_width}: the width in effect)", style="dim")
+        if self.stale:
+            t = Text.assemble(("STALE ", "bold yellow reverse"), " fields changed since this run; a runs them. ",
+                              t)
+        settings.update(t)
+
+    def show_identity(self, side: Text) -> None:
+        self.query_one("#side-identity", Static).update(side)
+
+
+_NO_SESSION = Text("no session yet: press a (or Enter in a field)", style="dim")

@@ -1,0 +1,88 @@
+"""Tab 4: the profile's entries, each with its static --check mark for the resolved device."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.reactive import var
+from textual.widgets import DataTable, Static, TabPane
+
+from console.state import ResolutionView
+from console.widgets.common import plural
+from policy.text import error_lines, shown
+from policy.profile import ProfileError
+
+MARK_STYLE = {"pass": "green", "warn": "yellow", "stale": "yellow", "skip": "dim", "fail": "bold red",
+              "unchecked": "dim"}
+
+
+def quant_label(scheme: str | None, bits: int | None) -> str:
+    if scheme is None:
+        return "any"
+    if scheme == "none":
+        return "unquantized"
+    return f"{scheme} {bits}-bit" if bits else scheme
+
+
+class ProfileTab(TabPane):
+    """Re-read whenever the resolution changes (a save or a delete re-resolves)."""
+
+    resolution: var[ResolutionView | None] = var(None)
+
+    def __init__(self, title: str, *, path: Path, id: str) -> None:
+        super().__init__(title, id=id)
+        self.path = path
+        self.entries: list[Any] = []
+
+    def compose(self) -> ComposeResult:
+        yield Static("", id="profile-path")
+        yield DataTable(id="profile-table", cursor_type="row")
+
+    def on_mount(self) -> None:
+        self.query_one(DataTable).add_columns(
+            "check", "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair", "why")
+
+    def watch_resolution(self) -> None:
+        self.refresh_entries()
+
+    def highlighted(self) -> Any | None:
+        """The entry under the table's cursor, if any."""
+        row = self.query_one(DataTable).cursor_row
+        return self.entries[row] if self.entries and row is not None and row < len(self.entries) else None
+
+    def refresh_entries(self) -> None:
+        from policy import profile as profiles
+
+        table = self.query_one(DataTable)
+        table.clear()
+        try:
+            prof = profiles.load(self.path, missing_ok=True)
+        except ProfileError as e:
+            self.entries = []
+            self.query_one("#profile-path", Static).update(Text("\n".join(error_lines(e)), style="red"))
+            return
+        self.entries = list(prof.entries)
+        where = shown(self.path) + ("" if prof.exists else " (not created yet)")
+        self.query_one("#profile-path", Static).update(Text(
+            f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
+            f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
+        for e, mark in zip(prof.entries, self._marks(prof)):
+            table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
+                          e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
+                          e.drafter_kind.value, "decline" if e.decline else str(e.width), shown(e.mlx or "-"),
+                          shown((e.measured_at or "-")[:19]), "yes" if e.byte_identical else "NO",
+                          shown((e.pair or "any")[:12]), shown(mark.why))
+
+    def _marks(self, prof: Any) -> list[Any]:
+        """The static --check, read-only, for the resolved device: one mark per entry (none
+        until the resolution worker has probed the device)."""
+        from console.check import EntryMark, Mark, profile_marks
+
+        view = self.resolution
+        if view is None or view.res is None:
+            return [EntryMark(Mark.UNCHECKED, "no device yet: the resolution has not finished or failed")
+                    ] * len(prof.entries)
+        return profile_marks(prof, view.res.device)

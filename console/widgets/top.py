@@ -1,0 +1,126 @@
+"""The top of the console: the resolution panel, the pair panel and the error line.
+
+The two panels draw the app's reactive state (bound with ``data_bind``); on narrow terminals
+(the screen's ``-narrow`` breakpoint class) they say less, so they redraw when resized.
+"""
+
+from __future__ import annotations
+
+from rich.text import Text
+from textual.reactive import var
+from textual.widgets import Static
+
+from console.outcome import Tone, in_effect_note
+from console.state import ResolutionView, SessionView
+from console.widgets.common import TONE_STYLE, short_path
+from policy.resolve import keyed_on
+from policy.text import shown
+
+
+def in_effect(session_view: SessionView | None, view: ResolutionView | None) -> tuple[str, Tone] | None:
+    """What the shown session says about the width in effect (None: nothing to say)."""
+    if session_view is None or session_view.session is None or view is None or view.res is None:
+        return None
+    return in_effect_note(session_view.session, view.res.width)
+
+
+class _Panel(Static):
+    """A top panel: says less on a narrow screen, so it redraws when its size changes."""
+
+    def draw(self) -> None:
+        raise NotImplementedError
+
+    def narrow(self) -> bool:
+        return self.is_attached and self.screen.has_class("-narrow")
+
+    def on_resize(self) -> None:
+        # After the refresh, not in the handler: a size change met while Textual lays out the
+        # resized screen would not lay the panel out again, and its new lines would be cut.
+        self.call_after_refresh(self.draw)
+
+
+class ResolutionPanel(_Panel):
+    """The width in effect, its source, the reason and what it was keyed on."""
+
+    resolution: var[ResolutionView | None] = var(None)
+    session_state: var[SessionView | None] = var(None)
+
+    def watch_resolution(self) -> None:
+        self.draw()
+
+    def watch_session_state(self) -> None:
+        self.draw()
+
+    def draw(self) -> None:
+        view = self.resolution
+        if view is None:
+            self.update("resolving…")
+            return
+        res = view.res
+        if res is None:
+            self.update(Text("no resolution", style="bold red"))
+            return
+        width = str(res.width) if res.width is not None else "classic"
+        head = Text.assemble(("width ", "bold"), (width, "bold green"), f" · source {res.source.value}",
+                             (" · STALE" if res.stale else "", "yellow"))
+        note = in_effect(self.session_state, view)
+        if note:
+            head.append(f"  {note[0]}", style=TONE_STYLE[note[1]])
+        keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
+        self.update(Text.assemble(head, "\n", shown(res.reason), *(() if self.narrow() else ("\n", keyed))))
+
+
+class PairPanel(_Panel):
+    """The pair and device once resolved, and why the pair did not load. That failure is said
+    here only, where the operator reads which pair this is; every redraw keeps it until another
+    pair is opened."""
+
+    resolution: var[ResolutionView | None] = var(None)
+    load_error: var[str | None] = var(None)
+
+    def watch_resolution(self) -> None:
+        self.draw()
+
+    def watch_load_error(self) -> None:
+        self.draw()
+
+    def draw(self) -> None:
+        view, error = self.resolution, self.load_error
+        if view is None and error is None:
+            self.update("loading the pair…")  # a pair is being opened
+            return
+        lines: list[Text] = []
+        if view is not None and view.res is not None:
+            res, paths, info = view.res, view.paths, view.info
+            drafter = short_path(paths.drafter, paths.demo)
+            lines = [Text.assemble(("target  ", "bold"), short_path(paths.target, paths.demo)),
+                     Text.assemble(("drafter ", "bold"), f"{drafter}  ({info.kind.value})"),
+                     Text.assemble(("device  ", "bold"), res.device.describe())]
+            if self.narrow():
+                d = paths.drafter.name if paths.drafter else "prompt lookup"
+                lines = [Text.assemble(("pair ", "bold"), shown(f"{'demo: ' if paths.demo else ''}{paths.target.name}"
+                                       f" + {d} ({info.kind.value}) · {res.device.describe()}"))]
+        if error is not None:
+            lines.append(Text(f"pair not loaded: {shown(error)}", style="red"))
+        if not lines:
+            return  # the resolution failed before the pair answered: what is shown stays
+        t = Text("\n").join(lines)
+        # A path is cut at the edge, never broken mid-word; a failure wraps, so all of it shows.
+        t.no_wrap, t.overflow = error is None, "ellipsis"
+        self.update(t)
+
+
+class ErrorLine(Static):
+    """One line for what went wrong. A key's refusal ("nothing to do") is taken away by the
+    next action that works (``clear_refusal``); other errors stay until their cause is redone."""
+
+    refusal_shown = False
+
+    def show(self, text: str, refusal: bool = False) -> None:
+        self.update(Text(shown(text)))  # one line, whatever the error quotes
+        self.set_class(not text, "-empty")
+        self.refusal_shown = bool(text) and refusal
+
+    def clear_refusal(self) -> None:
+        if self.refusal_shown:
+            self.show("")

@@ -1,0 +1,125 @@
+"""A checkpoint's ``config.json``: the one reader (bounded, strict, refusing checkpoint code), and
+the sizes in it, wherever the published layout puts them.
+
+A multimodal checkpoint (Qwen 3.5, Gemma 3/4, Llama 4, Mistral 3 ...) keeps its language model's
+sizes under ``text_config``; a text-only one at the top level. Every size this project reads goes
+through ``size`` so the two layouts read the same.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping
+
+from policy import files
+
+
+def size(config: Any, key: str, default: Any = None) -> Any:
+    """``config[key]``, else ``config["text_config"][key]``, else ``default``."""
+    if not isinstance(config, Mapping):
+        return default
+    v = config.get(key)
+    if v is None:
+        text = config.get("text_config")
+        if isinstance(text, Mapping):
+            v = text.get(key)
+    return default if v is None else v
+
+
+def text(config: Any) -> Mapping:
+    """The mapping that holds the language model's settings: ``text_config`` where the top level
+    states no ``hidden_size`` and has one, else the config itself."""
+    if not isinstance(config, Mapping):
+        return {}
+    inner = config.get("text_config")
+    if config.get("hidden_size") is None and isinstance(inner, Mapping):
+        return inner
+    return config
+
+
+# ---- reading the file ------------------------------------------------------------------------
+
+class ConfigError(Exception):
+    """A checkpoint folder whose config.json is missing or unreadable, or that asks to run
+    its own code."""
+
+
+# Files of a checkpoint folder that transformers (through mlx-lm) reads, and the keys in
+# them that make it import Python shipped with the checkpoint.
+_CODE_FILES = ("config.json", "tokenizer_config.json", "processor_config.json",
+               "preprocessor_config.json", "generation_config.json")
+_CODE_KEYS = ("auto_map", "model_file", "custom_pipelines")
+
+
+def remote_code(path: Path, config: Mapping[str, Any] | None = None) -> str | None:
+    """'<file>: <key> ...' when the folder asks to run its own code, else None.
+
+    blockwidth never runs checkpoint code: transformers would ask on stdin (and run it on
+    'y'), mlx-lm would import ``model_file``. Checked here, before anything reaches them.
+    """
+    path = Path(path)
+    for name in _CODE_FILES:
+        f = path / name
+        if name == "config.json" and config is not None:
+            data: Any = config
+        elif not f.exists() and not f.is_symlink():
+            continue
+        else:
+            try:
+                data = files.read_json(f)
+            except files.FileProblem as e:
+                # transformers would still try to read it: unreadable is not proof of no code
+                return f"{e}; cannot check it for auto_map"
+        if not isinstance(data, Mapping):
+            continue
+        nested = [("", data)] + [(f"{k}.", v) for k, v in data.items()
+                                 if k.endswith("_config") and isinstance(v, Mapping)]
+        for prefix, block in nested:
+            for key in _CODE_KEYS:
+                if block.get(key):
+                    return (f"{f}: has {prefix}{key}, which asks to run code shipped with the "
+                            f"checkpoint; blockwidth never runs checkpoint code")
+    return None
+
+
+def read_config(path: Path) -> dict[str, Any]:
+    """Read ``PATH/config.json``; ConfigError names the path and what is wrong.
+
+    Every reader of a checkpoint folder comes through here (the engine, ``inspect``,
+    ``resolve``, the console), so a folder that asks to run its own code is refused here.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: no such file or directory")
+    if not path.is_dir():
+        raise ConfigError(f"{path}: is a file, not a checkpoint folder")
+    cfg = path / "config.json"
+    if not cfg.exists():
+        raise ConfigError(f"{path}: has no config.json (not a checkpoint folder)")
+    try:
+        data = files.read_json(cfg)
+    except files.FileProblem as e:
+        raise ConfigError(str(e)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{cfg}: top level is a {type(data).__name__}, not an object")
+    refusal = remote_code(path, data)
+    if refusal:
+        raise ConfigError(refusal)
+    return data
+
+
+def read_sidecar(path: Path) -> dict[str, Any] | None:
+    """ModelOpt's ``hf_quant_config.json``, or None where the folder has none. One that is there
+    but broken (truncated, not JSON, not an object, a FIFO) is a ConfigError: read as absent, it
+    made an NVFP4 target an unquantized one, and the width was resolved for the wrong kernel."""
+    side = Path(path) / "hf_quant_config.json"
+    if not side.exists() and not side.is_symlink():
+        return None
+    try:
+        data = files.read_json(side)
+    except files.FileProblem as e:
+        raise ConfigError(f"{e} (the quantization sidecar; remove it or restore it)") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{side}: top level is a {type(data).__name__}, not an object "
+                          f"(the quantization sidecar)")
+    return data

@@ -1,0 +1,130 @@
+"""The console's parts: Textual's breakpoints, panels that redraw whole after a resize, and the
+Records tab's Markdown rendered off the UI thread, once per record."""
+
+import asyncio
+import threading
+import tomllib
+from pathlib import Path
+
+from tests.conftest import ROOT
+from tests.states import demo_pair, enter, fixture_session, make_app
+
+
+def _lines(app, selector: str) -> list[str]:
+    return str(app.query_one(selector).render()).splitlines()
+
+
+def test_breakpoints_are_textuals_on_the_screen(tmp_path):
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "done")
+            assert {"-narrow", "-short"} <= app.screen.classes
+            assert not app.query_one("#side").display
+            assert app.query_one("#top").styles.layout.name == "vertical"
+            await pilot.resize_terminal(200, 50)
+            await pilot.pause()
+            assert {"-wide", "-tall"} <= app.screen.classes and "-narrow" not in app.screen.classes
+            assert app.query_one("#side").display  # the identity diff and the chain beside the results
+            await pilot.resize_terminal(200, 36)
+            await pilot.pause()
+            assert not app.query_one("#side").display
+            assert app.query_one("#body").styles.layout.name == "horizontal"  # table beside plot
+
+    asyncio.run(go())
+
+
+def test_the_top_panels_redraw_whole_after_a_resize(tmp_path):
+    """From 80 to 200 columns the panels gain lines (what the width was keyed on; target,
+    drafter and device apart). Drawn inside the resize, those lines were cut at the narrow
+    height; each panel must be as tall as what it says."""
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "done")
+            assert not any(ln.startswith("keyed on") for ln in _lines(app, "#resolution"))
+            assert len(_lines(app, "#pair")) == 1
+            await pilot.resize_terminal(200, 50)
+            for _ in range(3):
+                await pilot.pause()
+            said = _lines(app, "#resolution")
+            assert said[-1].startswith("keyed on")
+            assert [ln.split()[0] for ln in _lines(app, "#pair")] == ["target", "drafter", "device"]
+            for panel in ("#resolution", "#pair"):
+                w = app.query_one(panel)
+                assert w.content_region.height >= len(w.render().wrap(w.content_region.width))
+
+    asyncio.run(go())
+
+
+def test_records_markdown_is_rendered_off_the_ui_thread_once_per_record(tmp_path, monkeypatch):
+    from console import records
+    from engine import host, record
+
+    rec_dir = tmp_path / "rec"
+    for cancelled in (False, True):
+        records.write(record.build(fixture_session(cancelled=cancelled), demo_pair(), host.identity()), rec_dir)
+    rendered: list[tuple[bool, bool]] = []
+    real = record.markdown
+
+    def markdown(rec: dict) -> str:
+        rendered.append((rec["cancelled"], threading.current_thread() is threading.main_thread()))
+        return real(rec)
+
+    monkeypatch.setattr(record, "markdown", markdown)
+
+    async def settle(app, pilot):
+        await pilot.pause()
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(120, 40)) as pilot:
+            await enter(app, pilot, "idle")
+            await pilot.press("5")
+            await settle(app, pilot)
+            assert app.query_one("#records-table").row_count == 2
+            first = str(app.query_one("#record-preview").render())
+            assert first.startswith("#")  # the highlighted record's Markdown
+            for key in ("down", "up", "down", "up"):
+                await pilot.press(key)
+                await settle(app, pilot)
+            assert str(app.query_one("#record-preview").render()) == first
+        return rendered
+
+    seen = asyncio.run(go())
+    assert sorted(which for which, _ in seen) == [False, True], seen  # once per record
+    assert not any(on_ui for _, on_ui in seen), seen  # never on the UI thread
+
+
+def test_the_stylesheet_ships_in_the_wheel():
+    """CSS_PATH names a file beside app.py; it is package data, or an installed console has no styles."""
+    from fnmatch import fnmatch
+
+    from console.app import BlockwidthApp
+
+    sheet = Path(BlockwidthApp.CSS_PATH)
+    assert (ROOT / "console" / sheet).is_file()
+    data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    assert any(fnmatch(sheet.name, pattern) for pattern in data.get("console", [])), data
+
+
+def test_the_top_panel_drops_a_sessions_note_with_its_results(tmp_path):
+    """The note on the width in effect ("best measured here") comes from the shown session: a
+    new run clears the results, and the note goes with them (it stayed, about results no longer
+    on screen, while the next session ran and after it failed)."""
+    from tests.states import request_of
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "done")
+            assert "best measured here" in str(app.query_one("#resolution").render())
+            s = fixture_session()
+            app.begin(request_of(s), s.config.planned_runs)
+            await pilot.pause()
+            assert "in effect" not in str(app.query_one("#resolution").render())
+            assert str(app.query_one("#headline").render()) == ""
+
+    asyncio.run(go())
