@@ -477,7 +477,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         for p in pairs:
             def progress(e: Any, label: str = p.label) -> None:
                 if e.kind in ("warmup", "rep", "done"):
-                    print(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip(), file=err)
+                    print(shown(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip()), file=err)
             try:
                 checks.append(measure_pair(p, prof, options, progress))
             except InputError as e:

@@ -133,7 +133,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
     for w in gate.warnings:
-        print(f"blockwidth: warning: {w}", file=sys.stderr)
+        print(f"blockwidth: warning: {shown(w)}", file=sys.stderr)
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
                       max_seconds=args.max_seconds, verify_attention=args.verify_attention,
@@ -157,9 +157,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             stage = "exactness probe" if e.phase == "exactness" else "cost curve"
             print(f"\r  {stage} {e.run}/{e.runs} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
-            print(f"\r  {e.kind}: {e.message}".ljust(60), file=sys.stderr)
+            print(f"\r  {e.kind}: {shown(e.message)}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
-            print(f"  [{e.kind}] {e.arm} {e.message}".rstrip(), file=sys.stderr)
+            print(shown(f"  [{e.kind}] {e.arm} {e.message}".rstrip()), file=sys.stderr)
         elif not tty and e.kind == "progress" and e.tokens >= e.total:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
