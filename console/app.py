@@ -404,8 +404,14 @@ class BlockwidthApp(App):
         session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
                               cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
-        path = records.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
-        self.post_message(AbDone(session, path, list(gate.warnings)))
+        where = Path(self.options.record_dir) if self.options.record_dir else None
+        try:
+            path, error = records.write(rec, where), None
+        except OSError as e:  # a full disk must not cost the session: it is shown, said unkept
+            path, error = None, (f"record directory {where or records.default_dir()}: the record cannot be "
+                                 f"written ({e.strerror or e}); the results are shown but not kept, and "
+                                 f"cannot be saved")
+        self.post_message(AbDone(session, path, list(gate.warnings), error))
 
     def on_ab_event(self, message: AbEvent) -> None:
         e = message.event
@@ -425,6 +431,8 @@ class BlockwidthApp(App):
 
     def on_ab_done(self, message: AbDone) -> None:
         self.show_session(message.session, message.record_path, message.gate_warnings)
+        if message.error:  # after the results, which stay on screen
+            self._error(message.error)
 
     def show_session(self, session: Any, record_path: Path | None, gate_warnings: list[str],
                      request: SessionRequest | None = None) -> None:
@@ -505,6 +513,11 @@ class BlockwidthApp(App):
             return
         if self.query_one(AbTab).stale:
             self._error("not saved: the fields changed since this run; run it again (a) first", refusal=True)
+            return
+        if self.record_path is None:
+            self._error("not saved: this session's record could not be written, and a profile entry "
+                        "names its record; run it again once the record directory can be written",
+                        refusal=True)
             return
         self.save_in_background(self.session, self.record_path)
 

@@ -429,3 +429,39 @@ def test_a_profile_error_names_the_right_line_after_a_multiline_string(tmp_path)
     with pytest.raises(profile.ProfileError) as e:
         profile.parse(text, Path("p.toml"))
     assert "entry 2 (line 10): width = 1" in str(e.value), str(e.value)
+
+
+def test_the_console_shows_a_session_whose_record_cannot_be_written(tmp_path):
+    """The record directory, checked when the console opened, is a file by the time the session
+    ends: the results stay on screen and the error line says the record is not kept; s refuses."""
+    import asyncio
+
+    from console.app import BlockwidthApp, Options, Phase
+
+    rec = tmp_path / "rec"
+
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"), record_dir=str(rec)))
+        async with app.run_test(size=(140, 40)) as pilot:
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            rec.rmdir() if rec.is_dir() else None
+            rec.write_text("not a folder")
+            await pilot.press("escape", "w", *"2", "tab", *"1", "tab", *"8", "tab")
+            if app.query_one("#sequential").value:
+                await pilot.press("space")
+            await pilot.press("shift+tab", "enter")
+            await pilot.pause()
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.phase is Phase.DONE and app.session is not None
+            assert app.query_one("#arms").row_count >= 2  # the results are shown: classic and the widths
+            error = str(app.query_one("#error").render())
+            assert "the record cannot be written" in error and "not kept" in error, error
+            await pilot.press("s")
+            await pilot.pause()
+            assert "record could not be written" in str(app.query_one("#error").render())
+
+    asyncio.run(go())
+    assert rec.read_text() == "not a folder"
