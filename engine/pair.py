@@ -144,6 +144,40 @@ def _vocab(tokenizer) -> dict:
         return {}
 
 
+def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
+                 dweights: shapes.Weights | None, dname: str, *, builds: bool = True) -> None:
+    """Before anything is built: the configs' sizes against their weights, and the weights against
+    the device's memory (PairError). ``builds``: the drafter is built from its config's layer
+    count (not an MTP head's folder, whose config states the target's)."""
+    try:
+        memory = shapes.device_memory()
+        shapes.check_config(tconfig, tweights, tname, memory=memory)
+        if dweights is not None and dconfig is not None:
+            shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
+            shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
+    except shapes.ShapeError as e:
+        raise PairError(str(e)) from None
+
+
+def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights: shapes.Weights | None,
+               tname: str, dname: str, model: Any = None) -> int:
+    """Before any forward: every id the tokenizer can produce, and every id an output head of the
+    pair can emit, is a row of every embedding table it meets (``dweights``: a drafter with tables
+    of its own). The rows of the smallest table, which a prompt's ids are checked against."""
+    tables, heads = shapes.pair_tables(tweights, dweights, tname, dname)
+    if tweights.embedding() is None and model is not None:  # named as the headers do not say
+        tables += shapes.module_tables(model, f"{tname} {target}")
+    try:
+        rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), f"{tname} {target}", tables, heads)
+    except shapes.ShapeError as e:
+        raise PairError(str(e)) from None
+    if rows is None:
+        raise PairError(f"{tname} {target}: no token embedding found (in the weights"
+                        f"{' or the built model' if model is not None else ''}) to check the "
+                        f"tokenizer's ids against")
+    return rows
+
+
 def load_pair(target: Path | str, drafter: Path | str | None = None,
               kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS) -> Pair:
     """Load a pair. ``drafter=None`` means the lookup drafter. ``names``: what errors call the
@@ -178,30 +212,12 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         sidecar = read_sidecar(target)
     except ConfigError as e:
         raise PairError(f"{tname} {e}") from None
-    # Before anything is built: the configs' sizes against the weights, the weights against the
-    # device's memory, and every id the tokenizer can produce against the tables it indexes.
     own = dweights if kind is DrafterKind.MODEL else None  # dflash and mtp read the target's tables
-    try:
-        memory = shapes.device_memory()
-        shapes.check_config(tconfig, tweights, tname, memory=memory)
-        if dweights is not None:
-            shapes.check_config(dconfig, dweights, dname, memory=memory,
-                                builds=kind is not DrafterKind.MTP)  # a head's config states the target's layers
-            shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
-    except shapes.ShapeError as e:
-        raise PairError(str(e)) from None
+    check_shapes(tconfig, tweights, tname, dconfig if dweights is not None else None, dweights, dname,
+                 builds=kind is not DrafterKind.MTP)
     tokenizer = _load_tokenizer(target, tname, tconfig)
-    tables, heads = shapes.pair_tables(tweights, own, tname, dname)
     model = _load_model(target, tname)
-    if tweights.embedding() is None:  # named in a way the headers do not say: ask the built model
-        tables += shapes.module_tables(model, f"{tname} {target}")
-    try:
-        rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), f"{tname} {target}", tables, heads)
-    except shapes.ShapeError as e:
-        raise PairError(str(e)) from None
-    if rows is None:
-        raise PairError(f"{tname} {target}: no token embedding found (in the weights or the built "
-                        f"model) to check the tokenizer's ids against")
+    rows = token_rows(tokenizer, target, tweights, own, tname, dname, model)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, sidecar), kind,
                 fingerprints={"target": fingerprint(target)}, token_rows=rows)
     if kind is DrafterKind.MODEL:

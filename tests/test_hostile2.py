@@ -84,6 +84,12 @@ def test_token_ids_past_the_embedding_are_refused_before_any_forward(tmp_path, s
     line = one_line(p)
     assert "token id" in line and "2,048 rows" in line and "embed_tokens" in line, line
     assert not (tmp_path / "rec").exists() or not list((tmp_path / "rec").glob("session-*"))
+    # the served path (mlx_lm.server loads the weights) checks the same, through the same door
+    from engine.pair import PairError
+    from engine.served import served_pair
+
+    with pytest.raises(PairError, match="token id"):
+        served_pair(t, DEMO / "drafter", {"target": "--target", "draft": "--draft"})
 
 
 def test_a_prompt_id_the_tables_have_no_row_for_is_refused(tmp_path):
