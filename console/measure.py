@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
 from engine import attention, linear
-from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
-from console.render import arm_rows, bars
-from console.request import add_pair_args, integer, read_prompt, seconds, session_request
+from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
+from console.render import arm_rows, arm_table, bars, ratio_rows, request_table, speedup_lines
+from console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
+                             seconds, session_request)
 from console import outputs
 from console.save import save_session
 from policy import bounds, files
@@ -23,7 +25,7 @@ def record_dir(value: str | None) -> Path:
 
     from console import records
 
-    d = user_path(value, "--record-dir") or records.default_dir()
+    d = user_path(value, "record dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -42,7 +44,7 @@ def profile_for_save(value: str | None, inputs: list[tuple[str, Path | None]] = 
     from console import profile_file
     from policy import profile as profiles
 
-    path = user_path(value, "--profile")
+    path = user_path(value, "profile")
     profile_file.check_writable(path)
     outputs.not_an_input(path or profiles.default_path(), "--profile", inputs)
 
@@ -64,29 +66,59 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
         raise InputError(f"{what}: {detail} = {tokens} tokens {why}")
 
 
-def _rows(text: str) -> tuple[int, ...]:
-    import re
-
-    from engine import costcurve
-
-    # parse_rows uses int(), which also reads '1_0' and non-ASCII digits
-    if not re.fullmatch(r"[0-9,\- ]*", text):
-        raise InputError(f"--rows {text!r}: expected ASCII numbers and ranges like 1-16,24,32")
-    try:
-        return costcurve.parse_rows(text)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-
-
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str | None):
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
-    from engine.pair import PairError, load_pair
+    from engine.pair import load_pair
 
+    return load_pair(paths.target, paths.drafter, kind)
+
+
+def read_workload(value: str | None, prompt: str | None, prompt_file: str | None):
+    """``--workload`` (a file or a built-in's name), read and checked before any model loads;
+    None without it. Refused beside --prompt or --prompt-file."""
+    if value is None:
+        return None
+    from policy.workload import read
+
+    if prompt is not None or prompt_file is not None:
+        raise InputError(f"give --workload or {'--prompt' if prompt is not None else '--prompt-file'}, not both")
+    return read(value)  # a WorkloadError is one line naming where and what
+
+
+def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int, ...]):
+    """Every request rendered for this pair, each checked against the target's context as a
+    single prompt is (the line and id of one that does not fit named)."""
+    from engine.shapes import check_ids
+    from engine.workload import prepare
+
+    prepared = prepare(workload, pair.tokenizer, max_tokens)  # a WorkloadError names the request
+    for p in prepared:
+        # each request's ids, as a single prompt's (Pair.encode): a row of every embedding table
+        check_ids(p.ids, pair.token_rows, f"request {p.id} (line {p.request.line}), target {pair.target_path}",
+                  "workload")
+        extra = max(0, 7 - p.max_tokens)
+        _context_bound(pair, f"sweep: request {p.id} (line {p.request.line})",
+                       len(p.ids) + p.max_tokens + max(widths) + extra,
+                       f"prompt {len(p.ids)} + {'its max_tokens' if p.request.max_tokens else '--max-tokens'} "
+                       f"{p.max_tokens} + width {max(widths)}" + (f" + {extra} cost-curve steps" if extra else ""))
+    return prepared
+
+
+def gain(text: str) -> float:
+    """An argparse type: the minimum gain as a fraction (0.03) or a percentage (3%), 0 up to 1."""
+    t = text.strip()
+    pct = t.endswith("%")
+    body = t[:-1].strip() if pct else t
     try:
-        # named by the flags, as resolve and --check name them
-        return load_pair(paths.target, paths.drafter, kind, names=CLI_PAIR_NAMES)
-    except PairError as e:
-        raise InputError(str(e)) from None
+        if not body.isascii() or "_" in body:
+            raise ValueError
+        v = float(body) / (100 if pct else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (0.03) or a percentage (3%)") from None
+    if not math.isfinite(v) or not 0 <= v < 1:
+        hint = f" (did you mean {body}%?)" if not pct and 1 <= v < 100 else ""
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a gain from 0 up to 1 (0 % to 100 %){hint}")
+    return v
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
@@ -100,8 +132,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from console import served
 
     if args.path == "mlx-lm-server":
+        if args.workload is not None:  # not yet: the served session runs one prompt
+            raise InputError("--workload runs on the engine path only (--path engine); the served "
+                             "path measures one prompt")
         return served.cmd_sweep_served(args)
     served.served_only(args)
+    workload = read_workload(args.workload, args.prompt, args.prompt_file)
     req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
@@ -121,20 +157,21 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # Everything this command will write is checked before any model loads.
     records = record_dir(args.record_dir)
     if args.save:
-        profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "--prompt-file"))])
+        profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "prompt file")),
+                                         ("--workload", user_path(args.workload, "workload"))])
     _qmv_call()
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
-    try:
-        n_prompt = len(pair.encode(prompt))
-    except ValueError as e:  # an id the pair's tables have no row for
-        raise InputError(str(e)) from None
-    if n_prompt == 0:
-        raise InputError("prompt: empty (it must hold at least one token)")
-    # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
-    extra = max(0, 7 - args.max_tokens)
-    _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
-                   f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
-                   + (f" + {extra} cost-curve steps" if extra else ""))
+    if workload is not None:
+        prepared = prepare_workload(pair, workload, args.max_tokens, widths)
+    else:
+        n_prompt = len(pair.encode(prompt))  # a ShapeError: an id the pair's tables have no row for
+        if n_prompt == 0:
+            raise InputError("prompt: empty (it must hold at least one token)")
+        # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
+        extra = max(0, 7 - args.max_tokens)
+        _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
+                       f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
+                       + (f" + {extra} cost-curve steps" if extra else ""))
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
@@ -143,7 +180,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
                       max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
-                      verify_linear=args.verify_linear)
+                      verify_linear=args.verify_linear, workload=workload, min_gain=args.min_gain,
+                      seed=args.seed)
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -156,7 +194,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             frac = e.fraction
             fill = int(frac * 30)
             where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
-            print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<16}", end="",
+            if e.request:
+                where = f"{e.request[:14]} {where}"
+            print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<32}", end="",
                   file=sys.stderr, flush=True)
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
@@ -166,14 +206,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"\r  {e.kind}: {shown(e.message)}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
             print(shown(f"  [{e.kind}] {e.arm} {e.message}".rstrip()), file=sys.stderr)
-        elif not tty and e.kind == "progress" and e.tokens >= e.total:
+        elif not tty and e.kind == "progress" and e.tokens >= e.total and not e.request:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
     cancel = threading.Event()
     try:
         session = run_session(pair, config, on_event=on_event, cancel=cancel)
-    except DecodeError as e:
-        raise InputError(str(e)) from None
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -208,7 +246,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             if saved:
                 from policy import profile as profiles
 
-                outputs.keep("profile entry", user_path(args.profile, "--profile") or profiles.default_path())
+                outputs.keep("profile entry", user_path(args.profile, "profile") or profiles.default_path())
 
     if args.json:
         out = dict(rec)
@@ -219,7 +257,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         out["exit_code"] = _sweep_exit(session, refusal, late)
         out.pop("host", None)
         out["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
-        for arm in out["arms"]:
+        for arm in [a for r in (out.get("requests") or []) for a in r["arms"]] + out["arms"]:
             for s in arm["samples"]:
                 s.pop("rounds_detail", None)
         print(files.dumps_json(out, indent=1))
@@ -228,25 +266,40 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(shown(line))
 
         say(f"pair   {pair.describe()}")
-        say(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
-            f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
-            + _linear_note(session.config.verify_linear))
+        if session.single:
+            say(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
+                f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
+                + _linear_note(session.config.verify_linear))
+        else:
+            say(f"{workload.describe()}; {config.max_tokens} new tokens a request unless it says, "
+                f"n={config.n}, reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention "
+                f"{session.attention}" + _linear_note(session.config.verify_linear))
+            for line in request_table(session):
+                say(line)
+            say()
+            say("per pass (one run of every request):")
         say(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
             f"{'identity':<16} verdict")
-        for arm in [session.classic, *session.arms]:
-            d, e = arm.decode_range(), arm.e2e_range()
-            acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
-            ident = "-" if arm.identity is None else (
-                "identical" if arm.identity.identical_ids else f"differs@{arm.identity.first_divergence}")
-            say(f"{arm.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
-                f"{ident:<16} {arm.verdict.value}")
+        for row in arm_table(session):
+            d = row.decode
+            say(f"{row.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {row.e2e.median:8.1f}  "
+                f"{row.acceptance:>6}  {row.identity:<16} {row.verdict.value}")
         say()
         say("decode tok/s by width (= min, # median, - max):")
         for line in bars(arm_rows(session), "tok/s"):
             say(line)
-        for arm in session.arms:
-            if arm.identity and not arm.identity.identical_ids:
-                say(f"  {arm.name}: {arm.identity.describe()}")
+        for line in speedup_lines(session):
+            say(line)
+        if not session.single:
+            say()
+            say("per-request speed-up by width (= min, # median, - max over the requests):")
+            for line in bars(ratio_rows(session), "x", digits=2):
+                say(line)
+        for r in session.per_request:
+            for arm in r.arms:
+                if arm.identity and not arm.identity.identical_ids:
+                    on = "" if session.single else f" on request {r.id}"
+                    say(f"  {arm.name}{on}: {arm.identity.describe()}")
         for ex in session.exactness.values():
             say(f"  probe {ex.describe()}")
         if session.prediction:  # both terms per width
@@ -256,6 +309,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
             say(f"model prediction (cost curve x acceptance, not a measurement): best width "
                 f"{session.predicted_best}  [{pred}]")
+        if session.curve_skipped:
+            say(session.curve_skipped)
+        if session.rollback_line():
+            say(session.rollback_line())
         for warning in session.warnings():
             say(f"warning: {warning}")
         from console.outcome import headline
@@ -284,7 +341,7 @@ def _sweep_exit(session, refusal: str | None, late: list[str]) -> int:
 def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
-    rows = _rows(args.rows)
+    rows = costcurve.parse_rows(args.rows)
     _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
@@ -296,9 +353,14 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
 
-    curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                              attention=args.verify_attention, linear=args.verify_linear,
-                              on_progress=progress)
+    from engine.kvcache import RewindError
+
+    try:
+        curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
+                                  attention=args.verify_attention, linear=args.verify_linear,
+                                  on_progress=progress)
+    except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
+        raise RewindError(f"costcurve: {e}") from None
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -323,6 +385,10 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     points = [(f"{p.rows} row{'' if p.rows == 1 else 's'}", p.min_ms, p.median_ms, p.max_ms, note(p))
               for p in curve.points]
     print("\n".join(bars(points, "ms")))
+    backs = [p for p in curve.points if p.rollback_ms is not None]
+    if backs:
+        print(f"rollback ({curve.rollback}), keeping half the rows: " + ", ".join(
+            f"{p.rows} rows {p.rollback_ms:.3f} ms" for p in backs))
     if curve.linear is not None and not curve.linear["routed_calls"]:
         print(f"verify linear {curve.linear['mode']} routed no projection: "
               f"{linear.unrouted_reason(curve.linear['mode'])}, so these are the stock matmul's times")
@@ -349,6 +415,15 @@ def register(sub) -> None:
                                     "the target's context)")
     p.add_argument("--prompt", help="prompt text (default: a demo prompt)")
     p.add_argument("--prompt-file", help="read the prompt from a file")
+    p.add_argument("--workload", metavar="FILE|mixed",
+                   help="run every arm on every request of a JSONL workload (one {\"prompt\": ...} or "
+                        "{\"messages\": [...]} a line, optional max_tokens and id), or the built-in "
+                        "mixed workload")
+    p.add_argument("--min-gain", type=gain, default=0.03, metavar="G",
+                   help="a win's speed-up interval must clear 1 + G: a fraction or a percentage "
+                        "(default 3%%)")
+    p.add_argument("--seed", type=integer(0, 2**32 - 1, "the statistics' seed"), default=None,
+                   help="seed of the bootstrap and permutations (default: drawn, and recorded)")
     p.add_argument("--sequential", action="store_true",
                    help="keep adding repetitions until every arm is decided or the budget runs out")
     p.add_argument("--max-reps", type=integer(1, 1000, "sequential repetitions"), default=12,
@@ -365,11 +440,11 @@ def register(sub) -> None:
                    help="with --save: the entry matches only this pair (by content fingerprint)")
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
-    attention.add_arg(p)
+    add_verify_attention(p)
     # Not given: "auto" on the engine path, the stock server on the served path (given there, it
     # runs mlx_lm.server in-process with the dispatcher in that mode).
     p.set_defaults(verify_attention=None)
-    linear.add_arg(p)
+    add_verify_linear(p)
     from console import served
 
     served.add_arguments(p)
@@ -386,8 +461,8 @@ def register(sub) -> None:
                                      "the target's context)")
     p.add_argument("--repeats", type=integer(1, 1000, "timed repeats"), default=7,
                    help="timed repeats per row count (median), 1..1000")
-    attention.add_arg(p)
-    linear.add_arg(p)
+    add_verify_attention(p)
+    add_verify_linear(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
 

@@ -24,6 +24,7 @@ from typing import Iterable, TextIO
 
 from console.inputs import InputError
 from policy import files
+from policy.errors import BlockwidthError
 from policy.text import shown
 
 
@@ -119,8 +120,13 @@ def forget_kept() -> None:
 
 # ---- stdout that cannot be written --------------------------------------------------------
 
-class StreamError(OSError):
-    """stdout could not be written (a full disk, ``> /dev/full``, a closed pipe)."""
+class StreamError(BlockwidthError, OSError):
+    """stdout could not be written (a full disk, ``> /dev/full``, a closed pipe): an OSError
+    (``errno``, ``strerror``) that the command line says in one line (``stdout_failed``)."""
+
+    def __init__(self, errno_: int | None, strerror: str | None) -> None:
+        super().__init__(f"stdout cannot be written ({strerror})")
+        self.errno, self.strerror = errno_, strerror
 
 
 class _Guarded:

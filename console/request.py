@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Mapping
 
-from console.inputs import InputError, user_path
-from policy import files
+from console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError, user_path  # noqa: F401 (the field names)
+from policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
@@ -34,24 +34,19 @@ class Field(str, Enum):
     MAX_SECONDS = "max seconds"
 
 
-CLI_NAMES: Mapping[Field, str] = {
-    Field.WIDTHS: "--widths", Field.N: "-n", Field.TOKENS: "--max-tokens", Field.PROMPT: "--prompt",
-    Field.PROMPT_FILE: "--prompt-file", Field.MAX_REPS: "--max-reps", Field.MAX_SECONDS: "--max-seconds",
-}
-CONSOLE_NAMES: Mapping[Field, str] = {f: f"{f.value} field" for f in Field}
-
-
 class FieldError(InputError):
-    """One field is wrong. ``str()`` words it for the command line; ``say`` for another front end."""
+    """One field is wrong: its value and the problem; the front end words the field's name
+    (``say(CLI_NAMES)``: ``-n 0: must be at least 1``; ``say(CONSOLE_NAMES)``: ``n field 0: ...``)."""
 
     def __init__(self, field: Field, value: object, problem: str) -> None:
         self.field, self.value, self.problem = field, value, problem
-        super().__init__(self.say(CLI_NAMES))
+        v = value
+        self.shown = "" if v is None else f" {shorten(repr(v), 80)}" if field is Field.WIDTHS else f" {shorten(v, 80)}"
+        super().__init__(f"{self.shown}: {problem}".lstrip(), field.value)
 
-    def say(self, names: Mapping[Field, str]) -> str:
-        v = self.value
-        shown = "" if v is None else f" {v!r}" if self.field is Field.WIDTHS else f" {v}"
-        return f"{names[self.field]}{shown}: {self.problem}"
+    def say(self, names: Mapping[str, str] | None = None) -> str:
+        word = (names or {}).get(self.field.value) or self.field.value
+        return f"{word}{self.shown}: {self.problem}"  # the value between the name and the problem
 
 
 @dataclass(frozen=True)
@@ -64,12 +59,61 @@ class SessionRequest:
     max_reps: int = 12
     max_seconds: float = 600.0
 
+    @property
+    def workload(self) -> str | None:
+        """The workload the prompt names (``@mixed``, ``@FILE``), or None for a prompt."""
+        return workload_ref(self.prompt)
+
     def settings(self) -> str:
         """The one settings line the console and the record's readers see."""
         mode = (f"sequential up to {self.max_reps} reps / {self.max_seconds:g} s" if self.sequential
                 else "fixed n")
+        what = f"workload {self.workload}" if self.workload else f"prompt {len(literal_prompt(self.prompt))} chars"
         return (f"widths {','.join(map(str, self.widths))} · n {self.n} · {self.tokens} tokens · {mode}"
-                f" · prompt {len(self.prompt)} chars")
+                f" · {what}")
+
+
+def workload_ref(prompt: str) -> str | None:
+    """The console's prompt field names a workload with a leading ``@`` (``@mixed``, the built-in;
+    ``@~/traffic.jsonl``, a file); ``@@`` starts a prompt that begins with ``@``."""
+    if prompt.startswith("@") and not prompt.startswith("@@"):
+        return prompt[1:].strip()
+    return None
+
+
+def read_workload(req: SessionRequest, pair):
+    """The workload the console's prompt field names, read, rendered for ``pair`` and checked
+    against its context; FieldError (the prompt field) names what is wrong."""
+    from engine.workload import prepare
+    from policy.workload import WorkloadError, read
+
+    ref = req.workload
+    shown = f"@{ref}"
+    if not ref:
+        raise FieldError(Field.PROMPT, req.prompt, "name a workload after @: @mixed, or @FILE (JSONL)")
+    try:
+        w = read(ref, flag="@")
+        prepared = prepare(w, pair.tokenizer, req.tokens, where=shown if w.builtin else w.source)
+    except WorkloadError as e:
+        text = str(e)
+        raise FieldError(Field.PROMPT, shown, text[2:] if text.startswith("@ ") else text) from None
+    ctx = pair.context_length
+    # what the tokens field may be: the longest request that takes it bounds it
+    most = min((ctx - len(p.ids) for p in prepared if p.request.max_tokens is None), default=0) if ctx else 0
+    for p in prepared:
+        if ctx is not None and len(p.ids) + p.max_tokens > ctx:
+            said = (f"request {p.id} (line {p.request.line}) of {shown}: its {len(p.ids)} prompt tokens "
+                    f"+ {p.max_tokens} new exceed the target's context of {ctx}")
+            if p.request.max_tokens is None:  # the tokens field set them: that is the one to fix
+                raise FieldError(Field.TOKENS, req.tokens, f"{said}; at most {max(most, 0)} for every "
+                                                           f"request of it")
+            raise FieldError(Field.PROMPT, shown, said + " (its own max_tokens)")
+    return w
+
+
+def literal_prompt(prompt: str) -> str:
+    """The prompt text itself: a leading ``@@`` stands for ``@``."""
+    return prompt[1:] if prompt.startswith("@@") else prompt
 
 
 def parse_widths(text: str) -> tuple[int, ...]:
@@ -79,34 +123,25 @@ def parse_widths(text: str) -> tuple[int, ...]:
         if not part:
             raise FieldError(Field.WIDTHS, text, "empty: give widths such as 2,4,8"
                              if not str(text).strip() else "an empty entry between commas")
-        if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
-            raise FieldError(Field.WIDTHS, _clip(text), f"{_clip(part)!r} is not an integer")
-        if len(part.lstrip("0")) > files.MAX_DIGITS:
-            raise FieldError(Field.WIDTHS, _clip(text), f"a width of {len(part):,} digits is out of range; "
-                             f"each width is {MIN_WIDTH}..{MAX_WIDTH}")
-        w = int(part)
-        if not MIN_WIDTH <= w <= MAX_WIDTH:
-            raise FieldError(Field.WIDTHS, text,
-                             f"width {w} is out of range; each width is {MIN_WIDTH}..{MAX_WIDTH}")
+        try:
+            w = parse_int(part, MIN_WIDTH, MAX_WIDTH, signed=False)
+        except IntegerError as e:
+            if not e.out_of_range:
+                raise FieldError(Field.WIDTHS, text, f"{shorten(repr(part))} is not an integer") from None
+            raise FieldError(Field.WIDTHS, text, f"width {e.shown} is out of range; each width is "
+                                                 f"{MIN_WIDTH}..{MAX_WIDTH}") from None
         out.append(w)
     return tuple(dict.fromkeys(out))
 
 
-def _clip(text: str, limit: int = 60) -> str:
-    """A field's value for a one-line error: a 5,000-digit paste is not worth 5,000 characters."""
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
 def _count(field: Field, value: str | int, least: int = 1) -> int:
-    t = str(value).strip()
-    if not t.isascii() or not t.isdigit():  # int() also reads '1_0' and non-ASCII digits
-        raise FieldError(field, _clip(str(value)), "must be a whole number")
-    if len(t.lstrip("0")) > files.MAX_DIGITS:
-        raise FieldError(field, _clip(t), f"{len(t):,} digits: out of range")
-    v = int(t)
-    if v < least:
-        raise FieldError(field, value, f"must be at least {least}")
-    return v
+    try:
+        return parse_int(value, least, signed=False)
+    except IntegerError as e:
+        if not e.out_of_range:
+            raise FieldError(field, value, "must be a whole number") from None
+        raise FieldError(field, value, f"must be at least {least}" if e.value is not None
+                         else f"must be a whole number of at most {MAX_DIGITS} digits") from None
 
 
 def session_request(*, widths: str, n: str | int, tokens: str | int, prompt: str,
@@ -142,11 +177,11 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise InputError("give --prompt or --prompt-file, not both")
     if prompt_file is not None:
-        p = user_path(prompt_file, "--prompt-file")
+        p = user_path(prompt_file, Field.PROMPT_FILE.value)
         try:
             return files.read_text(p, MAX_PROMPT_BYTES)
         except files.FileProblem as e:
-            raise InputError(f"--prompt-file {e}") from None
+            raise e.about(Field.PROMPT_FILE.value) from None
     if prompt is None:
         return DEFAULT_PROMPT
     try:
@@ -154,8 +189,9 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
         # takes (a TypeError from deep inside it); --prompt-file says where the bad byte is.
         prompt.encode("utf-8")
     except UnicodeEncodeError as e:
-        raise InputError(f"--prompt: not valid UTF-8 (a byte that is not text at character {e.start}, "
-                         f"counting from 0); pass the text as UTF-8, or in a file with --prompt-file") from None
+        raise InputError(f"not valid UTF-8 (a byte that is not text at character {e.start}, counting "
+                         f"from 0); pass the text as UTF-8, or in a file with --prompt-file",
+                         Field.PROMPT.value) from None
     return prompt
 
 
@@ -168,20 +204,47 @@ def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> N
                    help="which demo target when --target is not given (default bf16; with --target, an error)")
 
 
+def add_verify_attention(p: argparse.ArgumentParser, *, served: bool = False) -> None:
+    """``--verify-attention``, as every command and lab tool that decodes declares it: one default,
+    one help, and the choices checked as the arguments are parsed, so a bad name stops before any
+    model loads (the modes are engine.attention's). ``served``: for ``serve``, where not giving it
+    means the stock mlx_lm.server and giving it runs the server in-process with the dispatcher."""
+    from engine.attention import CHOICES, VerifyAttention
+
+    if served:
+        p.add_argument("--verify-attention", choices=CHOICES, default=None,
+                       help="run mlx_lm.server in-process with blockwidth's verify-attention dispatcher "
+                            "in this mode (auto: plain on CUDA; on CPU and Metal a no-op route); "
+                            "default: the stock mlx_lm.server")
+        return
+    p.add_argument("--verify-attention", choices=CHOICES, default=VerifyAttention.AUTO.value,
+                   help="attention of verify forwards (2..64 rows against the KV cache): auto = "
+                        "plain on CUDA (no per-length cuDNN plan), fused elsewhere")
+
+
+def add_verify_linear(p: argparse.ArgumentParser) -> None:
+    """``--verify-linear``, declared once as ``--verify-attention`` is (engine.linear's modes)."""
+    from engine.linear import CHOICES, VerifyLinear
+
+    p.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
+                   help="projections of verify forwards: auto = stock (or qmv where a committed "
+                        "measurement has it winning); gather keeps 2..64-row 16-bit projections "
+                        "off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads the "
+                        "weights once for all rows, qmv 2..8-row affine 4- and 8-bit ones (CUDA; "
+                        "engine/linear.py)")
+
+
 def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
     """An argparse type: ASCII digits only (int() also reads '1_0' and Arabic-Indic digits),
     within [lo, hi]; ``why`` says where the bound comes from."""
     def parse(text: str) -> int:
-        t = text.strip()
-        digits = t[1:] if t[:1] in "+-" else t
-        if not digits or not digits.isascii() or not digits.isdigit():
-            raise argparse.ArgumentTypeError(f"{_clip(text)!r} is not an integer (ASCII digits only)")
-        if len(digits.lstrip("0")) > files.MAX_DIGITS:
-            raise argparse.ArgumentTypeError(f"{_clip(t)} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
-        v = int(t)
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{v} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
-        return v
+        try:
+            return parse_int(text, lo, hi)
+        except IntegerError as e:
+            if not e.out_of_range:
+                raise argparse.ArgumentTypeError(f"{shorten(repr(text))} is not an integer (ASCII digits only)") from None
+            raise argparse.ArgumentTypeError(f"{e.shown} is out of range {lo}..{hi}"
+                                             + (f" ({why})" if why else "")) from None
     return parse
 
 
@@ -194,9 +257,9 @@ def seconds(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str], 
                 raise ValueError
             v = float(t)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{_clip(text)!r} is not a number of seconds") from None
+            raise argparse.ArgumentTypeError(f"{shorten(repr(text))} is not a number of seconds") from None
         if not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
             low = f"more than {lo:g}" if open_low else f"at least {lo:g}"
-            raise argparse.ArgumentTypeError(f"{_clip(text)!r}: expected {low} and at most {hi:g} seconds")
+            raise argparse.ArgumentTypeError(f"{shorten(repr(text))}: expected {low} and at most {hi:g} seconds")
         return v
     return parse

@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from console import outputs
-from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, pair_paths, user_path
+from console.inputs import ExitCode, InputError, pair_paths, user_path
 from policy import files
 from policy.text import error_lines, shown
 
@@ -79,14 +79,13 @@ def served_only(args: argparse.Namespace) -> None:
 
 
 def server_args(text: str) -> tuple[str, ...]:
-    from engine.served import ServedError, check_server_args
+    from engine.served import check_server_args
 
     try:
-        return check_server_args(shlex.split(text or ""))
+        words = shlex.split(text or "")
     except ValueError as e:  # shlex: an unclosed quote
         raise InputError(f"--server-args {text!r}: {e}") from None
-    except ServedError as e:
-        raise InputError(str(e)) from None
+    return check_server_args(words)  # a ServedError names what is wrong
 
 
 def cmd_sweep_served(args: argparse.Namespace) -> int:
@@ -97,7 +96,6 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     from console.request import read_prompt, session_request
     from engine import host
     from engine.ab import AbConfig
-    from engine.pair import PairError
     from engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
     from policy.drafter import DrafterKind
 
@@ -126,16 +124,13 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     levels = args.concurrency or (1,)
     records = record_dir(args.record_dir)
     if args.save:
-        profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "--prompt-file"))])
+        profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "prompt file"))])
     paths = pair_paths(args.target, args.draft, args.demo_target, "model", weights=True)
-    try:
-        pair = served_pair(paths.target, paths.drafter, CLI_PAIR_NAMES)
-        from engine.shapes import check_ids
+    pair = served_pair(paths.target, paths.drafter)  # a PairError names its input
+    from engine.shapes import check_ids
 
-        # the prompt's own ids, as the engine path checks them (Pair.encode) before the server sees it
-        check_ids(pair.tokenizer.encode(req.prompt), pair.token_rows, f"prompt (target {pair.target_path})")
-    except (PairError, ValueError) as e:
-        raise InputError(str(e)) from None
+    # the prompt's own ids, as the engine path checks them (Pair.encode) before the server sees it
+    check_ids(pair.tokenizer.encode(req.prompt), pair.token_rows, f"target {pair.target_path}", "prompt")
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
@@ -145,7 +140,8 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         AbConfig(widths=req.widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
                  sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
                  exactness=False, predict=False,
-                 verify_attention=args.verify_attention or "fused"),
+                 verify_attention=args.verify_attention or "fused",
+                 min_gain=args.min_gain, seed=args.seed),
         levels, extra, args.verify_attention, args.port,
         args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S)
     quiet = args.json
@@ -207,7 +203,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         session = run_served(pair, config, on_event=on_event, on_server=on_server, on_level=on_level,
                              cancel=cancel)
     except ServedError as e:
-        raise InputError(str(e) + _kept(written)) from None
+        raise ServedError(str(e) + _kept(written)) from None
     except KeyboardInterrupt:
         cancel.set()
         if written:

@@ -11,14 +11,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from engine import shapes  # noqa: E402
 from engine.checkpoint import CheckpointError, fingerprint, pair_key  # noqa: E402
+from policy.config import size  # noqa: E402
 from policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
+from policy.errors import BlockwidthError  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
@@ -33,13 +35,9 @@ _SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
 
 
-class PairError(Exception):
-    """A pair that cannot be loaded; the message names the input and what is wrong."""
-
-
-# How an error names the two inputs: these words, or a front end's own (the command line's
-# --target and --draft), so that a broken file reads the same in every command that meets it.
-ROLE_WORDS: Mapping[str, str] = {"target": "target", "draft": "drafter"}
+class PairError(BlockwidthError):
+    """A pair that cannot be loaded: what is wrong, and which input (``target`` or ``draft``),
+    which each front end words its way (the command line's --target, the console's field)."""
 
 
 @dataclass
@@ -53,12 +51,15 @@ class Pair:
     drafter: Any | None = None  # mlx_lm model (model), DFlashModel (dflash), MTPModel (mtp)
     drafter_path: Path | None = None
     fingerprints: dict[str, str] = field(default_factory=dict)
+    caches: Any = None  # engine.kvcache.CachePlan of the target: its cache kinds and their rewinds
+    drafter_caches: Any = None  # the same for a model drafter
     token_rows: int | None = None  # rows of the pair's smallest embedding table (engine.shapes)
 
     def encode(self, text: str, what: str = "prompt") -> list[int]:
-        """The prompt's ids, each checked to be a row of every embedding table it will meet."""
+        """The prompt's ids, each checked to be a row of every embedding table it will meet
+        (shapes.ShapeError, about the input ``what``)."""
         ids = list(self.tokenizer.encode(text))
-        shapes.check_ids(ids, self.token_rows, f"{what} (target {self.target_path})")  # ShapeError
+        shapes.check_ids(ids, self.token_rows, f"target {self.target_path}", what)
         return ids
 
     @property
@@ -67,8 +68,13 @@ class Pair:
 
     @property
     def context_length(self) -> int | None:
-        v = self.target_config.get("max_position_embeddings")
-        return v if isinstance(v, int) else None
+        v = size(self.target_config, "max_position_embeddings")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def window(self) -> int | None:
+        """The target's smallest sliding window (None: no sliding-window layer)."""
+        return self.caches.window if self.caches is not None else None
 
     def describe(self) -> str:
         if self.kind is DrafterKind.MTP and self.drafter_path is None:
@@ -83,27 +89,27 @@ def _check_folder(path: Path, what: str) -> tuple[dict, shapes.Weights]:
     try:
         config = read_config(path)
     except ConfigError as e:
-        raise PairError(f"{what} {e}") from None
+        raise PairError(e.message, what) from None
     for key in _SIZE_KEYS:
-        v = config.get(key)
+        v = size(config, key)
         # None is a stated "not set" (some configs write head_dim: null); bool is not a size
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise PairError(f"{what} {path / 'config.json'}: {key} = {v!r}: expected a positive integer")
+            raise PairError(f"{path / 'config.json'}: {key} = {v!r}: expected a positive integer", what)
     # mlx-lm and transformers open these without asking what they are: a FIFO would block
     # the load forever, /dev/zero would never end.
     for f in sorted(path.iterdir()):
         if f.suffix in _READ_BY_LOADERS and not f.is_file():
-            raise PairError(f"{what} {f}: is not a regular file")
+            raise PairError(f"{f}: is not a regular file", what)
         # ...and read them whole: bounded here as our own reader bounds what it reads
         if f.suffix in _READ_BY_LOADERS and f.suffix != ".safetensors" and f.stat().st_size > _MAX_LOADER_BYTES:
-            raise PairError(f"{what} {f}: {f.stat().st_size / 2**20:,.0f} MiB is over the "
-                            f"{_MAX_LOADER_BYTES >> 20} MiB a tokenizer or config file may have")
+            raise PairError(f"{f}: {f.stat().st_size / 2**20:,.0f} MiB is over the "
+                            f"{_MAX_LOADER_BYTES >> 20} MiB a tokenizer or config file may have", what)
     try:
         weights = shapes.read_weights(path)  # every header, checked
     except CheckpointError as e:
-        raise PairError(f"{what} {e}") from None
+        raise PairError(e.message, what) from None
     if not weights.shapes:
-        raise PairError(f"{what} {path}: no *.safetensors weights")
+        raise PairError(f"{path}: no *.safetensors weights", what)
     return config, weights
 
 
@@ -119,11 +125,20 @@ def _load_model(path: Path, what: str):
     try:
         model, _ = load_model(path, lazy=False, trust_remote_code=False)
     except KeyError as e:  # a key mlx-lm reads from config.json is missing
-        raise PairError(f"{what} {path}: mlx-lm cannot load it: a key it reads is missing "
-                        f"({e.args[0]!r}, in config.json or the weights)") from None
+        raise PairError(f"{path}: mlx-lm cannot load it: a key it reads is missing "
+                        f"({e.args[0]!r}, in config.json or the weights)", what) from None
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
-        raise PairError(f"{what} {path}: mlx-lm cannot load it ({_one_line(e)})") from None
+        raise PairError(f"{path}: mlx-lm cannot load it ({_one_line(e)})", what) from None
     return model
+
+
+def _cache_plan(model, path: Path, what: str):
+    from engine.kvcache import CacheKindError, plan
+
+    try:
+        return plan(model, f"{what} {path}")
+    except CacheKindError as e:
+        raise PairError(str(e)) from None
 
 
 def _load_tokenizer(path: Path, what: str, config: dict):
@@ -132,9 +147,9 @@ def _load_tokenizer(path: Path, what: str, config: dict):
     try:
         # An explicit False makes transformers refuse custom code instead of asking on stdin.
         return load_tokenizer(path, tokenizer_config_extra={"trust_remote_code": False},
-                              eos_token_ids=config.get("eos_token_id"))
+                              eos_token_ids=size(config, "eos_token_id"))
     except Exception as e:
-        raise PairError(f"{what} {path}: tokenizer cannot be loaded ({_one_line(e)})") from None
+        raise PairError(f"{path}: tokenizer cannot be loaded ({_one_line(e)})", what) from None
 
 
 def _vocab(tokenizer) -> dict:
@@ -147,8 +162,9 @@ def _vocab(tokenizer) -> dict:
 def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
                  dweights: shapes.Weights | None, dname: str, *, builds: bool = True) -> None:
     """Before anything is built: the configs' sizes against their weights, and the weights against
-    the device's memory (PairError). ``builds``: the drafter is built from its config's layer
-    count (not an MTP head's folder, whose config states the target's)."""
+    the device's memory (PairError, naming its input: ``tname`` or ``dname``). ``builds``: the
+    drafter is built from its config's layer count (not an MTP head's folder, whose config states
+    the target's)."""
     try:
         memory = shapes.device_memory()
         shapes.check_config(tconfig, tweights, tname, memory=memory)
@@ -156,7 +172,7 @@ def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: d
             shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
             shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
     except shapes.ShapeError as e:
-        raise PairError(str(e)) from None
+        raise PairError(e.message, e.input_name) from None
 
 
 def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights: shapes.Weights | None,
@@ -166,24 +182,24 @@ def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights:
     of its own). The rows of the smallest table, which a prompt's ids are checked against."""
     tables, heads = shapes.pair_tables(tweights, dweights, tname, dname)
     if tweights.embedding() is None and model is not None:  # named as the headers do not say
-        tables += shapes.module_tables(model, f"{tname} {target}")
+        tables += shapes.module_tables(model, f"target {target}", tname)
     try:
-        rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), f"{tname} {target}", tables, heads)
+        rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), target, tname, tables, heads)
     except shapes.ShapeError as e:
-        raise PairError(str(e)) from None
+        raise PairError(e.message, e.input_name) from None
     if rows is None:
-        raise PairError(f"{tname} {target}: no token embedding found (in the weights"
+        raise PairError(f"{target}: no token embedding found (in the weights"
                         f"{' or the built model' if model is not None else ''}) to check the "
-                        f"tokenizer's ids against")
+                        f"tokenizer's ids against", tname)
     return rows
 
 
 def load_pair(target: Path | str, drafter: Path | str | None = None,
-              kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS) -> Pair:
-    """Load a pair. ``drafter=None`` means the lookup drafter. ``names``: what errors call the
-    target and the drafter (keys ``target`` and ``draft``)."""
+              kind: DrafterKind | str | None = None) -> Pair:
+    """Load a pair. ``drafter=None`` means the lookup drafter. A PairError names the input it
+    is about (``target`` or ``draft``)."""
     target = Path(target)
-    tname, dname = names["target"], names["draft"]
+    tname, dname = "target", "draft"
     tconfig, tweights = _check_folder(target, tname)
     dweights = None
     if kind is not None:
@@ -198,20 +214,20 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
                         f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
                         f"resolves a width for {kind.value}")
-    problem = pairing_problem(kind, drafter, {"kind": "--kind", **names})
+    problem = pairing_problem(kind, drafter)  # the one rule every front end refuses by
     if problem:
-        raise PairError(problem)
+        raise PairError(problem.message, problem.input_name)
 
     if kind is DrafterKind.MODEL:
-        tv = tconfig.get("vocab_size")
-        dv = dconfig.get("vocab_size")
+        tv = size(tconfig, "vocab_size")
+        dv = size(dconfig, "vocab_size")
         if tv != dv:
-            raise PairError(f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
-                            f"{target}'s {tv}; a model drafter must share the target's tokenizer")
+            raise PairError(f"{drafter}: vocabulary of {dv} tokens differs from target "
+                            f"{target}'s {tv}; a model drafter must share the target's tokenizer", dname)
     try:
         sidecar = read_sidecar(target)
     except ConfigError as e:
-        raise PairError(f"{tname} {e}") from None
+        raise PairError(e.message, tname) from None
     own = dweights if kind is DrafterKind.MODEL else None  # dflash and mtp read the target's tables
     check_shapes(tconfig, tweights, tname, dconfig if dweights is not None else None, dweights, dname,
                  builds=kind is not DrafterKind.MTP)
@@ -219,15 +235,17 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     model = _load_model(target, tname)
     rows = token_rows(tokenizer, target, tweights, own, tname, dname, model)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, sidecar), kind,
-                fingerprints={"target": fingerprint(target)}, token_rows=rows)
+                fingerprints={"target": fingerprint(target)}, caches=_cache_plan(model, target, tname),
+                token_rows=rows)
     if kind is DrafterKind.MODEL:
         if any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
             dtok = _load_tokenizer(drafter, dname, dconfig)
             a, b = _vocab(tokenizer), _vocab(dtok)
             if a and b and a != b:
-                raise PairError(f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
-                                f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
+                raise PairError(f"{drafter}: tokenizer of {len(b)} tokens differs from target "
+                                f"{target}'s {len(a)}; a model drafter must share the target's tokenizer", dname)
         pair.drafter = _load_model(drafter, dname)
+        pair.drafter_caches = _cache_plan(pair.drafter, drafter, dname)
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):

@@ -38,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from policy.errors import BlockwidthError
 from policy.profile import MAX_CONCURRENCY, PATH_SERVER
 
 HOST = "127.0.0.1"
@@ -53,7 +54,7 @@ DISPATCH_COMMAND = ("-m", "engine.mlxserver")
 OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--port")
 
 
-class ServedError(Exception):
+class ServedError(BlockwidthError):
     """The served path cannot go on: one line naming the server and what happened."""
 
 
@@ -674,29 +675,30 @@ class ServedPair:
                 f"(model), served by mlx_lm.server {server_version()}")
 
 
-def served_pair(target: Path, drafter: Path, names: dict[str, str]) -> ServedPair:
+def served_pair(target: Path, drafter: Path) -> ServedPair:
     """Check the pair as the engine path checks it (configs, weights' headers, one tokenizer),
-    without loading weights: the server loads them. Raises engine.pair.PairError."""
+    without loading weights: the server loads them. Raises engine.pair.PairError, naming its
+    input (``target`` or ``draft``)."""
     from engine.checkpoint import fingerprint
     from engine.pair import PairError, _check_folder, _load_tokenizer, check_shapes, token_rows
     from policy.config import ConfigError
     from policy.drafter import DrafterKind
     from policy.quantization import classify, read_sidecar
 
-    tconfig, tweights = _check_folder(target, names["target"])
-    dconfig, dweights = _check_folder(drafter, names["draft"])
+    tconfig, tweights = _check_folder(target, "target")
+    dconfig, dweights = _check_folder(drafter, "draft")
     if tconfig.get("vocab_size") != dconfig.get("vocab_size"):
-        raise PairError(f"{names['draft']} {drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
+        raise PairError(f"{drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
                         f"differs from target {target}'s {tconfig.get('vocab_size')}; a draft model "
-                        f"must share the target's tokenizer")
+                        f"must share the target's tokenizer", "draft")
     try:
         sidecar = read_sidecar(target)
     except ConfigError as e:
-        raise PairError(f"{names['target']} {e}") from None
+        raise PairError(e.message, "target") from None
     # what the server would build and index, checked here as the engine path checks it
-    check_shapes(tconfig, tweights, names["target"], dconfig, dweights, names["draft"])
-    tokenizer = _load_tokenizer(target, names["target"], tconfig)
-    rows = token_rows(tokenizer, Path(target), tweights, dweights, names["target"], names["draft"])
+    check_shapes(tconfig, tweights, "target", dconfig, dweights, "draft")
+    tokenizer = _load_tokenizer(target, "target", tconfig)
+    rows = token_rows(tokenizer, Path(target), tweights, dweights, "target", "draft")
     return ServedPair(Path(target), Path(drafter), classify(tconfig, sidecar),
                       {"target": fingerprint(target), "drafter": fingerprint(drafter)}, tconfig,
                       tokenizer, DrafterKind.MODEL, token_rows=rows)
@@ -842,7 +844,8 @@ def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
 
     abc = config.ab
     ids = pair.tokenizer.encode(abc.prompt)
-    s = ab.Session(abc, ids, ab.Arm(None, verdict=ab.Verdict.CONTROL), [ab.Arm(w) for w in widths])
+    s = ab.Session(abc, ids, ab.Arm(None, verdict=ab.Verdict.CONTROL), [ab.Arm(w) for w in widths],
+                   seed=ab.seed_of(abc))
     s.backend, s.attention = backend, attention
     s.warmup_shift = shift or 1  # the warm-up's prompt is not the session's: other positions
     s.drafter_kind = "model"

@@ -25,10 +25,17 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from engine.checkpoint import CheckpointError, read_header, weight_files
+from policy.errors import WORDS, BlockwidthError
 
 
-class ShapeError(ValueError):
-    """A config, tokenizer or prompt that does not fit the weights; the message names the file."""
+class ShapeError(BlockwidthError, ValueError):
+    """A config, tokenizer or prompt that does not fit the weights; the message names the file,
+    ``input_name`` the input it came from (``target``, ``draft``, ``prompt``)."""
+
+
+def _word(key: str) -> str:
+    """How a message names another input than the one it is about (``target``, ``drafter``)."""
+    return WORDS.get(key, key)
 
 
 # Token embeddings and output heads, as HF checkpoints of mlx-lm's families name them (the
@@ -151,28 +158,28 @@ def check_config(config: Mapping[str, Any], weights: Weights, what: str, *,
     stated = _int(c.get("num_hidden_layers"))
     held = weights.layers()
     if builds and stated is not None and held is not None and stated > held:
-        raise ShapeError(f"{what} {cfg}: num_hidden_layers = {stated:,}, but the weights hold {held} "
-                         f"layers ({where} does not match its weights)")
+        raise ShapeError(f"{cfg}: num_hidden_layers = {stated:,}, but the weights hold {held} "
+                         f"layers ({where} does not match its weights)", what)
     embed = weights.embedding()
     vocab = _int(c.get("vocab_size"))
     if embed is not None and vocab is not None and vocab > embed[1]:
-        raise ShapeError(f"{what} {cfg}: vocab_size = {vocab:,}, but the weights' {embed[0]} has "
-                         f"{embed[1]:,} rows ({where} does not match its weights)")
+        raise ShapeError(f"{cfg}: vocab_size = {vocab:,}, but the weights' {embed[0]} has "
+                         f"{embed[1]:,} rows ({where} does not match its weights)", what)
     hidden = _int(c.get("hidden_size"))
     if (embed is not None and hidden is not None and weights.dtypes.get(embed[0]) not in _PACKED
             and len(weights.shapes[embed[0]]) == 2 and hidden != weights.shapes[embed[0]][1]):
-        raise ShapeError(f"{what} {cfg}: hidden_size = {hidden:,}, but the weights' {embed[0]} is "
-                         f"{weights.shapes[embed[0]][1]:,} wide ({where} does not match its weights)")
+        raise ShapeError(f"{cfg}: hidden_size = {hidden:,}, but the weights' {embed[0]} is "
+                         f"{weights.shapes[embed[0]][1]:,} wide ({where} does not match its weights)", what)
     implied = implied_parameters(config) if builds else None
     held_elements = weights.elements()
     # 4x: room for what the estimate cannot see (tied or shared tables, a layer of another kind);
     # a config that builds more than that is not this checkpoint's (a million layers was 23 GB).
     if implied is not None and held_elements and implied > 4 * held_elements + (1 << 20):
-        raise ShapeError(f"{what} {cfg}: its sizes describe about {implied:,} weights, but the "
-                         f"safetensors hold {held_elements:,} ({where} does not match its weights)")
+        raise ShapeError(f"{cfg}: its sizes describe about {implied:,} weights, but the "
+                         f"safetensors hold {held_elements:,} ({where} does not match its weights)", what)
     if memory and weights.nbytes > memory:
-        raise ShapeError(f"{what} {weights.path}: its weights are {_gib(weights.nbytes)}, more than "
-                         f"this device's {_gib(memory)} of memory")
+        raise ShapeError(f"{weights.path}: its weights are {_gib(weights.nbytes)}, more than "
+                         f"this device's {_gib(memory)} of memory", what)
 
 
 def check_pair_memory(parts: Iterable[tuple[str, Weights]], memory: int | None) -> None:
@@ -180,7 +187,7 @@ def check_pair_memory(parts: Iterable[tuple[str, Weights]], memory: int | None) 
     parts = list(parts)
     total = sum(w.nbytes for _, w in parts)
     if memory and len(parts) > 1 and total > memory:
-        names = " + ".join(f"{what} {_gib(w.nbytes)}" for what, w in parts)
+        names = " + ".join(f"{_word(what)} {_gib(w.nbytes)}" for what, w in parts)
         raise ShapeError(f"the pair's weights are {_gib(total)} ({names}), more than this device's "
                          f"{_gib(memory)} of memory")
 
@@ -206,15 +213,18 @@ def tokenizer_ids(tokenizer: Any) -> int | None:
 
 @dataclass(frozen=True)
 class Table:
-    """One embedding table of the pair: how an error names it, and its rows."""
+    """One embedding table of the pair: how a message names its folder (``what``), the tensor's
+    name, its rows, and the input it belongs to (``key``: ``target`` or ``draft``)."""
 
     what: str
     name: str
     rows: int
+    key: str | None = None
 
 
-def check_token_ids(tokenizer_bound: int | None, tokenizer_what: str, tables: Iterable[Table],
-                    heads: Iterable[Table], synthetic: int = SYNTHETIC_IDS) -> int | None:
+def check_token_ids(tokenizer_bound: int | None, tokenizer_path: Path, tokenizer_key: str,
+                    tables: Iterable[Table], heads: Iterable[Table],
+                    synthetic: int = SYNTHETIC_IDS) -> int | None:
     """Every id the pair will feed a table must be one of its rows: the tokenizer's ids, the ids
     an output head can emit (its rows), and the cost curve's synthetic context. Returns the
     smallest table's rows (the bound ``Pair.encode`` checks a prompt against)."""
@@ -223,9 +233,9 @@ def check_token_ids(tokenizer_bound: int | None, tokenizer_what: str, tables: It
         return None
     smallest = min(tables, key=lambda t: t.rows)
     if tokenizer_bound is not None and tokenizer_bound > smallest.rows:
-        raise ShapeError(f"{tokenizer_what}: its tokenizer has token id {tokenizer_bound - 1:,}, but "
+        raise ShapeError(f"{tokenizer_path}: its tokenizer has token id {tokenizer_bound - 1:,}, but "
                          f"{smallest.what}'s embedding {smallest.name} has {smallest.rows:,} rows "
-                         f"(ids 0..{smallest.rows - 1:,}): a forward would read past the table")
+                         f"(ids 0..{smallest.rows - 1:,}): a forward would read past the table", tokenizer_key)
     for head in heads:
         if head.rows > smallest.rows:
             raise ShapeError(f"{head.what}: its output head {head.name} emits ids up to "
@@ -247,13 +257,13 @@ def pair_tables(target: Weights, drafter: Weights | None, tname: str,
             continue
         embed, head = w.embedding(), w.head()
         if embed is not None:
-            tables.append(Table(f"{what} {w.path}", *embed))
+            tables.append(Table(f"{_word(what)} {w.path}", *embed, key=what))
         if head is not None:
-            heads.append(Table(f"{what} {w.path}", *head))
+            heads.append(Table(f"{_word(what)} {w.path}", *head, key=what))
     return tables, heads
 
 
-def module_tables(model: Any, what: str) -> list[Table]:
+def module_tables(model: Any, what: str, key: str | None = None) -> list[Table]:
     """The loaded model's token embeddings, named as mlx-lm names them: where the headers name
     their tables in a way ``Weights.embedding`` does not know, the built model still does."""
     leaf = re.compile(r"(?:^|\.)(?:embed_tokens|wte|embed_in|word_embeddings|tok_embeddings)$")
@@ -262,18 +272,19 @@ def module_tables(model: Any, what: str) -> list[Table]:
         weight = getattr(module, "weight", None)
         shape = getattr(weight, "shape", None)
         if leaf.search(name) and not _NOT_TOKENS.search(name) and shape:
-            out.append(Table(what, name, int(shape[0])))
+            out.append(Table(what, name, int(shape[0]), key))
     return out
 
 
-def check_ids(ids: Iterable[int], rows: int | None, what: str) -> None:
-    """Ids about to be fed to a forward (a prompt's): each a row of the pair's tables."""
+def check_ids(ids: Iterable[int], rows: int | None, where: str, key: str = "prompt") -> None:
+    """Ids about to be fed to a forward (a prompt's, the input ``key``): each a row of the pair's
+    tables (``where``: the model, as a message names it)."""
     if rows is None:
         return
     bad = next((i for i in ids if not 0 <= i < rows), None)
     if bad is not None:
-        raise ShapeError(f"{what}: token id {bad:,} is outside the embedding's {rows:,} rows "
-                         f"(the tokenizer produced an id the model has no row for)")
+        raise ShapeError(f"({where}): token id {bad:,} is outside the embedding's {rows:,} rows "
+                         f"(the tokenizer produced an id the model has no row for)", key)
 
 
 __all__ = ["CheckpointError", "ShapeError", "Table", "Weights", "check_config", "check_ids",

@@ -11,6 +11,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Mapping
 
+from policy.errors import BlockwidthError
+
 
 class Backend(str, Enum):
     CUDA = "cuda"
@@ -66,8 +68,8 @@ _SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::([0-9]{1,3})\.([0-9]{1,3}))?$")
 _CC_LIKE = re.compile(r"^(cuda|gpu):[0-9]+\.[0-9]+$")
 
 
-class DeviceSpecError(ValueError):
-    pass
+class DeviceSpecError(BlockwidthError, ValueError):
+    """A --device that names no device this tool knows."""
 
 
 def sm_of(cc: str) -> str:
@@ -80,21 +82,21 @@ def parse_device_spec(spec: str) -> Device:
     m = _SPEC.match(spec.strip().lower())
     shown = repr(spec) if len(spec) <= 40 else repr(spec[:37] + "...")
     if not m and _CC_LIKE.match(spec.strip().lower()):
-        raise DeviceSpecError(f"--device {shown}: a compute capability has at most 3 digits a part "
-                              f"(e.g. cuda:9.0, cuda:12.1)")
+        raise DeviceSpecError(f"{shown}: a compute capability has at most 3 digits a part "
+                              f"(e.g. cuda:9.0, cuda:12.1)", "device")
     if not m:
         raise DeviceSpecError(
-            f"--device {shown}: expected cuda:MAJOR.MINOR in ASCII digits (e.g. cuda:9.0, cuda:12.1), "
-            f"metal or cpu")
+            f"{shown}: expected cuda:MAJOR.MINOR in ASCII digits (e.g. cuda:9.0, cuda:12.1), "
+            f"metal or cpu", "device")
     kind, major, minor = m.groups()
     if kind in ("cuda", "gpu"):
         if major is None:
             raise DeviceSpecError(
-                f"--device {shown}: a CUDA device needs its compute capability, e.g. cuda:9.0")
+                f"{shown}: a CUDA device needs its compute capability, e.g. cuda:9.0", "device")
         cc = f"{int(major)}.{int(minor)}"
         return Device(Backend.CUDA, name="", architecture=sm_of(cc), compute_capability=cc)
     if major is not None:
-        raise DeviceSpecError(f"--device {shown}: only cuda takes a compute capability")
+        raise DeviceSpecError(f"{shown}: only cuda takes a compute capability", "device")
     return Device(Backend(kind))
 
 

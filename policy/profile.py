@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
+from policy.errors import BlockwidthError
 from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
@@ -201,7 +202,7 @@ class Profile:
         return max(found, key=rank)
 
 
-class ProfileError(Exception):
+class ProfileError(BlockwidthError):
     """A profile that does not parse, validate or cannot be written; str() is located lines,
     at most SHOW_PROBLEMS of them and a count of the rest."""
 
@@ -248,10 +249,10 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(path, [f"not valid TOML: {e}"]) from None
-    except ValueError as e:  # tomllib's int() of a number of more than 4,300 digits
+    except ValueError:  # tomllib's int() past 4,300 digits: not a TOMLDecodeError
         line = _long_number_line(text)
-        raise ProfileError(path, [f"{'line ' + str(line) + ': ' if line else ''}a number of more "
-                                  f"than {sys.get_int_max_str_digits():,} digits; not a profile"]) from None
+        raise ProfileError(path, [f"not valid TOML: {'line ' + str(line) + ': ' if line else ''}a number of "
+                                  f"more than {sys.get_int_max_str_digits():,} digits"]) from None
     except RecursionError:
         raise ProfileError(path, ["nested too deeply to parse; not a profile"]) from None
     problems: list[str] = []

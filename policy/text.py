@@ -10,6 +10,7 @@ not UTF-8 (which a strict stdout cannot even encode). Every front end shows such
 from __future__ import annotations
 
 import unicodedata
+from typing import Mapping
 
 # Categories never shown raw: controls (C0, DEL, C1: ESC, BEL, newline, carriage return...),
 # format characters (bidirectional overrides reorder what a line appears to say; zero-width
@@ -44,10 +45,12 @@ def shown_block(value: object) -> str:
     return "\n".join(shown(line) for line in str(value).split("\n"))
 
 
-def error_lines(error: BaseException) -> list[str]:
-    """An error as the lines a front end prints: one, or the located lines of an error that is
-    several by design (a profile's problems, ``lines``), each shown as one line."""
+def error_lines(error: BaseException, names: Mapping[str, str] | None = None) -> list[str]:
+    """An error as the lines a front end prints: one (a BlockwidthError said with the front end's
+    ``names`` for its input), or the located lines of an error that is several by design (a
+    profile's problems, ``lines``), each shown as one line."""
     lines = getattr(error, "lines", None)
     if not isinstance(lines, (list, tuple)) or not lines:
-        lines = [str(error)]
+        say = getattr(error, "say", None)
+        lines = [say(names) if callable(say) else str(error)]
     return [shown(line) for line in lines]

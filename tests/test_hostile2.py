@@ -89,7 +89,7 @@ def test_token_ids_past_the_embedding_are_refused_before_any_forward(tmp_path, s
     from engine.served import served_pair
 
     with pytest.raises(PairError, match="token id"):
-        served_pair(t, DEMO / "drafter", {"target": "--target", "draft": "--draft"})
+        served_pair(t, DEMO / "drafter")
 
 
 def test_a_prompt_id_the_tables_have_no_row_for_is_refused(tmp_path):
@@ -413,12 +413,12 @@ def test_demo_target_with_a_target_is_refused(command):
     args = [*command, "--target", str(DEMO / "target-bf16"), "--demo-target", "4bit"]
     if not command:
         args += ["--device", "cpu"]
-    assert "--demo-target 4bit given with --target" in one_line(cli(*args, timeout=120))
+    assert "--demo-target 4bit given with a target" in one_line(cli(*args, timeout=120))
 
 
 @pytest.mark.parametrize("args,needle", [
-    (("--kind", "dflash"), "drafter kind dflash needs a drafter checkpoint folder (--draft)"),
-    (("--kind", "lookup", "--draft", str(DEMO / "drafter")), "given with --kind lookup"),
+    (("--kind", "dflash"), "--draft missing: drafter kind dflash needs a drafter checkpoint folder"),
+    (("--kind", "lookup", "--draft", str(DEMO / "drafter")), "given with drafter kind lookup"),
 ])
 def test_the_console_refuses_what_sweep_refuses_before_it_opens(args, needle):
     target = ("--target", str(DEMO / "target-bf16"))

@@ -204,3 +204,10 @@ def test_modelopt_mixed_precision_reads_both_its_layers_and_its_groups():
     q = classify({"quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
                                           "quantized_layers": {"lm_head": {"quant_algo": "W4A16_NVFP4"}}}})
     assert q.scheme.value == "nvfp4", q.detail
+
+
+def test_quanto_names_its_integer_bits():
+    """quanto writes weights = "int4": the bits were read as None (a str never passed _int)."""
+    q = classify({"quantization_config": {"quant_method": "quanto", "weights": "int4"}})
+    assert (q.scheme, q.bits) == (Scheme.INT, 4)
+    assert classify({"quantization_config": {"quant_method": "quanto", "weights": "int\u0664"}}).bits is None
