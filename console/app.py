@@ -39,6 +39,7 @@ from console.widgets.records import RecordsTab
 from console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
 from policy.errors import BlockwidthError
 from policy.profile import ProfileError
+from policy.text import shown
 
 # Kept importable from here: the CLI, the tests and the screenshot script name them so.
 __all__ = ["AbEvent", "BUDGET_S", "DEFAULT_WIDTHS", "BlockwidthApp", "Options", "Phase",
@@ -186,7 +187,9 @@ class BlockwidthApp(App):
     def _error(self, text: str, refusal: bool = False) -> None:
         """Show ``text`` on the error line (empty: clear it). ``refusal``: a key's "nothing to do"
         answer, which the next action that works takes away (_clear_refusal); other errors stay
-        until what caused them is redone."""
+        until what caused them is redone. Shown as one line: an error quotes paths and names from
+        the operator's files, whose escape sequences must not reach the terminal."""
+        text = shown(text)
         self.query_one(ErrorLine).show(text, refusal)
         if text:
             # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags
@@ -343,13 +346,15 @@ class BlockwidthApp(App):
 
         try:
             # Folder checks only (no model load): a wrong path must not cost the loaded pair.
-            pair_paths(target or None, draft or None, self.options.variant, kind or None, weights=True,
-                       download=False)
+            pair_paths(target or None, draft or None, None if target else self.options.variant,
+                       kind or None, weights=True, download=False)
         except BlockwidthError as e:
             self._reopen_pair(values, f"{e.say(CONSOLE_NAMES)} — still on "
                                       f"{self.pair.describe() if self.pair else 'the previous pair'}")
             return
-        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
+        # a demo target is the demo pair's: a pair opened from folders has none
+        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None,
+                               variant=None if target else self.options.variant)
         self._names = CONSOLE_NAMES
         self.pair = self.resolution = self.session_state = self.load_error = None
         self._error("")
@@ -384,14 +389,15 @@ class BlockwidthApp(App):
             if req.workload is not None:
                 workload = read_workload(req, self.pair)
             else:
-                check_fits(req, len(self.pair.tokenizer.encode(literal_prompt(req.prompt))),
+                # Pair.encode: each id checked against the pair's embedding tables (a ShapeError)
+                check_fits(req, len(self.pair.encode(literal_prompt(req.prompt))),
                            self.pair.context_length)
         except FieldError as e:
             self._error(self._words(e))
             # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
             tab.mark_bad(e.field.value)
             return
-        except BlockwidthError as e:
+        except BlockwidthError as e:  # a ShapeError too: an id the pair's tables have no row for
             self._error(self._words(e))
             return
         self._error("")
@@ -427,8 +433,14 @@ class BlockwidthApp(App):
         session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
                               cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
-        path = records.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
-        self.post_message(AbDone(session, path, list(gate.warnings)))
+        where = Path(self.options.record_dir) if self.options.record_dir else None
+        try:
+            path, error = records.write(rec, where), None
+        except OSError as e:  # a full disk must not cost the session: it is shown, said unkept
+            path, error = None, (f"record directory {where or records.default_dir()}: the record cannot be "
+                                 f"written ({e.strerror or e}); the results are shown but not kept, and "
+                                 f"cannot be saved")
+        self.post_message(AbDone(session, path, list(gate.warnings), error))
 
     def on_ab_event(self, message: AbEvent) -> None:
         e = message.event
@@ -464,6 +476,8 @@ class BlockwidthApp(App):
 
     def on_ab_done(self, message: AbDone) -> None:
         self.show_session(message.session, message.record_path, message.gate_warnings)
+        if message.error:  # after the results, which stay on screen
+            self._error(message.error)
 
     def show_session(self, session: Any, record_path: Path | None, gate_warnings: list[str],
                      request: SessionRequest | None = None) -> None:
@@ -545,6 +559,11 @@ class BlockwidthApp(App):
         if self.query_one(AbTab).stale:
             self._error("not saved: the fields changed since this run; run it again (a) first", refusal=True)
             return
+        if self.record_path is None:
+            self._error("not saved: this session's record could not be written, and a profile entry "
+                        "names its record; run it again once the record directory can be written",
+                        refusal=True)
+            return
         from console.outcome import headline
 
         s = self.session
@@ -585,7 +604,7 @@ class BlockwidthApp(App):
             self._error(f"not saved: {message.refusal}")
             return
         self._error("")
-        self.notify(f"saved {message.saved}", timeout=6, markup=False)
+        self.notify(f"saved {shown(message.saved)}", timeout=6, markup=False)
         if self.session_state is not None and self.session_state.session is message.session:
             self.session_state = replace(self.session_state, saved=message.saved)
         self.resolve_in_background()  # the saved width is the one in effect now: the screen follows
@@ -674,15 +693,22 @@ class BlockwidthApp(App):
     @work(thread=True, exit_on_error=False, group="export", name="export Markdown")
     def export_in_background(self, path: Path) -> None:
         """A record can hold every round of every run: read and render it off the UI thread."""
+        from console.outputs import OutputError, write_output
         from engine import record
 
+        out = path.with_suffix(".md")
         try:
-            out = path.with_suffix(".md")
-            out.write_text(record.markdown(record.load(path)), encoding="utf-8")
-        except (OSError, ValueError, KeyError) as e:
+            # checked as every output is: a FIFO named like it would hang the export, and a hard
+            # link to the record or the profile would be written over
+            write_output(out, record.markdown(record.load(path)).encode("utf-8"), "Markdown export",
+                         [("the record", path), ("the profile", self._profile_path())])
+        except OutputError as e:
+            self.call_from_thread(self._error, str(e))
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             self.call_from_thread(self._error, f"record {path}: cannot be exported ({e})")
             return
-        self.call_from_thread(self.notify, f"wrote {out}", timeout=6)
+        self.call_from_thread(self.notify, f"wrote {shown(out)}", timeout=6, markup=False)
 
     # ---- failures and shutdown
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:

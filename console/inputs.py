@@ -149,6 +149,7 @@ CLI_NAMES: Mapping[str, str] = {
     "profile": "--profile", "record dir": "--record-dir", "widths": "--widths", "n": "-n",
     "tokens": "--max-tokens", "prompt": "--prompt", "prompt file": "--prompt-file",
     "max reps": "--max-reps", "max seconds": "--max-seconds", "rows": "--rows",
+    "demo target": "--demo-target",
 }
 CONSOLE_NAMES: Mapping[str, str] = {
     "target": "target field", "draft": "drafter field", "kind": "kind field",
@@ -156,6 +157,7 @@ CONSOLE_NAMES: Mapping[str, str] = {
     "max reps": "reps field", "max seconds": "secs field",  # the sequential budget's labels
     # the console takes these from its command line only: said as the flags they came from
     "device": "--device", "profile": "--profile", "record dir": "--record-dir",
+    "demo target": "--demo-target",
 }
 @dataclass(frozen=True)
 class PairPaths:
@@ -164,11 +166,15 @@ class PairPaths:
     demo: bool
 
 
-def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
+def pair_paths(target: str | None, draft: str | None, variant: str | None = None,
                kind: str | None = None, weights: bool = False, download: bool = True) -> PairPaths:
     """The pair's folders; the demo pair without --target (the demo drafter of --kind, none for
-    lookup).
+    lookup). ``variant``: the demo target (``bf16`` when None); given with a target it is an error,
+    not ignored.
     ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
+    if target is not None and variant is not None:
+        raise InputError(f"{variant} given with a target: it picks the demo pair's target, "
+                         f"used only without one; drop one", "demo target")
     if target is None:
         if draft is not None:
             raise InputError("given without a target: name the target too", "draft")
@@ -176,7 +182,7 @@ def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
         if kind is not None and kind != DrafterKind.LOOKUP.value and drafter is None:
             raise InputError(f"{kind}: the demo pair has no {kind} drafter (it has "
                              f"{', '.join(demo.DRAFTERS)} and lookup)", "kind")
-        return PairPaths(demo.target(variant), drafter, True)
+        return PairPaths(demo.target(variant or "bf16"), drafter, True)
     return PairPaths(checkpoint_dir(target, "target", weights, download),
                      checkpoint_dir(draft, "draft", weights, download) if draft is not None else None,
                      False)
@@ -203,7 +209,7 @@ def drafter_info(paths: PairPaths, kind: str | None,
 
 def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
-               env: Mapping[str, str] | None = None, variant: str = "bf16",
+               env: Mapping[str, str] | None = None, variant: str | None = None,
                profile_missing_ok: bool = False, download: bool = True,
                names: Mapping[str, str] = CLI_NAMES, path: str = profiles.PATH_ENGINE,
                concurrency: int = 1) -> tuple[Resolution, PairPaths, DrafterInfo]:

@@ -57,11 +57,13 @@ class AbEvent(Message):
 
 @dataclass
 class AbDone(Message):
-    """A session finished (or was cancelled) and its record was written."""
+    """A session finished (or was cancelled) and its record was written (``record_path``), or
+    could not be (None, and ``error`` says why: the results are shown all the same)."""
 
     session: Session
-    record_path: Path
+    record_path: Path | None
     gate_warnings: list[str]
+    error: str | None = None
 
 
 @dataclass

@@ -35,7 +35,7 @@ class Options:
     flag: str | None = None
     device: str | None = None
     profile: str | None = None
-    variant: str = "bf16"
+    variant: str | None = None  # the demo target (bf16 when None); only without a target
     record_dir: str | None = None
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector | rows
 

@@ -531,14 +531,26 @@ def seed_of(config: AbConfig) -> int:
 
 
 def _prepare(pair, config: AbConfig) -> list[Prepared]:
+    """The session's requests, every id of each checked against the pair's embedding tables
+    (engine.shapes) before any forward."""
+    from engine.shapes import ShapeError, check_ids
+
+    rows, where = getattr(pair, "token_rows", None), f"target {getattr(pair, 'target_path', '')}"
     if config.workload is None:
         if not config.prompt:
             raise DecodeError("prompt: empty")
-        return [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
+        prepared = [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
+    else:
+        try:
+            prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)
+        except WorkloadError as e:
+            raise DecodeError(str(e)) from None
     try:
-        return prepare(config.workload, pair.tokenizer, config.max_tokens)
-    except WorkloadError as e:
-        raise DecodeError(str(e)) from None
+        for p in prepared:
+            check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
+    except ShapeError as e:
+        raise DecodeError(e.message, e.input_name) from None
+    return prepared
 
 
 def _rotated(arms: list[Arm], k: int) -> list[Arm]:

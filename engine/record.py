@@ -9,13 +9,12 @@ they go) is the console's ``console.records``.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.decode import ROUND_COLUMNS
-from policy import stats
+from policy import files, stats
 
 RECORD_SCHEMA = 1
 
@@ -137,7 +136,8 @@ def reproduce(record: dict) -> dict[int, stats.Estimate]:
 
 
 def load(path: Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A record, read bounded and strict (files.FileProblem, a ValueError, when it cannot be)."""
+    return files.read_json(Path(path), files.MAX_RECORD_BYTES)
 
 
 def refusal(record: dict):

@@ -14,6 +14,7 @@ import datetime as _dt
 import os
 import re
 import stat
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,6 @@ from typing import Any, Mapping
 
 from policy import files
 from policy.errors import BlockwidthError
-from policy.integers import shorten
 from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
@@ -255,12 +255,28 @@ class ProfileError(BlockwidthError):
         shown = [f"profile {path}: {p}" for p in problems[:SHOW_PROBLEMS]]
         if len(problems) > SHOW_PROBLEMS:
             shown.append(f"profile {path}: ... and {len(problems) - SHOW_PROBLEMS:,} more problems")
+        self.lines = shown  # one line each, as policy.text.error_lines shows them
         super().__init__("\n".join(shown))
 
 
+def _long_number_line(text: str) -> int | None:
+    m = re.search(r"[0-9_]{%d,}" % (sys.get_int_max_str_digits() + 1), text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+# An [[override]] header at the start of a line, outside every string: the strings are matched
+# (and passed over) first, so a multi-line string holding "[[override]]" is not an entry.
+_HEADERS = re.compile(files.TOML_SKIP + r"""|(?m:^[ \t]*\[\[[ \t]*(?:override|"override"|'override')[ \t]*\]\])""")
+
+
 def _override_lines(text: str) -> list[int]:
-    return [i + 1 for i, line in enumerate(text.splitlines())
-            if re.match(r"^\s*\[\[\s*override\s*\]\]", line)]
+    lines, pos, line = [], 0, 1
+    for m in _HEADERS.finditer(text):
+        if m.group().lstrip(" \t").startswith("[["):
+            line += text.count("\n", pos, m.start())
+            pos = m.start()
+            lines.append(line)
+    return lines
 
 
 _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capability", "device_name",
@@ -276,8 +292,10 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(path, [f"not valid TOML: {e}"]) from None
-    except ValueError as e:  # tomllib's int() past 4,300 digits: not a TOMLDecodeError
-        raise ProfileError(path, [f"not valid TOML: {shorten(str(e), 120)}"]) from None
+    except ValueError:  # tomllib's int() past 4,300 digits: not a TOMLDecodeError
+        line = _long_number_line(text)
+        raise ProfileError(path, [f"not valid TOML: {'line ' + str(line) + ': ' if line else ''}a number of "
+                                  f"more than {sys.get_int_max_str_digits():,} digits"]) from None
     except RecursionError:
         raise ProfileError(path, ["nested too deeply to parse; not a profile"]) from None
     problems: list[str] = []

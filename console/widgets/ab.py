@@ -24,6 +24,7 @@ from console.request import SessionRequest, session_request
 from console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
 from console.widgets.top import in_effect
+from policy.text import shown
 
 if TYPE_CHECKING:
     from engine.ab import Session
@@ -97,7 +98,7 @@ class Stage(Horizontal):
         bar.set_class(not phase.busy or fraction is None, "-idle")
         if fraction is not None:
             bar.progress = round(min(max(fraction, 0.0), 1.0) * 1000)
-        status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {detail}" if detail else "")
+        status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {shown(detail)}" if detail else "")
         status.no_wrap, status.overflow = True, "ellipsis"
         self.query_one("#status", Static).update(status)
 
@@ -148,7 +149,7 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
             for arm in r.arms:
                 if arm.identity and not arm.identity.identical_ids:
                     on = "" if s.single else f" on request {r.id}"
-                    lines.append(Text(f"{arm.name}{on}: {arm.identity.describe()}", style="yellow"))
+                    lines.append(Text(shown(f"{arm.name}{on}: {arm.identity.describe()}"), style="yellow"))
         for w in s.warnings():
             lines.append(Text(f"warning: {w}", style="yellow"))
     for w in state.gate_warnings:
