@@ -269,10 +269,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if in_effect is not None and in_effect[0] not in widths:
         # The width `resolve` gives is always among the measured ones, as in the console: a
         # sweep that skipped it could not say whether the answer an operator gets loses.
-        # (Said once the pair has loaded: a refusal before stays one line.)
+        # (Said once the pair and the prompt have passed their checks: a refusal stays one line.)
         widths = (*widths, in_effect[0])
-        if not args.json:
-            print(f"blockwidth: + width {in_effect[0]}, the width in effect ({in_effect[1]})", file=sys.stderr)
+    else:
+        in_effect = None
     if workload is not None:
         prepared = prepare_workload(pair, workload, args.max_tokens, widths)
     else:
@@ -284,6 +284,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
                        f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
                        + (f" + {extra} cost-curve steps" if extra else ""))
+    if in_effect is not None and not args.json:
+        print(f"blockwidth: + width {in_effect[0]}, the width in effect ({in_effect[1]})", file=sys.stderr)
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
