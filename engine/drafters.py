@@ -77,6 +77,11 @@ class ModelDrafter:
         from engine.kvcache import rewind
 
         k = len(drafted)
+        if not k:
+            # A round that drafted nothing (an auto width of 1) fed the drafter nothing: its
+            # pending tokens wait, with the new one, for the next round that drafts.
+            self.pending = mx.concatenate([self.pending, mx.array([next_token], mx.uint32)])
+            return
         # The cache holds the pending tokens and drafts 1..k-1; keep those accepted.
         rewind(self.cache, max(k - accepted - 1, 0), "the drafter")
         if k and accepted == k:
