@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import mlx.core as mx
 
@@ -18,6 +18,7 @@ from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from engine.kvcache import RewindError, rewind
 from engine.linear import VerifyLinear, verify_linear
+from policy.auto import AUTO
 
 
 class DecodeError(ValueError):
@@ -41,7 +42,7 @@ class Round:
 
 @dataclass
 class DecodeRun:
-    width: int | None  # None: classic
+    width: int | str | None  # None: classic; "auto" (policy.auto.AUTO): a width per round
     tokens: list[int]
     prompt_tokens: int
     prefill_s: float
@@ -54,6 +55,10 @@ class DecodeRun:
     # The host's share of the run (engine.host.host_delta: wall, main-thread and process CPU
     # seconds, stolen seconds, context switches, the CPU at each end), read by an A/B session.
     host: dict | None = None
+    # An auto-width run (width "auto"): the width of every round, and the controller's record of
+    # the run (engine.auto.Run.to_dict: its start state, probes, switches) that replays them.
+    widths: list[int] | None = None
+    auto: dict | None = None
 
     @property
     def classic(self) -> bool:
@@ -113,6 +118,7 @@ class DecodeRun:
             "accepted": self.accepted, "acceptance": self.acceptance,
             "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
             "attention": self.attention, "gpu_clocks": self.clocks, "host_cpu": self.host,
+            **({"widths": self.widths, "auto": self.auto} if self.auto is not None else {}),
         }
 
     def rounds_table(self) -> list[list[float]]:
@@ -123,6 +129,21 @@ class DecodeRun:
 
 
 Progress = Callable[[int, int], None]  # (tokens so far, tokens wanted)
+
+
+class WidthSource(Protocol):
+    """A width per round (engine.auto.Run): called with the rounds so far before each round,
+    closed with all of them after the last."""
+
+    widths: list[int]
+
+    def __call__(self, rounds: list[Round]) -> int: ...
+
+    def close(self, rounds: list[Round]) -> None: ...
+
+    def to_dict(self) -> dict: ...
+
+
 # Diagnostic replays only (never a timed run): (position of the first token these
 # logits choose, logits rows [k, vocab]) for every forward that emits tokens.
 LogitsHook = Callable[[int, mx.array], None]
@@ -194,7 +215,7 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
 SPLIT_EVERY = 8
 
 
-def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
+def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSource, *,
                 drafter: Drafter | None = None, on_progress: Progress | None = None,
                 cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY,
                 attention: str | VerifyAttention | None = None,
@@ -212,11 +233,17 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
 
     Every ``split_every``-th round synchronises after drafting to time draft and
     verify apart; the others overlap them as mlx-lm does (a sync per round cost
-    up to 10% at width 2 on a CPU)."""
+    up to 10% at width 2 on a CPU).
+
+    ``width`` is an int, or a width source (engine.auto's Run) asked for each round's width
+    with the rounds so far: width 1 then verifies the pending token alone (nothing drafted)."""
     from mlx_lm.models.cache import make_prompt_cache
 
-    if not isinstance(width, int) or width < 2:
+    source = None if isinstance(width, int) else width
+    if source is None and width < 2:
         raise DecodeError(f"width = {width!r}: a speculative width is at least 2 (1 is classic)")
+    if source is not None and not (callable(source) and hasattr(source, "close")):
+        raise DecodeError(f"width = {width!r}: expected an integer or a width source")
     _check(prompt, max_tokens, pair.context_length)
     model = pair.target
     drafter = drafter or make_drafter(pair)
@@ -234,7 +261,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
         t1 = perf()
         with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
             try:
-                _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
+                _rounds(model, cache, drafter, y, tokens, rounds, max_tokens,
+                        (lambda _: width) if source is None else source, split_every,
                         on_progress, cancel, on_logits)
             except RewindError as e:
                 raise DecodeError(str(e)) from None
@@ -242,13 +270,18 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
     summary = routing.summary()
     if lrouting.mode is not VerifyLinear.STOCK:
         summary["linear"] = lrouting.summary()
-    return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
+    if source is None:
+        return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
+    source.close(rounds)
+    return DecodeRun(AUTO, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary,
+                     widths=list(source.widths), auto=source.to_dict())
 
 
-def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
+def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width_of, split_every,
             on_progress, cancel, on_logits) -> None:
     perf = time.perf_counter
     while len(tokens) < max_tokens:
+        width = width_of(rounds)
         ta = perf()
         want = min(max_tokens - len(tokens), width - 1)
         drafts = drafter.propose(want)
@@ -288,8 +321,8 @@ def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_e
             break
 
 
-def decode(pair, prompt: list[int], max_tokens: int, width: int | None, **kw) -> DecodeRun:
-    """Classic when ``width`` is None, else speculative at ``width``."""
+def decode(pair, prompt: list[int], max_tokens: int, width: int | WidthSource | None, **kw) -> DecodeRun:
+    """Classic when ``width`` is None, else speculative at ``width`` (a width source: auto)."""
     if width is None:
         kw.pop("drafter", None)
         return classic(pair, prompt, max_tokens, **kw)
