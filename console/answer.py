@@ -3,7 +3,6 @@ command line and as the environment variable. Pure: values in, values out."""
 
 from __future__ import annotations
 
-import shlex
 from typing import Any
 
 
@@ -16,5 +15,7 @@ def server_command(res: Any, paths: Any) -> tuple[str, str] | None:
     if paths.drafter is None:
         return (f"# mlx_lm.server has no prompt-lookup drafter; width {res.width} applies to "
                 f"blockwidth's engine only", env)
-    return (f"mlx_lm.server --model {shlex.quote(str(paths.target))} --draft-model "
-            f"{shlex.quote(str(paths.drafter))} --num-draft-tokens {res.width - 1}", env)
+    from console.serve import command_for  # the command resolve --json gives (issue 27)
+
+    # the mlx_lm.server command, with the arguments a served-path entry was measured with
+    return command_for(res, paths.target, paths.drafter)["mlx-lm-server"]["line"], env

@@ -61,13 +61,17 @@ def _resolution_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
+    from console.serve import command_for
+
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
-                                  variant=args.demo_target)
+                                  variant=args.demo_target, path=args.path,
+                                  concurrency=args.concurrency)
     data = res.to_dict()
     data["target"] = str(paths.target)
     data["drafter"] = str(paths.drafter) if paths.drafter else None
     data["drafter_detail"] = info.detail
+    data["command"] = command_for(res, paths.target, paths.drafter)
 
     def text(d: dict[str, Any]) -> str:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
@@ -78,6 +82,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             + ("" if res.device.probed else " (named, not probed)"),
             f"  target   {d['target']}  [{res.quantization.describe()}]",
             f"  drafter  {d['drafter'] or '(none)'}  [{d['drafter_kind']}: {info.detail}]",
+            f"  command  {d['command']['line'] or '(classic: no width to pass)'}  "
+            f"[{d['command']['path']}, {'measured' if d['command']['measured'] else 'not measured there'}]",
             "  chain:",
             *chain_lines(res.chain),
         ]
@@ -227,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("resolve", help="the width this pair would use, its source and why")
     _pair_args(p)
     _resolution_args(p)
+    from console import serve
+
+    serve.add_resolve_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_resolve)
 
@@ -238,6 +247,10 @@ def build_parser() -> argparse.ArgumentParser:
     from console import measure  # engine-backed: sweep, costcurve (MLX loads only when they run)
 
     measure.register(sub)
+    serve.register(sub, _resolution_args, _pair_args)
+    from console import export
+
+    export.register(sub)
     return ap
 
 

@@ -196,7 +196,10 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str = "bf16",
                profile_missing_ok: bool = False, download: bool = True,
-               names: Mapping[str, str] = CLI_PAIR_NAMES) -> tuple[Resolution, PairPaths, DrafterInfo]:
+               names: Mapping[str, str] = CLI_PAIR_NAMES, path: str = profiles.PATH_ENGINE,
+               concurrency: int = 1) -> tuple[Resolution, PairPaths, DrafterInfo]:
+    """The resolution every front end shows: ``path`` and ``concurrency`` are what it is for
+    (``blockwidth serve`` resolves for mlx_lm.server under its load)."""
     paths = pair_paths(target, draft, variant, kind, download=download, names=names)
     info = drafter_info(paths, kind, names)
     quant = target_quantization(paths.target)
@@ -210,7 +213,7 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
         drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
         env=os.environ if env is None else env, profile=prof,
         declared_width=info.declared_width, declared_detail=info.detail,
-        pair=pid, mlx_version=mlx_version(),
+        pair=pid, mlx_version=mlx_version(), path=path, concurrency=concurrency,
     )
     return res, paths, info
 

@@ -100,6 +100,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
 
+    from console import served
+
+    if args.path == "mlx-lm-server":
+        return served.cmd_sweep_served(args)
+    served.served_only(args)
     req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
@@ -120,6 +125,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     records = record_dir(args.record_dir)
     if args.save:
         profile_for_save(args.profile)
+    _qmv_call()
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
     n_prompt = len(pair.tokenizer.encode(prompt))
     if n_prompt == 0:
@@ -136,7 +142,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"blockwidth: warning: {w}", file=sys.stderr)
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
-                      max_seconds=args.max_seconds, verify_attention=args.verify_attention,
+                      max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
                       verify_linear=args.verify_linear)
     quiet = args.json
 
@@ -247,6 +253,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
     rows = _rows(args.rows)
+    _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2
@@ -328,7 +335,13 @@ def register(sub) -> None:
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
     attention.add_arg(p)
+    # Not given: "auto" on the engine path, the stock server on the served path (given there, it
+    # runs mlx_lm.server in-process with the dispatcher in that mode).
+    p.set_defaults(verify_attention=None)
     linear.add_arg(p)
+    from console import served
+
+    served.add_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -345,6 +358,17 @@ def register(sub) -> None:
     linear.add_arg(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
+
+
+def _qmv_call() -> None:
+    """A bad BLOCKWIDTH_QMV_CALL is bad input, named before any model loads (it chooses how the
+    qmv kernel is called: engine.qmv.call_strategy)."""
+    from engine import qmv
+
+    try:
+        qmv.call_strategy()
+    except ValueError as e:
+        raise InputError(str(e)) from None
 
 
 def _linear_note(mode: str) -> str:

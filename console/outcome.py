@@ -93,8 +93,11 @@ class PairFacts:
 
 def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str | None,
                   measured_at: str, record: str, allow_nonidentical: bool = False,
-                  pair_specific: bool = False) -> Override | Refusal:
-    """The profile entry a session earns (a width, or a decline), or the refusal and why."""
+                  pair_specific: bool = False, path: str = "engine", concurrency: int | None = None,
+                  server: dict | None = None) -> Override | Refusal:
+    """The profile entry a session earns (a width, or a decline), or the refusal and why.
+    ``path``, ``concurrency`` and ``server``: what measured it (the served path's level and
+    mlx_lm.server's version and arguments)."""
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms],
                   allow_nonidentical=allow_nonidentical)
@@ -130,6 +133,7 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         quant_scheme=q.scheme.value, quant_bits=q.bits,
         quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
         mlx=mlx, measured_at=measured_at, byte_identical=identical, evidence=evidence,
+        path=path, concurrency=concurrency, server=server,
     )
 
 

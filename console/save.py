@@ -15,7 +15,8 @@ from console.inputs import mlx_version, user_path
 
 def save_session(session, pair, record_path: Path, profile_path: str | Path | None, *,
                  allow_nonidentical: bool = False, pair_specific: bool = False,
-                 front=None) -> tuple[str | None, str | None]:
+                 front=None, path: str = "engine", concurrency: int | None = None,
+                 server: dict | None = None) -> tuple[str | None, str | None]:
     """Store a session's outcome in the profile: (what was saved, None) or (None, why not)."""
     from console import profile_file
     from console.outcome import Front, PairFacts, Refusal, profile_entry
@@ -24,7 +25,8 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
     entry = profile_entry(session, PairFacts(pair.kind, pair.quantization, pair.pair_id), probe(),
                           mlx=mlx_version(), measured_at=profile_file.now_iso(),
                           record=str(Path(record_path).resolve()),  # --check reads a relative one beside the profile
-                          allow_nonidentical=allow_nonidentical, pair_specific=pair_specific)
+                          allow_nonidentical=allow_nonidentical, pair_specific=pair_specific,
+                          path=path, concurrency=concurrency, server=server)
     if isinstance(entry, Refusal):
         return None, entry.say(front or Front.CLI)
     path = user_path(profile_path, "--profile") if profile_path is not None else None

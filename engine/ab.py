@@ -113,7 +113,7 @@ class AbConfig:
     exactness: bool = True
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
-    verify_linear: str = "auto"  # engine.linear: auto (= stock) | stock | gather | gemv
+    verify_linear: str = "auto"  # engine.linear: auto | stock | gather | gemv | qmv
 
     @property
     def planned_runs(self) -> int:
@@ -277,7 +277,7 @@ class Session:
         A width-w verify has w rows, and the route takes 2..MAX_ROWS (gather) or 2..GEMV_MAX_ROWS
         (gemv) of them: a gemv sweep over widths 2..16 routes at w8 and not at w12."""
         mode = linear.effective(self.config.verify_linear)
-        if mode not in (linear.VerifyLinear.GATHER, linear.VerifyLinear.GEMV):
+        if mode not in linear.ROUTES:
             return []
         ran = [arm for arm in self.arms if arm.runs]
         idle = [arm for arm in ran if not sum(r.linear_routed for r in arm.runs)]
@@ -366,6 +366,63 @@ def warmup_prompt(ids: list[int], max_tokens: int, width: int,
     return list(ids), 0
 
 
+def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,
+               emit: Callable[[Event], None], t_start: float) -> None:
+    """The session's schedule, whatever runs an arm: a discarded warm-up of every arm, n
+    repetitions interleaved arm by arm (classic first), more in sequential mode while an arm is
+    undecided and the budget lasts, and the closing classic bracket. ``one(arm, rep, keep=True,
+    closing=False)`` runs one arm once and records it (``keep=False``: the warm-up). The engine's
+    decode loop and the served path (engine.served) both run through here."""
+    config = session.config
+    if config.warmup:
+        for arm in [session.classic, *session.arms]:
+            emit(Event("warmup", arm.name))
+            one(arm, 0, keep=False)
+            if cancel.is_set():
+                break
+
+    def budget_out() -> Budget | None:
+        if session.reps >= config.max_reps:
+            return Budget.REPS
+        if time.monotonic() - t_start >= config.max_seconds:
+            return Budget.SECONDS
+        return None
+
+    rep = 0
+    while True:
+        while not cancel.is_set():
+            rep += 1
+            if rep > config.n:
+                if not config.sequential or _all_decided(session):
+                    break
+                session.budget_out = budget_out()
+                if session.budget_out is not None:
+                    break
+            active = session.arms if rep <= config.n else [
+                a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
+            for arm in [session.classic, *active]:
+                one(arm, rep)
+                if cancel.is_set():
+                    break
+            if cancel.is_set():
+                break
+            session.reps = rep
+            emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
+        if cancel.is_set():
+            break
+        one(session.classic, session.reps + 1, closing=True)  # the closing bracket
+        # Drift is judged with the closing run, which the loop above could not see, and the
+        # closing run can be classic's fastest: in sequential mode a closing run that leaves
+        # drift and noise apart only by chance, or that takes an arm's win back (undecided
+        # again), sends the session back for more repetitions (that run stays a classic run).
+        if not config.sequential or _all_decided(session):
+            break
+        session.budget_out = budget_out()
+        if session.budget_out is not None:
+            break
+        rep = session.reps
+
+
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
                 cancel: threading.Event | None = None) -> Session:
     """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
@@ -421,53 +478,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     # NVML (opened by the watch) is shut down however the runs end: a decode error or an
     # exception from on_event mid-session must not leave it initialised in the process.
     try:
-        if config.warmup:
-            for arm in [session.classic, *session.arms]:
-                emit(Event("warmup", arm.name))
-                one(arm, 0, keep=False)
-                if cancel.is_set():
-                    break
-
-        def budget_out() -> Budget | None:
-            if session.reps >= config.max_reps:
-                return Budget.REPS
-            if time.monotonic() - t_start >= config.max_seconds:
-                return Budget.SECONDS
-            return None
-
-        rep = 0
-        while True:
-            while not cancel.is_set():
-                rep += 1
-                if rep > config.n:
-                    if not config.sequential or _all_decided(session):
-                        break
-                    session.budget_out = budget_out()
-                    if session.budget_out is not None:
-                        break
-                active = session.arms if rep <= config.n else [
-                    a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
-                for arm in [session.classic, *active]:
-                    one(arm, rep)
-                    if cancel.is_set():
-                        break
-                if cancel.is_set():
-                    break
-                session.reps = rep
-                emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
-            if cancel.is_set():
-                break
-            one(session.classic, session.reps + 1, closing=True)  # the closing bracket
-            # Drift is judged with the closing run, which the loop above could not see, and the
-            # closing run can be classic's fastest: in sequential mode a closing run that leaves
-            # drift and noise apart only by chance, or that takes an arm's win back (undecided
-            # again), sends the session back for more repetitions (that run stays a classic run).
-            if not config.sequential or _all_decided(session):
-                break
-            session.budget_out = budget_out()
-            if session.budget_out is not None:
-                break
-            rep = session.reps
+        interleave(session, one, cancel=cancel, emit=emit, t_start=t_start)
     finally:
         clocks.close()
 

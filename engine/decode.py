@@ -17,7 +17,7 @@ import mlx.core as mx
 from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from engine.kvcache import RewindError, rewind
-from engine.linear import VerifyLinear, verify_linear
+from engine.linear import VerifyLinear, prepare, verify_linear
 from policy.auto import AUTO
 
 
@@ -228,8 +228,9 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     steps and prefill keep the fused kernel. None means ``auto``.
 
     ``linear`` chooses the projections of those forwards (engine.linear: ``stock``, or
-    ``gather`` / ``gemv`` for 16-bit targets on CUDA); stock (None, ``auto``) stays out of the
-    summary, so a stock run's record reads as it did before the choice existed.
+    ``gather`` / ``gemv`` for 16-bit targets and ``qmv`` for affine-quantized ones on CUDA);
+    stock (None, ``auto`` where it means stock) stays out of the summary, so a stock run's
+    record reads as it did before the choice existed.
 
     Every ``split_every``-th round synchronises after drafting to time draft and
     verify apart; the others overlap them as mlx-lm does (a sync per round cost
@@ -252,6 +253,9 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     rounds: list[Round] = []
     ids = mx.array(prompt, mx.uint32)
     perf = time.perf_counter
+    # qmv: its kernels compile here, before the clock starts (a no-op once compiled, and for
+    # every other mode)
+    prepare(linear, model, getattr(pair, "drafter", None))
 
     with mx.stream(_stream()):
         t0 = perf()

@@ -27,23 +27,35 @@ sorted, the same call takes a CUTLASS grouped GEMM, which the probe measured at
   1 row, 3.0 ms at 2, stock or ``gather``, whose gemv_gather reads the weights once
   per row); elsewhere (a CPU, quantized or float32 weights, 9+ rows, an input width that is
   not a multiple of 8 or not the weight's: :func:`gemv_fits`) stock;
-- ``auto``: ``stock`` everywhere, until the H200 has measured the others in the
-  decode loop (lab/probe_loop.py times them beside stock).
+- ``qmv``: on CUDA, 2..8-row affine-quantized projections (4- and 8-bit, groups 32 / 64 /
+  128, bfloat16 or float16 activations; ``nn.QuantizedLinear``) through engine/qmv.py's kernel,
+  which reads the quantized weights once for all rows where MLX's CUDA ``qmv`` reads them once
+  per row. 1 row, 9+ rows, 16-bit weights and the floating-point modes (mxfp4, nvfp4, mxfp8)
+  stay stock, each counted under its reason; on Metal (MLX has its own multi-row kernel there)
+  and on a CPU nothing is routed;
+- ``auto``: ``stock`` for 16-bit projections, until the H200 has measured the others in the
+  decode loop (lab/probe_loop.py times them beside stock); for affine-quantized ones, ``qmv``
+  at the (bits, group, rows) where a committed measurement (:data:`QMV_WINS`, each entry
+  naming its record) had the kernel's verify forward faster than stock's by :data:`MARGIN`
+  in every pass measured (:func:`rows_won`), on a device of the compute capability it was
+  measured on; with no such record ``auto`` is stock.
 """
 
 from __future__ import annotations
 
 import argparse
+import functools
 import threading
 from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
 
+from engine import qmv
 from engine.attention import current_backend, parse_mode
 
 MIN_ROWS = 2
@@ -55,9 +67,42 @@ class VerifyLinear(str, Enum):
     STOCK = "stock"
     GATHER = "gather"
     GEMV = "gemv"
+    QMV = "qmv"
 
 
 GEMV_MAX_ROWS = 8  # the kernel keeps one float accumulator per row in registers
+ROUTES = (VerifyLinear.GATHER, VerifyLinear.GEMV, VerifyLinear.QMV)  # modes with a dispatcher
+
+MARGIN = 0.10  # auto takes a route only where it beat stock by this much in every pass
+
+
+@dataclass(frozen=True)
+class KernelWin:
+    """A committed measurement in which the ``qmv`` kernel's verify forward beat stock's by
+    MARGIN in every pass at ``rows`` (lab/probe_qmv.py's cost curves, :func:`rows_won`);
+    lab/tests re-derives every entry from its record."""
+
+    bits: int
+    group_size: int
+    compute_capability: str  # "9.0": the device it was measured on
+    rows: tuple[int, ...]
+    call: str  # engine.qmv's call strategy it was measured with
+    mlx: str
+    record: str  # the committed record, from the repository root
+
+
+# No entry yet: auto is stock for quantized targets until the H200's record is committed.
+QMV_WINS: tuple[KernelWin, ...] = ()
+
+
+def rows_won(passes: list[dict[int, tuple[float, float]]], margin: float = MARGIN) -> tuple[int, ...]:
+    """The row counts at which the route beat stock in every pass: ``passes`` holds, per pass,
+    {rows: (stock ms, route ms)}; a row count counts only when every pass measured it and the
+    route's ms was below stock's x (1 - margin) in each (the rule auto states)."""
+    if not passes:
+        return ()
+    common = set.intersection(*(set(p) for p in passes))
+    return tuple(sorted(r for r in common if all(p[r][1] < p[r][0] * (1 - margin) for p in passes)))
 
 
 CHOICES = tuple(m.value for m in VerifyLinear)
@@ -68,9 +113,11 @@ def add_arg(parser: argparse.ArgumentParser) -> None:
     help, and the choices checked as the arguments are parsed, so a bad name stops before any
     model loads."""
     parser.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
-                        help="projections of verify forwards: auto = stock; gather keeps 2..64-row "
-                             "16-bit projections off cuBLAS on CUDA; gemv sends 2..8-row ones to a "
-                             "kernel that reads the weights once for all rows (CUDA; engine/linear.py)")
+                        help="projections of verify forwards: auto = stock (or qmv where a committed "
+                             "measurement has it winning); gather keeps 2..64-row 16-bit projections "
+                             "off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads the "
+                             "weights once for all rows, qmv 2..8-row affine 4- and 8-bit ones (CUDA; "
+                             "engine/linear.py)")
 
 
 def parse(value: str | VerifyLinear | None) -> VerifyLinear:
@@ -86,15 +133,24 @@ def named(mode: str | VerifyLinear | None) -> str | None:
 
 
 def max_rows(mode: str | VerifyLinear | None) -> int:
-    """The most verify rows ``mode``'s route takes (gemv: its register accumulators)."""
-    return GEMV_MAX_ROWS if effective(mode) is VerifyLinear.GEMV else MAX_ROWS
+    """The most verify rows ``mode``'s route takes (gemv: its register accumulators; qmv: one
+    MMA's 8 columns)."""
+    m = effective(mode)
+    return GEMV_MAX_ROWS if m is VerifyLinear.GEMV else qmv.MAX_ROWS if m is VerifyLinear.QMV else MAX_ROWS
 
 
 def unrouted_reason(mode: str | VerifyLinear | None, backend: str | None = None) -> str:
     """Why a ``mode`` block routed nothing on ``backend`` (probed when None), for the warnings
     that say so. On CUDA the reason is the model or the rows, not the backend."""
     gemv = effective(mode) is VerifyLinear.GEMV
-    if (backend or current_backend()) == "cuda":
+    backend = backend or current_backend()
+    if effective(mode) is VerifyLinear.QMV:
+        if backend == "cuda":
+            return (f"on CUDA it takes affine 4- and 8-bit projections (groups 32, 64, 128; bfloat16 "
+                    f"or float16) of {MIN_ROWS}..{qmv.MAX_ROWS} rows, and these were 16-bit, of "
+                    "another quantization mode or of more rows")
+        return "its kernel runs on CUDA only: " + qmv.REASONS["metal" if backend == "metal" else "cpu"]
+    if backend == "cuda":
         return (f"on CUDA it takes bfloat16 or float16{'' if gemv else ' (or float32)'} projections "
                 f"of {MIN_ROWS}..{max_rows(mode)} rows, and these were quantized, "
                 "of another dtype or of more rows")
@@ -114,16 +170,71 @@ class LinearRouting:
     # Weight dtypes the route takes here: gather, CUDA's gather_mv any float and the CPU's
     # gather_mm float32 only; gemv, bfloat16 and float16 on CUDA, none elsewhere.
     dtypes: tuple = (mx.float32,)
-    routed: int = 0  # verify-shaped projections sent to gather_mv or the gemv kernel
-    passed: int = 0  # projections a gather/gemv block left to the stock matmul (stock: not counted)
+    routed: int = 0  # verify-shaped projections sent to gather_mv or the gemv / qmv kernel
+    passed: int = 0  # projections a route's block left to the stock matmul (stock: not counted)
+    # qmv: the backend it routes on, and under auto the (bits, group) -> rows a record won at
+    # (None: every projection the kernel takes)
+    backend: str = "cpu"
+    allowed: dict | None = None
+    auto: bool = False
+    call: str = "direct"  # qmv: engine.qmv's call strategy, read when the block opens
+    served: dict = field(default_factory=dict)  # qmv: "N x K bits/group" -> calls the kernel took
+    stock_reasons: dict = field(default_factory=dict)  # qmv: engine.qmv.REASONS key -> calls left
+    _plans: dict = field(default_factory=dict, repr=False)  # call signature -> (reason, label)
 
     def summary(self) -> dict:
-        return {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
+        out = {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
+        if self.mode is VerifyLinear.QMV:  # the other modes' records read as before
+            out.update(auto=self.auto, served=dict(sorted(self.served.items())),
+                       stock_reasons=dict(sorted(self.stock_reasons.items())),
+                       reasons={k: qmv.REASONS.get(k, AUTO_REASON) for k in sorted(self.stock_reasons)},
+                       call=self.call, kernel_compile_s=qmv.compile_seconds(),
+                       compiled_in_forward=qmv.compiled_in_forward())
+        return out
+
+
+AUTO_REASON = ("no committed measurement had the kernel beating stock here by 10 % in every pass "
+               "(engine.linear.QMV_WINS)")
+
+
+def qmv_plan(backend: str, allowed: dict | None, mode: str, bits: int, group: int, rows: int,
+             x_dtype: str, scales_dtype: str, has_biases: bool, width: int,
+             w_shape: tuple) -> str | None:
+    """None when a quantized projection goes to the qmv kernel; else the key of its reason
+    (engine.qmv.REASONS, or ``auto``: not among the rows a record won at). Pure."""
+    why = qmv.refusal(backend, mode, bits, group, rows, x_dtype, scales_dtype, has_biases, width, w_shape)
+    if why is None and allowed is not None and rows not in allowed.get((bits, group), ()):
+        return "auto"
+    return why
+
+
+@functools.lru_cache(maxsize=1)
+def _compute_capability() -> str | None:
+    try:
+        info = mx.device_info()
+        return f"{info['compute_capability_major']}.{info['compute_capability_minor']}"
+    except Exception:  # no CUDA device, or an MLX that does not say
+        return None
+
+
+def auto_allowed(backend: str, compute_capability: str | None,
+                 wins: tuple[KernelWin, ...] | None = None, call: str = "direct") -> dict | None:
+    """What ``auto`` routes to qmv here: {(bits, group): rows} from the committed wins measured
+    on this compute capability with this call strategy (a win measured through mx.compile says
+    nothing of the direct call), or None (auto is stock) where there are none."""
+    if backend != "cuda" or compute_capability is None:
+        return None
+    won = {}
+    for w in QMV_WINS if wins is None else wins:
+        if w.compute_capability == compute_capability and w.call == call and w.rows:
+            won.setdefault((w.bits, w.group_size), set()).update(w.rows)
+    return {k: frozenset(v) for k, v in won.items()} or None
 
 
 _active: ContextVar[LinearRouting | None] = ContextVar("blockwidth_verify_linear", default=None)
 _install_lock = threading.Lock()
 _stock_call = None  # the stock nn.Linear.__call__
+_stock_qcall = None  # the stock nn.QuantizedLinear.__call__
 
 
 _indices: dict[int, tuple[mx.array, mx.array]] = {}
@@ -223,6 +334,39 @@ def gemv_fits(x_shape: tuple, x_dtype, w_shape: tuple, w_dtype, dtypes: tuple) -
             and w_shape[0] > 0 and w_dtype in dtypes and x_dtype == w_dtype)
 
 
+def _name(dtype) -> str:
+    return str(dtype).rsplit(".", 1)[-1]
+
+
+def _qdispatch(self, x):
+    """nn.QuantizedLinear.__call__ while a qmv block is open: the kernel, or stock with the
+    reason counted. The plan is worked out once per call signature (shapes, dtypes, mode)."""
+    routing = _active.get()
+    if routing is None or routing.mode is not VerifyLinear.QMV or type(self) is not nn.QuantizedLinear:
+        return _stock_qcall(self, x)
+    w, s = self["weight"], self["scales"]
+    b = self.get("biases")
+    width = x.shape[-1] if x.ndim else 0
+    rows = x.size // width if width else 0
+    key = (rows, width, x.dtype, w.shape, s.dtype, self.mode, self.bits, self.group_size, b is None)
+    plan = routing._plans.get(key)
+    if plan is None:
+        why = qmv_plan(routing.backend, routing.allowed, self.mode, self.bits, self.group_size, rows,
+                       _name(x.dtype), _name(s.dtype), b is not None, width, tuple(w.shape))
+        label = f"{w.shape[0]}x{width} {self.mode}-{self.bits} g{self.group_size}"
+        fn = None if why else qmv.bound(x.shape, w.shape[0], x.dtype, self.bits, self.group_size, routing.call)
+        plan = routing._plans[key] = (why, label, fn)
+    why, label, fn = plan
+    if why is not None:
+        routing.passed += 1
+        routing.stock_reasons[why] = routing.stock_reasons.get(why, 0) + 1
+        return _stock_qcall(self, x)
+    routing.routed += 1
+    routing.served[label] = routing.served.get(label, 0) + 1
+    y = fn(x, w, s, b)
+    return y + self["bias"] if "bias" in self else y
+
+
 def _dispatch(self, x):
     routing = _active.get()
     if routing is None or routing.mode not in (VerifyLinear.GATHER, VerifyLinear.GEMV) \
@@ -248,10 +392,10 @@ _holders = 0  # gather/gemv blocks open in any thread: the dispatcher is in plac
 
 
 def install() -> None:
-    """Put the dispatcher in front of ``nn.Linear.__call__``. It is there only while a
-    ``gather`` or ``gemv`` block is open: every other forward keeps the stock method, with no added
-    Python call per projection."""
-    global _stock_call, _holders
+    """Put the dispatchers in front of ``nn.Linear.__call__`` and ``nn.QuantizedLinear.__call__``.
+    They are there only while a ``gather``, ``gemv`` or ``qmv`` block is open: every other forward
+    keeps the stock methods, with no added Python call per projection."""
+    global _stock_call, _stock_qcall, _holders
     with _install_lock:
         _holders += 1
         # Re-checked every time: a probe that swaps nn.Linear.__call__ and restores what it
@@ -259,6 +403,9 @@ def install() -> None:
         if nn.Linear.__call__ is not _dispatch:
             _stock_call = nn.Linear.__call__
             nn.Linear.__call__ = _dispatch
+        if nn.QuantizedLinear.__call__ is not _qdispatch:
+            _stock_qcall = nn.QuantizedLinear.__call__
+            nn.QuantizedLinear.__call__ = _qdispatch
 
 
 def uninstall() -> None:
@@ -267,16 +414,36 @@ def uninstall() -> None:
         _holders = max(_holders - 1, 0)
         if _holders == 0 and nn.Linear.__call__ is _dispatch:
             nn.Linear.__call__ = _stock_call
+        if _holders == 0 and nn.QuantizedLinear.__call__ is _qdispatch:
+            nn.QuantizedLinear.__call__ = _stock_qcall
+
+
+def routing_for(mode: str | VerifyLinear | None, backend: str | None = None) -> LinearRouting:
+    """The routing a block of ``mode`` starts with on ``backend`` (probed when None): ``auto``
+    becomes ``qmv`` limited to the committed wins on this device, or stock."""
+    backend = backend or current_backend()
+    asked = parse(mode)
+    routing = LinearRouting(effective(asked), backend=backend)
+    if routing.mode is VerifyLinear.QMV or (asked is VerifyLinear.AUTO and backend == "cuda"):
+        routing.call = qmv.call_strategy()  # a bad BLOCKWIDTH_QMV_CALL stops here, named
+    if asked is VerifyLinear.AUTO:
+        allowed = auto_allowed(backend, _compute_capability() if backend == "cuda" else None,
+                               call=routing.call)
+        if allowed:
+            routing.mode, routing.allowed, routing.auto = VerifyLinear.QMV, allowed, True
+    return routing
 
 
 @contextmanager
 def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
     """Inside this block (this thread only), verify-shaped projections use ``mode``."""
-    routing = LinearRouting(effective(mode))
-    gather = routing.mode in (VerifyLinear.GATHER, VerifyLinear.GEMV)
+    routing = routing_for(mode)
+    gather = routing.mode in ROUTES
     if gather:
-        cuda = current_backend() == "cuda"
-        if routing.mode is VerifyLinear.GEMV:  # a CUDA kernel: nothing to route elsewhere
+        cuda = routing.backend == "cuda"
+        if routing.mode is VerifyLinear.QMV:
+            routing.dtypes = ()  # 16-bit projections stay stock: qmv routes quantized ones only
+        elif routing.mode is VerifyLinear.GEMV:  # a CUDA kernel: nothing to route elsewhere
             routing.dtypes = (mx.bfloat16, mx.float16) if cuda else ()
         else:
             routing.dtypes = (mx.bfloat16, mx.float16, mx.float32) if cuda else (mx.float32,)
@@ -288,3 +455,17 @@ def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
         _active.reset(token)
         if gather:
             uninstall()
+
+
+def prepare(mode: str | VerifyLinear | None, *models) -> dict[str, float]:
+    """Before anything is timed: where ``mode`` routes to the qmv kernel here, compile the
+    kernel instances ``models``' projections need (engine.qmv.prepare), so a measured forward
+    never pays NVRTC; returns {instance: compile seconds}, empty where nothing is routed."""
+    routing = routing_for(mode)
+    if routing.mode is not VerifyLinear.QMV or routing.backend != "cuda":
+        return {}
+    done = {}
+    for m in models:
+        if isinstance(m, nn.Module):
+            done.update(qmv.prepare(m, strategy=routing.call))
+    return done

@@ -16,7 +16,9 @@ from typing import Any
 RECORD_SCHEMA = 1
 
 
-def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]:
+def build(session, pair, host: dict, gate: dict | None = None, path: str = "engine") -> dict[str, Any]:
+    """``path``: what was measured, ``engine`` (this engine's loop) or ``mlx-lm-server`` (the
+    real mlx_lm.server, whose record engine.served completes)."""
     arms = []
     for arm in [session.classic, *session.arms]:
         dr, er = arm.decode_range(), arm.e2e_range()
@@ -32,6 +34,7 @@ def build(session, pair, host: dict, gate: dict | None = None) -> dict[str, Any]
     return {
         "schema": RECORD_SCHEMA,
         "kind": "ab-session",
+        "path": path,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.started_at)),
         "host": host,
         "gate": gate,
@@ -153,6 +156,19 @@ def _host_lines(record: dict) -> list[str]:
             "switches | CPU before / after |\n|---|---|---|---|---|---|---|", *rows]
 
 
+def _path_line(record: dict) -> str:
+    """What was measured: this engine's loop, or mlx_lm.server with its version and arguments."""
+    path = record.get("path", "engine")
+    if path == "engine":
+        return "engine (blockwidth's decode loop)"
+    server = record.get("server") or {}
+    args = " ".join(server.get("args") or [])
+    how = ("stock" if server.get("verify_attention") is None
+           else f"in-process, verify attention {server['verify_attention']}")
+    return (f"{path}: mlx_lm.server {server.get('mlx_lm')} ({how}{', ' + args if args else ''}), "
+            f"concurrency {record.get('concurrency', 1)}")
+
+
 def markdown(record: dict) -> str:
     host, pair, dec = record["host"], record["pair"], record["decision"]
     dev = host.get("device", {})
@@ -166,6 +182,7 @@ def markdown(record: dict) -> str:
         f"- prompt: sha256 `{record['prompt']['sha256'][:16]}`, {record['prompt']['tokens']} tokens; "
         f"{record['config']['max_tokens']} new tokens; n = {record['config']['n']}, reps run {record['reps']}",
         f"- verify attention: {record.get('verify_attention') or 'fused'}",
+        f"- path: {_path_line(record)}",
     ]
     from engine.linear import named
 

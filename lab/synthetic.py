@@ -30,6 +30,30 @@ QUANTS = {"bf16": None, "affine-4": ("affine", 4, 64), "affine-8": ("affine", 8,
           "mxfp4": ("mxfp4", 4, 32), "nvfp4": ("nvfp4", 4, 16), "mxfp8": ("mxfp8", 8, 32)}
 
 
+def build(shape: str, quant: str):
+    """A random-weight Llama of ``shape`` (SHAPES) quantized as ``quant`` (QUANTS), in memory:
+    (model, config). The same seed and scale every time, so a probe and a saved checkpoint of
+    one shape hold the same weights."""
+    import mlx.core as mx
+    from mlx.utils import tree_map
+    from mlx_lm.models import llama
+    from mlx_lm.utils import quantize_model
+
+    mx.random.seed(0)
+    config = dict(model_type="llama", rms_norm_eps=1e-5, vocab_size=2048, rope_theta=500000.0,
+                  max_position_embeddings=4096, tie_word_embeddings=False, torch_dtype="bfloat16",
+                  architectures=["LlamaForCausalLM"], eos_token_id=0, bos_token_id=0,
+                  **SHAPES[shape])
+    model = llama.Model(llama.ModelArgs.from_dict(config))
+    model.update(tree_map(lambda p: (p * 0.02).astype(mx.bfloat16) if p.ndim > 1 else p.astype(mx.bfloat16),
+                          model.parameters()))
+    q = QUANTS[quant]
+    if q:
+        mode, bits, group = q
+        model, config = quantize_model(model, config, group_size=group, bits=bits, mode=mode)
+    return model, config
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", choices=SHAPES, default="tiny")
@@ -38,24 +62,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import mlx.core as mx
-    from mlx.utils import tree_flatten, tree_map
-    from mlx_lm.models import llama
-    from mlx_lm.utils import quantize_model, save_config
+    from mlx.utils import tree_flatten
+    from mlx_lm.utils import save_config
 
     from engine import demo
 
-    mx.random.seed(0)
-    config = dict(model_type="llama", rms_norm_eps=1e-5, vocab_size=2048, rope_theta=500000.0,
-                  max_position_embeddings=4096, tie_word_embeddings=False, torch_dtype="bfloat16",
-                  architectures=["LlamaForCausalLM"], eos_token_id=0, bos_token_id=0,
-                  **SHAPES[args.shape])
-    model = llama.Model(llama.ModelArgs.from_dict(config))
-    model.update(tree_map(lambda p: (p * 0.02).astype(mx.bfloat16) if p.ndim > 1 else p.astype(mx.bfloat16),
-                          model.parameters()))
-    q = QUANTS[args.quant]
-    if q:
-        mode, bits, group = q
-        model, config = quantize_model(model, config, group_size=group, bits=bits, mode=mode)
+    model, config = build(args.shape, args.quant)
     args.out.mkdir(parents=True, exist_ok=True)
     mx.save_safetensors(str(args.out / "model.safetensors"), dict(tree_flatten(model.parameters())),
                         metadata={"format": "mlx"})

@@ -27,6 +27,11 @@ from policy.quantization import Quantization, Scheme
 SCHEMA = 1
 MAX_WIDTH = 64
 MIN_WIDTH = 2
+# What an entry measured: this engine's decode loop, or the real mlx_lm.server (issue 27).
+PATH_ENGINE = "engine"
+PATH_SERVER = "mlx-lm-server"
+PATHS = (PATH_ENGINE, PATH_SERVER)
+MAX_CONCURRENCY = 64  # concurrent requests a served entry may have been measured at
 MAX_BYTES = 16 * files.MiB  # far above any real profile; bounds a read of /dev/zero or a huge file
 SHOW_PROBLEMS = 10  # problems printed before "and N more"
 
@@ -57,6 +62,15 @@ class Override:
     evidence: Mapping[str, Any] = field(default_factory=dict, compare=False, hash=False)
     note: str | None = None
     line: int | None = field(default=None, compare=False, hash=False)  # where it was read
+    path: str = PATH_ENGINE  # what was measured: the engine's loop or mlx_lm.server
+    concurrency: int | None = None  # concurrent requests it was measured at (None: 1)
+    # the served path's server: {mlx_lm: version, args: [...], verify_attention: mode or absent}
+    server: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+
+    @property
+    def load(self) -> int:
+        """The concurrency it was measured at (an entry that names none: 1)."""
+        return self.concurrency or 1
 
     def slot(self, *, case_blind: bool = False) -> tuple[tuple[str, Any], ...]:
         """The keys this entry matches on, those it sets, as (key, value) pairs: two entries
@@ -67,7 +81,11 @@ class Override:
         keys = (("backend", self.backend.value), ("drafter_kind", self.drafter_kind.value),
                 ("compute_capability", self.compute_capability), ("device_name", name),
                 ("quant_scheme", self.quant_scheme), ("quant_bits", self.quant_bits),
-                ("quant_group_size", self.quant_group_size), ("pair", self.pair))
+                ("quant_group_size", self.quant_group_size), ("pair", self.pair),
+                # the served path and each load are their own situations (issue 27); the engine
+                # path at concurrency 1 is what an entry naming neither means
+                ("path", None if self.path == PATH_ENGINE else self.path),
+                ("concurrency", None if self.load == 1 else self.load))
         return tuple((k, v) for k, v in keys if v is not None)
 
     def matches(self, device: Device, quant: Quantization, kind: DrafterKind,
@@ -122,7 +140,12 @@ class Override:
         if self.quant_group_size:
             q += f" g{self.quant_group_size}"
         pair = f", pair {self.pair[:12]}" if self.pair else ""
-        return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}"
+        served = ""
+        if self.path == PATH_SERVER:
+            served = ", served by mlx_lm.server"
+        if self.concurrency is not None:
+            served += f", concurrency {self.concurrency}"
+        return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}{served}"
 
     def to_toml(self) -> dict[str, Any]:
         d: dict[str, Any] = {"backend": self.backend.value, "drafter_kind": self.drafter_kind.value}
@@ -142,6 +165,11 @@ class Override:
                 q["group_size"] = self.quant_group_size
             d["target_quantization"] = q
         d["byte_identical"] = self.byte_identical
+        d["path"] = self.path
+        if self.concurrency is not None:
+            d["concurrency"] = self.concurrency
+        if self.server:
+            d["server"] = {k: v for k, v in self.server.items() if v is not None}
         if self.evidence:
             d["evidence"] = {k: v for k, v in self.evidence.items() if v is not None}
         return d
@@ -154,11 +182,22 @@ class Profile:
     exists: bool
 
     def match(self, device: Device, quant: Quantization, kind: DrafterKind,
-              pair: str | None) -> Override | None:
+              pair: str | None, *, path: str | None = None,
+              concurrency: int | None = None) -> Override | None:
+        """The entry for this situation: one measured on ``path`` (default the engine's) before
+        one measured on the other path; then the one measured at ``concurrency`` (default 1),
+        else the highest level below it, else the lowest above; then the most specific."""
         found = [e for e in self.entries if e.matches(device, quant, kind, pair)]
         if not found:
             return None
-        return max(found, key=lambda e: (e.specificity(), e.measured_at or ""))
+        want, load = path or PATH_ENGINE, concurrency or 1
+
+        def rank(e: Override) -> tuple:
+            c = e.load
+            return (e.path == want, c == load, c <= load, c if c <= load else -c,
+                    e.specificity(), e.measured_at or "")
+
+        return max(found, key=rank)
 
 
 class ProfileError(Exception):
@@ -181,7 +220,7 @@ def _override_lines(text: str) -> list[int]:
 
 _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capability", "device_name",
                "target_quantization", "pair", "mlx", "measured_at", "byte_identical", "evidence",
-               "note"}
+               "note", "path", "concurrency", "server"}
 
 
 def parse(text: str, path: Path) -> tuple[Override, ...]:
@@ -315,6 +354,31 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
     if not isinstance(evidence, dict):
         errs.append("evidence must be a table")
         evidence = {}
+    path = item.get("path", PATH_ENGINE)
+    if path not in PATHS:
+        errs.append(f"path = {_short(path)}: expected one of {', '.join(PATHS)}")
+    conc = item.get("concurrency")
+    if conc is not None and (not isinstance(conc, int) or isinstance(conc, bool)
+                             or not 1 <= conc <= MAX_CONCURRENCY):
+        errs.append(f"concurrency = {_short(conc)}: expected an integer 1..{MAX_CONCURRENCY}")
+    server = item.get("server")
+    if server is not None:
+        if not isinstance(server, dict):
+            errs.append("server must be a table {mlx_lm, args, verify_attention}")
+            server = None
+        else:
+            extra = set(server) - {"mlx_lm", "args", "verify_attention"}
+            if extra:
+                errs.append(f"server has unknown keys {_short(sorted(extra), 160)} "
+                            f"(expected mlx_lm, args, verify_attention)")
+            args = server.get("args", [])
+            if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+                errs.append(f"server.args = {_short(args)}: expected a list of strings")
+            for key in ("mlx_lm", "verify_attention"):
+                if server.get(key) is not None and not isinstance(server[key], str):
+                    errs.append(f"server.{key} = {_short(server[key])}: expected a string")
+            if path != PATH_SERVER:
+                errs.append(f"server is only for path = \"{PATH_SERVER}\"")
     if errs or backend is None or kind is None:
         return None, errs
     return Override(
@@ -322,7 +386,7 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
         compute_capability=cc, device_name=item.get("device_name"), quant_scheme=scheme,
         quant_bits=bits, quant_group_size=group, pair=item.get("pair"), mlx=item.get("mlx"),
         measured_at=measured, byte_identical=ident, evidence=evidence, note=item.get("note"),
-        line=line,
+        line=line, path=path, concurrency=conc, server=server,
     ), []
 
 
@@ -339,7 +403,7 @@ def _table(entry: Override) -> Any:
             q = tomlkit.inline_table()
             q.update(value)
             t[key] = q
-        elif key == "evidence":
+        elif key in ("evidence", "server"):
             ev = tomlkit.table()
             ev.update(value)
             t[key] = ev

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from policy import table
 from policy.device import Backend, Device
 from policy.drafter import DrafterKind
-from policy.profile import MAX_WIDTH, MIN_WIDTH, Override, Profile
+from policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
 from policy.quantization import Quantization
 
 ENV_VARS = ("BLOCKWIDTH_DRAFT_BLOCK_SIZE", "MLXCEL_DRAFT_BLOCK_SIZE")
@@ -38,6 +38,11 @@ _LABEL = {
     Source.DRAFTER: "drafter checkpoint", Source.TABLE: "measured default",
     Source.FALLBACK: "per-kind default",
 }
+
+
+def label(source: Source) -> str:
+    """A source in words: ``measured default``, ``per-kind default``, ``profile``..."""
+    return _LABEL[source]
 
 
 class WidthError(ValueError):
@@ -67,6 +72,11 @@ class Resolution:
     quantization: Quantization
     stale: bool = False
     entry: Override | None = field(default=None, compare=False)
+    # What the width was measured on (engine | mlx-lm-server; None: nothing measured it, e.g. a
+    # flag) and the path and load it was resolved for.
+    measured_path: str | None = None
+    path: str = PATH_ENGINE
+    concurrency: int = 1
 
     @property
     def decline(self) -> bool:
@@ -83,6 +93,9 @@ class Resolution:
             "decline": self.decline,
             "stale": self.stale,
             "chain": [s.to_dict() for s in self.chain],
+            "measured_path": self.measured_path,
+            "resolved_for": {"path": self.path, "concurrency": self.concurrency},
+            "concurrency": self.entry.load if self.entry is not None else None,
         }
 
 
@@ -124,8 +137,11 @@ def resolve(
     declared_detail: str = "",
     pair: str | None = None,
     mlx_version: str | None = None,
+    path: str = PATH_ENGINE,
+    concurrency: int = 1,
 ) -> Resolution:
-    """Pick the width. Raises WidthError for an invalid flag or environment value."""
+    """Pick the width for ``path`` (what will run it: the engine, or mlx_lm.server) under
+    ``concurrency`` requests at once. Raises WidthError for an invalid flag or environment value."""
     env = env or {}
     chain: list[Step] = []
     keys = keyed_on(device, quantization)
@@ -138,7 +154,8 @@ def resolve(
             if all(st.source is not s for st in chain):
                 chain.append(Step(s, False, None, f"not consulted: {source.value} applied first"))
         text = f"{width if width is not None else 'classic'} ({_LABEL[source]}: {reason})"
-        return Resolution(width, source, text, tuple(chain), drafter_kind, device, quantization, **kw)
+        return Resolution(width, source, text, tuple(chain), drafter_kind, device, quantization,
+                          path=path, concurrency=concurrency, **kw)
 
     # 1. operator override
     if flag is not None:
@@ -155,7 +172,8 @@ def resolve(
 
     # 2. measured profile override
     if profile is not None:
-        entry = profile.match(device, quantization, drafter_kind, pair)
+        entry = profile.match(device, quantization, drafter_kind, pair, path=path,
+                              concurrency=concurrency)
         if entry is not None:
             stale = bool(entry.mlx and mlx_version and entry.mlx != mlx_version)
             what = "no width beat classic" if entry.decline else "measured winner"
@@ -169,7 +187,11 @@ def resolve(
             note = entry.match_note(device)
             if note:
                 reason += f"; {note}"
-            return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry)
+            reason += path_note(entry.path, path)
+            if entry.load != concurrency:
+                reason += f"; measured at concurrency {entry.load}, not at the {concurrency} asked for"
+            return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry,
+                        measured_path=entry.path)
         n = len(profile.entries)
         wanted = f"{drafter_kind.value} drafter on {keys}"
         # "no entry of 0 in P (not present)" read as a riddle on a first run with no profile yet
@@ -199,7 +221,8 @@ def resolve(
     if row is not None:
         return done(row.width, Source.TABLE,
                     f"measured for {drafter_kind.value} drafter on {keys}; record {row.record}, "
-                    f"MLX {row.mlx}" + _identity_note(row.byte_identical))
+                    f"MLX {row.mlx}" + _identity_note(row.byte_identical) + path_note(PATH_ENGINE, path),
+                    measured_path=PATH_ENGINE)
     chain.append(Step(Source.TABLE, False, None,
                       f"no built-in measurement for {drafter_kind.value} drafter on {keys}"))
 
@@ -208,6 +231,16 @@ def resolve(
     return done(w, Source.FALLBACK,
                 f"no measurement for {drafter_kind.value} drafter on {keys}; "
                 f"{w} is the unmeasured {drafter_kind.value} constant")
+
+
+def path_note(measured: str, wanted: str) -> str:
+    """What a width measured on one path says when resolved for the other."""
+    if measured == wanted:
+        return ""
+    if wanted == PATH_SERVER:
+        return ("; measured on blockwidth's engine path: the served path (mlx_lm.server) was not "
+                "measured (blockwidth sweep --path mlx-lm-server measures it)")
+    return "; measured through mlx_lm.server (the served path), not on the engine path"
 
 
 def _identity_note(byte_identical: bool | None) -> str:

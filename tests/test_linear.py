@@ -113,7 +113,7 @@ def test_a_closing_block_leaves_the_blocks_still_open_routed():
 def test_a_bad_choice_names_the_choices():
     with pytest.raises(ValueError, match="gather"):
         parse("cublas")
-    assert set(CHOICES) == {"auto", "stock", "gather", "gemv"}
+    assert set(CHOICES) == {"auto", "stock", "gather", "gemv", "qmv"}
 
 
 @pytest.mark.parametrize("width", [2, 4, 8])

@@ -1,0 +1,203 @@
+"""``blockwidth export``: this device's profile entries as the configuration other engines take.
+
+Each block names the record it came from and says that the width was measured on MLX (by
+blockwidth's engine or through mlx_lm.server): another engine runs other kernels, so the width
+is where to start there, not a measurement of it. The option names are the engines' documented
+ones: mlx_lm.server ``--num-draft-tokens``; vLLM ``--speculative-config`` with
+``num_speculative_tokens`` and, for entries measured at several loads,
+``num_speculative_tokens_per_batch_size`` ([start, end, K] ranges); SGLang
+``--speculative-num-draft-tokens`` (with ``--speculative-num-steps`` and ``--speculative-eagle-topk
+1``, a chain); llama.cpp ``--draft-max``; TensorRT-LLM ``DraftTargetDecodingConfig(max_draft_len,
+draft_len_schedule)`` (batch size upper bound to draft length; above the last key it drafts none).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+from pathlib import Path
+from typing import Any
+
+from console.inputs import ExitCode, InputError
+
+FORMATS = ("mlx-lm", "vllm", "sglang", "llama.cpp", "trtllm")
+
+
+def _for_device(entry, device) -> bool:
+    if entry.backend is not device.backend:
+        return False
+    if entry.compute_capability and entry.compute_capability != device.compute_capability:
+        return False
+    return not (entry.device_name and device.name and entry.device_name.lower() != device.name.lower())
+
+
+def _situation(e) -> tuple:
+    return (e.drafter_kind, e.quant_scheme, e.quant_bits, e.quant_group_size, e.pair)
+
+
+def _record_pair(entry, profile_path: Path) -> tuple[str | None, str | None]:
+    """The target and drafter folders the entry's record names (None where it cannot be read)."""
+    from policy import files
+
+    rec = (entry.evidence or {}).get("record")
+    if not isinstance(rec, str):
+        return None, None
+    path = Path(rec)
+    if not path.is_absolute():
+        path = profile_path.parent / path
+    try:
+        data = json.loads(files.read_text(path, files.MAX_JSON_BYTES))
+        pair = data.get("pair") or {}
+        return pair.get("target"), pair.get("drafter")
+    except (files.FileProblem, ValueError, AttributeError):
+        return None, None
+
+
+def _levels(entries: list) -> list:
+    """One situation's entries to export: the served path's where there are any (what a server
+    runs), else the engine's; one per concurrency level, lowest first."""
+    served = [e for e in entries if e.path == "mlx-lm-server"]
+    chosen = served or entries
+    by_level = {}
+    for e in sorted(chosen, key=lambda e: (e.specificity(), e.measured_at or "")):
+        by_level[e.load] = e  # the most specific (then newest) per level
+    return [by_level[c] for c in sorted(by_level)]
+
+
+def _comment(e, lines: list[str]) -> None:
+    what = "decline (no width beat classic)" if e.decline else f"width {e.width}"
+    where = ("through mlx_lm.server" + (f" {e.server.get('mlx_lm')}" if e.server else "")
+             if e.path == "mlx-lm-server" else "on blockwidth's engine path")
+    rec = (e.evidence or {}).get("record", "no record named")
+    lines.append(f"# {what} at concurrency {e.load}: measured on MLX {e.mlx or '?'} {where}, "
+                 f"{e.measured_at or 'undated'}; record {rec}")
+    if not e.byte_identical:
+        lines.append("#   output NOT byte-identical to classic there (saved explicitly)")
+
+
+def _ranges(levels: list) -> list[tuple[int, int, Any]]:
+    """Each measured level covers the loads from itself (the first: from 1) up to just below the
+    next level; the last covers only its own level (above it nothing was measured)."""
+    out = []
+    for i, e in enumerate(levels):
+        lo = 1 if i == 0 else e.load
+        hi = levels[i + 1].load - 1 if i + 1 < len(levels) else e.load
+        out.append((lo, hi, e))
+    return out
+
+
+def _k(e) -> int:
+    return 0 if e.decline else e.width - 1
+
+
+def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
+    lines: list[str] = []
+    for e in levels:
+        _comment(e, lines)
+    if fmt != "mlx-lm":
+        lines.append("# the width was measured on MLX; this engine runs its own kernels and batching: "
+                     "start here, then measure it there")
+    elif any(e.path != "mlx-lm-server" for e in levels):
+        lines.append("# measured on blockwidth's engine (MLX), not through mlx_lm.server, whose loop is "
+                     "slower: blockwidth sweep --path mlx-lm-server measures this command")
+    widths = [e for e in levels if not e.decline]
+    q = shlex.quote
+    if fmt == "mlx-lm":
+        for e in levels:
+            cmd = ["mlx_lm.server", "--model", target]
+            if not e.decline:
+                cmd += ["--draft-model", drafter, "--num-draft-tokens", str(e.width - 1)]
+            cmd += list((e.server or {}).get("args") or [])
+            if len(levels) > 1:
+                lines.append(f"# for a load of about {e.load} concurrent requests")
+            lines.append(shlex.join(cmd))
+    elif fmt == "vllm":
+        if not widths:
+            lines.append(f"vllm serve {q(target)}  # no speculative config: classic won")
+        else:
+            cfg: dict[str, Any] = {"method": "draft_model", "model": drafter,
+                                   "num_speculative_tokens": max(_k(e) for e in widths)}
+            if len(levels) > 1:
+                cfg["num_speculative_tokens_per_batch_size"] = [[lo, hi, _k(e)] for lo, hi, e in _ranges(levels)]
+                lines.append(f"# per batch size [start, end, K]: each measured load up to the next; "
+                             f"above {levels[-1].load} nothing was measured")
+            lines.append(f"vllm serve {q(target)} --speculative-config {q(json.dumps(cfg))}")
+    elif fmt == "sglang":
+        for e in levels:
+            if len(levels) > 1:
+                lines.append(f"# for a load of about {e.load} concurrent requests")
+            cmd = ["python", "-m", "sglang.launch_server", "--model-path", target]
+            if not e.decline:
+                cmd += ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", drafter,
+                        "--speculative-num-steps", str(e.width - 1), "--speculative-eagle-topk", "1",
+                        "--speculative-num-draft-tokens", str(e.width)]
+            lines.append(shlex.join(cmd))
+        if widths:
+            lines.append("# a chain (topk 1): num-draft-tokens counts the verified rows, the width; "
+                         "num-steps the drafted tokens, width - 1")
+    elif fmt == "llama.cpp":
+        for e in levels:
+            if len(levels) > 1:
+                lines.append(f"# for a load of about {e.load} concurrent requests")
+            cmd = ["llama-server", "-m", f"{target}.gguf"]
+            if not e.decline:
+                cmd += ["-md", f"{drafter}.gguf", "--draft-max", str(e.width - 1)]
+            lines.append(shlex.join(cmd))
+        lines.append("# -m/-md: the GGUF conversions of these checkpoints; --draft-max is the drafted "
+                     "tokens (width - 1); llama.cpp may draft fewer (--draft-min, --draft-p-min)")
+    elif fmt == "trtllm":
+        if not widths:
+            lines.append(f"llm = LLM({target!r})  # no speculative_config: classic won")
+        else:
+            kw = [f"max_draft_len={max(_k(e) for e in widths)}", f"speculative_model={drafter!r}"]
+            if len(levels) > 1:
+                sched = {hi: _k(e) for lo, hi, e in _ranges(levels)}
+                kw.append(f"draft_len_schedule={sched!r}")
+                lines.append(f"# draft_len_schedule: batch size up to each key drafts its value; above "
+                             f"{levels[-1].load} it drafts none (not measured there)")
+            lines += ["from tensorrt_llm import LLM",
+                      "from tensorrt_llm.llmapi import DraftTargetDecodingConfig",
+                      f"speculative_config = DraftTargetDecodingConfig({', '.join(kw)})",
+                      f"llm = LLM({target!r}, speculative_config=speculative_config)"]
+    return lines
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from console.inputs import device_for, load_profile
+
+    prof = load_profile(args.profile)
+    device = device_for(args.device)
+    mine = [e for e in prof.entries if _for_device(e, device)]
+    if not mine:
+        raise InputError(f"export: no entry of {len(prof.entries)} in {prof.path} is for this device "
+                         f"({device.describe()}); nothing to export")
+    groups: dict[tuple, list] = {}
+    for e in mine:
+        groups.setdefault(_situation(e), []).append(e)
+    out = [f"# blockwidth export --format {args.format}: {len(mine)} entr{'y' if len(mine) == 1 else 'ies'} "
+           f"of {prof.path} for {device.describe()}"]
+    for entries in groups.values():
+        levels = _levels(entries)
+        first = levels[0]
+        t, d = _record_pair(first, prof.path)
+        target = args.target or t or "TARGET"
+        drafter = args.draft or d or "DRAFT"
+        out.append("")
+        out.append(f"# {first.describe_keys().split(', served by')[0].split(', concurrency')[0]}")
+        if first.drafter_kind.value != "model":
+            out.append(f"# drafter kind {first.drafter_kind.value}: the command below assumes a draft "
+                       f"model; map it to the engine's own {first.drafter_kind.value} drafter")
+        out += render(args.format, levels, target, drafter)
+    print("\n".join(out))
+    return ExitCode.OK
+
+
+def register(sub) -> None:
+    p = sub.add_parser("export", help="this device's profile entries as another engine's configuration")
+    p.add_argument("--format", choices=FORMATS, required=True)
+    p.add_argument("--profile", metavar="FILE", help="profile TOML (default: the user profile)")
+    p.add_argument("--device", metavar="SPEC", help="export another device's entries: cuda:9.0, metal, cpu")
+    p.add_argument("--target", metavar="T", help="the target to name (default: the entry's record's)")
+    p.add_argument("--draft", metavar="D", help="the draft model to name (default: the entry's record's)")
+    p.set_defaults(func=cmd_export)

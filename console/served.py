@@ -1,0 +1,271 @@
+"""``sweep --path mlx-lm-server``: the A/B session through the real mlx_lm.server, headless.
+
+The session is engine.served's; this is its front end: the checks before anything starts, a
+record per concurrency level written as soon as the level ends, ``--save`` per level, and the
+table. Nothing here imports Textual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Any
+
+from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, pair_paths
+
+PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or mlx-lm-server (the "
+             "installed mlx_lm.server on loopback: one process with the draft model, one without, "
+             "streamed /v1/completions)")
+
+
+def concurrency_levels(text: str) -> tuple[int, ...]:
+    """``--concurrency 1,4,16``: an argparse type, each level 1..MAX_CONCURRENCY."""
+    from policy.profile import MAX_CONCURRENCY
+
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part.isascii() or not part.isdigit():
+            raise argparse.ArgumentTypeError(f"{text!r}: levels are whole numbers, e.g. 1,4,16")
+        v = int(part)
+        if not 1 <= v <= MAX_CONCURRENCY:
+            raise argparse.ArgumentTypeError(f"{v} is out of range 1..{MAX_CONCURRENCY} concurrent requests")
+        out.append(v)
+    return tuple(dict.fromkeys(out))
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    """The served path's options of ``sweep`` (the others are the engine path's own)."""
+    p.add_argument("--path", choices=("engine", "mlx-lm-server"), default="engine", help=PATH_HELP)
+    p.add_argument("--concurrency", type=concurrency_levels, default=None, metavar="1,4,16",
+                   help="with --path mlx-lm-server: concurrent clients per arm, each level 1..64 "
+                        "judged on its own (default 1)")
+    p.add_argument("--server-args", default="", metavar="ARGS",
+                   help="with --path mlx-lm-server: more mlx_lm.server arguments, as one string "
+                        "(--server-args=\"--prompt-cache-size 4\"); the pair, host and port are "
+                        "blockwidth's")
+    p.add_argument("--port", type=_port, default=None,
+                   help="with --path mlx-lm-server: the classic server's loopback port (the draft "
+                        "server takes the next); default: free ports")
+    p.add_argument("--ready-timeout", type=_ready_timeout, default=None, metavar="S",
+                   help="with --path mlx-lm-server: seconds each server may take to load its model "
+                        "(default 180)")
+
+
+def _port(text: str) -> int:
+    t = text.strip()
+    if not t.isascii() or not t.isdigit() or not 1 <= int(t) <= 65534:
+        raise argparse.ArgumentTypeError(f"{text!r}: a port is 1..65534")
+    return int(t)
+
+
+def _ready_timeout(text: str) -> float:
+    from console.request import seconds
+
+    return seconds(0, 3600, open_low=True)(text)
+
+
+def served_only(args: argparse.Namespace) -> None:
+    """Served options given to the engine path: refused, not ignored."""
+    for flag, given in (("--concurrency", args.concurrency is not None),
+                        ("--server-args", bool(args.server_args)), ("--port", args.port is not None),
+                        ("--ready-timeout", args.ready_timeout is not None)):
+        if given:
+            raise InputError(f"{flag} only applies with --path mlx-lm-server")
+
+
+def server_args(text: str) -> tuple[str, ...]:
+    from engine.served import ServedError, check_server_args
+
+    try:
+        return check_server_args(shlex.split(text or ""))
+    except ValueError as e:  # shlex: an unclosed quote
+        raise InputError(f"--server-args {text!r}: {e}") from None
+    except ServedError as e:
+        raise InputError(str(e)) from None
+
+
+def cmd_sweep_served(args: argparse.Namespace) -> int:
+    import threading
+
+    from console import records as record_files
+    from console.measure import profile_for_save, record_dir
+    from console.request import read_prompt, session_request
+    from engine import host
+    from engine.ab import AbConfig
+    from engine.pair import PairError
+    from engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
+    from policy.drafter import DrafterKind
+
+    if args.kind not in (None, DrafterKind.MODEL.value):
+        raise InputError(f"--kind {args.kind}: mlx_lm.server drafts with a draft model only (--kind "
+                         f"model); the engine path (--path engine) runs {args.kind}")
+    if args.target is not None and args.draft is None:
+        raise InputError("--path mlx-lm-server needs --draft: mlx_lm.server drafts with a draft model")
+    req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
+                          prompt=read_prompt(args.prompt, args.prompt_file),
+                          sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
+    for flag, given in (("--allow-nonidentical", args.allow_nonidentical),
+                        ("--pair-specific", args.pair_specific)):
+        if given and not args.save:
+            raise InputError(f"{flag} only applies with --save")
+    if args.profile is not None and not args.save:
+        raise InputError(f"--profile {args.profile}: only applies with --save (a sweep without "
+                         f"--save reads and writes no profile)")
+    if args.max_reps < args.n and args.sequential:
+        raise InputError(f"--max-reps {args.max_reps}: below -n {args.n}; the budget must allow the "
+                         f"first n repetitions")
+    if args.verify_linear not in (None, "auto", "stock"):
+        raise InputError(f"--verify-linear {args.verify_linear}: the served path runs mlx_lm.server's "
+                         f"own projections; only the engine path routes them")
+    extra = server_args(args.server_args)
+    levels = args.concurrency or (1,)
+    records = record_dir(args.record_dir)
+    if args.save:
+        profile_for_save(args.profile)
+    paths = pair_paths(args.target, args.draft, args.demo_target, "model", weights=True)
+    try:
+        pair = served_pair(paths.target, paths.drafter, CLI_PAIR_NAMES)
+    except PairError as e:
+        raise InputError(str(e)) from None
+    if args.wait_quiet > 0 and not args.json:
+        print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
+    gate = host.gate(wait_s=args.wait_quiet)
+    for w in gate.warnings:
+        print(f"blockwidth: warning: {w}", file=sys.stderr)
+    config = ServedConfig(
+        AbConfig(widths=req.widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
+                 sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
+                 exactness=False, predict=False,
+                 verify_attention=args.verify_attention or "fused"),
+        levels, extra, args.verify_attention, args.port,
+        args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S)
+    quiet = args.json
+    identity = host.identity()
+    written: list[tuple[Any, dict, Any, str | None, str | None]] = []
+
+    def on_server(server) -> None:
+        # The pids, so that an operator (or a test) can see what runs and that it is gone.
+        print(f"blockwidth: started {server.name} on {server.url}"
+              + (f" (verify attention {server.spec.verify_attention}, in-process)"
+                 if server.spec.verify_attention else ""), file=sys.stderr, flush=True)
+
+    def on_event(e) -> None:
+        if quiet:
+            return
+        if e.kind == "session":
+            print(f"  [{e.message}]", file=sys.stderr, flush=True)
+        elif e.kind == "phase":
+            print(f"  [{e.phase}] {e.arm}".rstrip(), file=sys.stderr, flush=True)
+        elif e.kind in ("warmup", "rep"):
+            print(f"  [{e.kind}] {e.arm} {e.message}".rstrip(), file=sys.stderr, flush=True)
+
+    def on_level(session, lv) -> None:
+        # Written as the level ends: a later level's failure loses nothing measured here.
+        rec = level_record(session, lv, identity, gate.to_dict())
+        try:
+            path = record_files.write(rec, records)
+        except OSError as e:
+            raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
+        saved = refusal = None
+        if args.save:
+            from console.save import save_session
+            from policy.profile import ProfileBusy
+
+            srv = {"mlx_lm": rec["server"]["mlx_lm"], "args": list(extra),
+                   "verify_attention": args.verify_attention}
+            try:
+                saved, refusal = save_session(lv.session, pair, path, args.profile,
+                                              allow_nonidentical=args.allow_nonidentical,
+                                              pair_specific=args.pair_specific, path="mlx-lm-server",
+                                              concurrency=lv.concurrency, server=srv)
+            except ProfileBusy as e:
+                refusal = f"{e} (the record is kept: {path})"
+        written.append((lv, rec, path, saved, refusal))
+
+    cancel = threading.Event()
+    try:
+        session = run_served(pair, config, on_event=on_event, on_server=on_server, on_level=on_level,
+                             cancel=cancel)
+    except ServedError as e:
+        raise InputError(str(e) + _kept(written)) from None
+    except KeyboardInterrupt:
+        cancel.set()
+        if written:
+            print(f"blockwidth: records kept: {', '.join(str(w[2]) for w in written)}", file=sys.stderr)
+        raise
+    if args.json:
+        out = []
+        for lv, rec, path, saved, refusal in written:
+            r = dict(rec)
+            r.update(record_path=str(path), saved=saved, save_refused=refusal)
+            r["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
+            out.append(r)
+        print(json.dumps({"path": "mlx-lm-server", "levels": out}, indent=1))
+    else:
+        _print(session, written, pair)
+    if session.cancelled:
+        return 130
+    return ExitCode.CHECK_FAILED if any(w[4] for w in written) else ExitCode.OK
+
+
+def _kept(written) -> str:
+    return f" (records of the finished levels are kept: {', '.join(str(w[2]) for w in written)})" if written else ""
+
+
+def _print(session, written, pair) -> None:
+    from console.outcome import headline
+    from engine.served import level_warnings, server_version
+
+    c = session.config
+    how = ("stock" if c.verify_attention is None else
+           f"in-process with verify attention {c.verify_attention}")
+    print(f"pair   {pair.describe()}")
+    print(f"path   mlx-lm-server: mlx_lm.server {server_version()} ({how})"
+          + (f", args {' '.join(c.server_args)}" if c.server_args else ""))
+    ref = session.reference
+    print(f"prompt {ref.prompt_tokens} tokens, {c.ab.max_tokens} new (classic's first sending made "
+          f"{ref.tokens}), n={c.ab.n}")
+    for w, first in sorted(session.first_sendings.items()):
+        same = "identical" if first.text == ref.text else "DIFFERS"
+        print(f"  first sending w{w}: {same} to classic's first sending")
+    for lv, rec, path, saved, refusal in written:
+        s = lv.session
+        figure = "decode tok/s" if lv.concurrency == 1 else "aggregate tok/s"
+        print(f"\nconcurrency {lv.concurrency}: reps run {s.reps}, {s.elapsed_s:.1f}s")
+        print(f"{'arm':<8}  {figure + ' min/med/max':>28}  {'TTFT med':>9}  {'latency med':>11}  "
+              f"{'identity':<24} verdict")
+        for arm, a in zip([s.classic, *s.arms], rec["arms"]):
+            d = arm.decode_range()
+            ttft = a["ttft_s"][1] if a.get("ttft_s") else None
+            lat = a["latency_s"][1] if a.get("latency_s") else None
+            ident = "-" if arm.width is None else _identity_words(lv.identity.get(arm.name, {}))
+            rng = f"{d.min:8.1f} {d.median:8.1f} {d.max:8.1f}" if d else f"{'-':>26}"
+            print(f"{arm.name:<8}  {rng:>28}  {_s(ttft):>9}  {_s(lat):>11}  {ident:<24} {arm.verdict.value}")
+        for arm in s.arms:
+            if arm.identity is not None and not arm.identity.identical:
+                print(f"  {arm.name}: {arm.identity.describe()}")
+        for warning in [*s.warnings(), *level_warnings(session, lv)]:
+            print(f"warning: {warning}")
+        print(f"verdict: {headline(s).text}")
+        print(f"decision: {s.decision} — {s.why}")
+        print(f"record: {path}")
+        if saved:
+            print(f"saved: {saved}")
+        if refusal:
+            print(f"not saved: {refusal}", file=sys.stderr)
+
+
+def _s(v: float | None) -> str:
+    return "-" if v is None else f"{v * 1e3:.0f} ms"
+
+
+def _identity_words(entry: dict) -> str:
+    first, cached = entry.get("first_sending"), entry.get("cached_repeat")
+
+    def word(i) -> str:
+        return "-" if i is None else ("same" if i.identical else "DIFFERS")
+
+    return f"first {word(first)}, cached {word(cached)}"
