@@ -75,6 +75,9 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
     def text(d: dict[str, Any]) -> str:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
+        if d.get("auto"):
+            width = f"auto (fixed {d['width']} where the width cannot adapt)"
+        note = d["command"]["engine" if d["command"]["path"] == "engine" else "mlx-lm-server"].get("note")
         lines = [
             f"width {width}   source {d['source']}{'   STALE' if d['stale'] else ''}",
             f"  reason   {d['reason']}",
@@ -84,6 +87,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             f"  drafter  {d['drafter'] or '(none)'}  [{d['drafter_kind']}: {info.detail}]",
             f"  command  {d['command']['line'] or '(classic: no width to pass)'}  "
             f"[{d['command']['path']}, {'measured' if d['command']['measured'] else 'not measured there'}]",
+            *([f"           {note}"] if note and d.get("auto") else []),
             "  chain:",
             *chain_lines(res.chain),
         ]

@@ -391,3 +391,54 @@ def replay(state: State, costs: Costs, p: Params,
         widths.append(d.width)
         s = observe(d.state, Observation(d.width, drafted, accepted, draft_ms, sync_ms), costs, p)
     return widths, s
+
+
+@dataclass(frozen=True)
+class Plan:
+    """An ``auto`` profile entry: the costs the controller was built on, the pooled acceptance it
+    had learnt when the session was saved, and its widest width. A consumer that cannot adapt
+    (mlx_lm.server: one ``num_draft_tokens`` for the process) takes ``static_width``."""
+
+    costs: Costs
+    acceptance: float
+    max_width: int = MAX_WIDTH
+
+    def __post_init__(self) -> None:
+        a = self.acceptance
+        if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 <= a <= 1:
+            raise AutoError(f"acceptance = {a!r}: expected a fraction 0..1")
+        Params(max_width=self.max_width)  # the same bound as the controller's
+        if not any(k >= 2 for k in candidates(self.costs, Params(max_width=self.max_width))):
+            raise AutoError("verify_ms has no row count from 2 to max_width: no speculative width")
+
+    @property
+    def static_width(self) -> int:
+        return static_width(self.costs, self.acceptance, Params(max_width=self.max_width))
+
+    def describe(self) -> str:
+        c = self.costs
+        rows = [k for k in c.widths if k <= self.max_width]
+        unit = "per round" if c.draft is DraftCost.FLAT else "per drafted token"
+        return (f"built on verify {rows[0]}..{rows[-1]} rows at "
+                f"{min(c.verify_ms[k] for k in rows):.1f}-{max(c.verify_ms[k] for k in rows):.1f} ms, "
+                f"{c.draft.value} drafting {c.draft_ms:.2f} ms {unit}, pooled acceptance "
+                f"{self.acceptance:.2f}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"acceptance": round(self.acceptance, 4), "max_width": self.max_width,
+                **self.costs.to_dict()}
+
+    @staticmethod
+    def from_dict(d: Mapping[str, Any]) -> "Plan":
+        if not isinstance(d, Mapping):
+            raise AutoError("expected a table {acceptance, max_width, verify_ms, draft, draft_ms, ...}")
+        unknown = set(d) - {"acceptance", "max_width", "verify_ms", "draft", "draft_ms",
+                            "rollback_ms", "overhead_ms"}
+        if unknown:
+            raise AutoError(f"unknown keys {sorted(unknown)}")
+        if "acceptance" not in d:
+            raise AutoError("acceptance is missing (the pooled acceptance it was saved with)")
+        mw = d.get("max_width", MAX_WIDTH)
+        if isinstance(mw, bool) or not isinstance(mw, int):
+            raise AutoError(f"max_width = {mw!r}: expected an integer")
+        return Plan(Costs.from_dict(d), d["acceptance"], mw)
