@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine import attention, linear
 from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
-from console.render import arm_rows, bars
+from console.render import arm_rows, auto_lines, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
 from console.save import save_session
 from policy import bounds
@@ -81,6 +81,15 @@ def _rows(text: str) -> tuple[int, ...]:
         raise InputError(str(e)) from None
 
 
+def _widest(widths, auto_max: int | None) -> int:
+    """The widest verify a sweep may run: its fixed widths and, with auto, auto's widest."""
+    from policy.auto import AUTO, MAX_WIDTH
+
+    fixed = [w for w in widths if w != AUTO]
+    cap = (auto_max or max(fixed, default=MAX_WIDTH)) if AUTO in widths else 0
+    return max([*fixed, cap])
+
+
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
     from engine.pair import PairError, load_pair
@@ -132,8 +141,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         raise InputError("prompt: empty (it must hold at least one token)")
     # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
     extra = max(0, 7 - args.max_tokens)
-    _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
-                   f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
+    widest = _widest(widths, args.auto_max)
+    _context_bound(pair, "sweep", n_prompt + args.max_tokens + widest + extra,
+                   f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {widest}"
                    + (f" + {extra} cost-curve steps" if extra else ""))
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
@@ -143,7 +153,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
                       max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
-                      verify_linear=args.verify_linear)
+                      verify_linear=args.verify_linear, auto_max=args.auto_max)
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -221,6 +231,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   f"{ident:<16} {arm.verdict.value}")
         print("\ndecode tok/s by width (= min, # median, - max):")
         print("\n".join(bars(arm_rows(session), "tok/s")))
+        for line in auto_lines(session):
+            print(line)
         for arm in session.arms:
             if arm.identity and not arm.identity.identical_ids:
                 print(f"  {arm.name}: {arm.identity.describe()}")
@@ -310,7 +322,12 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("sweep", help="A/B session: widths against classic, with a record")
     add_pair_args(p)
-    p.add_argument("--widths", default="2,3,4,6,8", help="comma-separated widths (default 2,3,4,6,8)")
+    p.add_argument("--widths", default="2,3,4,6,8",
+                   help="comma-separated widths (default 2,3,4,6,8); auto is one more arm: a width "
+                        "per round from the process-wide controller")
+    p.add_argument("--auto-max", type=integer(2, 64, "the auto arm's widest width"), default=None,
+                   metavar="N", help="the auto arm's widest width (default: the widest fixed width "
+                                     "swept, 16 with none)")
     p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=3,
                    help="repetitions per arm, 1..100 (default 3)")
     p.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),

@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Callable, Mapping
 
 from console.inputs import InputError, user_path
+from policy.auto import AUTO
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
@@ -55,7 +56,7 @@ class FieldError(InputError):
 
 @dataclass(frozen=True)
 class SessionRequest:
-    widths: tuple[int, ...]
+    widths: tuple[int | str, ...]
     n: int
     tokens: int
     prompt: str
@@ -71,15 +72,19 @@ class SessionRequest:
                 f" · prompt {len(self.prompt)} chars")
 
 
-def parse_widths(text: str) -> tuple[int, ...]:
-    out = []
+def parse_widths(text: str) -> tuple[int | str, ...]:
+    """Widths such as ``2,4,8``; ``auto`` is one more arm (a width per round, policy.auto)."""
+    out: list[int | str] = []
     for part in str(text).split(","):
         part = part.strip()
         if not part:
             raise FieldError(Field.WIDTHS, text, "empty: give widths such as 2,4,8"
                              if not str(text).strip() else "an empty entry between commas")
+        if part.lower() == AUTO:
+            out.append(AUTO)
+            continue
         if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
-            raise FieldError(Field.WIDTHS, text, f"{part!r} is not an integer")
+            raise FieldError(Field.WIDTHS, text, f"{part!r} is not an integer (nor auto)")
         w = int(part)
         if not MIN_WIDTH <= w <= MAX_WIDTH:
             raise FieldError(Field.WIDTHS, text,

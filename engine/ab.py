@@ -22,9 +22,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine import attention, costcurve, host, linear
+from engine import auto as auto_width
 from engine.decode import DecodeError, DecodeRun, decode
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
 from policy import verdict as rules
+from policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
 from policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
@@ -49,7 +51,15 @@ class Arm:
 
     @property
     def name(self) -> str:
-        return "classic" if self.width is None else f"w{self.width}"
+        return "classic" if self.width is None else AUTO if self.width == AUTO else f"w{self.width}"
+
+    @property
+    def auto(self) -> bool:
+        return self.width == AUTO
+
+    def trajectory(self) -> list[list[int]]:
+        """An auto arm's width by round, one list per run (empty for a fixed arm)."""
+        return [list(r.widths) for r in self.runs if r.widths is not None]
 
     def decode_range(self) -> Range | None:
         return Range.of([r.decode_tok_s for r in self.runs]) if self.runs else None
@@ -114,6 +124,25 @@ class AbConfig:
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
     verify_linear: str = "auto"  # engine.linear: auto | stock | gather | gemv | qmv
+    # The auto arm's widest width (widths holding "auto"); None: the widest fixed width swept,
+    # or policy.auto.MAX_WIDTH when auto is swept alone.
+    auto_max: int | None = None
+
+    @property
+    def fixed_widths(self) -> tuple[int, ...]:
+        return tuple(w for w in dict.fromkeys(self.widths) if w != AUTO)
+
+    @property
+    def auto_cap(self) -> int | None:
+        """The auto arm's widest width, None when no auto arm is swept."""
+        if AUTO not in self.widths:
+            return None
+        return self.auto_max or max(self.fixed_widths, default=MAX_AUTO)
+
+    @property
+    def widest(self) -> int:
+        """The widest verify any arm may run: what the warm-up and the curve make room for."""
+        return max(*self.fixed_widths, self.auto_cap or 2)
 
     @property
     def planned_runs(self) -> int:
@@ -137,6 +166,9 @@ class Session:
     why: str = ""
     exactness: dict[int, Exactness] = field(default_factory=dict)
     curve: costcurve.CostCurve | None = None
+    # The auto arm's controller (process-wide: engine.auto.shared) and what it was on entry, so
+    # the record keeps its costs and parameters; None when no auto arm is swept.
+    auto: auto_width.Controller | None = None
     predicted: dict[int, float] = field(default_factory=dict)
     predicted_best: int | None = None
     prediction: dict[int, costcurve.Prediction] = field(default_factory=dict)  # both terms per width
@@ -212,6 +244,8 @@ class Session:
         if self.curve is None:
             return out
         for arm in self.arms:
+            if arm.auto:
+                continue  # its verifies are at many widths: each fixed arm's figure covers them
             ref = self.curve.ms(arm.width)
             times = [x.verify_s * 1e3 for r in arm.runs for x in r.rounds if x.split and x.drafted]
             if ref and times:
@@ -423,6 +457,21 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
         rep = session.reps
 
 
+def _controller(pair, session: Session, config: AbConfig, prompts: list[list[int]],
+                emit: Callable[[Event], None], cancel: threading.Event) -> auto_width.Controller:
+    """The process's auto controller for this pair and these verify settings: calibrated (its cost
+    curve measured) the first time a process asks, past every position this session visits
+    where the model's context leaves room, so no arm meets work the calibration left behind."""
+    cap = config.auto_cap
+    ctx = max(len(p) for p in prompts) + config.max_tokens + config.widest
+    room = 3 + cap + 1  # calibrate()'s cold forwards grow the cache by one each
+    if pair.context_length is not None and ctx + room > pair.context_length:
+        ctx = max(1, min(len(p) for p in prompts) // 2)
+    emit(Event("phase", "auto", run=0, runs=1, phase="costcurve", message="auto: calibrating"))
+    return auto_width.shared(pair, attention=session.attention, linear=config.verify_linear,
+                             max_width=cap, context=ctx, cancel=cancel.is_set)
+
+
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
                 cancel: threading.Event | None = None) -> Session:
     """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
@@ -432,8 +481,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     if not widths:
         raise DecodeError("widths: give at least one width to compare")
     for w in widths:
-        if not isinstance(w, int) or w < 2:
+        if w != AUTO and (not isinstance(w, int) or isinstance(w, bool) or w < 2):
             raise DecodeError(f"width {w!r}: a speculative width is at least 2 (1 is classic)")
+    if config.auto_max is not None and config.auto_max < 2:
+        raise DecodeError(f"auto max width {config.auto_max}: at least 2")
+    fixed = config.fixed_widths
     if config.n < 1:
         raise DecodeError(f"n = {config.n}: at least one repetition per arm")
     if not config.prompt:
@@ -446,22 +498,27 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     # The verify projections of every speculative forward this session runs: the arms, and the
     # exactness probe, divergence replay and cost curve that judge and predict them.
     lin = config.verify_linear
-    warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, max(widths),
+    warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, config.widest,
                                                    pair.context_length)
     t_start = time.monotonic()
     emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"))
+    if config.auto_cap is not None:
+        session.auto = _controller(pair, session, config, [ids, warm_ids], emit, cancel)
 
     started = [0]  # runs begun so far
     clocks = host.ClockWatch()
 
-    def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun:
+    def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun | None:
         index = started[0]
         started[0] += 1
         runs = max(config.planned_runs, started[0])
         emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
+        if arm.auto and session.auto is None:
+            return None  # cancelled while the controller was calibrating: nothing to run
+        width = session.auto.run() if arm.auto else arm.width  # auto: a width per round
         before, host_before = clocks.read(), host.host_reading()
-        run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
+        run = decode(pair, ids if keep else warm_ids, config.max_tokens, width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
                                                          run=index, runs=runs, closing=closing)),
                      cancel=cancel.is_set)
@@ -490,11 +547,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
 
     if config.exactness and not cancel.is_set() and reference:
         # A stage of its own (seconds on a large target): the bar must not sit at 100 % meanwhile.
-        for i, w in enumerate(widths):
+        for i, w in enumerate(fixed):  # auto's rounds are at widths these and the identity cover
             if cancel.is_set():
                 break
             block = reference[:w]
-            emit(Event("phase", f"w{w}", run=i, runs=len(widths), phase="exactness"))
+            emit(Event("phase", f"w{w}", run=i, runs=len(fixed), phase="exactness"))
             if len(block) == w:
                 session.exactness[w] = probe(pair.target, ids, block, session.attention, lin)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
@@ -506,6 +563,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 continue
             if ident.first_divergence >= min(ident.classic_len, ident.width_len):
                 continue  # one is a prefix of the other: no position to compare
+            if arm.auto:
+                continue  # no one width to replay: its rounds are in the record
             ex = session.exactness.get(arm.width)
             if ex is None:
                 block = reference[:arm.width] if reference else []
@@ -517,13 +576,13 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             arm.identity = dataclasses.replace(ident, margin=margin)
 
     if config.predict and not cancel.is_set():
-        measured = [a for a in session.arms if a.per_token_acceptance is not None]
+        measured = [a for a in session.arms if a.per_token_acceptance is not None and not a.auto]
         if measured:
-            rows = sorted({1, *widths})
+            rows = sorted({1, *fixed})
             # Past every position the session visited, so no cold forward replays its work
             # (where the model's context leaves room for that).
-            ctx = max(len(ids), len(warm_ids)) + config.max_tokens + max(widths)
-            room = 5 + 2 + max(widths) + 1  # the curve's cold forwards grow the cache by one each
+            ctx = max(len(ids), len(warm_ids)) + config.max_tokens + config.widest
+            room = 5 + 2 + max(fixed) + 1  # the curve's cold forwards grow the cache by one each
             if pair.context_length is not None and ctx + room > pair.context_length:
                 ctx = len(ids)
             emit(Event("phase", run=0, runs=len(rows), phase="costcurve"))
@@ -541,7 +600,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
             draft_ms = statistics.median(drafts) if drafts else 0.0
             session.draft_cost_ms = draft_ms
-            session.prediction = costcurve.predict_terms(session.curve, acc, draft_ms, widths,
+            session.prediction = costcurve.predict_terms(session.curve, acc, draft_ms, fixed,
                                                          session.draft_cost)
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             if session.predicted:

@@ -133,6 +133,14 @@ class Controller:
         """The pooled per-position acceptance: what a consumer that cannot adapt should plan for."""
         return self.state.pool_estimate(self.params)
 
+    def plan(self) -> rule.Plan:
+        """What a profile entry keeps: the costs with the draft and loop times it has learnt, the
+        pooled acceptance, its widest width."""
+        c, st = self.costs, self.state
+        costs = Costs(c.verify_ms, c.draft, c.draft_ms if st.draft_ms is None else st.draft_ms,
+                      c.rollback_ms, c.overhead_ms if st.overhead_ms is None else st.overhead_ms)
+        return rule.Plan(costs, self.acceptance(), self.params.max_width)
+
     def static_width(self) -> int:
         """The fixed width this controller's costs and pooled acceptance predict best (>= 2)."""
         return rule.static_width(self.costs, self.acceptance(), self.params)
@@ -157,14 +165,25 @@ def key(pair, attention: str | None, linear: str | None, max_width: int) -> tupl
 
 def shared(pair, *, attention: str | None = None, linear: str | None = None,
            max_width: int = MAX_WIDTH, context: int = 128,
-           cancel: Callable[[], bool] | None = None) -> Controller:
-    """The process's controller for this pair and verify settings, calibrated on first use."""
+           cancel: Callable[[], bool] | None = None) -> Controller | None:
+    """The process's controller for this pair and verify settings, calibrated on first use
+    (None when ``cancel`` stopped the calibration: a part-measured curve is never kept)."""
     k = key(pair, attention, linear, max_width)
     with _SHARED_LOCK:
         c = _SHARED.get(k)
         if c is None:
-            costs, curve = calibrate(pair, max_width=max_width, context=context, attention=attention,
-                                     linear=linear, cancel=cancel)
+            if cancel is not None and cancel():
+                return None
+            curve = None
+            try:
+                costs, curve = calibrate(pair, max_width=max_width, context=context,
+                                         attention=attention, linear=linear, cancel=cancel)
+            except rule.AutoError:
+                if cancel is not None and cancel():
+                    return None
+                raise
+            if cancel is not None and cancel():
+                return None
             c = _SHARED[k] = Controller(costs, Params(max_width=max_width), curve=curve)
         return c
 

@@ -49,7 +49,8 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
                    "max_tokens": session.config.max_tokens, "sequential": session.config.sequential,
                    "max_reps": session.config.max_reps, "max_seconds": session.config.max_seconds,
                    "verify_attention": session.config.verify_attention,
-                   "verify_linear": session.config.verify_linear},
+                   "verify_linear": session.config.verify_linear,
+                   "auto_max": session.config.auto_cap},
         "verify_attention": session.attention,
         "warmup_shift": session.warmup_shift,
         "replayed_arms": {k: round(v, 2) for k, v in session.replayed_arms().items()},
@@ -74,7 +75,19 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
                        "widths": [p.to_dict() for _, p in sorted(session.prediction.items())]},
         "decision": {"recommendation": session.recommendation, "decision": session.decision,
                      "why": session.why, "saveable": session.saveable},
+        "auto": auto_section(session),
     }
+
+
+def auto_section(session) -> dict[str, Any] | None:
+    """The auto arm's controller as it stood after the session (its costs, parameters and the
+    curve they were measured from; each run's sample keeps its start state, widths, probes and
+    switches), and how to replay a run: engine.auto.replay(costs, params, start, rounds_detail)."""
+    c = getattr(session, "auto", None)
+    if c is None:
+        return None
+    return {**c.to_dict(), "replay": "engine.auto.replay(costs, params, sample.auto.start, "
+                                     "sample.rounds_detail) gives sample.widths"}
 
 
 def load(path: Path) -> dict:
@@ -95,7 +108,7 @@ def refusal(record: dict):
     drift = get(record, "drift")
     rec = get(get(record, "decision"), "recommendation")
     return why_not(cancelled=bool(get(record, "cancelled")), drifted=bool(get(drift, "drifted")),
-                   recommendation=rec if isinstance(rec, int) else None,
+                   recommendation=rec if isinstance(rec, int) or rec == "auto" else None,
                    verdicts=[v for v in verdicts if v not in (None, Verdict.CONTROL)])
 
 

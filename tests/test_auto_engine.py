@@ -130,3 +130,37 @@ def test_the_process_wide_controller_is_one_per_pair_and_settings(pairs):
         assert a.costs.draft_ms == 0.0  # lookup drafting is learnt from the rounds, not measured
     finally:
         auto.forget()
+
+
+def test_an_auto_arm_in_a_session_keeps_the_rules_and_its_record_replays(pairs, tmp_path):
+    from console import records
+    from engine import host, record
+    from engine.ab import AbConfig, Verdict, run_session
+
+    auto.forget()
+    try:
+        config = AbConfig(widths=("auto", 2), prompt=DEMO_PROMPTS[0], n=2, max_tokens=16,
+                          predict=False, exactness=False, auto_max=4)
+        session = run_session(pairs["model"], config)
+        a = session.arm("auto")
+        assert a.name == "auto" and len(a.runs) == 2 and a.verdict is not Verdict.NOT_MEASURED
+        # interleaved with the others, classic opening and closing; identical to classic
+        assert session.order == ["classic", "auto", "w2", "classic", "auto", "w2", "classic"]
+        assert a.identity.identical_ids and all(r.tokens == session.classic.runs[0].tokens for r in a.runs)
+        assert session.auto is auto.shared(pairs["model"], attention=session.attention, max_width=4)
+        path = records.write(record.build(session, pairs["model"], host.identity()), tmp_path)
+    finally:
+        auto.forget()
+    rec = record.load(path)
+    arm = next(x for x in rec["arms"] if x["arm"] == "auto")
+    assert arm["width"] == "auto" and rec["config"]["auto_max"] == 4
+    costs = Costs.from_dict(rec["auto"]["costs"])
+    params = Params.from_dict(rec["auto"]["params"])
+    assert set(costs.verify_ms) == {1, 2, 3, 4} and params.max_width == 4
+    for s in arm["samples"]:
+        assert len(s["widths"]) == len(s["rounds_detail"]) and set(s["widths"]) <= {1, 2, 3, 4}
+        start = State.from_dict(s["auto"]["start"])
+        assert auto.replay(costs, params, start, s["rounds_detail"]) == s["widths"]
+    # the warm-up ran the controller too (a server's first request does): the first measured
+    # run starts from the state the warm-up left
+    assert arm["samples"][0]["auto"]["start"]["requests"] == 1
