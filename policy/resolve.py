@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from policy import table
 from policy.device import Backend, Device
 from policy.drafter import DrafterKind
-from policy.auto import Plan
+from policy.auto import AUTO, Plan
 from policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
 from policy.quantization import Quantization
 
@@ -88,6 +88,12 @@ class Resolution:
         """An ``auto`` entry's plan: the engine adapts per round on it; ``width`` is the fixed
         width a consumer that cannot adapt (mlx_lm.server, an exported command) takes."""
         return self.entry.auto if self.entry is not None else None
+
+    @property
+    def engine_width(self) -> int | str | None:
+        """What blockwidth's engine runs: ``auto`` for an auto entry (it adapts per round), else
+        ``width``."""
+        return AUTO if self.auto is not None else self.width
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -19,7 +19,7 @@ from textual.widgets import Button, Checkbox, DataTable, Input, Label, ProgressB
 
 from console.inputs import InputError, chain_lines
 from console.outcome import headline
-from console.render import arm_rows, bars
+from console.render import arm_rows, auto_lines, bars
 from console.request import SessionRequest, session_request
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
@@ -235,10 +235,12 @@ class AbTab(TabPane):
         res = view.res
         # The width in effect is always among the measured arms; add it while the operator
         # has not typed their own widths (a run adds it anyway).
-        if res.width is not None and not self._widths_touched:
+        w = res.engine_width
+        if w is not None and not self._widths_touched:
             field = self.query_one("#widths", Input)
             with self.prevent(Input.Changed):
-                field.value = ",".join(map(str, sorted({*DEFAULT_WIDTHS, res.width})))
+                fixed = sorted({*DEFAULT_WIDTHS, w} - {"auto"})
+                field.value = ",".join(map(str, fixed + (["auto"] if w == "auto" else [])))
         self.query_one("#side-chain", Static).update(Text.assemble(
             ("the resolution's chain (tab 3)\n", "bold"), "\n".join(chain_lines(res.chain))))
         # The arms table's * and the headline stay as the session was shown (issue 25 has them
@@ -265,13 +267,14 @@ class AbTab(TabPane):
         table.clear()
         s = self._shown()
         if s is not None:
-            for key, cells in arm_table_rows(s, self.resolution.width if self.resolution else None):
+            res = self.resolution.res if self.resolution else None
+            for key, cells in arm_table_rows(s, res.engine_width if res is not None else None):
                 table.add_row(*cells, key=key)
 
     def _draw_plot(self) -> None:
         s = self._shown()
         plot = "" if s is None or s.cancelled else (
-            "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s")))
+            "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s") + auto_lines(s)))
         self.query_one("#plot", Static).update(Text(plot))
 
     def _draw_headline(self) -> None:
@@ -307,7 +310,8 @@ class AbTab(TabPane):
                 else "measured with ")
         t = Text.assemble((said, "dim"), state.request.settings(), f" · verify attention {self._attention()}")
         if state.added_width:
-            t.append(f" (+ w{state.added_width}: the width in effect)", style="dim")
+            added = state.added_width
+            t.append(f" (+ {added if added == 'auto' else f'w{added}'}: the width in effect)", style="dim")
         if self.stale:
             t = Text.assemble(("STALE ", "bold yellow reverse"), " fields changed since this run; a runs them. ",
                               t)
