@@ -142,7 +142,7 @@ class AbConfig:
     @property
     def widest(self) -> int:
         """The widest verify any arm may run: what the warm-up and the curve make room for."""
-        return max(*self.fixed_widths, self.auto_cap or 2)
+        return max([*self.fixed_widths, self.auto_cap or 2])
 
     @property
     def planned_runs(self) -> int:

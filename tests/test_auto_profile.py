@@ -107,3 +107,20 @@ def test_export_says_the_auto_entry_becomes_one_width(tmp_path):
     assert r.returncode == 0
     assert "an auto entry: blockwidth's engine adapts the width per round" in r.stdout
     assert f"--num-draft-tokens {PLAN.static_width - 1}" in r.stdout
+
+
+def test_check_measure_re_measures_an_auto_entry_as_auto(tmp_path):
+    from pathlib import Path
+
+    p = tmp_path / "profile.toml"
+    p.write_text(TEXT.replace('drafter_kind = "model"\n', 'drafter_kind = "model"\n'
+                              'target_quantization = { scheme = "affine", bits = 4, group_size = 64 }\n')
+                 .replace("max_width = 8", "max_width = 4"))
+    r = run_cli("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "1",
+                "--max-tokens", "12", "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
+    assert r.returncode in (0, 1), r.stdout + r.stderr  # pass, fail or inconclusive: timing decides
+    m = next(c for c in json.loads(r.stdout)["checks"] if c["name"].startswith("measure:"))
+    assert m["figures"]["widths"] == ["auto"] and "auto (fixed" in m["detail"]
+    assert m["figures"]["arms"]["auto"]["identical"] is True
+    rec = json.loads(Path(m["figures"]["record"]).read_text())
+    assert rec["config"]["auto_max"] == 4 and rec["auto"]["params"]["max_width"] == 4
