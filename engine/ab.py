@@ -464,7 +464,7 @@ def _controller(pair, session: Session, config: AbConfig, prompts: list[list[int
     where the model's context leaves room, so no arm meets work the calibration left behind."""
     cap = config.auto_cap
     ctx = max(len(p) for p in prompts) + config.max_tokens + config.widest
-    room = 3 + cap + 1  # calibrate()'s cold forwards grow the cache by one each
+    room = 2 + 5 + cap + 1  # calibrate()'s cold forwards (2 warm-up, 5 timed) grow the cache by one each
     if pair.context_length is not None and ctx + room > pair.context_length:
         ctx = max(1, min(len(p) for p in prompts) // 2)
     emit(Event("phase", "auto", run=0, runs=1, phase="costcurve", message="auto: calibrating"))

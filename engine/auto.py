@@ -40,7 +40,7 @@ def costs_from_curve(curve, kind: str, draft_ms: float = 0.0, overhead_ms: float
 
 
 def calibrate(pair, *, max_width: int = MAX_WIDTH, context: int = 128, attention=None, linear=None,
-              repeats: int = 3, cancel: Callable[[], bool] | None = None) -> tuple[Costs, Any]:
+              repeats: int = 5, cancel: Callable[[], bool] | None = None) -> tuple[Costs, Any]:
     """Measure this pair's costs once: the target's verify forward at 1..max_width rows (cold, as
     decoding meets them) and, for a draft model, its one-row step (the draft cost per token; the
     other kinds' drafting is learnt from the first timed rounds). Returns (costs, the curve)."""
