@@ -5,7 +5,7 @@ from __future__ import annotations
 BAR = 40
 
 
-def bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[str]:
+def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: int = 1) -> list[str]:
     """A horizontal plot: label, min, median, max, note. '=' up to the min, '#' on to the
     median, '-' out to the max. The median's cell is always '#', even when min ≈ median."""
     top = max((r[3] for r in rows), default=1.0) or 1.0
@@ -15,7 +15,7 @@ def bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[st
         m = max(m, 1)
         a = min(a, m - 1)  # leave the median's own cell as '#'
         bar = "=" * a + "#" * (m - a) + "-" * max(b - m, 0)
-        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.1f} {unit} {note}")
+        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.{digits}f} {unit} {note}")
     return out
 
 
@@ -33,6 +33,78 @@ def arm_rows(session) -> list[tuple[str, float, float, float, str]]:
     return out
 
 
+def speedup_lines(session) -> list[str]:
+    """Each width's speed-up with its interval and p-value, and the rule it was judged by."""
+    if not session.estimates:
+        return []
+    c = session.config
+    drawn, unit = ("runs", "runs") if session.single else ("requests, then runs", "passes")
+    out = [f"\nspeed-up over classic (total new tokens / total decode time); 95 % bootstrap interval "
+           f"resampling {drawn}, seed {session.seed}; one-sided permutation p of the {unit}; a win's "
+           f"interval clears {1 + c.min_gain:.2f}" + (" and its ranges are disjoint" if session.single else "")
+           + ":"]
+    for a in session.arms:
+        e = session.estimates.get(a.width)
+        if e is None:
+            continue
+        mark = "  <- chosen" if session.recommendation == a.width else (
+            "  (fastest)" if session.choice and session.choice.best == a.width else "")
+        out.append(f"  {a.name:<5} {e.ratio:6.2f}x  [{e.ci.lo:.2f}, {e.ci.hi:.2f}]  p {e.p:<8.2g} "
+                   f"{a.verdict.value}{mark}")
+    return out
+
+
+def request_table(session, fold: int | None = None) -> list[str]:
+    """Per request: its prompt tokens, classic's decode tok/s, each width's speed-up on it, the
+    best width there (fastest with classic's output) and that width's acceptance. ``fold``: keep
+    that many worst and best requests (by the chosen, else the first, width's speed-up)."""
+    reqs = list(session.requests)
+    widths = [a.width for a in session.arms]
+    key_w = session.recommendation or (widths[0] if widths else None)
+    note = ""
+    if fold is not None and len(reqs) > 2 * fold and key_w is not None:
+        ranked = sorted(reqs, key=lambda r: (r.ratio(key_w) or 0.0))
+        keep = {id(r) for r in ranked[:fold] + ranked[-fold:]}
+        more = len(reqs) - 2 * fold
+        note = (f"  ({more} more request{'' if more == 1 else 's'} between the {fold} worst and {fold} "
+                f"best by w{key_w}; all in the record)")
+        reqs = [r for r in reqs if id(r) in keep]
+    head = f"{'request':<14} {'tok':>4} {'classic':>7} " + " ".join(f"{a.name:>6}" for a in session.arms)
+    out = ["\nper request (classic decode tok/s; each width's speed-up there):",
+           head + f" {'best':>7} {'accept':>6}"]
+    for r in reqs:
+        c = r.classic.decode_range()
+        cells = []
+        for w in widths:
+            x = r.ratio(w)
+            ident = r.arm(w).identity
+            cells.append(f"{'-' if x is None else f'{x:.2f}' + ('!' if ident and not ident.identical_ids else 'x'):>6}")
+        best = r.best()
+        acc = r.arm(best).acceptance if best is not None else None
+        out.append(f"{r.id[:14]:<14} {len(r.prepared.ids):>4} {c.median if c else 0:7.1f} " + " ".join(cells)
+                   + f" {('w' + str(best)) if best else 'classic':>7} {f'{acc:.2f}' if acc is not None else '-':>6}")
+    if any(r.arm(w).identity and not r.arm(w).identity.identical_ids for r in session.requests for w in widths):
+        out.append("  ! output differs from classic's on that request")
+    if note:
+        out.append(note)
+    spread = [r.best() for r in session.requests]
+    counts = {w: spread.count(w) for w in [*widths, None] if spread.count(w)}
+    out.append("best width per request: " + ", ".join(
+        f"{'classic' if w is None else f'w{w}'} on {k}" for w, k in counts.items()))
+    return out
+
+
+def ratio_rows(session) -> list[tuple[str, float, float, float, str]]:
+    """Plot rows: each width's per-request speed-ups (min, median, max over the requests)."""
+    import statistics
+
+    rows = []
+    for a in session.arms:
+        got = [x for r in session.requests if (x := r.ratio(a.width)) is not None]
+        if got:
+            wins = sum(1 for r in session.requests if r.best() == a.width)
+            rows.append((a.name, min(got), statistics.median(got), max(got), f"best on {wins}"))
+    return rows
 _LEVELS = "▁▂▃▄▅▆▇█"
 
 
@@ -82,20 +154,48 @@ def trajectory_lines(runs: list[tuple[str, list[int], list[int]]], cap: int | No
             text = text[:27] + "..."
         out.append(f"{label:<9}|{trajectory(widths, probes, cap):<{BAR}}| {text}")
     if len(runs) > limit:
-        out.append(f"  ... and {len(runs) - limit} more runs (the record keeps every round's width)")
+        out.append(f"  ... and {len(runs) - limit} more (the record keeps every run's width by round)")
     return out
 
 
 def auto_lines(session) -> list[str]:
-    """What the auto arm did, for sweep and the console: its widths by round per run, and the
-    controller it ran with (its widest width, pooled acceptance, best fixed width there)."""
-    arm = next((a for a in session.arms if getattr(a, "auto", False)), None)
+    """What the auto arm did, for sweep and the console: its widths by round (each run of a
+    single prompt; a workload's requests, their first run each), and the controller it ran
+    with (its widest width, pooled acceptance, best fixed width there)."""
     c = getattr(session, "auto", None)
-    if arm is None or c is None or not arm.runs:
+    reqs = getattr(session, "per_request", None) or []
+    if c is None or not reqs:
         return []
-    runs = [(f"run {i + 1}", r.widths or [], (r.auto or {}).get("probes", [])) for i, r in enumerate(arm.runs)]
+    runs = []
+    for req in reqs:
+        arm = next((a for a in req.arms if getattr(a, "auto", False)), None)
+        got = arm.runs if arm is not None else []
+        if len(reqs) > 1:
+            got = got[:1]
+        for i, r in enumerate(got):
+            label = f"run {i + 1}" if len(reqs) == 1 else req.id[:8]
+            runs.append((label, r.widths or [], (r.auto or {}).get("probes", [])))
+    if not runs:
+        return []
     cap = c.params.max_width
-    out = ["", *trajectory_lines(runs, cap)]
+    out = ["", *trajectory_lines(runs, cap, limit=6 if len(reqs) == 1 else 8)]
     out.append(f"auto controller: widths 1..{cap}, pooled acceptance {c.acceptance():.2f}, its best "
                f"fixed width there {c.static_width()}; the record replays every round's width")
-    return out
+    return out + oracle_lines(session)
+
+
+def oracle_lines(session) -> list[str]:
+    """auto against hindsight: its share of the per-request oracle and of the best fixed arm."""
+    s = getattr(session, "oracle", None)
+    if s is None:
+        return []
+    name = (lambda k: "classic" if k is None else f"w{k}")
+    picks = {}
+    for k in s.picks:
+        picks[name(k)] = picks.get(name(k), 0) + 1
+    return [f"auto against hindsight ({s.requests} request{'' if s.requests == 1 else 's'}, seed {s.seed}):",
+            f"  {s.of_oracle:.1%} of the per-request oracle ({s.oracle_tok_s:.1f} tok/s; 95 % CI "
+            f"{s.of_oracle_ci.lo:.1%}-{s.of_oracle_ci.hi:.1%}); the oracle took "
+            + ", ".join(f"{k} on {v}" for k, v in picks.items()),
+            f"  {s.of_best:.1%} of the best single fixed arm, {name(s.best_fixed)} ({s.best_fixed_tok_s:.1f} "
+            f"tok/s; 95 % CI {s.of_best_ci.lo:.1%}-{s.of_best_ci.hi:.1%}); auto {s.auto_tok_s:.1f} tok/s"]

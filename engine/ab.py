@@ -5,16 +5,25 @@
   across the table instead of pooling at one end;
 - min / median / max of decode tok/s (prefill excluded) and end-to-end tok/s;
 - sequential mode adds interleaved repetitions until every arm is decided or
-  the budget (repetitions or seconds) runs out.
+  the budget (repetitions or seconds) runs out;
+- a **workload** (several requests) runs every arm on every request, each repetition a
+  pass over the requests with the arms' order rotated request by request, and classic
+  closes with a pass of its own; byte identity is checked per request; the arms' figures
+  are per pass (one run of every request), and the verdict is the interval rule's alone;
+- every arm's speed-up over classic has a seeded bootstrap interval and a permutation
+  p-value (``policy.stats``); a win needs the interval's lower end above 1 + the minimum
+  gain (on a single prompt, the disjoint ranges too), and among winners the smallest width
+  whose interval overlaps the best's is chosen.
 
-The verdict rules (wins, undecided, drift, what is saveable) are ``policy.verdict``'s;
-this module runs the session and applies them.
+The verdict rules (wins, undecided, drift, the interval and tie rules, what is saveable) are
+``policy.verdict``'s; this module runs the session and applies them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import secrets
 import statistics
 import threading
 import time
@@ -25,8 +34,11 @@ from engine import attention, costcurve, host, linear
 from engine import auto as auto_width
 from engine.decode import DecodeError, DecodeRun, decode
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
+from engine.workload import PROMPT, Prepared, prepare
+from policy import oracle as hindsight, stats
 from policy import verdict as rules
 from policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
+from policy.workload import Request, Workload, WorkloadError
 from policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
@@ -48,6 +60,7 @@ class Arm:
     verdict: Verdict = Verdict.UNDECIDED
     why: str = ""
     identity: Identity | None = None
+    range_why: str = ""  # the range rule's words, before the interval rule's (one request)
 
     @property
     def name(self) -> str:
@@ -102,6 +115,7 @@ class Event:
     runs: int = 1  # runs planned (sequential mode may add more)
     closing: bool = False  # the closing classic bracket, not a repetition
     phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
+    request: str = ""  # a workload's request id ("" for a single prompt)
 
     @property
     def fraction(self) -> float:
@@ -124,6 +138,14 @@ class AbConfig:
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
     verify_linear: str = "auto"  # engine.linear: auto | stock | gather | gemv | qmv
+    workload: Workload | None = None  # several requests; None: ``prompt`` alone
+    min_gain: float = stats.MIN_GAIN  # a win's interval must clear 1 + this
+    seed: int | None = None  # the statistics' seed; None: drawn when the session starts
+    resamples: int = stats.RESAMPLES
+
+    @property
+    def request_count(self) -> int:
+        return len(self.workload.requests) if self.workload is not None else 1
     # The auto arm's widest width (widths holding "auto"); None: the widest fixed width swept,
     # or policy.auto.MAX_WIDTH when auto is swept alone.
     auto_max: int | None = None
@@ -146,9 +168,69 @@ class AbConfig:
 
     @property
     def planned_runs(self) -> int:
-        """Warm-ups, n interleaved repetitions of every arm, and the closing classic run."""
+        """Warm-ups, n interleaved repetitions of every arm on every request, and the closing
+        classic pass."""
         arms = 1 + len(dict.fromkeys(self.widths))
-        return arms * (self.n + int(self.warmup)) + 1
+        k = self.request_count
+        return arms * (self.n * k + int(self.warmup)) + k
+
+
+def single_request(prompt: str, ids: list[int], max_tokens: int) -> Prepared:
+    """The session's one prompt as a prepared request."""
+    return Prepared(Request("1", prompt=prompt, line=1), tuple(ids), max_tokens, PROMPT)
+
+
+@dataclass
+class RequestArms:
+    """One request of a session: its prepared prompt and every arm's runs on it."""
+
+    prepared: Prepared
+    classic: Arm
+    arms: list[Arm]
+
+    @property
+    def id(self) -> str:
+        return self.prepared.id
+
+    def arm(self, width: int | None) -> Arm:
+        return self.classic if width is None else next(a for a in self.arms if a.width == width)
+
+    def ratio(self, width: int) -> float | None:
+        """This request's speed-up of ``width``: its total tokens over total decode time,
+        against classic's on this request."""
+        a = self.arm(width)
+        if not a.runs or not self.classic.runs:
+            return None
+        return stats.ratio([_samples(a)], [_samples(self.classic)])
+
+    def best(self) -> int | None:
+        """The fixed width with the highest speed-up on this request whose output is classic's;
+        None when none is faster than classic (auto is not a fixed width: the oracle's column)."""
+        got = [(r, a.width) for a in self.arms
+               if not a.auto and a.identity is not None and a.identity.identical_ids
+               and (r := self.ratio(a.width)) is not None and r > 1]
+        return max(got)[1] if got else None
+
+    def to_dict(self) -> dict:
+        return {**self.prepared.to_dict(), "best": self.best(),
+                "ratios": {a.name: (round(r, 4) if (r := self.ratio(a.width)) is not None else None)
+                           for a in self.arms}}
+
+
+def _samples(arm: Arm) -> list[tuple[float, float]]:
+    """Each run's (new tokens, decode seconds); a served run counts its tokens itself."""
+    return [(r.tokens if isinstance(r.tokens, int) else len(r.tokens), r.decode_s) for r in arm.runs]
+
+
+def pass_run(width: int | None, runs: list[DecodeRun]) -> DecodeRun:
+    """One pass of a workload as one run: every request's tokens, times and rounds together,
+    so an arm's figures (tok/s, acceptance, rounds) read per pass."""
+    first, last = runs[0], runs[-1]
+    clocks = ({"before": first.clocks["before"], "after": last.clocks["after"]}
+              if first.clocks and last.clocks else None)
+    return DecodeRun(width, [t for r in runs for t in r.tokens], sum(r.prompt_tokens for r in runs),
+                     sum(r.prefill_s for r in runs), sum(r.decode_s for r in runs),
+                     [x for r in runs for x in r.rounds], attention=first.attention, clocks=clocks)
 
 
 @dataclass
@@ -169,6 +251,7 @@ class Session:
     # The auto arm's controller (process-wide: engine.auto.shared) and what it was on entry, so
     # the record keeps its costs and parameters; None when no auto arm is swept.
     auto: auto_width.Controller | None = None
+    oracle: hindsight.Shares | None = None  # auto against hindsight (policy.oracle), when it ran
     predicted: dict[int, float] = field(default_factory=dict)
     predicted_best: int | None = None
     prediction: dict[int, costcurve.Prediction] = field(default_factory=dict)  # both terms per width
@@ -186,10 +269,52 @@ class Session:
     elapsed_s: float = 0.0
     cancelled: bool = False
     started_at: float = field(default_factory=time.time)
+    # The requests, each with every arm's runs on it. With one request its arms are the
+    # session's own (``classic`` and ``arms`` are requests[0]'s); with several, the
+    # session's arms hold one run per pass (``pass_run``).
+    requests: list[RequestArms] = field(default_factory=list)
+    seed: int = 0  # of the bootstrap and the permutations: the record reproduces from it
+    estimates: dict[int, stats.Estimate] = field(default_factory=dict)  # per width with runs
+    choice: stats.Choice | None = None  # the tie rule's pick among the winners
+
+    @property
+    def workload(self) -> Workload | None:
+        return self.config.workload
+
+    @property
+    def per_request(self) -> list[RequestArms]:
+        """The requests; a session built by hand from arms alone is its prompt's one request."""
+        if self.requests:
+            return self.requests
+        return [RequestArms(single_request(self.config.prompt, self.prompt_ids, self.config.max_tokens),
+                            self.classic, self.arms)]
+
+    @property
+    def single(self) -> bool:
+        """One request: the disjoint-range rule applies beside the interval."""
+        return len(self.requests) <= 1
 
     @property
     def prompt_sha256(self) -> str:
+        if self.config.workload is not None:
+            return self.config.workload.sha256
         return hashlib.sha256(self.config.prompt.encode("utf-8")).hexdigest()
+
+    def differing_requests(self, width: int) -> list[str]:
+        """Ids of the requests on which ``width``'s output is not classic's."""
+        return [r.id for r in self.per_request
+                if (i := r.arm(width).identity) is not None and not i.identical_ids]
+
+    def stats_samples(self) -> tuple[list[list[tuple[float, float]]], dict[int, list]]:
+        """(classic, {width: ...}): per request, each run's (new tokens, decode seconds), for
+        every width that ran on every request: what ``policy.stats`` is given."""
+        classic = [_samples(r.classic) for r in self.per_request]
+        arms = {}
+        for w in (a.width for a in self.arms):
+            got = [_samples(r.arm(w)) for r in self.per_request]
+            if all(got):
+                arms[w] = got
+        return classic, arms
 
     def opening_closing(self) -> tuple[Range | None, Range | None]:
         return rules.opening_closing([r.decode_tok_s for r in self.classic.runs])
@@ -214,7 +339,9 @@ class Session:
         a bounded number (MLX_CUDA_SDPA_CACHE_SIZE): a first pass at new positions
         pays for every plan, so a warm table can flatter a width."""
         out = {}
-        for arm in [self.classic, *self.arms]:
+        first = self.requests[0] if self.requests else None  # the warm-up ran on its prompt
+        arms = [first.classic, *first.arms] if first else [self.classic, *self.arms]
+        for arm in arms:
             w = self.warmup.get(arm.name)
             if w is not None and arm.runs:
                 med = statistics.median(r.decode_s for r in arm.runs)
@@ -345,11 +472,14 @@ class Session:
         raise KeyError(width)
 
 
-def _facts(arm: Arm) -> rules.ArmFacts:
+def _facts(arm: Arm, session: Session | None = None) -> rules.ArmFacts:
+    """What a verdict is drawn from. Across a workload, identical means on every request."""
+    identical = arm.identity is not None and arm.identity.identical_ids
+    if session is not None and not session.single:
+        identical = not session.differing_requests(arm.width)
     return rules.ArmFacts(arm.name, arm.width, tuple(r.decode_tok_s for r in arm.runs),
                           sum(r.speculative_rounds for r in arm.runs),
-                          sum(r.declined_rounds for r in arm.runs),
-                          arm.identity is not None and arm.identity.identical_ids)
+                          sum(r.declined_rounds for r in arm.runs), identical)
 
 
 def judge(classic: Arm, arm: Arm) -> None:
@@ -366,15 +496,23 @@ def _more(session: Session) -> str:
 
 
 def decide(session: Session) -> None:
-    """Verdicts, drift and the recommendation, from the samples in ``session`` (policy.verdict.decide)."""
-    d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a) for a in session.arms],
+    """Verdicts, drift, the estimates and the recommendation, from the samples in ``session``
+    (policy.stats for the estimates, policy.verdict.decide for the rules)."""
+    classic, arms = session.stats_samples()
+    c = session.config
+    session.estimates = {}
+    if arms and all(classic):
+        session.estimates = stats.estimates(classic, arms, seed=session.seed, resamples=c.resamples)
+    d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a, session) for a in session.arms],
                      cancelled=session.cancelled, reps=session.reps, more=_more(session),
                      blind=rules.warm_blind(warmup_shift=session.warmup_shift,
-                                            attention=session.attention, backend=session.backend))
-    for arm, (verdict, why) in zip(session.arms, d.verdicts):
-        arm.verdict, arm.why = verdict, why
+                                            attention=session.attention, backend=session.backend),
+                     estimates=session.estimates, min_gain=c.min_gain, single=session.single)
+    for arm, (verdict, why), range_why in zip(session.arms, d.verdicts, d.range_whys):
+        arm.verdict, arm.why, arm.range_why = verdict, why, range_why
     session.drift, session.drift_chance, session.drift_why = d.drift.drifted, d.drift.chance, d.drift.why
     session.recommendation, session.decision, session.why = d.recommendation, d.decision, d.why
+    session.choice = d.choice
 
 
 def _all_decided(session: Session) -> bool:
@@ -400,16 +538,50 @@ def warmup_prompt(ids: list[int], max_tokens: int, width: int,
     return list(ids), 0
 
 
+def _prepare(pair, config: AbConfig) -> list[Prepared]:
+    if config.workload is None:
+        if not config.prompt:
+            raise DecodeError("prompt: empty")
+        return [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
+    try:
+        return prepare(config.workload, pair.tokenizer, config.max_tokens)
+    except WorkloadError as e:
+        raise DecodeError(str(e)) from None
+
+
+def _rotated(arms: list[Arm], k: int) -> list[Arm]:
+    """The arms' order for a workload's k-th request: rotated by k, so no width always runs
+    right after classic (where a cache or clock left by classic would meet it)."""
+    if not arms:
+        return arms
+    k %= len(arms)
+    return arms[k:] + arms[:k]
+
+
+def _add_pass(session: Session, widths: list[int | None]) -> None:
+    """One run per arm in ``widths`` on the session's own (workload) arms: its last pass."""
+    for w in widths:
+        agg = session.classic if w is None else session.arm(w)
+        runs = [r.arm(w).runs for r in session.requests]
+        if all(len(x) > len(agg.runs) for x in runs):
+            agg.runs.append(pass_run(w, [x[len(agg.runs)] for x in runs]))
+
+
 def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,
                emit: Callable[[Event], None], t_start: float) -> None:
-    """The session's schedule, whatever runs an arm: a discarded warm-up of every arm, n
-    repetitions interleaved arm by arm (classic first), more in sequential mode while an arm is
-    undecided and the budget lasts, and the closing classic bracket. ``one(arm, rep, keep=True,
-    closing=False)`` runs one arm once and records it (``keep=False``: the warm-up). The engine's
-    decode loop and the served path (engine.served) both run through here."""
+    """The session's schedule, whatever runs an arm: a discarded warm-up of every arm (on the
+    first request), n passes, each every request with its arms interleaved (classic first, the
+    widths rotated request by request), more in sequential mode while an arm is undecided and
+    the budget lasts, and the closing classic pass. ``one(arm, rep, keep=True, closing=False)``
+    runs one request's arm once and records it (``keep=False``: the warm-up); a workload's own
+    arms get each finished pass (``pass_run``). The engine's decode loop and the served path
+    (engine.served) both run through here."""
     config = session.config
+    requests = session.per_request
+    many = len(requests) > 1
     if config.warmup:
-        for arm in [session.classic, *session.arms]:
+        first = requests[0]
+        for arm in [first.classic, *first.arms]:
             emit(Event("warmup", arm.name))
             one(arm, 0, keep=False)
             if cancel.is_set():
@@ -421,6 +593,13 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
         if time.monotonic() - t_start >= config.max_seconds:
             return Budget.SECONDS
         return None
+
+    def one_pass(rep: int, active: list[int]) -> None:
+        for k, req in enumerate(requests):
+            for arm in [req.classic, *_rotated([req.arm(w) for w in active], k)]:
+                one(arm, rep)
+                if cancel.is_set():
+                    return
 
     rep = 0
     while True:
@@ -434,17 +613,23 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
                     break
             active = session.arms if rep <= config.n else [
                 a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
-            for arm in [session.classic, *active]:
-                one(arm, rep)
-                if cancel.is_set():
-                    break
+            one_pass(rep, [a.width for a in active])
             if cancel.is_set():
                 break
+            if many:
+                _add_pass(session, [None, *(a.width for a in active)])
             session.reps = rep
             emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
         if cancel.is_set():
             break
-        one(session.classic, session.reps + 1, closing=True)  # the closing bracket
+        for req in requests:  # the closing bracket: classic on every request
+            one(req.classic, session.reps + 1, closing=True)
+            if cancel.is_set():
+                break
+        if cancel.is_set():
+            break
+        if many:
+            _add_pass(session, [None])
         # Drift is judged with the closing run, which the loop above could not see, and the
         # closing run can be classic's fastest: in sequential mode a closing run that leaves
         # drift and noise apart only by chance, or that takes an arm's win back (undecided
@@ -457,16 +642,33 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
         rep = session.reps
 
 
-def _controller(pair, session: Session, config: AbConfig, prompts: list[list[int]],
-                emit: Callable[[Event], None], cancel: threading.Event) -> auto_width.Controller:
+def against_hindsight(session: Session) -> hindsight.Shares | None:
+    """The auto arm's aggregate as a share of the per-request oracle's and of the best single
+    fixed arm's (policy.oracle), from the session's samples and seed; None without an auto arm
+    and a fixed one that ran every request, or for a cancelled session."""
+    if session.auto is None or session.cancelled:
+        return None
+    classic, arms = session.stats_samples()
+    if AUTO not in arms or not all(classic):
+        return None
+    try:
+        return hindsight.shares({None: classic, **arms}, AUTO, seed=session.seed,
+                             resamples=session.config.resamples)
+    except stats.StatsError:
+        return None
+
+
+def _controller(pair, session: Session, config: AbConfig, reach: int, shortest: int,
+                emit: Callable[[Event], None], cancel: threading.Event) -> auto_width.Controller | None:
     """The process's auto controller for this pair and these verify settings: calibrated (its cost
     curve measured) the first time a process asks, past every position this session visits
-    where the model's context leaves room, so no arm meets work the calibration left behind."""
+    (``reach``) where the model's context leaves room, so no arm meets work the calibration left
+    behind; else below the shortest prompt."""
     cap = config.auto_cap
-    ctx = max(len(p) for p in prompts) + config.max_tokens + config.widest
+    ctx = reach + config.widest
     room = 2 + 5 + cap + 1  # calibrate()'s cold forwards (2 warm-up, 5 timed) grow the cache by one each
     if pair.context_length is not None and ctx + room > pair.context_length:
-        ctx = max(1, min(len(p) for p in prompts) // 2)
+        ctx = max(1, shortest // 2)
     emit(Event("phase", "auto", run=0, runs=1, phase="costcurve", message="auto: calibrating"))
     return auto_width.shared(pair, attention=session.attention, linear=config.verify_linear,
                              max_width=cap, context=ctx, cancel=cancel.is_set)
@@ -488,46 +690,62 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     fixed = config.fixed_widths
     if config.n < 1:
         raise DecodeError(f"n = {config.n}: at least one repetition per arm")
-    if not config.prompt:
-        raise DecodeError("prompt: empty")
-    ids = pair.tokenizer.encode(config.prompt)
-    session = Session(config, ids, Arm(None, verdict=Verdict.CONTROL),
-                      [Arm(w) for w in widths])
+    if not 0 <= config.min_gain < 1:
+        raise DecodeError(f"min gain {config.min_gain}: expected a fraction from 0 up to 1")
+    prepared = _prepare(pair, config)
+    requests = [RequestArms(p, Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths])
+                for p in prepared]
+    many = len(requests) > 1
+    if many:
+        classic, arms = Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths]
+    else:
+        classic, arms = requests[0].classic, requests[0].arms
+    ids = list(prepared[0].ids)
+    session = Session(config, ids, classic, arms, requests=requests,
+                      seed=config.seed if config.seed is not None else secrets.randbelow(2**32))
     session.backend = attention.current_backend()
     session.attention = attention.effective(config.verify_attention, session.backend).value
     # The verify projections of every speculative forward this session runs: the arms, and the
     # exactness probe, divergence replay and cost curve that judge and predict them.
     lin = config.verify_linear
-    warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, config.widest,
+    warm_ids, session.warmup_shift = warmup_prompt(ids, prepared[0].max_tokens, config.widest,
                                                    pair.context_length)
     t_start = time.monotonic()
-    emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"))
+    emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"
+                                  + (f", {len(requests)} requests" if many else "")))
     if config.auto_cap is not None:
-        session.auto = _controller(pair, session, config, [ids, warm_ids], emit, cancel)
+        reach = max([len(p.ids) + p.max_tokens for p in prepared] + [len(warm_ids) + prepared[0].max_tokens])
+        session.auto = _controller(pair, session, config, reach, min(len(p.ids) for p in prepared),
+                                   emit, cancel)
 
     started = [0]  # runs begun so far
     clocks = host.ClockWatch()
 
+    owner = {id(a): r for r in requests for a in [r.classic, *r.arms]}  # each arm's request
+
     def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun | None:
+        req = owner[id(arm)]
         index = started[0]
         started[0] += 1
         runs = max(config.planned_runs, started[0])
-        emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
+        rid = req.id if many else ""
+        total = req.prepared.max_tokens
+        emit(Event("arm", arm.name, rep, 0, total, run=index, runs=runs, closing=closing, request=rid))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
         if arm.auto and session.auto is None:
             return None  # cancelled while the controller was calibrating: nothing to run
         width = session.auto.run() if arm.auto else arm.width  # auto: a width per round
         before, host_before = clocks.read(), host.host_reading()
-        run = decode(pair, ids if keep else warm_ids, config.max_tokens, width, **kw,
-                     on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
-                                                         run=index, runs=runs, closing=closing)),
+        run = decode(pair, list(req.prepared.ids) if keep else warm_ids, total, width, **kw,
+                     on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t, run=index,
+                                                         runs=runs, closing=closing, request=rid)),
                      cancel=cancel.is_set)
         run.host = host.host_delta(host_before, host.host_reading())
         if before is not None:
             run.clocks = {"before": before, "after": clocks.read()}
         if keep and not cancel.is_set():
             arm.runs.append(run)
-            session.order.append(arm.name)
+            session.order.append(f"{req.id}/{arm.name}" if many else arm.name)
         elif not keep:
             session.warmup[arm.name] = run
         return run
@@ -539,11 +757,14 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     finally:
         clocks.close()
 
-    reference = session.classic.runs[0].tokens if session.classic.runs else None
-    for arm in session.arms:
-        if reference is not None and arm.runs:
-            idents = [compare(reference, r.tokens, pair.tokenizer) for r in arm.runs]
-            arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
+    for req in requests:
+        reference = req.classic.runs[0].tokens if req.classic.runs else None
+        for arm in req.arms:
+            if reference is not None and arm.runs:
+                idents = [compare(reference, r.tokens, pair.tokenizer) for r in arm.runs]
+                arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
+    first = requests[0]
+    reference = first.classic.runs[0].tokens if first.classic.runs else None
 
     if config.exactness and not cancel.is_set() and reference:
         # A stage of its own (seconds on a large target): the bar must not sit at 100 % meanwhile.
@@ -557,23 +778,35 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
 
     if not cancel.is_set():
+        for req in requests:
+            ref = req.classic.runs[0].tokens if req.classic.runs else None
+            req_ids = list(req.prepared.ids)
+            for arm in req.arms:
+                ident = arm.identity
+                if ident is None or ident.identical_ids or ident.first_divergence is None:
+                    continue
+                if ident.first_divergence >= min(ident.classic_len, ident.width_len):
+                    continue  # one is a prefix of the other: no position to compare
+                if arm.auto:
+                    continue  # no one width to replay: its rounds are in the record
+                ex = session.exactness.get(arm.width) if req is first else None
+                if ex is None:
+                    block = ref[:arm.width] if ref else []
+                    ex = (probe(pair.target, req_ids, block, session.attention, lin)
+                          if len(block) == arm.width else None)
+                differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity
+                margin = divergence_margin(pair, req_ids, arm.width, ref, differing.tokens,
+                                           ident.first_divergence, ex.max_abs_diff if ex else 0.0,
+                                           session.attention, lin)
+                arm.identity = dataclasses.replace(ident, margin=margin)
+    if many:
+        # The session's arm speaks for the workload: the first request whose output differs,
+        # else the first request's (identical) comparison.
         for arm in session.arms:
-            ident = arm.identity
-            if ident is None or ident.identical_ids or ident.first_divergence is None:
-                continue
-            if ident.first_divergence >= min(ident.classic_len, ident.width_len):
-                continue  # one is a prefix of the other: no position to compare
-            if arm.auto:
-                continue  # no one width to replay: its rounds are in the record
-            ex = session.exactness.get(arm.width)
-            if ex is None:
-                block = reference[:arm.width] if reference else []
-                ex = probe(pair.target, ids, block, session.attention, lin) if len(block) == arm.width else None
-            differing = next((r for r in arm.runs if r.tokens != reference), arm.runs[0])  # as identity
-            margin = divergence_margin(pair, ids, arm.width, reference, differing.tokens,
-                                       ident.first_divergence, ex.max_abs_diff if ex else 0.0,
-                                       session.attention, lin)
-            arm.identity = dataclasses.replace(ident, margin=margin)
+            idents = [r.arm(arm.width).identity for r in requests]
+            idents = [i for i in idents if i is not None]
+            if idents:
+                arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
 
     if config.predict and not cancel.is_set():
         measured = [a for a in session.arms if a.per_token_acceptance is not None and not a.auto]
@@ -581,7 +814,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             rows = sorted({1, *fixed})
             # Past every position the session visited, so no cold forward replays its work
             # (where the model's context leaves room for that).
-            ctx = max(len(ids), len(warm_ids)) + config.max_tokens + config.widest
+            longest = max(len(p.ids) + p.max_tokens for p in prepared)
+            ctx = max(longest, len(warm_ids) + prepared[0].max_tokens) + config.widest
             room = 5 + 2 + max(fixed) + 1  # the curve's cold forwards grow the cache by one each
             if pair.context_length is not None and ctx + room > pair.context_length:
                 ctx = len(ids)
@@ -609,6 +843,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
 
     session.cancelled = cancel.is_set()
     decide(session)
+    session.oracle = against_hindsight(session)
     session.elapsed_s = time.monotonic() - t_start
     emit(Event("cancelled" if session.cancelled else "done", message=session.decision))
     return session
