@@ -173,6 +173,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
     widths, prompt = req.widths, req.prompt
+    if args.auto_max is not None and "auto" not in widths:
+        raise InputError(f"--auto-max {args.auto_max}: only applies with auto among --widths")
     for flag, given in (("--allow-nonidentical", args.allow_nonidentical),
                         ("--pair-specific", args.pair_specific)):
         if given and not args.save:

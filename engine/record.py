@@ -147,6 +147,19 @@ def reproduce(record: dict) -> dict[int, stats.Estimate]:
     return stats.estimates(classic, arms, seed=st["seed"], resamples=st["resamples"], level=st["level"])
 
 
+def reproduce_oracle(record: dict):
+    """The auto arm's shares of the oracle and the best fixed arm (policy.oracle.Shares),
+    recomputed from the record's own samples and seed; None when it swept no auto arm."""
+    from policy import oracle
+
+    got = (record.get("auto") or {}).get("oracle")
+    if not got:
+        return None
+    classic, arms = stats_samples(record)
+    return oracle.shares({None: classic, **arms}, "auto", seed=got["seed"], resamples=got["resamples"],
+                         level=record["stats"]["level"])
+
+
 def load(path: Path) -> dict:
     return json.loads(Path(path).read_text(encoding="utf-8"))
 

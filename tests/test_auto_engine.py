@@ -164,3 +164,54 @@ def test_an_auto_arm_in_a_session_keeps_the_rules_and_its_record_replays(pairs, 
     # the warm-up ran the controller too (a server's first request does): the first measured
     # run starts from the state the warm-up left
     assert arm["samples"][0]["auto"]["start"]["requests"] == 1
+
+
+WORKLOAD = [
+    '{"id": "code", "prompt": "def fibonacci(n):\\n    \\"\\"\\"Return the n-th Fibonacci number.\\"\\"\\"\\n"}',
+    '{"id": "repeat", "prompt": "one two three four one two three four one two three four one two"}',
+    '{"id": "prose", "prompt": "The history of the city begins in"}',
+]
+
+
+def test_sweep_over_a_workload_reports_auto_against_the_oracle_and_the_record_reproduces_it(tmp_path):
+    from engine import record
+    from tests.conftest import run_cli
+
+    wl = tmp_path / "three.jsonl"
+    wl.write_text("\n".join(WORKLOAD) + "\n")
+    r = run_cli("sweep", "--workload", str(wl), "--widths", "auto,2,3", "-n", "2", "--max-tokens", "10",
+                "--seed", "5", "--record-dir", str(tmp_path / "rec"), "--json")
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    o = out["auto"]["oracle"]
+    assert o["requests"] == 3 and len(o["oracle_picks"]) == 3 and o["seed"] == 5
+    assert o["best_fixed"] in ("classic", "w2", "w3")
+    assert o["of_oracle_ci"][0] <= o["of_oracle"] <= o["of_oracle_ci"][1]
+    assert o["of_best_ci"][0] <= o["of_best"] <= o["of_best_ci"][1]
+    # every request's auto runs are classic's output, and keep their widths by round
+    for req in out["requests"]:
+        a = next(x for x in req["arms"] if x["arm"] == "auto")
+        assert a["identity"]["identical_ids"] and all(s["widths"] for s in a["samples"])
+    rec = record.load(out["record_path"])
+    again = record.reproduce_oracle(rec)
+    assert again.to_dict() == rec["auto"]["oracle"]
+    # every auto sample of every request replays from the record alone
+    costs, params = Costs.from_dict(rec["auto"]["costs"]), Params.from_dict(rec["auto"]["params"])
+    for req in rec["requests"]:
+        for s in next(x for x in req["arms"] if x["arm"] == "auto")["samples"]:
+            assert auto.replay(costs, params, State.from_dict(s["auto"]["start"]), s["rounds_detail"]) == s["widths"]
+    text = run_cli("sweep", "--workload", str(wl), "--widths", "auto,2", "-n", "1", "--max-tokens", "6",
+                   "--record-dir", str(tmp_path / "rec"))
+    assert "auto against hindsight (3 requests" in text.stdout and "of the per-request oracle" in text.stdout
+
+
+@pytest.mark.parametrize("args, problem", [
+    (("--auto-max", "6"), "--auto-max 6: only applies with auto among --widths"),
+    (("--widths", "auto,2", "--auto-max", "1"), "--auto-max: 1 is out of range 2..64"),
+    (("--widths", "auto,2", "--path", "mlx-lm-server"), "cannot adapt per round"),
+])
+def test_auto_options_it_cannot_honour_are_one_line(args, problem):
+    from tests.conftest import run_cli
+
+    r = run_cli("sweep", *args)
+    assert r.returncode == 2 and problem in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
