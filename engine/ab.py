@@ -538,6 +538,11 @@ def warmup_prompt(ids: list[int], max_tokens: int, width: int,
     return list(ids), 0
 
 
+def seed_of(config: AbConfig) -> int:
+    """The statistics' seed: the config's, else a fresh one (the record keeps it)."""
+    return config.seed if config.seed is not None else secrets.randbelow(2**32)
+
+
 def _prepare(pair, config: AbConfig) -> list[Prepared]:
     if config.workload is None:
         if not config.prompt:
@@ -701,8 +706,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     else:
         classic, arms = requests[0].classic, requests[0].arms
     ids = list(prepared[0].ids)
-    session = Session(config, ids, classic, arms, requests=requests,
-                      seed=config.seed if config.seed is not None else secrets.randbelow(2**32))
+    session = Session(config, ids, classic, arms, requests=requests, seed=seed_of(config))
     session.backend = attention.current_backend()
     session.attention = attention.effective(config.verify_attention, session.backend).value
     # The verify projections of every speculative forward this session runs: the arms, and the
