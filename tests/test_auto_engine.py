@@ -215,3 +215,18 @@ def test_auto_options_it_cannot_honour_are_one_line(args, problem):
 
     r = run_cli("sweep", *args)
     assert r.returncode == 2 and problem in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_an_auto_arm_that_never_speculates_is_still_measured():
+    # A cost curve where no width pays even at acceptance 1 (K rows cost K times one): the
+    # controller stays at 1 and never probes; its rounds are its decisions, not declines
+    from engine.ab import Arm, _facts
+
+    cpu = Costs({k: 5.0 * k for k in range(1, 5)}, DraftCost.LINEAR, 1.0)
+    c = auto.Controller(cpu, Params(max_width=4))
+    pair = load_pair(demo.target("bf16"))
+    ids = pair.tokenizer.encode(DEMO_PROMPTS[0])
+    run = speculative(pair, ids, 8, c.run())
+    assert set(run.widths) == {1} and run.speculative_rounds == 0 and run.declined_rounds == 0
+    facts = _facts(Arm("auto", [run]))
+    assert facts.speculative_rounds == len(run.rounds) and facts.declined_rounds == 0
