@@ -228,9 +228,11 @@ def pass_run(width: int | None, runs: list[DecodeRun]) -> DecodeRun:
     first, last = runs[0], runs[-1]
     clocks = ({"before": first.clocks["before"], "after": last.clocks["after"]}
               if first.clocks and last.clocks else None)
+    widths = [w for r in runs for w in r.widths] if all(r.widths is not None for r in runs) else None
     return DecodeRun(width, [t for r in runs for t in r.tokens], sum(r.prompt_tokens for r in runs),
                      sum(r.prefill_s for r in runs), sum(r.decode_s for r in runs),
-                     [x for r in runs for x in r.rounds], attention=first.attention, clocks=clocks)
+                     [x for r in runs for x in r.rounds], attention=first.attention, clocks=clocks,
+                     widths=widths)
 
 
 @dataclass
@@ -477,8 +479,10 @@ def _facts(arm: Arm, session: Session | None = None) -> rules.ArmFacts:
     identical = arm.identity is not None and arm.identity.identical_ids
     if session is not None and not session.single:
         identical = not session.differing_requests(arm.width)
-    return rules.ArmFacts(arm.name, arm.width, tuple(r.decode_tok_s for r in arm.runs),
-                          sum(r.speculative_rounds for r in arm.runs),
+    # Every round of an auto arm is its controller's decision, speculating or not (width 1): it
+    # is measured even when it never speculated, as classic inside the speculative loop.
+    spec = sum(len(r.rounds) if arm.auto else r.speculative_rounds for r in arm.runs)
+    return rules.ArmFacts(arm.name, arm.width, tuple(r.decode_tok_s for r in arm.runs), spec,
                           sum(r.declined_rounds for r in arm.runs), identical)
 
 

@@ -93,7 +93,12 @@ class DecodeRun:
 
     @property
     def declined_rounds(self) -> int:
-        return sum(1 for r in self.rounds if r.drafted == 0) if not self.classic else 0
+        """Rounds whose drafter proposed nothing at a speculative width (an auto round at width
+        1 drafted nothing by choice: not a decline)."""
+        if self.classic:
+            return 0
+        widths = self.widths or [2] * len(self.rounds)
+        return sum(1 for r, w in zip(self.rounds, widths) if r.drafted == 0 and w > 1)
 
     @property
     def acceptance(self) -> float | None:
