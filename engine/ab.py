@@ -30,9 +30,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine import attention, costcurve, host, linear
+from engine import attention, costcurve, host, kvcache, linear
 from engine import auto as auto_width
 from engine.decode import DecodeError, DecodeRun, decode
+from engine.kvcache import RewindError
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
 from engine.workload import PROMPT, Prepared, prepare
 from policy import oracle as hindsight, stats
@@ -96,6 +97,12 @@ class Arm:
         return statistics.median(split) if split else None
 
     @property
+    def rollback_ms_per_round(self) -> float | None:
+        """Mean time putting the cache back per round (rounds that kept every row count 0)."""
+        rounds = [x for r in self.runs for x in r.rounds]
+        return sum(x.rollback_s for x in rounds) / len(rounds) * 1e3 if rounds else None
+
+    @property
     def draft_ms_per_token(self) -> float | None:
         """From the split rounds only: the others do not time drafting apart."""
         split = [x for r in self.runs for x in r.rounds if x.split and x.drafted]
@@ -142,6 +149,7 @@ class AbConfig:
     min_gain: float = stats.MIN_GAIN  # a win's interval must clear 1 + this
     seed: int | None = None  # the statistics' seed; None: drawn when the session starts
     resamples: int = stats.RESAMPLES
+    rollback: str = kvcache.DEFAULT_METHOD.value  # how recurrent state follows the kept rows
 
     @property
     def request_count(self) -> int:
@@ -250,6 +258,7 @@ class Session:
     why: str = ""
     exactness: dict[int, Exactness] = field(default_factory=dict)
     curve: costcurve.CostCurve | None = None
+    curve_skipped: str = ""  # why there is no cost curve (and so no prediction), when there is none
     # The auto arm's controller (process-wide: engine.auto.shared) and what it was on entry, so
     # the record keeps its costs and parameters; None when no auto arm is swept.
     auto: auto_width.Controller | None = None
@@ -467,6 +476,21 @@ class Session:
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
         return lines
 
+    def rollback_line(self) -> str:
+        """How the target's cache went back to the kept rows each round, and what it cost."""
+        runs = [r for a in self.arms for r in a.runs]
+        if not runs or not hasattr(runs[0], "rollback"):
+            return ""  # a served run: the server's cache is its own, not timed from here
+        info = runs[0].rollback or {}
+        method = info.get("method") or "trim"
+        how = ("KV rows trimmed" if method == "trim" else
+               f"recurrent state restored and advanced by the kept rows ({method}"
+               + (f"; {info['fallback']}" if info.get("fallback") else "") + ")")
+        per = [(a.name, a.rollback_ms_per_round) for a in self.arms if a.rollback_ms_per_round is not None]
+        if all(v < 0.005 for _, v in per):
+            return f"rollback: {how}, under 0.01 ms a round"
+        return f"rollback: {how}; ms a round " + ", ".join(f"{n} {v:.2f}" for n, v in per)
+
     def arm(self, width: int) -> Arm:
         for a in self.arms:
             if a.width == width:
@@ -680,7 +704,7 @@ def _controller(pair, session: Session, config: AbConfig, reach: int, shortest: 
         ctx = max(1, shortest // 2)
     emit(Event("phase", "auto", run=0, runs=1, phase="costcurve", message="auto: calibrating"))
     return auto_width.shared(pair, attention=session.attention, linear=config.verify_linear,
-                             max_width=cap, context=ctx, cancel=cancel.is_set)
+                             max_width=cap, context=ctx, rollback=config.rollback, cancel=cancel.is_set)
 
 
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
@@ -739,7 +763,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         rid = req.id if many else ""
         total = req.prepared.max_tokens
         emit(Event("arm", arm.name, rep, 0, total, run=index, runs=runs, closing=closing, request=rid))
-        kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
+        kw = {} if arm.width is None else {"attention": session.attention, "linear": lin,
+                                           "rollback": config.rollback}
         if arm.auto and session.auto is None:
             return None  # cancelled while the controller was calibrating: nothing to run
         width = session.auto.run() if arm.auto else arm.width  # auto: a width per round
@@ -821,17 +846,31 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         if measured:
             rows = sorted({1, *fixed})
             # Past every position the session visited, so no cold forward replays its work
-            # (where the model's context leaves room for that).
+            # (where the model's context leaves room for that); else at the session's prompt;
+            # else (a context too short for even that) no curve, and the record says why.
             longest = max(len(p.ids) + p.max_tokens for p in prepared)
             ctx = max(longest, len(warm_ids) + prepared[0].max_tokens) + config.widest
-            room = 5 + 2 + max(fixed) + 1  # the curve's cold forwards grow the cache by one each
-            if pair.context_length is not None and ctx + room > pair.context_length:
+            room = costcurve.positions(rows, repeats=5)
+            limit = pair.context_length
+            if limit is not None and ctx + room > limit:
                 ctx = len(ids)
-            emit(Event("phase", run=0, runs=len(rows), phase="costcurve"))
-            session.curve = costcurve.measure(
-                pair.target, rows, repeats=5, context=ctx, attention=session.attention, linear=lin,
-                on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
-                cancel=cancel.is_set)
+            if limit is not None and ctx + room > limit:
+                session.curve_skipped = (f"cost curve skipped: its {room} positions past the "
+                                         f"{ctx}-token prompt exceed the target's context of {limit}")
+            else:
+                emit(Event("phase", run=0, runs=len(rows), phase="costcurve"))
+                try:
+                    session.curve = costcurve.measure(
+                        pair.target, rows, repeats=5, context=ctx, attention=session.attention,
+                        linear=lin, rollback=config.rollback,
+                        on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
+                        cancel=cancel.is_set)
+                except (RewindError, ValueError) as e:  # the arms' figures stand without it
+                    session.curve_skipped = f"cost curve skipped: {e}"
+        elif not session.curve_skipped:
+            session.curve_skipped = ("cost curve skipped: no arm drafted a token, so there is no "
+                                     "acceptance to predict with")
+        if measured and session.curve is not None:
             acc = statistics.median(a.per_token_acceptance for a in measured)
             # the kind says how drafting grows with width: flat for a block drafter, linear else
             session.drafter_kind = pair.kind.value
@@ -842,8 +881,9 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
             draft_ms = statistics.median(drafts) if drafts else 0.0
             session.draft_cost_ms = draft_ms
-            session.prediction = costcurve.predict_terms(session.curve, acc, draft_ms, fixed,
-                                                         session.draft_cost)
+            session.prediction = costcurve.predict_terms(
+                session.curve, acc, draft_ms, fixed, session.draft_cost,
+                {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             if session.predicted:
                 session.predicted_best = max(session.predicted, key=session.predicted.get)

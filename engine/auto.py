@@ -40,7 +40,8 @@ def costs_from_curve(curve, kind: str, draft_ms: float = 0.0, overhead_ms: float
 
 
 def calibrate(pair, *, max_width: int = MAX_WIDTH, context: int = 128, attention=None, linear=None,
-              repeats: int = 5, cancel: Callable[[], bool] | None = None) -> tuple[Costs, Any]:
+              repeats: int = 5, rollback: str | None = None,
+              cancel: Callable[[], bool] | None = None) -> tuple[Costs, Any]:
     """Measure this pair's costs once: the target's verify forward at 1..max_width rows (cold, as
     decoding meets them) and, for a draft model, its one-row step (the draft cost per token; the
     other kinds' drafting is learnt from the first timed rounds). Returns (costs, the curve)."""
@@ -48,7 +49,7 @@ def calibrate(pair, *, max_width: int = MAX_WIDTH, context: int = 128, attention
 
     rows = tuple(range(1, max_width + 1))
     curve = costcurve.measure(pair.target, rows, context=context, repeats=repeats, warm=False,
-                              attention=attention, linear=linear, cancel=cancel)
+                              attention=attention, linear=linear, rollback=rollback, cancel=cancel)
     draft_ms = 0.0
     if pair.kind.value == "model" and pair.drafter is not None:
         step = costcurve.measure(pair.drafter, (1,), context=context, repeats=repeats, warm=False)
@@ -159,16 +160,20 @@ _SHARED: dict[tuple, Controller] = {}
 _SHARED_LOCK = threading.Lock()
 
 
-def key(pair, attention: str | None, linear: str | None, max_width: int) -> tuple:
-    return (pair.pair_id, pair.kind.value, attention or "auto", linear or "auto", max_width)
+def key(pair, attention: str | None, linear: str | None, max_width: int,
+        rollback: str | None = None) -> tuple:
+    from engine.kvcache import DEFAULT_METHOD
+
+    method = getattr(rollback, "value", rollback) or DEFAULT_METHOD.value  # None: the default method
+    return (pair.pair_id, pair.kind.value, attention or "auto", linear or "auto", max_width, method)
 
 
 def shared(pair, *, attention: str | None = None, linear: str | None = None,
-           max_width: int = MAX_WIDTH, context: int = 128,
+           max_width: int = MAX_WIDTH, context: int = 128, rollback: str | None = None,
            cancel: Callable[[], bool] | None = None) -> Controller | None:
     """The process's controller for this pair and verify settings, calibrated on first use
     (None when ``cancel`` stopped the calibration: a part-measured curve is never kept)."""
-    k = key(pair, attention, linear, max_width)
+    k = key(pair, attention, linear, max_width, rollback)  # the rollback method: its costs too
     with _SHARED_LOCK:
         c = _SHARED.get(k)
         if c is None:
@@ -177,7 +182,8 @@ def shared(pair, *, attention: str | None = None, linear: str | None = None,
             curve = None
             try:
                 costs, curve = calibrate(pair, max_width=max_width, context=context,
-                                         attention=attention, linear=linear, cancel=cancel)
+                                         attention=attention, linear=linear, rollback=rollback,
+                                         cancel=cancel)
             except rule.AutoError:
                 if cancel is not None and cancel():
                     return None

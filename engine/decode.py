@@ -16,12 +16,13 @@ import mlx.core as mx
 
 from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
-from engine.kvcache import RewindError, rewind
+from engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
 from engine.linear import VerifyLinear, prepare, verify_linear
 from policy.auto import AUTO
+from policy.errors import BlockwidthError
 
 
-class DecodeError(ValueError):
+class DecodeError(BlockwidthError, ValueError):
     """Bad decode input: the message names it."""
 
 
@@ -38,6 +39,9 @@ class Round:
     verify_s: float
     sync_s: float
     split: bool = True
+    # Putting the cache back to the kept rows after the verify (engine.kvcache.Rollback): a trim
+    # costs microseconds; recurrent state is restored and advanced, its work evaluated here.
+    rollback_s: float = 0.0
 
 
 @dataclass
@@ -55,6 +59,8 @@ class DecodeRun:
     # The host's share of the run (engine.host.host_delta: wall, main-thread and process CPU
     # seconds, stolen seconds, context switches, the CPU at each end), read by an A/B session.
     host: dict | None = None
+    # Speculative runs: how the target's cache was rolled back each round (engine.kvcache).
+    rollback: dict | None = None
     # An auto-width run (width "auto"): the width of every round, and the controller's record of
     # the run (engine.auto.Run.to_dict: its start state, probes, switches) that replays them.
     widths: list[int] | None = None
@@ -123,14 +129,26 @@ class DecodeRun:
             "accepted": self.accepted, "acceptance": self.acceptance,
             "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
             "attention": self.attention, "gpu_clocks": self.clocks, "host_cpu": self.host,
+            "rollback": self.rollback, "rollback_ms": round(self.rollback_s * 1e3, 4),
             **({"widths": self.widths, "auto": self.auto} if self.auto is not None else {}),
         }
 
+    @property
+    def rollback_s(self) -> float:
+        return sum(r.rollback_s for r in self.rounds)
+
     def rounds_table(self) -> list[list[float]]:
-        """Per-round diagnostics as compact rows: drafted, accepted, emitted, draft/verify/sync ms."""
+        """Per-round diagnostics as compact rows, one column per ROUND_COLUMNS name."""
         return [[r.drafted, r.accepted, r.emitted, round(r.draft_s * 1e3, 4),
-                 round(r.verify_s * 1e3, 4), round(r.sync_s * 1e3, 4), int(r.split)]
+                 round(r.verify_s * 1e3, 4), round(r.sync_s * 1e3, 4), int(r.split),
+                 round(r.rollback_s * 1e3, 4)]
                 for r in self.rounds]
+
+
+# The columns of a record's rounds_detail rows (rollback_ms is new in this order's last place, so a
+# reader of the first seven reads older records and newer ones alike).
+ROUND_COLUMNS = ("drafted", "accepted", "emitted", "draft_ms", "verify_ms", "sync_ms", "split",
+                 "rollback_ms")
 
 
 Progress = Callable[[int, int], None]  # (tokens so far, tokens wanted)
@@ -141,6 +159,9 @@ class WidthSource(Protocol):
     closed with all of them after the last."""
 
     widths: list[int]
+
+    @property
+    def cap(self) -> int: ...  # the widest width it can take: what caches and drafters are sized for
 
     def __call__(self, rounds: list[Round]) -> int: ...
 
@@ -224,7 +245,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
                 drafter: Drafter | None = None, on_progress: Progress | None = None,
                 cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY,
                 attention: str | VerifyAttention | None = None,
-                on_logits: LogitsHook | None = None, linear: str | None = None) -> DecodeRun:
+                on_logits: LogitsHook | None = None, linear: str | None = None,
+                rollback: Method | str = DEFAULT_METHOD) -> DecodeRun:
     """Speculative greedy decoding at ``width`` rows per verify (mirrors
     mlx_lm.speculative_generate_step with num_draft_tokens = width - 1).
 
@@ -241,19 +263,23 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     verify apart; the others overlap them as mlx-lm does (a sync per round cost
     up to 10% at width 2 on a CPU).
 
+    ``rollback`` chooses how recurrent state is advanced by the kept rows (engine.kvcache.Method);
+    KV caches trim and sliding windows drop their rejected tail whatever it says.
+
     ``width`` is an int, or a width source (engine.auto's Run) asked for each round's width
     with the rounds so far: width 1 then verifies the pending token alone (nothing drafted)."""
-    from mlx_lm.models.cache import make_prompt_cache
-
     source = None if isinstance(width, int) else width
     if source is None and width < 2:
         raise DecodeError(f"width = {width!r}: a speculative width is at least 2 (1 is classic)")
-    if source is not None and not (callable(source) and hasattr(source, "close")):
+    if source is not None and not (callable(source) and hasattr(source, "close")
+                                   and hasattr(source, "cap")):
         raise DecodeError(f"width = {width!r}: expected an integer or a width source")
     _check(prompt, max_tokens, pair.context_length)
     model = pair.target
-    drafter = drafter or make_drafter(pair)
-    cache = make_prompt_cache(model)
+    widest = width if source is None else source.cap  # what caches and drafters are sized for
+    drafter = drafter or make_drafter(pair, widest)
+    cache = make_cache(model, slack=widest)
+    rb = Rollback(model, cache, rollback)
     tokens: list[int] = []
     rounds: list[Round] = []
     ids = mx.array(prompt, mx.uint32)
@@ -270,7 +296,7 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
         t1 = perf()
         with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
             try:
-                _rounds(model, cache, drafter, y, tokens, rounds, max_tokens,
+                _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens,
                         (lambda _: width) if source is None else source, split_every,
                         on_progress, cancel, on_logits)
             except RewindError as e:
@@ -280,13 +306,17 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     if lrouting.mode is not VerifyLinear.STOCK:
         summary["linear"] = lrouting.summary()
     if source is None:
-        return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
-    source.close(rounds)
-    return DecodeRun(AUTO, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary,
-                     widths=list(source.widths), auto=source.to_dict())
+        run = DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
+    else:
+        source.close(rounds)
+        run = DecodeRun(AUTO, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary,
+                        widths=list(source.widths), auto=source.to_dict())
+    run.rollback = {"method": rb.effective.value if rb.effective else "trim",
+                    "fallback": rb.fallback or None}
+    return run
 
 
-def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width_of, split_every,
+def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, split_every,
             on_progress, cancel, on_logits) -> None:
     perf = time.perf_counter
     while len(tokens) < max_tokens:
@@ -300,7 +330,8 @@ def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width_of, spli
         tb = perf()
         block = mx.concatenate([y, drafts]) if drafts.size else y
         k = block.size
-        with watching(drafter, model):  # ... and of the verify: no second target forward
+        # ... and of the verify: no second target forward
+        with watching(drafter, model), rb.verify(block):
             logits = model(block[None], cache=cache)[:, -k:, :]
         if on_logits is not None:
             on_logits(len(tokens), logits.squeeze(0))
@@ -315,15 +346,17 @@ def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width_of, spli
             n += 1
         emit = verified[: n + 1] if n < room else verified[:n]
         tokens.extend(emit)
-        rewind(cache, len(drafted) - n)
+        back = rb.commit(n + 1)  # the block's first n + 1 rows stay: y and the accepted drafts
         nxt = verified[n]
         drafter.commit(drafted, n, nxt)
         y = mx.array([nxt], mx.uint32)
         td = perf()
         if split:
-            rounds.append(Round(len(drafted), n, len(emit), tb - ta, tc - tb, td - tc))
+            rounds.append(Round(len(drafted), n, len(emit), tb - ta, tc - tb, td - tc - back,
+                                True, back))
         else:
-            rounds.append(Round(len(drafted), n, len(emit), 0.0, tc - ta, td - tc, False))
+            rounds.append(Round(len(drafted), n, len(emit), 0.0, tc - ta, td - tc - back, False,
+                                back))
         if on_progress is not None:
             on_progress(len(tokens), max_tokens)
         if cancel is not None and cancel():

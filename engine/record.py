@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.decode import ROUND_COLUMNS
 from policy import stats
 
 RECORD_SCHEMA = 1
@@ -63,6 +64,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
             "target": str(pair.target_path), "drafter": str(pair.drafter_path) if pair.drafter_path else None,
             "drafter_kind": pair.kind.value, "fingerprints": dict(pair.fingerprints),
             "pair_id": pair.pair_id, "target_quantization": pair.quantization.to_dict(),
+            "target_caches": pair.caches.summary() if getattr(pair, "caches", None) else None,
         },
         "prompt": {"sha256": session.prompt_sha256,
                    "tokens": sum(len(r.prepared.ids) for r in session.requests) if many
@@ -96,11 +98,14 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         "elapsed_s": round(session.elapsed_s, 3),
         "cancelled": session.cancelled,
         "arms": arms,
+        "rounds_columns": list(ROUND_COLUMNS),  # what each samples[].rounds_detail row holds
         "drift": {"drifted": session.drift, "why": session.drift_why,
                   "opening_tok_s": opening.to_list() if opening else None,
                   "closing_tok_s": closing.to_list() if closing else None},
         "exactness": {str(k): v.to_dict() for k, v in session.exactness.items()},
         "costcurve": session.curve.to_dict() if session.curve else None,
+        "costcurve_skipped": session.curve_skipped or None,
+        "rollback": session.rollback_line() or None,
         "predicted_speedup": {str(k): round(v, 4) for k, v in session.predicted.items()},
         "predicted_best": session.predicted_best,
         "prediction": {"draft_cost": session.draft_cost.value, "draft_cost_ms": round(session.draft_cost_ms, 4),

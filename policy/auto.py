@@ -26,11 +26,13 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
+from policy.errors import BlockwidthError
+
 AUTO = "auto"  # the arm, the sweep's width list and the profile entry say it so
 MAX_WIDTH = 16  # widest width the controller considers unless told otherwise
 
 
-class AutoError(ValueError):
+class AutoError(BlockwidthError, ValueError):
     """Costs or parameters the controller cannot decide from; the message names the value."""
 
 

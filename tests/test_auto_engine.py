@@ -20,6 +20,7 @@ class Scripted:
 
     def __init__(self, seq):
         self.seq, self.widths = seq, []
+        self.cap = max(seq)  # the widest it hands out: what the caches and drafter are sized for
 
     def __call__(self, rounds):
         assert len(rounds) == len(self.widths)  # asked once per round, with the rounds so far
@@ -230,3 +231,4 @@ def test_an_auto_arm_that_never_speculates_is_still_measured():
     assert set(run.widths) == {1} and run.speculative_rounds == 0 and run.declined_rounds == 0
     facts = _facts(Arm("auto", [run]))
     assert facts.speculative_rounds == len(run.rounds) and facts.declined_rounds == 0
+
