@@ -232,3 +232,26 @@ def test_an_auto_arm_that_never_speculates_is_still_measured():
     facts = _facts(Arm("auto", [run]))
     assert facts.speculative_rounds == len(run.rounds) and facts.declined_rounds == 0
 
+
+def test_the_gpu_command_runs_an_auto_arm_over_the_mixed_workload_on_the_demo_pair(tmp_path):
+    """What the coordinator runs on the H200 (sweep --workload mixed --widths auto,4,8,12
+    --verify-attention rows --seed --record-dir --json), at its smallest on the demo pair: the
+    parser takes it, every request's auto runs are classic's output with their widths by round,
+    and the oracle covers every request of the built-in workload."""
+    from policy import workload
+    from tests.conftest import run_cli
+
+    r = run_cli("sweep", "--workload", "mixed", "--widths", "auto,4", "-n", "1", "--max-tokens", "4",
+                "--verify-attention", "rows", "--seed", "23", "--record-dir", str(tmp_path / "rec"),
+                "--json")
+    assert r.returncode in (0, 1), r.stderr
+    out = json.loads(r.stdout)
+    n = len(workload.builtin("mixed").requests)
+    assert len(out["requests"]) == n and [a["arm"] for a in out["arms"]] == ["classic", "auto", "w4"]
+    for req in out["requests"]:
+        a = next(x for x in req["arms"] if x["arm"] == "auto")
+        assert a["identity"]["identical_ids"], req["id"]
+        assert all(s["widths"] and len(s["widths"]) == s["rounds"] for s in a["samples"]), req["id"]
+    o = out["auto"]["oracle"]
+    assert o["requests"] == n and len(o["oracle_picks"]) == n and o["seed"] == 23
+    assert o["of_oracle_ci"][0] <= o["of_oracle"] <= o["of_oracle_ci"][1]
