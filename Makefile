@@ -8,9 +8,11 @@ STAMP := $(VENV)/.installed
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || { echo "blockwidth needs Python 3.11+ (found $$($(PYTHON) --version))"; exit 2; }
-	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e '.[test]'
+	@echo "blockwidth: installing into $(VENV) (once; about a minute, pip's log in $(VENV)/install.log)"
+	@$(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -m pip install --upgrade pip > $(VENV)/install.log 2>&1 || { tail -20 $(VENV)/install.log; exit 1; }
+	@$(BIN)/python -m pip install -e '.[test]' >> $(VENV)/install.log 2>&1 || { tail -20 $(VENV)/install.log; exit 1; }
+	@echo "blockwidth: installed"
 	@touch $(STAMP)
 
 run: $(STAMP)

@@ -17,7 +17,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -30,7 +29,7 @@ from textual.worker import Worker, WorkerState
 from console.inputs import CLI_NAMES, CONSOLE_NAMES
 from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
 from console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
-from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
+from console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
 from console.widgets.ab import AbTab, Stage
 from console.widgets.chain import ChainTab
@@ -40,6 +39,7 @@ from console.widgets.records import RecordsTab
 from console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
 from policy.errors import BlockwidthError
 from policy.profile import ProfileError
+from policy.text import shown
 
 # Kept importable from here: the CLI, the tests and the screenshot script name them so.
 __all__ = ["AbEvent", "BUDGET_S", "DEFAULT_WIDTHS", "BlockwidthApp", "Options", "Phase",
@@ -83,12 +83,13 @@ class BlockwidthApp(App):
     HELP = {
         "start_ab": "run the A/B session (also: Enter in any field)",
         "cancel_ab": "cancel the running session after the current round",
-        "save": "save the session's winner (or decline) to the profile",
+        "save": "save the session's winner (or decline) to the profile: this pair only, or generic",
         "delete": "delete the highlighted profile entry (Profile tab; asks first)",
-        "copy_command": "copy the resolution as an mlx_lm.server command line (and show the env var)",
+        "copy_command": "the answer: copy the mlx_lm.server command (or say why there is none), with "
+                        "the width's source and whether it was measured",
         "open_pair": "open another pair (target and drafter: folders or cached repo ids)",
         "edit_fields": "go to the A/B fields (Tab moves between them, Escape leaves)",
-        "copy_env": "copy the resolution as BLOCKWIDTH_DRAFT_BLOCK_SIZE=N",
+        "copy_env": "copy the resolution as BLOCKWIDTH_DRAFT_BLOCK_SIZE=N (here and in the y dialog)",
         "export_markdown": "export the session (or the highlighted record) as Markdown",
         "next_prompt": "put the next prompt preset in the prompt field",
         "refresh": "re-resolve the width (re-reads the profile and environment)",
@@ -186,7 +187,9 @@ class BlockwidthApp(App):
     def _error(self, text: str, refusal: bool = False) -> None:
         """Show ``text`` on the error line (empty: clear it). ``refusal``: a key's "nothing to do"
         answer, which the next action that works takes away (_clear_refusal); other errors stay
-        until what caused them is redone."""
+        until what caused them is redone. Shown as one line: an error quotes paths and names from
+        the operator's files, whose escape sequences must not reach the terminal."""
+        text = shown(text)
         self.query_one(ErrorLine).show(text, refusal)
         if text:
             # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags
@@ -250,15 +253,19 @@ class BlockwidthApp(App):
         self.push_screen(HelpScreen(self.key_rows()))
 
     def get_system_commands(self, screen: Screen) -> Iterable[SystemCommand]:
-        yield from super().get_system_commands(screen)
+        # Textual's own "Keys" (its key panel) is left out: the palette had two "Keys" entries,
+        # and this console's key list is the help screen, listed below as "Help (?)".
+        yield from (c for c in super().get_system_commands(screen) if c.title != "Keys")
         seen = set()
         for b in self.BINDINGS:
             if b.action in ("quit", "help") or b.action in seen:
                 continue
             seen.add(b.action)
-            yield SystemCommand(f"{b.description} ({b.key_display or b.key})", self.HELP.get(b.action, ""),
+            # A tab's entry names its own key ("A/B tab (1)"), not the help screen's "1-5".
+            key = b.key if b.action.startswith("tab(") else b.key_display or b.key
+            yield SystemCommand(f"{b.description} ({key})", self.HELP.get(b.action, ""),
                                 lambda action=b.action: self.run_action(action))
-        yield SystemCommand("Keys (?)", "every key the console answers", self.action_help)
+        yield SystemCommand("Help (?)", "every key the console answers", self.action_help)
 
     # ---- resolution (a worker: it probes the device and fingerprints checkpoints)
     @work(thread=True, exclusive=True, exit_on_error=False, group="resolve", name="resolve")
@@ -320,6 +327,12 @@ class BlockwidthApp(App):
         o = self.options
         self.push_screen(PairScreen(o.target or "", o.draft or "", o.kind or ""), self._open_pair)
 
+    def _reopen_pair(self, values: tuple[str, str, str], error: str) -> None:
+        """A bad entry: the dialog again, with what was typed and why it was refused (the error
+        line keeps it too, for after Escape)."""
+        self._error(error)
+        self.push_screen(PairScreen(*values, error=error), self._open_pair)
+
     def _open_pair(self, values: tuple[str, str, str] | None) -> None:
         if values is None:
             return
@@ -327,19 +340,21 @@ class BlockwidthApp(App):
 
         target, draft, kind = values
         if kind and kind not in KINDS:
-            self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
+            self._reopen_pair(values, f"kind {kind!r}: one of {', '.join(KINDS)}")
             return
         from console.inputs import pair_paths
 
         try:
             # Folder checks only (no model load): a wrong path must not cost the loaded pair.
-            pair_paths(target or None, draft or None, self.options.variant, kind or None, weights=True,
-                       download=False)
+            pair_paths(target or None, draft or None, None if target else self.options.variant,
+                       kind or None, weights=True, download=False)
         except BlockwidthError as e:
-            self._error(f"{e.say(CONSOLE_NAMES)} — still on "
-                        f"{self.pair.describe() if self.pair else 'the previous pair'}")
+            self._reopen_pair(values, f"{e.say(CONSOLE_NAMES)} — still on "
+                                      f"{self.pair.describe() if self.pair else 'the previous pair'}")
             return
-        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
+        # a demo target is the demo pair's: a pair opened from folders has none
+        self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None,
+                               variant=None if target else self.options.variant)
         self._names = CONSOLE_NAMES
         self.pair = self.resolution = self.session_state = self.load_error = None
         self._error("")
@@ -374,14 +389,15 @@ class BlockwidthApp(App):
             if req.workload is not None:
                 workload = read_workload(req, self.pair)
             else:
-                check_fits(req, len(self.pair.tokenizer.encode(literal_prompt(req.prompt))),
+                # Pair.encode: each id checked against the pair's embedding tables (a ShapeError)
+                check_fits(req, len(self.pair.encode(literal_prompt(req.prompt))),
                            self.pair.context_length)
         except FieldError as e:
             self._error(self._words(e))
             # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
             tab.mark_bad(e.field.value)
             return
-        except BlockwidthError as e:
+        except BlockwidthError as e:  # a ShapeError too: an id the pair's tables have no row for
             self._error(self._words(e))
             return
         self._error("")
@@ -394,14 +410,18 @@ class BlockwidthApp(App):
         config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,
                           sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
                           verify_attention=self.options.verify_attention, workload=workload)
-        self.begin(req, config.planned_runs, added)
+        # the runs a sequential session would make if it spent its whole repetition budget
+        budget = replace(config, n=max(config.n, config.max_reps)).planned_runs if config.sequential else 0
+        self.begin(req, config.planned_runs, added, budget)
         self._cancel = threading.Event()
         self.run_ab(config)
 
-    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None) -> None:
+    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None,
+              budget_runs: int = 0) -> None:
         """Clear the last results and show a session starting (the worker's events follow)."""
         self._focus_results()  # before the buttons change: focus must not fall into a field
-        self.session_state = SessionView(req, planned=planned, added_width=added_width)
+        self.session_state = SessionView(req, planned=planned, added_width=added_width,
+                                         budget_runs=budget_runs)
         self._show_phase(Phase.WARMUP, f"stage 1/3 · run 0/{planned}", 0.0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
@@ -414,8 +434,14 @@ class BlockwidthApp(App):
         session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
                               cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
-        path = records.write(rec, Path(self.options.record_dir) if self.options.record_dir else None)
-        self.post_message(AbDone(session, path, list(gate.warnings)))
+        where = Path(self.options.record_dir) if self.options.record_dir else None
+        try:
+            path, error = records.write(rec, where), None
+        except OSError as e:  # a full disk must not cost the session: it is shown, said unkept
+            path, error = None, (f"record directory {where or records.default_dir()}: the record cannot be "
+                                 f"written ({e.strerror or e}); the results are shown but not kept, and "
+                                 f"cannot be saved")
+        self.post_message(AbDone(session, path, list(gate.warnings), error))
 
     def on_ab_event(self, message: AbEvent) -> None:
         e = message.event
@@ -427,16 +453,32 @@ class BlockwidthApp(App):
                 where = f"{e.request} {where}"
             phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
-            self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
+            req = self.request
+            if req is not None and req.sequential:
+                # A sequential session has no fixed total (it adds repetitions while undecided):
+                # the bar is its budget, repetitions or seconds, whichever is nearer its end.
+                reps = max(req.n, req.max_reps)
+                arms = len(req.widths) + 1 + (1 if self.session_state.added_width else 0)
+                # warm-ups, every repetition (of every request), the closing run
+                at_budget = self.session_state.budget_runs or arms * (reps + 1) + 1
+                part = e.tokens / e.total if e.kind == "progress" and e.total else 0.0
+                fraction = min(max((e.run + part) / at_budget, e.elapsed / req.max_seconds), 1.0)
+                rep = "warm-up" if e.rep == 0 and not e.closing else f"rep {e.rep} of ≤{reps}"
+                self._show_phase(phase, f"stage 1/3 · budget: {rep}, {e.elapsed:.0f} of {req.max_seconds:g} s"
+                                        f" · {where}{tokens}", fraction)
+            else:
+                self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
         elif e.kind == "phase":
             phase = Phase.EXACTNESS if e.phase == "exactness" else Phase.COSTCURVE
             what = f"{e.arm} " if e.arm else ""
-            unit = "widths" if phase is Phase.EXACTNESS else "row counts"
+            unit = "widths" if phase is Phase.EXACTNESS else "forwards"
             stage = 2 if phase is Phase.EXACTNESS else 3
             self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
 
     def on_ab_done(self, message: AbDone) -> None:
         self.show_session(message.session, message.record_path, message.gate_warnings)
+        if message.error:  # after the results, which stay on screen
+            self._error(message.error)
 
     def show_session(self, session: Any, record_path: Path | None, gate_warnings: list[str],
                      request: SessionRequest | None = None) -> None:
@@ -518,28 +560,55 @@ class BlockwidthApp(App):
         if self.query_one(AbTab).stale:
             self._error("not saved: the fields changed since this run; run it again (a) first", refusal=True)
             return
-        self.save_in_background(self.session, self.record_path)
+        if self.record_path is None:
+            self._error("not saved: this session's record could not be written, and a profile entry "
+                        "names its record; run it again once the record directory can be written",
+                        refusal=True)
+            return
+        from console.outcome import headline
+
+        s = self.session
+        h = headline(s)
+        if not h.saveable:  # the refusal, worded for the console, comes from the save itself
+            self.save_in_background(s, self.record_path, False)
+            return
+        what = f"width {s.recommendation}" if s.recommendation is not None else "the decline (classic)"
+        pair = self.pair.describe() if self.pair is not None else "the loaded pair"
+        res = self.res
+        generic = (f"any {self.pair.kind.value} pair on {res.device.backend.value} with "
+                   f"{self.pair.quantization.describe()} targets" if self.pair is not None and res is not None
+                   else "any pair of this kind, device and quantization")
+
+        def scoped(scope: str | None) -> None:
+            if scope is None:
+                self.notify("not saved", timeout=3)
+                return
+            self.save_in_background(s, self.record_path, scope == "pair")
+
+        self.push_screen(SaveScreen(what, pair, generic), scoped)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="save", name="save")
-    def save_in_background(self, session: Any, record_path: Path | None) -> None:
+    def save_in_background(self, session: Any, record_path: Path | None, pair_specific: bool = False) -> None:
         """The device probe and the locked profile write stay off the UI thread."""
         from console.outcome import Front
         from console.save import save_session
 
         try:
             saved, refusal = save_session(session, self.pair, record_path, self.options.profile,
-                                          front=Front.CONSOLE)
+                                          front=Front.CONSOLE, pair_specific=pair_specific)
         except ProfileError as e:
             saved, refusal = None, str(e)
-        self.post_message(Saved(saved, refusal))
+        self.post_message(Saved(saved, refusal, session))
 
     def on_saved(self, message: Saved) -> None:
         if message.refusal:
             self._error(f"not saved: {message.refusal}")
             return
         self._error("")
-        self.notify(f"saved {message.saved}", timeout=6, markup=False)
-        self.resolve_in_background()
+        self.notify(f"saved {shown(message.saved)}", timeout=6, markup=False)
+        if self.session_state is not None and self.session_state.session is message.session:
+            self.session_state = replace(self.session_state, saved=message.saved)
+        self.resolve_in_background()  # the saved width is the one in effect now: the screen follows
 
     def action_delete(self) -> None:
         entry = self.query_one(ProfileTab).highlighted()
@@ -573,33 +642,34 @@ class BlockwidthApp(App):
         self.resolve_in_background()
 
     # ---- use the answer
-    def server_command(self) -> tuple[str, str] | None:
-        """The resolution as an mlx_lm.server command line, and as the environment variable."""
-        from console.answer import server_command
+    def answer(self) -> Any:
+        """The answer (console.answer) for what is on screen: the resolution, the pair's load,
+        and the shown session's word on the width in effect."""
+        from console.answer import answer
+        from console.widgets.top import in_effect
 
-        return server_command(self.res, self.paths)
+        view = self.resolution
+        note = in_effect(self.session_state, view)
+        return answer(self.res, self.paths, load_error=self.load_error,
+                      resolve_error=view.error if view is not None else None,
+                      session=note[0] if note else None)
 
     def action_copy_command(self) -> None:
-        cmd = self.server_command()
-        if cmd is None:
-            self._error("no width to copy: the resolution is classic (or not ready)", refusal=True)
-            return
+        said = self.answer()
         self._clear_refusal()
-        self.copy_to_clipboard(cmd[0])
-        self.push_screen(TextScreen(Text.assemble(
-            ("copied to the clipboard (where the terminal allows it):\n\n", "bold"), cmd[0],
-            "\n\n", ("the same width for blockwidth and CI, as the environment variable:\n\n", "bold"),
-            f"export {cmd[1]}", "  (Y copies it)\n\n",
-            ("num_draft_tokens = width - 1.  Escape closes.", "dim"))))
+        if said.command is not None:
+            self.copy_to_clipboard(said.command)
+        self.push_screen(AnswerScreen(said, copied=said.command is not None))
 
     def action_copy_env(self) -> None:
-        cmd = self.server_command()
-        if cmd is None:
-            self._error("no width to copy: the resolution is classic (or not ready)", refusal=True)
+        said = self.answer()
+        if said.env is None:
+            why = said.refusal if said.width is None and not said.decline else "a decline decodes classically"
+            self._error(f"no width to copy: {why}", refusal=True)
             return
         self._clear_refusal()
-        self.copy_to_clipboard(f"export {cmd[1]}")
-        self.notify(f"copied: export {cmd[1]}", timeout=5, markup=False)
+        self.copy_to_clipboard(f"export {said.env}")
+        self.notify(f"copied: export {said.env}", timeout=5, markup=False)
 
     # ---- records
     def _record_dir(self) -> Path:
@@ -624,15 +694,22 @@ class BlockwidthApp(App):
     @work(thread=True, exit_on_error=False, group="export", name="export Markdown")
     def export_in_background(self, path: Path) -> None:
         """A record can hold every round of every run: read and render it off the UI thread."""
+        from console.outputs import OutputError, write_output
         from engine import record
 
+        out = path.with_suffix(".md")
         try:
-            out = path.with_suffix(".md")
-            out.write_text(record.markdown(record.load(path)), encoding="utf-8")
-        except (OSError, ValueError, KeyError) as e:
+            # checked as every output is: a FIFO named like it would hang the export, and a hard
+            # link to the record or the profile would be written over
+            write_output(out, record.markdown(record.load(path)).encode("utf-8"), "Markdown export",
+                         [("the record", path), ("the profile", self._profile_path())])
+        except OutputError as e:
+            self.call_from_thread(self._error, str(e))
+            return
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
             self.call_from_thread(self._error, f"record {path}: cannot be exported ({e})")
             return
-        self.call_from_thread(self.notify, f"wrote {out}", timeout=6)
+        self.call_from_thread(self.notify, f"wrote {shown(out)}", timeout=6, markup=False)
 
     # ---- failures and shutdown
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
@@ -657,5 +734,8 @@ class BlockwidthApp(App):
 
 
 def run_app(options: Options) -> int:
+    from console.inputs import note_mlx_thread
+
+    note_mlx_thread()  # sessions run in workers: the exit must skip MLX's teardown (cli.entry)
     BlockwidthApp(options).run()
     return 0

@@ -12,17 +12,18 @@ measure, so the console's Profile tab and the headless command share this module
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
 from console.inputs import ExitCode
+from policy import files
 from policy.checks import (Category, Check, EntryMark, Mark, Status, device_agrees,  # noqa: F401
                            duplicate_checks, entry_label, exit_code, for_device, marks,
                            measured_status, outcome, shadow_checks, stale_check)
 from policy.device import Device
+from policy.text import error_lines, shown
 from policy.profile import Override, Profile
 from policy.resolve import Resolution, Source
 
@@ -48,12 +49,13 @@ def record_check(i: int, e: Override, profile: Profile) -> Check:
     figures = {"record": str(path)}
     if path.is_file():
         try:
-            rec = json.loads(path.read_text(encoding="utf-8"))
+            rec = files.read_json(path, files.MAX_RECORD_BYTES)
         except (OSError, UnicodeDecodeError, ValueError) as err:
             return Check(name, Status.FAIL, f"record {path} cannot be read ({err})",
                          Category.ENTRY, figures, entry=i, line=e.line)
         host = rec.get("host", {}) if isinstance(rec, dict) else {}
         dev = host.get("device", {}) if isinstance(host, dict) else {}
+        dev = dev if isinstance(dev, dict) else {}
         where = " ".join(str(x) for x in (dev.get("backend"), dev.get("name")) if x) or "unknown host"
         return Check(name, Status.PASS, f"record {path} present (written on {where}, MLX {host.get('mlx')})",
                      Category.ENTRY, figures, entry=i, line=e.line)
@@ -100,7 +102,7 @@ class ConfiguredPair:
     entry: int | None  # the profile entry that matches it here (1-based), whatever won
 
 
-def configure_pair(*, target: str | None, draft: str | None, kind: str | None, variant: str,
+def configure_pair(*, target: str | None, draft: str | None, kind: str | None, variant: str | None,
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
                    origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
     """Resolve one pair against the loaded profile and device. Raises a BlockwidthError."""
@@ -135,7 +137,7 @@ def recorded_pairs(profile: Profile, device: Device) -> list[tuple[int, str, str
         if path is None or not path.is_file():
             continue
         try:
-            pair = json.loads(path.read_text(encoding="utf-8")).get("pair")
+            pair = files.read_json(path, files.MAX_RECORD_BYTES).get("pair")
         except (OSError, UnicodeDecodeError, ValueError, AttributeError):
             continue  # the record check reports it
         if not isinstance(pair, dict):
@@ -196,7 +198,7 @@ def declined_widths(e: Override, profile: Profile) -> tuple[tuple[int, ...], str
     path = record_path(e, profile)
     if path is not None and path.is_file():
         try:
-            ws = json.loads(path.read_text(encoding="utf-8"))["config"]["widths"]
+            ws = files.read_json(path, files.MAX_RECORD_BYTES)["config"]["widths"]
             if ws and all(isinstance(w, int) and w >= 2 for w in ws):
                 return tuple(ws), f"record {path.name}"
         except (OSError, UnicodeDecodeError, ValueError, KeyError, TypeError):
@@ -246,7 +248,6 @@ def _workload_for(e: Override) -> tuple[Any, str]:
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
-    from console.inputs import InputError
     from console import records
     from engine import host, record
     from engine.ab import AbConfig, run_session
@@ -294,11 +295,16 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
     rec = record.build(session, pair, host.identity(), gate.to_dict())
+    record_error = None
     try:
         rec_path = records.write(rec, options.record_dir)
-    except OSError as err:
-        raise InputError(f"{options.record_dir or records.default_dir()}: the record "
-                         f"cannot be written ({err.strerror or err})", "record dir") from None
+        from console import outputs
+
+        outputs.keep("record", rec_path)
+    except OSError as err:  # the measurement stands; run() reports the write after the results
+        rec_path = None
+        record_error = (f"--record-dir {options.record_dir or records.default_dir()}: the record of "
+                        f"{p.label} cannot be written ({err.strerror or err})")
     status, why = measured_status(e, session)
     figures = {
         "entry": p.entry, "outcome": outcome(e), "widths": list(widths), "widths_from": widths_from,
@@ -313,7 +319,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  for a in session.arms},
         "workload": replay.to_dict() if replay is not None else None,
         "drift": session.drift, "drift_chance": session.drift_chance,
-        "host_warnings": list(gate.warnings), "record": str(rec_path),
+        "host_warnings": list(gate.warnings), "record": str(rec_path) if rec_path else None,
+        **({"record_error": record_error} if record_error else {}),
         "claimed": {k: e.evidence.get(k) for k in ("classic_tok_s", "width_tok_s", "ratio", "ratio_ci")
                     if isinstance(e.evidence, Mapping) and k in e.evidence},
     }
@@ -340,19 +347,21 @@ def add_arguments(p: Any) -> None:
                    default=None, metavar="T", help="with --measure: new tokens per run (default 32)")
 
 
-def _validate_output(path_text: str, profile_path: Path | None) -> tuple[Path | None, str | None]:
-    path = Path(path_text).expanduser()
-    if not path_text:
-        return None, "--junit '': give a file name"
-    if path.is_dir():
-        return None, f"--junit {path}: is a directory"
-    if not path.parent.is_dir():
-        return None, f"--junit {path}: folder {path.parent} does not exist"
-    if profile_path is not None and path.resolve() == profile_path.resolve():
-        return None, f"--junit {path}: is the profile; the check never writes the profile"
-    if not os.access(path.parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
-        return None, f"--junit {path}: not writable"
-    return path, None
+def _inputs(profile_path: Path | None, profile: Profile | None) -> list[tuple[str, Path | None]]:
+    """What a check reads, which no output of it may be: the profile and the records it names."""
+    out: list[tuple[str, Path | None]] = [("the profile", profile_path)]
+    for i, e in enumerate(profile.entries if profile else (), 1):
+        out.append((f"entry {i}'s record", record_path(e, profile)))
+    return out
+
+
+def _validate_output(path_text: str, inputs: list[tuple[str, Path | None]]) -> tuple[Path | None, str | None]:
+    from console.outputs import OutputError, check_output
+
+    try:
+        return check_output(path_text, "--junit", inputs), None
+    except OutputError as e:
+        return None, str(e)
 
 
 def run(args: Any, out: Any = None, err: Any = None) -> int:
@@ -418,8 +427,9 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             problems.append(e.say(CLI_NAMES))
 
     junit_path = None
+    inputs = _inputs(prof_path, prof)
     if args.junit is not None:
-        junit_path, why = _validate_output(args.junit, prof_path)
+        junit_path, why = _validate_output(args.junit, inputs)
         if why:
             problems.append(why)
 
@@ -447,7 +457,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             seen.add(key)
             try:
                 pairs.append(configure_pair(target=target, draft=drafter, kind=kind or None,
-                                            variant=args.demo_target, flag=args.flag, device=device,
+                                            variant=None, flag=args.flag, device=device,
                                             profile=prof, mlx=mlx, origin=f"record of entry {i}"))
             except (BlockwidthError, ValueError) as e:  # a record's pair: its own words, not flags
                 problems.append(f"entry {i}'s record names a pair that cannot be resolved: {e}")
@@ -458,12 +468,14 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         "allow_inconclusive": allow, "measure": measure,
     }
     if problems:
-        for p in problems:
-            print(f"blockwidth: error: {p}", file=err)
         if junit_path is not None:
-            _write_junit(junit_path, check_report.junit_input_error(problems, meta), err)
+            why = _write_junit(junit_path, check_report.junit_input_error(problems, meta), inputs)
+            if why:
+                problems.append(why)
+        for p in problems:
+            print(f"blockwidth: error: {shown(p)}", file=err)
         if args.json:  # a CI step parsing stdout gets the reason, not an empty document
-            print(json.dumps({**meta, "exit_code": int(ExitCode.USAGE), "errors": problems,
+            print(files.dumps_json({**meta, "exit_code": int(ExitCode.USAGE), "errors": problems,
                               "counts": {}, "checks": []}, indent=1), file=out)
         return ExitCode.USAGE
 
@@ -474,28 +486,45 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         for p in pairs:
             def progress(e: Any, label: str = p.label) -> None:
                 if e.kind in ("warmup", "rep", "done"):
-                    print(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip(), file=err)
+                    print(shown(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip()), file=err)
             try:
                 checks.append(measure_pair(p, prof, options, progress))
             except BlockwidthError as e:  # a pair from the flags is named by them
-                print(f"blockwidth: error: {e.say(CLI_NAMES) if p.origin == 'command line' else e}", file=err)
+                for line in error_lines(e, CLI_NAMES if p.origin == "command line" else None):
+                    print(f"blockwidth: error: {line}", file=err)
                 return ExitCode.USAGE
     code = exit_code(checks, strict=strict, allow_inconclusive=allow)
+    # The files first, so that what stdout says (exit_code in the JSON, the tally's exit) is
+    # what the process exits with; a write that fails is exit 2, said after the report.
+    late = [c.figures["record_error"] for c in checks if c.figures.get("record_error")]
+    if junit_path is not None:
+        why = _write_junit(junit_path, check_report.junit(checks, {**meta, "exit_code": int(
+            ExitCode.USAGE if late else code)}), inputs)
+        if why:
+            late.append(why)
+    if late:
+        code = ExitCode.USAGE
+        meta["errors"] = late
     meta["exit_code"] = int(code)
     if args.json:
-        print(json.dumps(check_report.json_doc(checks, meta), indent=1), file=out)
+        print(files.dumps_json(check_report.json_doc(checks, meta), indent=1), file=out)
     else:
         print(check_report.text(checks, meta), file=out)
-    if junit_path is not None and not _write_junit(junit_path, check_report.junit(checks, meta), err):
-        return ExitCode.USAGE
+    if hasattr(out, "flush"):
+        out.flush()
+    from console.outputs import kept_note
+
+    for line in late:
+        print(f"blockwidth: error: {shown(line)}{kept_note()}", file=err)
     return code
 
 
-def _write_junit(path: Path, data: bytes, err: Any) -> bool:
-    """Write the JUnit report; on failure say so in one line and return False."""
+def _write_junit(path: Path, data: bytes, inputs: list[tuple[str, Path | None]]) -> str | None:
+    """Write the JUnit report (checked again, atomically); the one-line reason when it fails."""
+    from console.outputs import OutputError, keep, write_output
+
     try:
-        path.write_bytes(data)
-    except OSError as e:
-        print(f"blockwidth: error: --junit {path}: cannot be written ({e.strerror})", file=err)
-        return False
-    return True
+        keep("JUnit report", write_output(path, data, "--junit", inputs))
+    except OutputError as e:
+        return str(e)
+    return None

@@ -7,6 +7,7 @@ from collections import Counter
 from typing import Any, Mapping, Sequence
 
 from policy.checks import Check, Status
+from policy.text import shown
 
 
 def counts(checks: Sequence[Check]) -> dict[str, int]:
@@ -15,12 +16,14 @@ def counts(checks: Sequence[Check]) -> dict[str, int]:
 
 
 def text(checks: Sequence[Check], meta: Mapping[str, Any]) -> str:
-    lines = [f"blockwidth --check: profile {meta['profile']}, device {meta['device']}, MLX {meta['mlx']}"]
+    """The report, a line per check; each line shown escaped (a detail quotes the profile's and
+    the records' strings), so a newline in a file never starts a line of its own."""
+    lines = [shown(f"blockwidth --check: profile {meta['profile']}, device {meta['device']}, MLX {meta['mlx']}")]
     for c in checks:
         name = c.name
         if c.entry is not None and c.line and name.startswith(f"entry {c.entry}"):
             name = name.replace(f"entry {c.entry}", f"entry {c.entry} (line {c.line})", 1)
-        lines.append(f"  {c.status.value:<12} {name}: {c.detail}")
+        lines.append(shown(f"  {c.status.value:<12} {name}: {c.detail}"))
     n = counts(checks)
     tally = ", ".join(f"{v} {k}" for k, v in n.items() if v or k in ("pass", "fail"))
     rule = []

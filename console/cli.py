@@ -28,8 +28,10 @@ from typing import Any, Callable, Mapping, NoReturn, Sequence  # noqa: E402
 
 from console import check  # noqa: E402
 from console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa: E402
+from policy import files  # noqa: E402
 from policy.errors import BlockwidthError  # noqa: E402
 from policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
+from policy.text import error_lines, shown  # noqa: E402
 
 from console.request import KINDS, add_pair_args, add_verify_attention, integer, seconds  # noqa: E402,F401 (one home: request.py)
 
@@ -143,11 +145,14 @@ class TopParser(Parser):
         return ["check", *rest]
 
 
-def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str]) -> None:
+def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], list[str]]) -> None:
+    """JSON (which escapes every control character itself), or the text's lines, each shown as
+    one line: a name from a checkpoint's files never reaches the terminal raw."""
     if as_json:
-        print(json.dumps(data, indent=2, sort_keys=False))
+        print(files.dumps_json(data, indent=2, sort_keys=False))
     else:
-        print(text(data))
+        for line in text(data):
+            print(shown(line))
 
 
 def _resolution_args(p: argparse.ArgumentParser) -> None:
@@ -165,19 +170,26 @@ def cmd_resolve(args: argparse.Namespace) -> int:
                                   flag=args.flag, device=args.device, profile=args.profile,
                                   variant=args.demo_target, path=args.path,
                                   concurrency=args.concurrency)
+    from console.answer import answer
+
+    said = answer(res, paths)
     data = res.to_dict()
     data["target"] = str(paths.target)
     data["drafter"] = str(paths.drafter) if paths.drafter else None
     data["drafter_detail"] = info.detail
+    data["num_draft_tokens"] = said.num_draft_tokens
+    data["serve_command"] = said.command
+    data["answer"] = said.to_dict()
+    # the command for each path, as blockwidth serve and export read it (issue 27)
     data["command"] = command_for(res, paths.target, paths.drafter)
     refused = _caches_refused(paths.target)
     data["caches_refused"] = refused
     if refused and not args.json:
         # the width is the policy's; the engine would refuse this target at load
-        print(f"blockwidth: warning: the engine refuses this target at load: {refused}",
+        print(f"blockwidth: warning: the engine refuses this target at load: {shown(refused)}",
               file=sys.stderr)
 
-    def text(d: dict[str, Any]) -> str:
+    def text(d: dict[str, Any]) -> list[str]:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
         if d.get("auto"):
             width = f"auto (fixed {d['width']} where the width cannot adapt)"
@@ -189,13 +201,16 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             + ("" if res.device.probed else " (named, not probed)"),
             f"  target   {d['target']}  [{res.quantization.describe()}]",
             f"  drafter  {d['drafter'] or '(none)'}  [{d['drafter_kind']}: {info.detail}]",
-            f"  command  {d['command']['line'] or '(classic: no width to pass)'}  "
-            f"[{d['command']['path']}, {'measured' if d['command']['measured'] else 'not measured there'}]",
+            # the answer (console.answer): the width, whether anything measured it and on which
+            # path, and the mlx_lm.server command, or why there is none
+            f"  answer   {said.head()}",
+            f"  serve    {said.command or 'no mlx_lm.server command: ' + str(said.refusal)}",
+            # an auto entry: what the server gets instead (it cannot adapt per round)
             *([f"           {note}"] if note and d.get("auto") else []),
             "  chain:",
             *chain_lines(res.chain),
         ]
-        return "\n".join(lines)
+        return lines
 
     _emit(data, args.json, text)
     return ExitCode.OK
@@ -230,10 +245,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     path = checkpoint_dir(args.path, "inspect")
     try:
         config = read_config(path)
+        sidecar = read_sidecar(path)
     except ConfigError as e:
         # named after what was typed before the path, as resolve's --target and sweep's are
         raise e.about("inspect") from None
-    quant = classify(config, read_sidecar(path))
+    quant = classify(config, sidecar)
     info = detect_drafter(config)
     try:
         params = parameter_count(path, quant.bits)
@@ -280,9 +296,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             data["caches_refused"] = str(e)
             caches_line = f"refused for speculative decoding: {e}"
 
-    def text(d: dict[str, Any]) -> str:
+    def text(d: dict[str, Any]) -> list[str]:
         p = f"{d['parameters'] / 1e6:.2f}M" if d["parameters"] else "unknown"
-        return "\n".join([
+        return [
             f"{d['path']}",
             f"  model        {d['model_type'] or '(no model_type)'} {', '.join(arch_words)}",
             f"  parameters   {p}" + (f" ({params_note})" if params_note else ""),
@@ -293,8 +309,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
              f"nothing in it declares a drafter"),
             f"  declared     {d['declared_width'] if d['declared_width'] else 'no width'}",
             f"  reads        {d['reads']}",
-        ] + ([f"  caches       {caches_line}"] if caches_line else []) + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
-             if d["mtp_layers"] and info.kind is not DrafterKind.MTP else []))
+        ] + ([f"  caches       {caches_line}"] if caches_line else []) + (
+            [f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
+            if d["mtp_layers"] and info.kind is not DrafterKind.MTP else [])
 
     _emit(data, args.json, text)
     return ExitCode.OK
@@ -303,9 +320,13 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _console(args: argparse.Namespace) -> int:
     """The Textual console. Bad input is checked first, so it fails like the headless commands."""
     from console.inputs import pair_paths, resolution
+    from policy.drafter import pairing_problem
 
     # A hub id is fetched here, with progress on the terminal, before the console takes it over.
-    pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
+    paths = pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
+    problem = pairing_problem(args.kind, paths.drafter)  # refused as sweep refuses it
+    if problem:
+        raise problem
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)
@@ -366,6 +387,9 @@ def build_parser() -> TopParser:
 def main(argv: Sequence[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    from console import outputs
+
+    outputs.forget_kept()
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         ap = build_parser()
@@ -373,12 +397,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.misplaced(argv)
         args = ap.parse_args(argv)
         ap.apply_before(args)
+        if getattr(args, "func", None):
+            outputs.guard_stdout()  # headless: a stdout that fails is named, not a traceback
         if not getattr(args, "func", None):
             return _console(args)
-        return int(args.func(args))
+        code = int(args.func(args))
+        sys.stdout.flush()  # here, where a failure can still be said in one line
+        return code
+    except outputs.StreamError as e:
+        return outputs.stdout_failed(e)
     except BlockwidthError as e:  # each says its exit code (a held profile lock: 1, a failed check)
-        for line in e.say(CLI_NAMES).splitlines():
-            print(f"blockwidth: error: {line}", file=sys.stderr)
+        _say(e)
         return e.exit_code
     except KeyboardInterrupt:
         print("blockwidth: interrupted", file=sys.stderr)
@@ -386,7 +415,31 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:  # `blockwidth ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 128 + signal.SIGPIPE
+    finally:
+        outputs.unguard_stdout()
+
+
+def _say(e: BaseException) -> None:
+    """An expected failure: its line (or its located lines), each shown as one line."""
+    for line in error_lines(e, CLI_NAMES):
+        print(f"blockwidth: error: {line}", file=sys.stderr)
+
+
+def entry() -> None:
+    """The ``blockwidth`` command: ``main``, then the exit. After MLX ran in a worker thread
+    (the console's sessions, a measurement Ctrl-C can stop), MLX 0.32's C++ teardown at exit
+    aborts now and then ("terminate called without an active exception", ml-explore/mlx#3126),
+    turning a finished command's exit code into 134: everything is written and flushed by
+    then, so the process leaves without running that teardown."""
+    code = main()
+    from console.inputs import mlx_ran_in_thread
+
+    if mlx_ran_in_thread():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    raise SystemExit(code)
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    entry()

@@ -31,6 +31,19 @@ _USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "t
 _HUB_FILES = ["*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
 
 
+_MLX_IN_THREAD = [False]
+
+
+def note_mlx_thread() -> None:
+    """MLX work is about to run in a thread other than the main one (the console's workers,
+    the CLI's interruptible measurements): the process must then leave by ``os._exit``."""
+    _MLX_IN_THREAD[0] = True
+
+
+def mlx_ran_in_thread() -> bool:
+    return _MLX_IN_THREAD[0]
+
+
 def mlx_version() -> str | None:
     try:
         return metadata.version("mlx")
@@ -136,12 +149,15 @@ CLI_NAMES: Mapping[str, str] = {
     "profile": "--profile", "record dir": "--record-dir", "widths": "--widths", "n": "-n",
     "tokens": "--max-tokens", "prompt": "--prompt", "prompt file": "--prompt-file",
     "max reps": "--max-reps", "max seconds": "--max-seconds", "rows": "--rows",
+    "demo target": "--demo-target",
 }
 CONSOLE_NAMES: Mapping[str, str] = {
     "target": "target field", "draft": "drafter field", "kind": "kind field",
-    **{k: f"{k} field" for k in ("widths", "n", "tokens", "prompt", "prompt file", "max reps", "max seconds")},
+    **{k: f"{k} field" for k in ("widths", "n", "tokens", "prompt", "prompt file")},
+    "max reps": "reps field", "max seconds": "secs field",  # the sequential budget's labels
     # the console takes these from its command line only: said as the flags they came from
     "device": "--device", "profile": "--profile", "record dir": "--record-dir",
+    "demo target": "--demo-target",
 }
 @dataclass(frozen=True)
 class PairPaths:
@@ -150,11 +166,15 @@ class PairPaths:
     demo: bool
 
 
-def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
+def pair_paths(target: str | None, draft: str | None, variant: str | None = None,
                kind: str | None = None, weights: bool = False, download: bool = True) -> PairPaths:
     """The pair's folders; the demo pair without --target (the demo drafter of --kind, none for
-    lookup).
+    lookup). ``variant``: the demo target (``bf16`` when None); given with a target it is an error,
+    not ignored.
     ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
+    if target is not None and variant is not None:
+        raise InputError(f"{variant} given with a target: it picks the demo pair's target, "
+                         f"used only without one; drop one", "demo target")
     if target is None:
         if draft is not None:
             raise InputError("given without a target: name the target too", "draft")
@@ -162,7 +182,7 @@ def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
         if kind is not None and kind != DrafterKind.LOOKUP.value and drafter is None:
             raise InputError(f"{kind}: the demo pair has no {kind} drafter (it has "
                              f"{', '.join(demo.DRAFTERS)} and lookup)", "kind")
-        return PairPaths(demo.target(variant), drafter, True)
+        return PairPaths(demo.target(variant or "bf16"), drafter, True)
     return PairPaths(checkpoint_dir(target, "target", weights, download),
                      checkpoint_dir(draft, "draft", weights, download) if draft is not None else None,
                      False)
@@ -189,7 +209,7 @@ def drafter_info(paths: PairPaths, kind: str | None,
 
 def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
-               env: Mapping[str, str] | None = None, variant: str = "bf16",
+               env: Mapping[str, str] | None = None, variant: str | None = None,
                profile_missing_ok: bool = False, download: bool = True,
                names: Mapping[str, str] = CLI_NAMES, path: str = profiles.PATH_ENGINE,
                concurrency: int = 1) -> tuple[Resolution, PairPaths, DrafterInfo]:
@@ -197,6 +217,13 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
     (``blockwidth serve`` resolves for mlx_lm.server under its load)."""
     paths = pair_paths(target, draft, variant, kind, download=download)
     info = drafter_info(paths, kind, names)
+    if info.kind is DrafterKind.MODEL and paths.drafter is not None:
+        # The pair the console refuses to load, resolve refuses too: one rule (engine.pair).
+        from engine.pair import PairError, vocabulary_mismatch
+
+        why = vocabulary_mismatch(paths.target, paths.drafter)  # a PairError names its input
+        if why:
+            raise PairError(why, "draft")
     quant = target_quantization(paths.target)
     dev = device_for(device)
     prof = load_profile(profile, profile_missing_ok)

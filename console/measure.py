@@ -3,19 +3,20 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from pathlib import Path
 
 from engine import attention, linear
-from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
+from console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)
+from console import outputs
 from console.save import save_session
-from policy import bounds
+from policy import bounds, files
+from policy.text import error_lines, shown
 
 
 def record_dir(value: str | None) -> Path:
@@ -38,24 +39,21 @@ def record_dir(value: str | None) -> Path:
     return d
 
 
-def profile_for_save(value: str | None):
-    """The profile a --save will write, validated before any model loads."""
+def profile_for_save(value: str | None, inputs: list[tuple[str, Path | None]] = ()):
+    """The profile a --save will write, validated before any model loads: a profile that can be
+    written, and none of the run's other inputs under another name (``inputs``)."""
     from console import profile_file
+    from policy import profile as profiles
 
-    profile_file.check_writable(user_path(value, "profile"))
+    path = user_path(value, "profile")
+    profile_file.check_writable(path)
+    outputs.not_an_input(path or profiles.default_path(), "--profile", inputs)
 
 
 def _memory_bytes() -> int | None:
-    """What the device can hold: its own memory where MLX reports it, else physical RAM."""
-    from engine.device import probe
+    from engine.shapes import device_memory  # one definition: the pair's load bounds by it too
 
-    mem = probe().memory_bytes
-    if mem:
-        return mem
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return None
+    return device_memory()
 
 
 def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
@@ -78,11 +76,117 @@ def _widest(widths, auto_max: int | None) -> int:
     return max([*fixed, cap])
 
 
-def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
+def _load(target: str | None, draft: str | None, kind: str | None, variant: str | None):
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
     from engine.pair import load_pair
 
     return load_pair(paths.target, paths.drafter, kind)
+
+
+def run_interruptibly(work, cancel, what: str):
+    """Run ``work()`` in a thread while this (main) thread waits: Ctrl-C sets ``cancel``, which
+    the work checks between forwards, so it stops after the one under way and returns what it
+    measured; a second Ctrl-C quits at once. MLX does not return to Python inside a forward,
+    so a Ctrl-C met there waited for the whole measurement (two were ignored for 7 minutes).
+    Returns (the result, whether it was interrupted)."""
+    import threading
+
+    box: dict = {}
+    finished = threading.Event()
+
+    def run() -> None:
+        try:
+            box["value"] = work()
+        except BaseException as e:  # re-raised on the main thread
+            box["error"] = e
+        finally:
+            finished.set()
+
+    from console.inputs import note_mlx_thread
+
+    note_mlx_thread()
+    thread = threading.Thread(target=run, name=what, daemon=True)
+    thread.start()
+    interrupted = False
+    # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
+    # finished while it still runs.
+    while not finished.is_set():
+        try:
+            finished.wait(0.2)
+        except KeyboardInterrupt:
+            if interrupted:
+                print("\nblockwidth: interrupted", file=sys.stderr, flush=True)
+                os._exit(130)
+            interrupted = True
+            cancel.set()
+            print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
+                  file=sys.stderr, flush=True)
+    thread.join()  # done: it only returns now
+    if "error" in box:
+        raise box["error"]
+    return box["value"], interrupted
+
+
+# Say how long the forwards will take when the total is at least this (or one forward is).
+LONG_TOTAL_S = 60.0
+LONG_FORWARD_S = 2.0
+
+
+def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel, lower_only: bool = False) -> None:
+    """Before a long measurement starts, time one 1-row forward and say what it implies: at
+    least len(forwards) of those, and up to rows x that for a many-row forward on a CPU (where
+    every row costs). Silent when it is short."""
+    from engine import costcurve
+
+    if quiet or cancel.is_set():
+        return
+    one = costcurve.forward_seconds(model)
+    least = one * len(forwards)
+    biggest = max(forwards)
+    if least < LONG_TOTAL_S and one * biggest < LONG_FORWARD_S * 5 and one < LONG_FORWARD_S:
+        return
+    most = "" if lower_only else f", and a {biggest}-row forward alone up to {_dur(one * biggest)} on a CPU"
+    print(f"blockwidth: {what}: one forward of this target takes {_dur(one)} here; it runs "
+          f"{len(forwards)} forwards: about {_dur(least)} at that rate{most} (Ctrl-C stops it between forwards)",
+          file=sys.stderr, flush=True)
+
+
+def _dur(s: float) -> str:
+    return f"{s:.1f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
+
+
+def _width_in_effect(args: argparse.Namespace) -> tuple[int | str, str] | None:
+    """The width ``resolve`` gives for this pair (and its reason), or None: a decline, or a
+    resolution that fails (a broken profile is --save's to report, not a reason to stop)."""
+    from console.inputs import resolution
+    from policy.resolve import label
+
+    try:
+        res, _, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
+                               device=None, profile=args.profile if args.save else None,
+                               variant=args.demo_target, profile_missing_ok=True)
+    except BlockwidthError:
+        return None
+    # an auto entry: the engine runs auto (the console's rule: Resolution.engine_width)
+    width = res.engine_width
+    return (width, label(res.source)) if width is not None else None
+
+
+def answer_after(args: argparse.Namespace, session, path: str = "engine"):
+    """The answer as ``resolve`` now gives it (after the save) for ``path``, with this session's
+    word on it."""
+    from console.answer import answer
+    from console.inputs import resolution
+    from console.outcome import in_effect_note
+
+    try:
+        res, paths, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
+                                   device=None, profile=args.profile, variant=args.demo_target,
+                                   profile_missing_ok=True, path=path)
+    except BlockwidthError as e:
+        return answer(None, None, resolve_error=e.say(CLI_NAMES))
+    note = in_effect_note(session, res.width)
+    return answer(res, paths, session=note[0] if note else None)
 
 
 def read_workload(value: str | None, prompt: str | None, prompt_file: str | None):
@@ -101,11 +205,15 @@ def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int | str, .
                      auto_max: int | None = None):
     """Every request rendered for this pair, each checked against the target's context as a
     single prompt is (the line and id of one that does not fit named)."""
+    from engine.shapes import check_ids
     from engine.workload import prepare
 
     prepared = prepare(workload, pair.tokenizer, max_tokens)  # a WorkloadError names the request
     widest = _widest(widths, auto_max)
     for p in prepared:
+        # each request's ids, as a single prompt's (Pair.encode): a row of every embedding table
+        check_ids(p.ids, pair.token_rows, f"request {p.id} (line {p.request.line}), target {pair.target_path}",
+                  "workload")
         extra = max(0, 7 - p.max_tokens)
         _context_bound(pair, f"sweep: request {p.id} (line {p.request.line})",
                        len(p.ids) + p.max_tokens + widest + extra,
@@ -137,7 +245,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from console import records as record_files
     from engine import host, record
     from engine.ab import AbConfig, run_session
-    from engine.decode import DecodeError
 
     from console import served
 
@@ -169,13 +276,22 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # Everything this command will write is checked before any model loads.
     records = record_dir(args.record_dir)
     if args.save:
-        profile_for_save(args.profile)
+        profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "prompt file")),
+                                         ("--workload", user_path(args.workload, "workload"))])
     _qmv_call()
+    in_effect = _width_in_effect(args)
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
+    if in_effect is not None and in_effect[0] not in widths:
+        # The width `resolve` gives is always among the measured ones, as in the console: a
+        # sweep that skipped it could not say whether the answer an operator gets loses.
+        # (Said once the pair has loaded: a refusal before stays one line.)
+        widths = (*widths, in_effect[0])
+        if not args.json:
+            print(f"blockwidth: + width {in_effect[0]}, the width in effect ({in_effect[1]})", file=sys.stderr)
     if workload is not None:
         prepared = prepare_workload(pair, workload, args.max_tokens, widths, args.auto_max)
     else:
-        n_prompt = len(pair.tokenizer.encode(prompt))
+        n_prompt = len(pair.encode(prompt))  # a ShapeError: an id the pair's tables have no row for
         if n_prompt == 0:
             raise InputError("prompt: empty (it must hold at least one token)")
         # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
@@ -188,7 +304,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
     for w in gate.warnings:
-        print(f"blockwidth: warning: {w}", file=sys.stderr)
+        print(f"blockwidth: warning: {shown(w)}", file=sys.stderr)
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
                       max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
@@ -213,29 +329,44 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
             stage = "exactness probe" if e.phase == "exactness" else "cost curve"
-            print(f"\r  {stage} {e.run}/{e.runs} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
+            unit = "widths" if e.phase == "exactness" else "forwards"
+            print(f"\r  {stage} {e.run}/{e.runs} {unit} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
-            print(f"\r  {e.kind}: {e.message}".ljust(60), file=sys.stderr)
+            print(f"\r  {e.kind}: {shown(e.message)}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
-            print(f"  [{e.kind}] {e.arm} {e.message}".rstrip(), file=sys.stderr)
+            print(shown(f"  [{e.kind}] {e.arm} {e.message}".rstrip()), file=sys.stderr)
         elif not tty and e.kind == "progress" and e.tokens >= e.total and not e.request:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
     cancel = threading.Event()
-    try:
-        session = run_session(pair, config, on_event=on_event, cancel=cancel)
-    except KeyboardInterrupt:
-        cancel.set()
-        raise
+    # at least: every planned run's prefill, and its tokens at the widest width's rate
+    per_run = -(-args.max_tokens // max(widths))
+    longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
+    _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
+                  quiet=args.json, cancel=cancel, lower_only=True)
+    # Ctrl-C stops the session after the forward under way; the cancelled session's record is
+    # written, as any other (a measured result is never lost). A DecodeError is a BlockwidthError:
+    # it reaches the front end as it is.
+    session, _ = run_interruptibly(lambda: run_session(pair, config, on_event=on_event, cancel=cancel),
+                                   cancel, "the session")
     rec = record.build(session, pair, host.identity(), gate.to_dict())
+    # The measurement is done: a write that fails now (a full disk, a file-size limit, a profile
+    # made read-only or rewritten as bad TOML meanwhile) is reported after the results, in one
+    # line that names what was kept, and exits 2; it never throws the results away.
+    late: list[str] = []
+    path = None
     try:
         path = record_files.write(rec, records)
+        outputs.keep("record", path)
     except OSError as e:
-        raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
+        late.append(f"record directory {records}: the record cannot be written ({e.strerror or e})")
 
     saved, refusal = None, None
-    if args.save:
+    if args.save and path is None:
+        late.append("--save: nothing saved (a profile entry names its record, which was not written)")
+    elif args.save:
         from console.profile_file import ProfileBusy
+        from policy.profile import ProfileError
 
         try:
             saved, refusal = save_session(session, pair, path, args.profile,
@@ -243,75 +374,107 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                           pair_specific=args.pair_specific)
         except ProfileBusy as e:  # the record stays; the operator can save from it later
             refusal = f"{e} (the record is kept: {path})"
+        except ProfileError as e:
+            late.append("; ".join(error_lines(e)) + " (nothing saved)")
+        else:
+            if saved:
+                from policy import profile as profiles
 
+                outputs.keep("profile entry", user_path(args.profile, "profile") or profiles.default_path())
+
+    said = answer_after(args, session) if args.save else None
     if args.json:
         out = dict(rec)
-        out["record_path"] = str(path)
+        out["record_path"] = str(path) if path else None
         out["saved"] = saved
         out["save_refused"] = refusal
+        if said is not None:
+            out["answer"] = said.to_dict()
+        out["errors"] = late
+        out["exit_code"] = _sweep_exit(session, refusal, late)
         out.pop("host", None)
         out["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
         for arm in [a for r in (out.get("requests") or []) for a in r["arms"]] + out["arms"]:
             for s in arm["samples"]:
                 s.pop("rounds_detail", None)
-        print(json.dumps(out, indent=1))
+        print(files.dumps_json(out, indent=1))
     else:
-        print(f"pair   {pair.describe()}")
+        def say(line: str = "") -> None:  # one line each; names from the checkpoint shown escaped
+            print(shown(line))
+
+        say(f"pair   {pair.describe()}")
         if session.single:
-            print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
-                  f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
-                  + _linear_note(session.config.verify_linear))
+            say(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
+                f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
+                + _linear_note(session.config.verify_linear))
         else:
-            print(f"{workload.describe()}; {config.max_tokens} new tokens a request unless it says, "
-                  f"n={config.n}, reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention "
-                  f"{session.attention}" + _linear_note(session.config.verify_linear))
+            say(f"{workload.describe()}; {config.max_tokens} new tokens a request unless it says, "
+                f"n={config.n}, reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention "
+                f"{session.attention}" + _linear_note(session.config.verify_linear))
             for line in request_table(session):
-                print(line)
-            print("\nper pass (one run of every request):")
-        print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
-              f"{'identity':<16} verdict")
+                say(line)
+            say()
+            say("per pass (one run of every request):")
+        say(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
+            f"{'identity':<16} verdict")
         for row in arm_table(session):
             d = row.decode
-            print(f"{row.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {row.e2e.median:8.1f}  "
-                  f"{row.acceptance:>6}  {row.identity:<16} {row.verdict.value}")
-        print("\ndecode tok/s by width (= min, # median, - max):")
-        print("\n".join(bars(arm_rows(session), "tok/s")))
+            say(f"{row.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {row.e2e.median:8.1f}  "
+                f"{row.acceptance:>6}  {row.identity:<16} {row.verdict.value}")
+        say()
+        say("decode tok/s by width (= min, # median, - max):")
+        for line in bars(arm_rows(session), "tok/s"):
+            say(line)
         for line in speedup_lines(session):
-            print(line)
+            say(line)
         if not session.single:
-            print("\nper-request speed-up by width (= min, # median, - max over the requests):")
-            print("\n".join(bars(ratio_rows(session), "x", digits=2)))
+            say()
+            say("per-request speed-up by width (= min, # median, - max over the requests):")
+            for line in bars(ratio_rows(session), "x", digits=2):
+                say(line)
         for line in auto_lines(session):
-            print(line)
+            say(line)
         for r in session.per_request:
             for arm in r.arms:
                 if arm.identity and not arm.identity.identical_ids:
                     on = "" if session.single else f" on request {r.id}"
-                    print(f"  {arm.name}{on}: {arm.identity.describe()}")
+                    say(f"  {arm.name}{on}: {arm.identity.describe()}")
         for ex in session.exactness.values():
-            print(f"  probe {ex.describe()}")
+            say(f"  probe {ex.describe()}")
         if session.prediction:  # both terms per width
             for line in session.prediction_lines():
-                print(line)
+                say(line)
         elif session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
-            print(f"model prediction (cost curve x acceptance, not a measurement): best width "
-                  f"{session.predicted_best}  [{pred}]")
+            say(f"model prediction (cost curve x acceptance, not a measurement): best width "
+                f"{session.predicted_best}  [{pred}]")
         if session.curve_skipped:
-            print(session.curve_skipped)
+            say(session.curve_skipped)
         if session.rollback_line():
-            print(session.rollback_line())
+            say(session.rollback_line())
         for warning in session.warnings():
-            print(f"warning: {warning}")
+            say(f"warning: {warning}")
         from console.outcome import headline
 
-        print(f"verdict: {headline(session).text}")  # the same words as the console's headline
-        print(f"decision: {session.decision} — {session.why}")
-        print(f"record: {path}")
+        say(f"verdict: {headline(session).text}")  # the same words as the console's headline
+        say(f"decision: {session.decision} — {session.why}")
+        say(f"record: {path}" if path else "record: not written (below)")
         if saved:
-            print(f"saved: {saved}")
+            say(f"saved: {saved}")
         if refusal:
-            print(f"not saved: {refusal}", file=sys.stderr)
+            print(f"not saved: {shown(refusal)}", file=sys.stderr)
+        if said is not None:
+            for i, line in enumerate(said.lines()):
+                say(f"{'answer' if i == 0 else '':<6} {line}")
+    sys.stdout.flush()  # the results are out before the line that says what failed after them
+    for line in late:
+        print(f"blockwidth: error: {shown(line)}{outputs.kept_note()}", file=sys.stderr)
+    return _sweep_exit(session, refusal, late)
+
+
+def _sweep_exit(session, refusal: str | None, late: list[str]) -> int:
+    if late:
+        return ExitCode.USAGE
     if session.cancelled:
         return 130
     return ExitCode.CHECK_FAILED if refusal else ExitCode.OK
@@ -328,29 +491,42 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     _context_bound(pair, "costcurve", args.context + max(rows) + steps,
                    f"--context {args.context} + {max(rows)} rows + {steps} cold steps")
 
-    def progress(i, n):
-        if not args.json:
-            print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
+    tty = sys.stderr.isatty()
 
+    def progress(i, n):
+        # one redrawn line on a terminal; in a log, a line per tenth
+        if args.json:
+            return
+        if tty:
+            print(f"\r  measuring: {i}/{n} forwards", end="", file=sys.stderr, flush=True)
+        elif i == n or i % max(n // 10, 1) == 0:
+            print(f"  measuring: {i}/{n} forwards", file=sys.stderr, flush=True)
+
+    import threading
+
+    cancel = threading.Event()
+    forwards = costcurve.curve_forwards(rows, args.context, args.repeats)
+    _say_how_long(pair.target, forwards, "costcurve", quiet=args.json, cancel=cancel)
     from engine.kvcache import RewindError
 
     try:
-        curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                                  attention=args.verify_attention, linear=args.verify_linear,
-                                  on_progress=progress)
+        curve, _ = run_interruptibly(
+            lambda: costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
+                                      attention=args.verify_attention, linear=args.verify_linear,
+                                      on_progress=progress, cancel=cancel.is_set),
+            cancel, "the cost curve")
     except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
         raise RewindError(f"costcurve: {e}") from None
-    if not args.json:
+    if not args.json and tty:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
             "mlx": mlx_version(), **curve.to_dict()}
     if args.json:
-        print(json.dumps(data, indent=1))
+        print(files.dumps_json(data, indent=1))
         return ExitCode.OK
-    print(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
-          f"context {curve.context}, median of {curve.repeats}, each forward at a new KV length "
-          f"(cold); verify attention {curve.attention}"
-          + _linear_note(args.verify_linear))
+    print(shown(f"verify-forward time by rows: {pair.target_path.name} [{pair.quantization.describe()}], "
+                f"context {curve.context}, median of {curve.repeats}, each forward at a new KV length "
+                f"(cold); verify attention {curve.attention}" + _linear_note(args.verify_linear)))
     # "warm" and "first" were bare numbers beside the bar, "first" rounded to whole ms: say
     # once what each is, and print both as the bar's median is printed.
     print("  bar: cold ms (= min, # median, - max); warm: median ms of one forward repeated at "
@@ -377,10 +553,12 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         print("cold >> warm: " + ", ".join(f"{p.rows} rows {p.cold_over_warm:.1f}x" for p in replayed)
               + " (work keyed on the KV length is rebuilt every round, as fused attention's cuDNN "
                 "plans are on CUDA; on a busy host it can also be noise)")
-    if curve.boundaries():
-        print("kernel boundaries: " + ", ".join(f"{p.boundary} at {p.rows} rows" for p in curve.boundaries()))
-    else:
-        print("no kernel boundary: time grows smoothly with rows")
+    for line in curve.boundary_lines():  # boundaries only where the repeats agree
+        print(line)
+    if curve.cancelled:
+        print(f"cancelled: {curve.repeats} of {args.repeats} repeats per row count were measured "
+              f"(the figures above are theirs)")
+        return 130
     return ExitCode.OK
 
 
@@ -438,7 +616,8 @@ def register(sub) -> None:
 
     p = sub.add_parser("costcurve", help="verify-forward time against rows, with kernel boundaries")
     p.add_argument("--target", metavar="T", help="target checkpoint folder (default: the demo target)")
-    p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16")
+    p.add_argument("--demo-target", choices=("bf16", "4bit"), default=None,
+                   help="which demo target when --target is not given (default bf16)")
     p.add_argument("--rows", default="1-16,24,32", help="row counts, e.g. 1-16,24,32 (default)")
     p.add_argument("--context", type=integer(1, 1 << 20, "then bounded by the target's context"),
                    default=128, help="prefix tokens before the timed rows (context + rows must fit "

@@ -47,18 +47,23 @@ class AbEvent(Message):
     event: Event
 
     def can_replace(self, message: Message) -> bool:
-        # Token ticks coalesce; stage changes must all arrive.
-        return (isinstance(message, AbEvent) and message.event.kind == "progress"
-                and self.event.kind == "progress")
+        # Token ticks coalesce, and so do a stage's own ticks (the cost curve's forwards);
+        # a change of stage must arrive.
+        if not isinstance(message, AbEvent) or message.event.kind != self.event.kind:
+            return False
+        return self.event.kind == "progress" or (self.event.kind == "phase"
+                                                 and self.event.phase == message.event.phase)
 
 
 @dataclass
 class AbDone(Message):
-    """A session finished (or was cancelled) and its record was written."""
+    """A session finished (or was cancelled) and its record was written (``record_path``), or
+    could not be (None, and ``error`` says why: the results are shown all the same)."""
 
     session: Session
-    record_path: Path
+    record_path: Path | None
     gate_warnings: list[str]
+    error: str | None = None
 
 
 @dataclass
@@ -67,6 +72,7 @@ class Saved(Message):
 
     saved: str | None
     refusal: str | None
+    session: Session | None = None  # the session it was asked for (the screen may show another by now)
 
 
 @dataclass

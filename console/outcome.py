@@ -31,55 +31,94 @@ _REMEDY = {
     (RefusalKind.DIFFERS, Front.CLI): "--allow-nonidentical saves it, recorded as not byte-identical",
     (RefusalKind.DIFFERS, Front.CONSOLE): "the console saves only byte-identical widths "
                                           "(the headless sweep can store it, marked not byte-identical)",
-    (RefusalKind.UNDECIDED, Front.CLI): "run more repetitions (-n, or --sequential)",
-    (RefusalKind.UNDECIDED, Front.CONSOLE): "run more repetitions (raise n, or turn on sequential)",
 }
 
-
-_CLOSE = "or the widths may be too close to separate on this host"
+# How many new tokens a run may be raised to by the advice (runs of more are minutes on a CPU).
+MAX_ADVISED_TOKENS = 512
 
 
 @dataclass(frozen=True)
-class SequentialRun:
-    """How far an undecided sequential session got: "turn on sequential" is no remedy there;
-    the budget that ended it is (or the widths are closer than this host's noise)."""
+class MoreRuns:
+    """What would decide an undecided session, from its facts: one piece of advice, worded
+    for the front end that shows it (the console's fields, or the sweep's flags).
 
+    Under the range rule a width wins or loses only when its range and classic's are apart,
+    and more repetitions only widen both ranges: once they overlap, no budget parts them, so
+    "more repetitions" is no advice there; longer runs (more tokens each) are, as they average
+    out a busy host's noise, in a new session. More repetitions do settle classic's drift
+    against noise, and a verdict that waits on an interval rather than on the ranges."""
+
+    overlap: bool  # an undecided width's range overlaps classic's
+    sequential: bool
     reps: int
     max_reps: int
     max_seconds: float
     budget_out: Budget | None
+    tokens: int
 
-    def remedy(self, front: Front) -> str:
-        if front is Front.CLI:
-            if self.budget_out is Budget.REPS:
-                return (f"sequential mode ran out of repetitions after {self.reps} (--max-reps "
-                        f"{self.max_reps}); raise --max-reps, {_CLOSE}")
-            if self.budget_out is Budget.SECONDS:
-                return (f"sequential mode ran out of time after {self.reps} repetitions (--max-seconds "
-                        f"{self.max_seconds:g}); raise --max-seconds, {_CLOSE}")
-            return f"sequential mode stopped after {self.reps} repetitions; raise -n above {self.reps}, {_CLOSE}"
-        # The console's budget is fixed (its sequential box has no fields), but n repetitions
-        # always run in full before the budget is looked at: n is the control that buys more.
-        more = f"raise n above {self.reps} (n repetitions always run in full), {_CLOSE}"
-        if self.budget_out is Budget.REPS:
-            return f"sequential mode ran out of repetitions after {self.reps} (its budget is {self.max_reps}); {more}"
+    def say(self, front: Front) -> str:
+        cli = front is Front.CLI
+        if self.overlap:
+            to = min(self.tokens * 4, MAX_ADVISED_TOKENS)
+            if to <= self.tokens:
+                return (f"even with {self.tokens}-token runs the widths may be too close to separate "
+                        "on this host")
+            where = f"rerun with --max-tokens {to}" if cli else f"raise the tokens field to {to}"
+            return f"more repetitions cannot part them; {where} (longer runs even out this host's noise)"
+        if not self.sequential:
+            return ("add --sequential (it adds repetitions until decided)" if cli
+                    else "turn on sequential (it adds repetitions until decided)")
         if self.budget_out is Budget.SECONDS:
-            return (f"sequential mode ran out of time after {self.reps} repetitions (its budget is "
-                    f"{self.max_seconds:g} s); {more}")
-        return f"sequential mode stopped after {self.reps} repetitions; {more}"
+            secs = f"{self.max_seconds * 2:g}"
+            return (f"it ran out of time after {self.reps} repetitions: "
+                    + (f"rerun with --max-seconds {secs}" if cli else f"raise the secs field to {secs}"))
+        reps = max(self.max_reps, self.reps) * 2
+        return (f"it stopped after {self.reps} repetitions: "
+                + (f"rerun with --max-reps {reps}" if cli else f"raise the reps field to {reps}"))
+
+
+def more_runs(session: Session) -> MoreRuns:
+    """Whether a width waits on ranges that more repetitions cannot part: on a single prompt a
+    win needs the width's range apart from classic's, and a range only widens; one whose
+    interval says faster than the bar (or that has no interval) is blocked there. Across a
+    workload, or where the interval leans below the bar, more repetitions do decide."""
+    c = session.config
+    classic = session.classic.decode_range()
+    open_ = [a for a in session.arms if a.verdict is Verdict.UNDECIDED and a.runs]
+    estimates = getattr(session, "estimates", {}) or {}
+    bar = 1 + getattr(c, "min_gain", 0.0)
+
+    def blocked(arm) -> bool:
+        if not getattr(session, "single", True) or classic is None:
+            return False
+        if not arm.decode_range().overlaps(classic):
+            return False
+        est = estimates.get(arm.width)
+        return est is None or est.ratio > bar
+
+    return MoreRuns(any(blocked(a) for a in open_), c.sequential, session.reps, c.max_reps,
+                    c.max_seconds, session.budget_out, c.max_tokens)
+
+
+def advice(session: Session, front: Front) -> str | None:
+    """The one piece of advice an undecided (or drift-or-noise) session gets, or None."""
+    why = refusal(cancelled=session.cancelled, drifted=session.drift,
+                  recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms])
+    if why is RefusalKind.UNDECIDED or (why is RefusalKind.DRIFT and session.drift_could_be_noise):
+        # More classic runs would settle drift against noise, but a width whose range overlaps
+        # classic's stays undecided whatever they show: then longer runs are the advice.
+        return more_runs(session).say(front)
+    return None
 
 
 @dataclass(frozen=True)
 class Refusal:
     kind: RefusalKind
     detail: str
-    sequential: SequentialRun | None = None  # an undecided sequential session: its own remedy
+    more: MoreRuns | None = None  # undecided, or drift that may be noise: what would decide it
 
     def say(self, front: Front = Front.CLI) -> str:
-        if self.sequential is not None:
-            remedy: str | None = self.sequential.remedy(front)
-        else:
-            remedy = _REMEDY.get((self.kind, front))
+        remedy = self.more.say(front) if self.more is not None else _REMEDY.get((self.kind, front))
         return self.detail + (f"; {remedy}" if remedy else "")
 
 
@@ -90,6 +129,9 @@ class PairFacts:
     kind: DrafterKind
     quantization: Quantization
     pair_id: str
+    # the names every reason that matches the entry repeats (policy.profile.Override.measured_on)
+    target_name: str | None = None
+    drafter_name: str | None = None
 
 
 def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str | None,
@@ -106,13 +148,11 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     if why is RefusalKind.CANCELLED:
         return Refusal(why, "the session was cancelled")
     if why is RefusalKind.DRIFT:
-        return Refusal(why, session.drift_why)
+        return Refusal(why, session.drift_why, more_runs(session) if session.drift_could_be_noise else None)
     if why is RefusalKind.DIFFERS:
         return Refusal(why, f"{', '.join(a.name for a in faster)} faster but output differs from classic")
     if why is RefusalKind.UNDECIDED:
-        c = session.config
-        seq = SequentialRun(session.reps, c.max_reps, c.max_seconds, session.budget_out) if c.sequential else None
-        return Refusal(why, "undecided: " + _open(session), seq)
+        return Refusal(why, "undecided: " + _open(session), more_runs(session))
     if why is RefusalKind.NOT_MEASURED:
         return Refusal(why, "no width was measured (the drafter declined every round)")
     width, identical = session.recommendation, True
@@ -126,6 +166,12 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         "new_tokens": session.config.max_tokens,
         "record": record, "decision": session.decision,
         "widths": list(session.config.widths),  # what a decline declined: --check re-tries them
+        # what it was measured on, in words a later resolution repeats (a generic entry is then
+        # read for other pairs too, and must say it came from this one)
+        "measured_on": {k: v for k, v in (("target", pair.target_name), ("drafter", pair.drafter_name),
+                                          ("pair", pair.pair_id),
+                                          ("prompt", " ".join(session.config.prompt.split())[:60]))
+                        if v},
     }
     if width is not None:
         evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
@@ -167,9 +213,10 @@ class Headline:
     saveable: bool
 
 
-def headline(session: Session, planned_runs: int | None = None) -> Headline:
+def headline(session: Session, planned_runs: int | None = None, front: Front = Front.CLI) -> Headline:
     """One line for the top of the results; its tone follows whether the result can be saved
-    (policy.verdict.refusal, as the save itself)."""
+    (policy.verdict.refusal, as the save itself). An undecided session (or drift that may be
+    noise) carries its one piece of advice, worded for ``front``."""
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms])
     if why is RefusalKind.CANCELLED:
@@ -183,13 +230,13 @@ def headline(session: Session, planned_runs: int | None = None) -> Headline:
         if session.drift_could_be_noise:
             # Too few classic runs to tell drift from noise: say so, not "drifted".
             return Headline(f"not saveable: classic drift or noise, too few runs to tell "
-                            f"(measured: {session.decision})", Tone.WARN, False)
+                            f"(measured: {session.decision}); {advice(session, front)}", Tone.WARN, False)
         return Headline(f"not saveable: classic drifted (measured: {session.decision})", Tone.WARN, False)
     if why is RefusalKind.DIFFERS:
         return Headline("a width is faster but its output differs from classic: not saveable", Tone.WARN,
                         False)
     if why is RefusalKind.UNDECIDED:
-        return Headline(f"undecided: {_open(session)}, more repetitions needed", Tone.WARN, False)
+        return Headline(f"undecided: {_open(session)}; {advice(session, front)}", Tone.WARN, False)
     if why is RefusalKind.NOT_MEASURED:
         return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
     if session.recommendation == AUTO:

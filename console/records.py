@@ -4,12 +4,12 @@ What a record holds, and reading one, is ``engine.record``."""
 
 from __future__ import annotations
 
-import json
 import os
 import time
 from pathlib import Path
 
 from console import atomic
+from policy import files
 from policy.integers import IntegerError, parse_int
 
 
@@ -65,7 +65,7 @@ def write(record: dict, directory: Path | None = None) -> Path:
     names = (f"{base}.json" if i == 1 else f"{base}-{i}.json" for i in range(1, 10_000))
     try:
         # 0600, as records have always been written (mkstemp's mode): they name the host's paths
-        return atomic.create(directory, names, json.dumps(record, indent=1),
+        return atomic.create(directory, names, files.dumps_json(record, indent=1),  # never Infinity
                              prefix=f"record.{os.getpid()}", mode=0o600)
     except FileExistsError:
         raise FileExistsError(f"{directory}: 9,999 records named {base}") from None

@@ -188,7 +188,17 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
             return files.read_text(p, MAX_PROMPT_BYTES)
         except files.FileProblem as e:
             raise e.about(Field.PROMPT_FILE.value) from None
-    return prompt if prompt is not None else DEFAULT_PROMPT
+    if prompt is None:
+        return DEFAULT_PROMPT
+    try:
+        # An argument that is not UTF-8 reaches Python as lone surrogates, which no tokenizer
+        # takes (a TypeError from deep inside it); --prompt-file says where the bad byte is.
+        prompt.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InputError(f"not valid UTF-8 (a byte that is not text at character {e.start}, counting "
+                         f"from 0); pass the text as UTF-8, or in a file with --prompt-file",
+                         Field.PROMPT.value) from None
+    return prompt
 
 
 def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> None:
@@ -196,8 +206,8 @@ def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> N
     p.add_argument("--draft", metavar="D", required=draft_required,
                    help="drafter checkpoint folder or repo id (none: the model-free lookup drafter)")
     p.add_argument("--kind", choices=KINDS, help="drafter kind; wins over detection")
-    p.add_argument("--demo-target", choices=("bf16", "4bit"), default="bf16",
-                   help="which demo target when --target is not given (default bf16)")
+    p.add_argument("--demo-target", choices=("bf16", "4bit"), default=None,
+                   help="which demo target when --target is not given (default bf16; with --target, an error)")
 
 
 def add_verify_attention(p: argparse.ArgumentParser, *, served: bool = False) -> None:
@@ -253,9 +263,9 @@ def seconds(lo: float, hi: float, *, open_low: bool = False) -> Callable[[str], 
                 raise ValueError
             v = float(t)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+            raise argparse.ArgumentTypeError(f"{shorten(repr(text))} is not a number of seconds") from None
         if not math.isfinite(v) or v < lo or v > hi or (open_low and v == lo):
             low = f"more than {lo:g}" if open_low else f"at least {lo:g}"
-            raise argparse.ArgumentTypeError(f"{text!r}: expected {low} and at most {hi:g} seconds")
+            raise argparse.ArgumentTypeError(f"{shorten(repr(text))}: expected {low} and at most {hi:g} seconds")
         return v
     return parse

@@ -22,7 +22,10 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
     from console.outcome import Front, PairFacts, Refusal, profile_entry
     from engine.device import probe
 
-    entry = profile_entry(session, PairFacts(pair.kind, pair.quantization, pair.pair_id), probe(),
+    drafter = pair.drafter_path.name if pair.drafter_path else (
+        "the target's own MTP layers" if pair.kind.value == "mtp" else "prompt lookup")
+    facts = PairFacts(pair.kind, pair.quantization, pair.pair_id, pair.target_path.name, drafter)
+    entry = profile_entry(session, facts, probe(),
                           mlx=mlx_version(), measured_at=profile_file.now_iso(),
                           record=str(Path(record_path).resolve()),  # --check reads a relative one beside the profile
                           allow_nonidentical=allow_nonidentical, pair_specific=pair_specific,
@@ -32,4 +35,5 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
     path = user_path(profile_path, "profile") if profile_path is not None else None
     prof = profile_file.save(path, entry)
     what = f"width {entry.width}" if entry.width is not None else "decline (no width beat classic)"
-    return f"{what} for {entry.describe_keys()} in {prof.path}", None
+    scope = "" if entry.pair else " (generic: any pair of this kind on this device and quantization)"
+    return f"{what} for {entry.describe_keys()}{scope} in {prof.path}", None

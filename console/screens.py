@@ -90,14 +90,20 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
     #open Input { margin: 0 0 1 0; }
     """
 
-    def __init__(self, target: str, draft: str, kind: str) -> None:
+    def __init__(self, target: str, draft: str, kind: str, error: str | None = None) -> None:
         super().__init__()
         self.values = (target, draft, kind)
+        self.error = error  # why the last entry was refused: what was typed stays to be fixed
 
     def compose(self) -> ComposeResult:
         with Vertical(id="open"):
+            # What an empty field means, as console.inputs.pair_paths reads it.
             yield Static(Text.assemble(("open another pair", "bold"), "  (Enter opens, Escape cancels; "
-                                       "empty target: the demo pair; empty drafter: prompt lookup)"))
+                                       "empty target: the demo pair and its drafter of the kind; "
+                                       "a target with an empty drafter: prompt lookup, or with kind "
+                                       "mtp the target's own MTP layers)"))
+            if self.error:
+                yield Static(Text(self.error, style="bold red"), id="open-error")
             yield Label("target: folder or Hugging Face repo id in the local cache")
             yield Input(self.values[0], id="open-target", compact=True)
             yield Label("drafter: folder or repo id")
@@ -110,3 +116,87 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
         event.stop()  # Enter here opens the pair; it must not also run an A/B session
         self.dismiss(tuple(self.query_one(f"#open-{k}", Input).value.strip()  # type: ignore[arg-type]
                            for k in ("target", "draft", "kind")))
+
+
+class AnswerScreen(ModalScreen[None]):
+    """The answer (console.answer): the command it copied, or why there is none, the width's
+    source and whether anything measured it. ``y`` copies the command again, ``Y`` the engine's
+    environment variable, here as on the main screen (the dialog said so and did not)."""
+
+    AUTO_FOCUS = "#answer"
+    BINDINGS = [Binding("escape,q,enter", "dismiss", "Close"), Binding("y", "copy_command", "Copy command"),
+                Binding("Y", "copy_env", "Copy env var")]
+    CSS = """
+    AnswerScreen { align: center middle; }
+    #answer { width: 95%; max-width: 140; height: auto; max-height: 90%; border: round $primary;
+              padding: 0 1; background: $surface; }
+    """
+
+    def __init__(self, answer, copied: bool) -> None:
+        super().__init__()
+        self.answer = answer
+        self.copied = copied
+
+    def compose(self) -> ComposeResult:
+        a = self.answer
+        parts: list = []
+        if a.command is not None:
+            parts += [("the mlx_lm.server command" + (", copied to the clipboard (where the terminal "
+                                                      "allows it)" if self.copied else "") + ":\n", "bold"),
+                      "  ", (a.command, "green"), "\n\n"]
+        else:
+            parts += [("no mlx_lm.server command: ", "bold red"), a.refusal or "", "\n\n"]
+        parts += [("the width: ", "bold"), a.head(), "\n"]
+        if a.session:
+            parts += [("this session: ", "bold"), a.session, "\n"]
+        if a.env:
+            parts += ["\n", ("for blockwidth's engine and CI, the environment variable:\n", "bold"),
+                      f"  export {a.env}\n"]
+        keys = ["y copies the command" if a.command else "", "Y copies the variable" if a.env else "",
+                "Escape closes"]
+        parts += ["\n", (" · ".join(k for k in keys if k) + ".  num_draft_tokens = width - 1.", "dim")]
+        yield VerticalScroll(Static(Text.assemble(*parts)), id="answer")
+
+    def action_copy_command(self) -> None:
+        if self.answer.command:
+            self.app.copy_to_clipboard(self.answer.command)
+            self.app.notify("copied the mlx_lm.server command", timeout=4)
+        else:
+            self.app.notify(f"nothing to copy: {self.answer.refusal}", severity="warning", timeout=6,
+                            markup=False)
+
+    def action_copy_env(self) -> None:
+        if self.answer.env:
+            self.app.copy_to_clipboard(f"export {self.answer.env}")
+            self.app.notify(f"copied: export {self.answer.env}", timeout=4, markup=False)
+        else:
+            self.app.notify("nothing to copy: no width (a decline decodes classically)",
+                            severity="warning", timeout=6)
+
+
+class SaveScreen(ModalScreen[str | None]):
+    """Where a save applies: this pair only, or any pair of the kind on this device and
+    quantization. A generic entry answers for other models too, so the operator chooses."""
+
+    BINDINGS = [Binding("p", "answer('pair')", "This pair"), Binding("g", "answer('generic')", "Generic"),
+                Binding("escape,n", "answer(None)", "Cancel")]
+    CSS = """
+    SaveScreen { align: center middle; }
+    #save { width: 90%; max-width: 110; height: auto; border: thick $primary; padding: 0 1;
+            background: $surface; }
+    """
+
+    def __init__(self, what: str, pair: str, generic: str) -> None:
+        super().__init__()
+        self.what, self.pair, self.generic = what, pair, generic
+
+    def compose(self) -> ComposeResult:
+        yield Static(Text.assemble(
+            ("save ", "bold"), (self.what, "bold"), (" for which pairs?\n\n", "bold"),
+            ("p", "bold"), "  this pair only: ", self.pair, "\n",
+            ("g", "bold"), "  generic: ", self.generic, "\n   (a later resolution of another model of this "
+            "kind uses it too, and says which pair and prompt it was measured on)\n\n",
+            ("Escape", "bold"), " saves nothing"), id="save")
+
+    def action_answer(self, scope: str | None) -> None:
+        self.dismiss(scope)

@@ -8,12 +8,14 @@ table. Nothing here imports Textual.
 from __future__ import annotations
 
 import argparse
-import json
 import shlex
 import sys
 from typing import Any
 
-from console.inputs import ExitCode, InputError, pair_paths
+from console import outputs
+from console.inputs import ExitCode, InputError, pair_paths, user_path
+from policy import files
+from policy.text import error_lines, shown
 
 PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or mlx-lm-server (the "
              "installed mlx_lm.server on loopback: one process with the draft model, one without, "
@@ -127,14 +129,18 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     levels = args.concurrency or (1,)
     records = record_dir(args.record_dir)
     if args.save:
-        profile_for_save(args.profile)
+        profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "prompt file"))])
     paths = pair_paths(args.target, args.draft, args.demo_target, "model", weights=True)
-    pair = served_pair(paths.target, paths.drafter)
+    pair = served_pair(paths.target, paths.drafter)  # a PairError names its input
+    from engine.shapes import check_ids
+
+    # the prompt's own ids, as the engine path checks them (Pair.encode) before the server sees it
+    check_ids(pair.tokenizer.encode(req.prompt), pair.token_rows, f"target {pair.target_path}", "prompt")
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
     for w in gate.warnings:
-        print(f"blockwidth: warning: {w}", file=sys.stderr)
+        print(f"blockwidth: warning: {shown(w)}", file=sys.stderr)
     config = ServedConfig(
         AbConfig(widths=req.widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
                  sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
@@ -146,6 +152,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     quiet = args.json
     identity = host.identity()
     written: list[tuple[Any, dict, Any, str | None, str | None]] = []
+    late: list[str] = []
 
     def on_server(server) -> None:
         # The pids, so that an operator (or a test) can see what runs and that it is gone.
@@ -161,19 +168,27 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         elif e.kind == "phase":
             print(f"  [{e.phase}] {e.arm}".rstrip(), file=sys.stderr, flush=True)
         elif e.kind in ("warmup", "rep"):
-            print(f"  [{e.kind}] {e.arm} {e.message}".rstrip(), file=sys.stderr, flush=True)
+            print(shown(f"  [{e.kind}] {e.arm} {e.message}".rstrip()), file=sys.stderr, flush=True)
 
     def on_level(session, lv) -> None:
         # Written as the level ends: a later level's failure loses nothing measured here.
         rec = level_record(session, lv, identity, gate.to_dict())
+        # A write that fails now is said after the results (console.outputs), never instead of them.
         try:
             path = record_files.write(rec, records)
+            outputs.keep("record", path)
         except OSError as e:
-            raise InputError(f"record directory {records}: cannot be written ({e.strerror})") from None
+            path = None
+            late.append(f"record directory {records}: the record of concurrency {lv.concurrency} "
+                        f"cannot be written ({e.strerror or e})")
         saved = refusal = None
-        if args.save:
-            from console.save import save_session
+        if args.save and path is None:
+            late.append(f"--save: nothing saved for concurrency {lv.concurrency} (a profile entry names "
+                        f"its record, which was not written)")
+        elif args.save:
             from console.profile_file import ProfileBusy
+            from console.save import save_session
+            from policy.profile import ProfileError
 
             srv = {"mlx_lm": rec["server"]["mlx_lm"], "args": list(extra),
                    "verify_attention": args.verify_attention}
@@ -184,6 +199,8 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
                                               concurrency=lv.concurrency, server=srv)
             except ProfileBusy as e:
                 refusal = f"{e} (the record is kept: {path})"
+            except ProfileError as e:
+                late.append("; ".join(error_lines(e)) + " (nothing saved)")
         written.append((lv, rec, path, saved, refusal))
 
     cancel = threading.Event()
@@ -197,16 +214,33 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         if written:
             print(f"blockwidth: records kept: {', '.join(str(w[2]) for w in written)}", file=sys.stderr)
         raise
+    from console.measure import answer_after
+
+    # the answer as resolve now gives it for serving, with the first level's word on it
+    said = answer_after(args, written[0][0].session, path="mlx-lm-server") if args.save and written else None
     if args.json:
         out = []
         for lv, rec, path, saved, refusal in written:
             r = dict(rec)
-            r.update(record_path=str(path), saved=saved, save_refused=refusal)
+            r.update(record_path=str(path) if path else None, saved=saved, save_refused=refusal)
             r["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
             out.append(r)
-        print(json.dumps({"path": "mlx-lm-server", "levels": out}, indent=1))
+        code = _exit(session, written, late)
+        print(files.dumps_json({"path": "mlx-lm-server", "levels": out, "errors": late, "exit_code": code,
+                                **({"answer": said.to_dict()} if said is not None else {})}, indent=1))
     else:
         _print(session, written, pair)
+        for i, line in enumerate(said.lines() if said is not None else []):
+            print(shown(f"{'answer' if i == 0 else '':<6} {line}"))
+    sys.stdout.flush()
+    for line in late:
+        print(f"blockwidth: error: {shown(line)}{outputs.kept_note()}", file=sys.stderr)
+    return _exit(session, written, late)
+
+
+def _exit(session, written, late: list[str]) -> int:
+    if late:
+        return ExitCode.USAGE
     if session.cancelled:
         return 130
     return ExitCode.CHECK_FAILED if any(w[4] for w in written) else ExitCode.OK
@@ -220,43 +254,47 @@ def _print(session, written, pair) -> None:
     from console.outcome import headline
     from engine.served import level_warnings, server_version
 
+    def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped
+        print(shown(line), **kw)
+
     c = session.config
     how = ("stock" if c.verify_attention is None else
            f"in-process with verify attention {c.verify_attention}")
-    print(f"pair   {pair.describe()}")
-    print(f"path   mlx-lm-server: mlx_lm.server {server_version()} ({how})"
-          + (f", args {' '.join(c.server_args)}" if c.server_args else ""))
+    say(f"pair   {pair.describe()}")
+    say(f"path   mlx-lm-server: mlx_lm.server {server_version()} ({how})"
+        + (f", args {' '.join(c.server_args)}" if c.server_args else ""))
     ref = session.reference
-    print(f"prompt {ref.prompt_tokens} tokens, {c.ab.max_tokens} new (classic's first sending made "
-          f"{ref.tokens}), n={c.ab.n}")
+    say(f"prompt {ref.prompt_tokens} tokens, {c.ab.max_tokens} new (classic's first sending made "
+        f"{ref.tokens}), n={c.ab.n}")
     for w, first in sorted(session.first_sendings.items()):
         same = "identical" if first.text == ref.text else "DIFFERS"
-        print(f"  first sending w{w}: {same} to classic's first sending")
+        say(f"  first sending w{w}: {same} to classic's first sending")
     for lv, rec, path, saved, refusal in written:
         s = lv.session
         figure = "decode tok/s" if lv.concurrency == 1 else "aggregate tok/s"
-        print(f"\nconcurrency {lv.concurrency}: reps run {s.reps}, {s.elapsed_s:.1f}s")
-        print(f"{'arm':<8}  {figure + ' min/med/max':>28}  {'TTFT med':>9}  {'latency med':>11}  "
-              f"{'identity':<24} verdict")
+        say()
+        say(f"concurrency {lv.concurrency}: reps run {s.reps}, {s.elapsed_s:.1f}s")
+        say(f"{'arm':<8}  {figure + ' min/med/max':>28}  {'TTFT med':>9}  {'latency med':>11}  "
+            f"{'identity':<24} verdict")
         for arm, a in zip([s.classic, *s.arms], rec["arms"]):
             d = arm.decode_range()
             ttft = a["ttft_s"][1] if a.get("ttft_s") else None
             lat = a["latency_s"][1] if a.get("latency_s") else None
             ident = "-" if arm.width is None else _identity_words(lv.identity.get(arm.name, {}))
             rng = f"{d.min:8.1f} {d.median:8.1f} {d.max:8.1f}" if d else f"{'-':>26}"
-            print(f"{arm.name:<8}  {rng:>28}  {_s(ttft):>9}  {_s(lat):>11}  {ident:<24} {arm.verdict.value}")
+            say(f"{arm.name:<8}  {rng:>28}  {_s(ttft):>9}  {_s(lat):>11}  {ident:<24} {arm.verdict.value}")
         for arm in s.arms:
             if arm.identity is not None and not arm.identity.identical:
-                print(f"  {arm.name}: {arm.identity.describe()}")
+                say(f"  {arm.name}: {arm.identity.describe()}")
         for warning in [*s.warnings(), *level_warnings(session, lv)]:
-            print(f"warning: {warning}")
-        print(f"verdict: {headline(s).text}")
-        print(f"decision: {s.decision} — {s.why}")
-        print(f"record: {path}")
+            say(f"warning: {warning}")
+        say(f"verdict: {headline(s).text}")
+        say(f"decision: {s.decision} — {s.why}")
+        say(f"record: {path}" if path else "record: not written (below)")
         if saved:
-            print(f"saved: {saved}")
+            say(f"saved: {saved}")
         if refusal:
-            print(f"not saved: {refusal}", file=sys.stderr)
+            say(f"not saved: {refusal}", file=sys.stderr)
 
 
 def _s(v: float | None) -> str:

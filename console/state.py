@@ -18,10 +18,12 @@ if TYPE_CHECKING:
     from policy.resolve import Resolution
 
 DEFAULT_WIDTHS = (2, 4, 8)
-# The console's default session is sequential with this budget, so a first run of one prompt
-# on a 2-core CPU ends in a decision (or says why not) within about 90 s, probe and curve
-# included. The default prompt field names the built-in workload (16 requests), whose n
-# passes always run in full: about 3 minutes on a quiet 2-core CPU, under one on a GPU.
+# The console's default session is sequential with this budget (its reps and secs fields), so
+# a first run of one prompt on a 2-core CPU ends in a decision (or says which field to raise)
+# within about 90 s, probe and curve included. The default prompt field names the built-in
+# workload (16 requests), whose n passes always run in full: about 3 minutes on a quiet
+# 2-core CPU, under one on a GPU.
+BUDGET_REPS = 12
 BUDGET_S = 60
 
 
@@ -33,7 +35,7 @@ class Options:
     flag: str | None = None
     device: str | None = None
     profile: str | None = None
-    variant: str = "bf16"
+    variant: str | None = None  # the demo target (bf16 when None); only without a target
     record_dir: str | None = None
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector | rows
 
@@ -89,3 +91,5 @@ class SessionView:
     planned: int = 0  # runs planned when it started (sequential mode may add more)
     added_width: int | None = None  # the width in effect, added to a run that lacked it
     error: str | None = None
+    saved: str | None = None  # what a save of this session stored (the profile entry, in words)
+    budget_runs: int = 0  # runs a sequential session makes if it spends its repetition budget

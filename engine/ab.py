@@ -122,6 +122,7 @@ class Event:
     runs: int = 1  # runs planned (sequential mode may add more)
     closing: bool = False  # the closing classic bracket, not a repetition
     phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
+    elapsed: float = 0.0  # seconds since the session started (the sequential budget's clock)
     request: str = ""  # a workload's request id ("" for a single prompt)
 
     @property
@@ -264,7 +265,8 @@ class Session:
     auto: auto_width.Controller | None = None
     oracle: hindsight.Shares | None = None  # auto against hindsight (policy.oracle), when it ran
     predicted: dict[int, float] = field(default_factory=dict)
-    predicted_best: int | None = None
+    predicted_best: int | None = None  # None also when the curve's repeats do not resolve it
+    predicted_note: str = ""  # the prediction's best width, or "not resolved at this n" and why
     prediction: dict[int, costcurve.Prediction] = field(default_factory=dict)  # both terms per width
     draft_cost: costcurve.DraftCost = costcurve.DraftCost.LINEAR
     draft_cost_ms: float = 0.0  # the measured unit: per round (flat) or per drafted token (linear)
@@ -469,8 +471,8 @@ class Session:
         if not self.prediction:
             return []
         unit = "per round, any width" if self.draft_cost is costcurve.DraftCost.FLAT else "per drafted token"
-        lines = [f"model prediction (cost curve x acceptance, not a measurement): best width "
-                 f"{self.predicted_best}; "
+        lines = [f"model prediction (cost curve x acceptance, not a measurement): "
+                 f"{self.predicted_note or f'best width {self.predicted_best}'}; "
                  f"{self.drafter_kind} drafting is {self.draft_cost.value}: "
                  f"{self.draft_cost_ms:.2f} ms {unit}"]
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
@@ -518,11 +520,6 @@ def judge(classic: Arm, arm: Arm) -> None:
                                        declined_rounds=f.declined_rounds, identical=f.identical)
 
 
-def _more(session: Session) -> str:
-    c = session.config
-    return rules.more_repetitions(sequential=c.sequential, max_reps=c.max_reps, max_seconds=c.max_seconds)
-
-
 def decide(session: Session) -> None:
     """Verdicts, drift, the estimates and the recommendation, from the samples in ``session``
     (policy.stats for the estimates, policy.verdict.decide for the rules)."""
@@ -532,7 +529,8 @@ def decide(session: Session) -> None:
     if arms and all(classic):
         session.estimates = stats.estimates(classic, arms, seed=session.seed, resamples=c.resamples)
     d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a, session) for a in session.arms],
-                     cancelled=session.cancelled, reps=session.reps, more=_more(session),
+                     # how to get more repetitions is each front end's to say (console.outcome.advice)
+                     cancelled=session.cancelled, reps=session.reps,
                      blind=rules.warm_blind(warmup_shift=session.warmup_shift,
                                             attention=session.attention, backend=session.backend),
                      estimates=session.estimates, min_gain=c.min_gain, single=session.single)
@@ -572,14 +570,26 @@ def seed_of(config: AbConfig) -> int:
 
 
 def _prepare(pair, config: AbConfig) -> list[Prepared]:
+    """The session's requests, every id of each checked against the pair's embedding tables
+    (engine.shapes) before any forward."""
+    from engine.shapes import ShapeError, check_ids
+
+    rows, where = getattr(pair, "token_rows", None), f"target {getattr(pair, 'target_path', '')}"
     if config.workload is None:
         if not config.prompt:
             raise DecodeError("prompt: empty")
-        return [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
+        prepared = [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
+    else:
+        try:
+            prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)
+        except WorkloadError as e:
+            raise DecodeError(str(e)) from None
     try:
-        return prepare(config.workload, pair.tokenizer, config.max_tokens)
-    except WorkloadError as e:
-        raise DecodeError(str(e)) from None
+        for p in prepared:
+            check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
+    except ShapeError as e:
+        raise DecodeError(e.message, e.input_name) from None
+    return prepared
 
 
 def _rotated(arms: list[Arm], k: int) -> list[Arm]:
@@ -762,7 +772,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         runs = max(config.planned_runs, started[0])
         rid = req.id if many else ""
         total = req.prepared.max_tokens
-        emit(Event("arm", arm.name, rep, 0, total, run=index, runs=runs, closing=closing, request=rid))
+        emit(Event("arm", arm.name, rep, 0, total, run=index, runs=runs, closing=closing, request=rid,
+                   elapsed=time.monotonic() - t_start))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin,
                                            "rollback": config.rollback}
         if arm.auto and session.auto is None:
@@ -771,7 +782,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         before, host_before = clocks.read(), host.host_reading()
         run = decode(pair, list(req.prepared.ids) if keep else warm_ids, total, width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t, run=index,
-                                                         runs=runs, closing=closing, request=rid)),
+                                                         runs=runs, closing=closing, request=rid,
+                                                         elapsed=time.monotonic() - t_start)),
                      cancel=cancel.is_set)
         run.host = host.host_delta(host_before, host.host_reading())
         if before is not None:
@@ -885,9 +897,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 session.curve, acc, draft_ms, fixed, session.draft_cost,
                 {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
-            if session.predicted:
-                session.predicted_best = max(session.predicted, key=session.predicted.get)
-            emit(Event("costcurve", message=f"predicted best width {session.predicted_best}"))
+            # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
+            # noise once predicted w2 at 5.42x against ~1.1x measured.
+            session.predicted_best, session.predicted_note = costcurve.best_resolved(
+                session.prediction, session.curve.repeats)
+            emit(Event("costcurve", message=session.predicted_note or "no prediction"))
 
     session.cancelled = cancel.is_set()
     decide(session)

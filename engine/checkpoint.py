@@ -51,6 +51,12 @@ def _tensor_problem(name: str, meta: Any) -> str | None:
             or not all(isinstance(o, int) and not isinstance(o, bool) and o >= 0 for o in off)
             or off[0] > off[1]):
         return f"tensor {name!r} has data_offsets {str(off)[:40]}, not [begin, end]"
+    # What MLX's loader refuses, so is refused here: a shape whose bytes are not its data's
+    # (a header claiming a 10^12-element tensor in 16 bytes counted 1.1 trillion parameters).
+    want = math.prod(shape) * _DTYPE_BYTES[meta["dtype"]]
+    if want != off[1] - off[0]:
+        return (f"tensor {name!r} of shape {str(shape)[:40]} and dtype {meta['dtype']} needs "
+                f"{int(want) if want == int(want) else want} bytes, its data_offsets give {off[1] - off[0]}")
     return None
 
 
@@ -79,6 +85,9 @@ def read_header(file: Path) -> dict[str, Any]:
     if not isinstance(header, dict):
         raise CheckpointError(f"{file}: corrupt safetensors header")
     end = 0
+    meta_block = header.get("__metadata__")
+    if isinstance(meta_block, dict) and not all(isinstance(v, str) for v in meta_block.values()):
+        raise CheckpointError(f"{file}: corrupt safetensors header: __metadata__ values must be strings")
     for name, meta in header.items():
         if name == "__metadata__":
             continue

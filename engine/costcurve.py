@@ -8,7 +8,10 @@ new request pays.
 
 A jump (or a drop) marks a kernel boundary: on an H200 a 4-bit target goes
 from the per-row quantized matvec to the quantized matmul at 8 rows, and the
-time per forward falls from 34.5 ms at 7 rows to 16.4 at 8.
+time per forward falls from 34.5 ms at 7 rows to 16.4 at 8. A step is marked only
+where the repeats agree (every repeat of one row count past every repeat of the
+other, with at least MIN_REPEATS of them); a step the medians show but the repeats
+do not is "not resolved at this n", and says how far apart the repeats were.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from policy.integers import IntegerError, parse_int, shorten
 
 MAX_ROWS = 512  # row counts a cost curve takes
 DEFAULT_ROWS = tuple(range(1, 17)) + (24, 32)
+# Fewer repeats than this cannot tell a kernel boundary (or a prediction) from one noisy forward.
+MIN_REPEATS = 3
 
 
 @dataclass(frozen=True)
@@ -34,13 +39,15 @@ class Point:
     median_ms: float
     min_ms: float
     max_ms: float
-    boundary: str = ""  # "", "jump" or "drop": the step from the previous point
+    boundary: str = ""  # "", "jump" or "drop": the step from the previous point, where repeats agree
     warm_ms: float | None = None  # median of the same forward repeated at one KV length
     first_ms: float | None = None  # the first forward of this many rows in this process
     # Median time to put the cache back after this forward, keeping ROLLBACK_KEPT(rows) of its
     # rows (engine.kvcache.Rollback): microseconds for a trim, the recurrent work where there is
     # state. None: not measured (one row: nothing to roll back).
     rollback_ms: float | None = None
+    unresolved: str = ""  # "jump" or "drop": the medians step, but the repeats do not agree
+    step: str = ""  # the step from the previous point, in words (repeats and how far apart)
 
     @property
     def cold_over_warm(self) -> float | None:
@@ -49,7 +56,8 @@ class Point:
     def to_dict(self) -> dict:
         return {"rows": self.rows, "median_ms": self.median_ms, "min_ms": self.min_ms,
                 "max_ms": self.max_ms, "boundary": self.boundary, "warm_ms": self.warm_ms,
-                "first_ms": self.first_ms, "rollback_ms": self.rollback_ms}
+                "first_ms": self.first_ms, "rollback_ms": self.rollback_ms, "unresolved": self.unresolved,
+                "step": self.step}
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,7 @@ class CostCurve:
     # engine.linear's summary (mode, routed and stock calls) when not stock; None for stock
     linear: dict | None = None
     rollback: str = "trim"  # how the cache was put back: trim, or the recurrent method
+    cancelled: bool = False  # stopped between forwards: the passes finished in full are kept
 
     def ms(self, rows: int) -> float | None:
         for p in self.points:
@@ -75,12 +84,32 @@ class CostCurve:
         return None
 
     def boundaries(self) -> list[Point]:
+        """Steps where every repeat agrees: kernel boundaries."""
         return [p for p in self.points if p.boundary]
+
+    def unresolved(self) -> list[Point]:
+        """Steps the medians show and the repeats do not: noise, or a boundary this n cannot tell."""
+        return [p for p in self.points if p.unresolved]
+
+    def boundary_lines(self) -> list[str]:
+        """What the curve says about kernel boundaries, noise labelled as noise."""
+        out = []
+        if self.boundaries():
+            out.append("kernel boundaries: " + "; ".join(f"{p.boundary} at {p.rows} rows ({p.step})"
+                                                         for p in self.boundaries()))
+        if self.unresolved():
+            n = f"{self.repeats} repeat" + ("" if self.repeats == 1 else "s")
+            need = f"; {MIN_REPEATS} or more tell one" if self.repeats < MIN_REPEATS else ""
+            out.append(f"not resolved at this n ({n} per row count{need}): "
+                       + "; ".join(f"a {p.unresolved} at {p.rows} rows ({p.step})" for p in self.unresolved()))
+        if not out:
+            out.append("no kernel boundary: time grows smoothly with rows")
+        return out
 
     def to_dict(self) -> dict:
         out = {"context": self.context, "repeats": self.repeats, "attention": self.attention,
                "rollback": self.rollback, "rollback_kept": "ceil(rows / 2)",
-               "points": [p.to_dict() for p in self.points]}
+               "points": [p.to_dict() for p in self.points], "cancelled": self.cancelled}
         if self.linear is not None:
             out["linear"] = self.linear
         return out
@@ -113,12 +142,15 @@ def parse_rows(text: str) -> tuple[int, ...]:
     return tuple(sorted(out))
 
 
-def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float = 0.05) -> tuple[Point, ...]:
+def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float = 0.05,
+                    repeats: int = MIN_REPEATS) -> tuple[Point, ...]:
     """Flag steps whose per-row increment is far from the typical one.
 
     A ``jump``: the increment per added row exceeds ``factor`` x the median
     increment and ``floor`` of the previous time. A ``drop``: the time falls by
-    more than ``floor``.
+    more than ``floor``. Either is a boundary only where the ``repeats`` agree: at least
+    MIN_REPEATS of them, and the two row counts' ranges apart in the step's direction;
+    otherwise it is kept as ``unresolved`` (noise, or a boundary this n cannot tell).
     """
     pts = list(points)
     if len(pts) < 3:
@@ -134,7 +166,17 @@ def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float =
             mark = "drop"
         elif inc > factor * typical and (b.median_ms - a.median_ms) > floor * a.median_ms:
             mark = "jump"
-        out.append(dataclasses.replace(b, boundary=mark))
+        gap = (a.min_ms - b.max_ms) if mark == "drop" else (b.min_ms - a.max_ms)
+        agree = bool(mark) and repeats >= MIN_REPEATS and gap > 0
+        step = ""
+        if mark:
+            ranges = (f"{a.min_ms:.1f}-{a.max_ms:.1f} ms at {a.rows} rows against "
+                      f"{b.min_ms:.1f}-{b.max_ms:.1f} at {b.rows}")
+            step = (f"{repeats} repeats each, {ranges}: {gap:.1f} ms apart" if agree
+                    else f"{ranges}: the repeats overlap" if gap <= 0
+                    else f"{ranges}, from {repeats} repeat{'' if repeats == 1 else 's'}")
+        out.append(dataclasses.replace(b, boundary=mark if agree else "", unresolved="" if agree else mark,
+                                       step=step))
     return tuple(out)
 
 
@@ -156,13 +198,19 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
             cancel: Callable[[], bool] | None = None, prefill_step: int | None = None) -> CostCurve:
     """Time one ``rows``-row forward after a ``context``-token prefix, and the rollback after it.
 
-    Cold: every forward at a KV length one past the previous one (as decoding
-    advances), so nothing keyed on the length is ever replayed; the first
-    ``warmup`` are dropped (the very first is kept apart as ``first_ms``).
-    Warm (``warm=True``): the same forward repeated at one length.
+    Cold: in passes over every row count (``warmup`` discarded passes, then ``repeats``), each
+    pass one KV length past the previous one, as decoding advances, so no row count ever meets
+    a length twice and nothing keyed on (rows, length) is replayed; the very first forward of
+    each row count is kept apart as ``first_ms``. Passes, not a row count's repeats back to
+    back: a burst of other work on the host then lands on several row counts, not on all the
+    repeats of one, where it read as a kernel boundary. Warm (``warm=True``): the same forward
+    repeated at one length.
     Rollback: after each cold forward the cache keeps ``rollback_kept(rows)`` of its rows through
     the engine's rollback (``rollback``: engine.kvcache.Method for recurrent state), timed, then
-    the rows past the first are trimmed so the next forward is one longer.
+    the KV rows are trimmed back to the pass's length (the pass's last forward keeps one, so the
+    next pass is one longer).
+    ``on_progress(forwards done, forwards in all)``; ``cancel`` is checked between forwards, and
+    a cancelled curve keeps the passes it finished.
     ``prefill_step``: the prefix in forwards of at most that many tokens (None: one), untimed
     (lab/probe_qmv.py keeps a fresh CUDA host from JIT-compiling a kernel only a long prefill
     would use)."""
@@ -176,6 +224,10 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
         raise ValueError(f"repeats = {repeats}: must be at least 1")
     if prefill_step is not None and prefill_step < 1:
         raise ValueError(f"prefill step = {prefill_step}: must be at least 1")
+    stop = cancel or (lambda: False)
+    rows = list(rows)
+    total = len(curve_forwards(rows, context, repeats, warmup, warm)) - 1
+    done = 0
     prepare(linear, model)  # qmv's kernels compile before the first timed forward
     cache = make_cache(model, slack=max(rows, default=1) + warmup + repeats + 1)
     rb = Rollback(model, cache, rollback or DEFAULT_METHOD)
@@ -184,54 +236,98 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     step = prefill_step or context
     for i in range(0, context, step):
         mx.eval(model(prefix[None, i:i + step], cache=cache))
-    points = []
-    mode = "fused"
+    xs = {k: mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32) for k in rows}
+    cold: dict[int, list[float]] = {k: [] for k in rows}
+    hot: dict[int, list[float]] = {k: [] for k in rows}
+    backs: dict[int, list[float]] = {k: [] for k in rows}
+    first: dict[int, float] = {}
+    passes = 0  # cold passes finished
+    stopped = stop()
 
     def shorten(n: int) -> None:  # KV rows only: recurrent state's size is what it costs
         for c in kv:
             c.trim(n)
 
-    # One projection block around every row count: its counts are the whole curve's.
-    with verify_linear(linear) as lrouting:
-        for i, k in enumerate(rows):
-            x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32)
-            cold, hot, backs, first = [], [], [], None
-            keep = rollback_kept(k)
-            with verify_attention(attention) as routing:
-                mode = routing.mode.value
-                for r in range(warmup + repeats):
-                    with rb.verify(x[0]):
-                        t0 = time.perf_counter()
-                        mx.eval(model(x, cache=cache))
-                        dt = (time.perf_counter() - t0) * 1e3
-                    back = rb.commit(keep) * 1e3
-                    shorten(keep - 1)  # keep one row: the next forward is one longer
-                    if r == 0:
-                        first = dt
-                    if r >= warmup:
-                        cold.append(dt)
-                        if k > 1:
-                            backs.append(back)
-                if warm:
-                    for r in range(1 + repeats):
-                        m = mark(rb.leaves)
-                        t0 = time.perf_counter()
-                        mx.eval(model(x, cache=cache))
-                        dt = (time.perf_counter() - t0) * 1e3
-                        restore(rb.leaves, m)  # back to the same length
-                        if r >= 1:
-                            hot.append(dt)
-            shorten(warmup + repeats)  # every row count starts at ``context``
-            points.append(Point(k, statistics.median(cold), min(cold), max(cold),
-                                warm_ms=statistics.median(hot) if hot else None, first_ms=first,
-                                rollback_ms=statistics.median(backs) if backs else None))
-            if on_progress:
-                on_progress(i + 1, len(rows))
-            if cancel and cancel():
+    def tick() -> None:
+        nonlocal done
+        done += 1
+        if on_progress:
+            on_progress(done, total)
+
+    mode = "fused"
+    # One projection block and one attention routing around the whole curve: their counts are its.
+    with verify_linear(linear) as lrouting, verify_attention(attention) as routing:
+        mode = routing.mode.value
+        for r in range(warmup + repeats):
+            for i, k in enumerate(rows):
+                if stop():  # between forwards: one pass of a large target on a CPU is minutes
+                    stopped = True
+                    break
+                keep = rollback_kept(k)
+                with rb.verify(xs[k][0]):
+                    t0 = time.perf_counter()
+                    mx.eval(model(xs[k], cache=cache))
+                    dt = (time.perf_counter() - t0) * 1e3
+                back = rb.commit(keep) * 1e3
+                shorten(keep - 1 if i == len(rows) - 1 else keep)
+                first.setdefault(k, dt)
+                if r >= warmup:
+                    cold[k].append(dt)
+                    if k > 1:
+                        backs[k].append(back)
+                tick()
+            if stopped:
                 break
+            passes += 1
+        if warm and not stopped:
+            for k in rows:
+                for r in range(1 + repeats):
+                    if stop():
+                        stopped = True
+                        break
+                    m = mark(rb.leaves)
+                    t0 = time.perf_counter()
+                    mx.eval(model(xs[k], cache=cache))
+                    dt = (time.perf_counter() - t0) * 1e3
+                    restore(rb.leaves, m)  # back to the same length
+                    if r >= 1:
+                        hot[k].append(dt)
+                    tick()
+                if stopped:
+                    break
+    kept = max(passes - warmup, 0)  # the cold repeats every row count has
+    points = [Point(k, statistics.median(cold[k][:kept]), min(cold[k][:kept]), max(cold[k][:kept]),
+                    warm_ms=statistics.median(hot[k]) if len(hot[k]) == repeats else None,
+                    first_ms=first.get(k),
+                    rollback_ms=statistics.median(backs[k][:kept]) if backs[k] else None)
+              for k in rows] if kept else []
     lsum = None if lrouting.mode is VerifyLinear.STOCK else lrouting.summary()
     how = rb.effective.value if rb.effective else "trim"
-    return CostCurve(context, repeats, mark_boundaries(points), mode, lsum, how)
+    return CostCurve(context, kept if stopped else repeats, mark_boundaries(points, repeats=kept), mode, lsum,
+                     how, cancelled=stopped)
+
+
+def forward_seconds(model) -> float:
+    """Seconds one 1-row forward of ``model`` takes here, from a fresh cache: what the front ends
+    scale to say, before a long measurement starts, how long its forwards will be."""
+    from mlx_lm.models.cache import make_prompt_cache
+
+    cache = make_prompt_cache(model)
+    x = mx.array([[11]], mx.uint32)
+    mx.eval(model(x, cache=cache))  # the first pays for kernels and allocation
+    cache = make_prompt_cache(model)
+    t0 = time.perf_counter()
+    mx.eval(model(x, cache=cache))
+    return time.perf_counter() - t0
+
+
+def curve_forwards(rows: Sequence[int], context: int, repeats: int, warmup: int = 2,
+                   warm: bool = True) -> list[int]:
+    """The rows of every forward ``measure`` runs, in order (the prefix first)."""
+    out = [context]
+    for k in rows:
+        out += [k] * (warmup + repeats + ((1 + repeats) if warm else 0))
+    return out
 
 
 # One home for the model of a round (policy.auto, which the auto width decides with): the same
@@ -247,17 +343,24 @@ class Prediction:
     draft_ms: float  # drafting one round at this width, by the kind's cost model
     verify_ms: float  # one K-row verify forward, from the cost curve
     rollback_ms: float = 0.0  # putting the cache back, per round (measured; 0 for a trim)
+    # The speed-up with the curve's repeats at their extremes (slowest K-row verify against the
+    # fastest 1-row step, and the other way round): how far the repeats let it move.
+    low: float | None = None
+    high: float | None = None
 
     def describe(self) -> str:
         back = f" + rollback {self.rollback_ms:.2f}" if self.rollback_ms >= 0.005 else ""
-        return (f"w{self.width} {self.speedup:.2f}x ({self.tokens_per_round:.2f} tok/round over "
+        spread = f", {self.low:.2f}-{self.high:.2f}x over the curve's repeats" if self.low is not None else ""
+        return (f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round over "
                 f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms)")
 
     def to_dict(self) -> dict:
         return {"width": self.width, "speedup": round(self.speedup, 4),
                 "tokens_per_round": round(self.tokens_per_round, 4),
                 "draft_ms": round(self.draft_ms, 4), "verify_ms": round(self.verify_ms, 4),
-                "rollback_ms": round(self.rollback_ms, 4)}
+                "rollback_ms": round(self.rollback_ms, 4),
+                "low": None if self.low is None else round(self.low, 4),
+                "high": None if self.high is None else round(self.high, 4)}
 
 
 def rollback_per_round(curve: CostCurve, acceptance: float, width: int) -> float:
@@ -275,17 +378,42 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
     kept. ``draft_ms`` is per drafted token for a LINEAR drafter and per round for a FLAT one;
     ``rollback_ms`` per round by width where measured in decoding (a session's arms), else the
     curve's rollback weighted by how often a round rolls back."""
-    one = curve.ms(1)
+    by_rows = {p.rows: p for p in curve.points}
+    one = by_rows.get(1)
     out: dict[int, Prediction] = {}
-    if not one:
+    if not one or not one.median_ms:
         return out
     for k in widths:
-        v = curve.ms(k)
-        if v is None:
+        p = by_rows.get(k)
+        if p is None:
             continue
         d = draft_ms if model is DraftCost.FLAT else (k - 1) * draft_ms
         e = expected_tokens(acceptance, k)
         b = (rollback_ms or {}).get(k)
         b = rollback_per_round(curve, acceptance, k) if b is None else b
-        out[k] = Prediction(k, e / (d + v + b) * one, e, d, v, b)
+        out[k] = Prediction(k, e / (d + p.median_ms + b) * one.median_ms, e, d, p.median_ms, b,
+                            e / (d + p.max_ms + b) * one.min_ms, e / (d + p.min_ms + b) * one.max_ms)
     return out
+
+
+def best_resolved(predictions: dict[int, Prediction], repeats: int) -> tuple[int | None, str]:
+    """The predicted best width where the curve's repeats agree on it, and what to say: it is
+    resolved when its lowest speed-up over the repeats clears every other width's highest,
+    from at least MIN_REPEATS repeats; otherwise "not resolved at this n", and how far the
+    repeats let the leading widths move."""
+    if not predictions:
+        return None, ""
+    ranked = sorted(predictions.values(), key=lambda p: p.speedup, reverse=True)
+    best = ranked[0]
+    n = f"{repeats} repeat" + ("" if repeats == 1 else "s")
+    if repeats < MIN_REPEATS:
+        return None, f"best width not resolved at this n ({n} per row count; {MIN_REPEATS} or more tell it)"
+    rival = next((p for p in ranked[1:] if p.high is not None and best.low is not None
+                  and p.high >= best.low), None)
+    if rival is not None:
+        return None, (f"best width not resolved at this n ({n} per row count): w{best.width} "
+                      f"{best.low:.2f}-{best.high:.2f}x and w{rival.width} {rival.low:.2f}-{rival.high:.2f}x "
+                      f"overlap")
+    lead = (f"; {best.low:.2f}x at worst against {ranked[1].high:.2f}x at best for w{ranked[1].width}"
+            if len(ranked) > 1 else "")
+    return best.width, f"best width {best.width} ({n} per row count agree{lead})"

@@ -9,13 +9,12 @@ they go) is the console's ``console.records``.
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 from engine.decode import ROUND_COLUMNS
-from policy import stats
+from policy import files, stats
 
 RECORD_SCHEMA = 1
 
@@ -108,6 +107,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         "rollback": session.rollback_line() or None,
         "predicted_speedup": {str(k): round(v, 4) for k, v in session.predicted.items()},
         "predicted_best": session.predicted_best,
+        "predicted_note": session.predicted_note,
         "prediction": {"draft_cost": session.draft_cost.value, "draft_cost_ms": round(session.draft_cost_ms, 4),
                        "drafter_kind": session.drafter_kind,
                        "widths": [p.to_dict() for _, p in sorted(session.prediction.items())]},
@@ -166,7 +166,8 @@ def reproduce_oracle(record: dict):
 
 
 def load(path: Path) -> dict:
-    return json.loads(Path(path).read_text(encoding="utf-8"))
+    """A record, read bounded and strict (files.FileProblem, a ValueError, when it cannot be)."""
+    return files.read_json(Path(path), files.MAX_RECORD_BYTES)
 
 
 def refusal(record: dict):
@@ -332,6 +333,8 @@ def markdown(record: dict) -> str:
         lines += [f"- {w}" for w in record["warnings"]]
     if record.get("predicted_best"):
         lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
+    elif isinstance(record.get("predicted_note"), str) and record["predicted_note"]:
+        lines.append(f"\nPrediction from the cost curve and acceptance: {record['predicted_note']}")
         pred = record.get("prediction") or {}
         if pred.get("widths"):
             unit = "per round, any width" if pred["draft_cost"] == "flat" else "per drafted token"

@@ -657,6 +657,7 @@ class ServedPair:
     target_config: dict
     tokenizer: Any
     kind: Any = None
+    token_rows: int | None = None  # rows of the pair's smallest embedding table (engine.shapes)
 
     @property
     def pair_id(self) -> str:
@@ -679,20 +680,28 @@ def served_pair(target: Path, drafter: Path) -> ServedPair:
     without loading weights: the server loads them. Raises engine.pair.PairError, naming its
     input (``target`` or ``draft``)."""
     from engine.checkpoint import fingerprint
-    from engine.pair import PairError, _check_folder, _load_tokenizer
+    from engine.pair import PairError, _check_folder, _load_tokenizer, check_shapes, token_rows
+    from policy.config import ConfigError
     from policy.drafter import DrafterKind
     from policy.quantization import classify, read_sidecar
 
-    tconfig = _check_folder(target, "target")
-    dconfig = _check_folder(drafter, "draft")
+    tconfig, tweights = _check_folder(target, "target")
+    dconfig, dweights = _check_folder(drafter, "draft")
     if tconfig.get("vocab_size") != dconfig.get("vocab_size"):
         raise PairError(f"{drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
                         f"differs from target {target}'s {tconfig.get('vocab_size')}; a draft model "
                         f"must share the target's tokenizer", "draft")
+    try:
+        sidecar = read_sidecar(target)
+    except ConfigError as e:
+        raise PairError(e.message, "target") from None
+    # what the server would build and index, checked here as the engine path checks it
+    check_shapes(tconfig, tweights, "target", dconfig, dweights, "draft")
     tokenizer = _load_tokenizer(target, "target", tconfig)
-    return ServedPair(Path(target), Path(drafter), classify(tconfig, read_sidecar(target)),
+    rows = token_rows(tokenizer, Path(target), tweights, dweights, "target", "draft")
+    return ServedPair(Path(target), Path(drafter), classify(tconfig, sidecar),
                       {"target": fingerprint(target), "drafter": fingerprint(drafter)}, tconfig,
-                      tokenizer, DrafterKind.MODEL)
+                      tokenizer, DrafterKind.MODEL, token_rows=rows)
 
 
 @dataclass(frozen=True)

@@ -110,11 +110,17 @@ def read_config(path: Path) -> dict[str, Any]:
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:
+    """ModelOpt's ``hf_quant_config.json``, or None where the folder has none. One that is there
+    but broken (truncated, not JSON, not an object, a FIFO) is a ConfigError: read as absent, it
+    made an NVFP4 target an unquantized one, and the width was resolved for the wrong kernel."""
     side = Path(path) / "hf_quant_config.json"
-    if not side.is_file():
+    if not side.exists() and not side.is_symlink():
         return None
     try:
         data = files.read_json(side)
-    except files.FileProblem:
-        return None
-    return data if isinstance(data, dict) else None
+    except files.FileProblem as e:
+        raise ConfigError(f"{e} (the quantization sidecar; remove it or restore it)") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{side}: top level is a {type(data).__name__}, not an object "
+                          f"(the quantization sidecar)")
+    return data

@@ -62,7 +62,10 @@ def mismatch(device: Device, backend: Backend, compute_capability: str | None = 
     return None
 
 
-_SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::(\d+)\.(\d+))?$")
+# [0-9], not \d: \d also matches Arabic-Indic and other digits, which int() reads as numbers
+# (the README promises ASCII digits); a compute capability has one or two digits a part.
+_SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::([0-9]{1,3})\.([0-9]{1,3}))?$")
+_CC_LIKE = re.compile(r"^(cuda|gpu):[0-9]+\.[0-9]+$")
 
 
 class DeviceSpecError(BlockwidthError, ValueError):
@@ -77,18 +80,23 @@ def sm_of(cc: str) -> str:
 def parse_device_spec(spec: str) -> Device:
     """``cuda:9.0``, ``cuda:12.1``, ``metal``, ``cpu`` -> a Device not read off hardware."""
     m = _SPEC.match(spec.strip().lower())
+    shown = repr(spec) if len(spec) <= 40 else repr(spec[:37] + "...")
+    if not m and _CC_LIKE.match(spec.strip().lower()):
+        raise DeviceSpecError(f"{shown}: a compute capability has at most 3 digits a part "
+                              f"(e.g. cuda:9.0, cuda:12.1)", "device")
     if not m:
         raise DeviceSpecError(
-            f"{spec!r}: expected cuda:MAJOR.MINOR (e.g. cuda:9.0, cuda:12.1), metal or cpu", "device")
+            f"{shown}: expected cuda:MAJOR.MINOR in ASCII digits (e.g. cuda:9.0, cuda:12.1), "
+            f"metal or cpu", "device")
     kind, major, minor = m.groups()
     if kind in ("cuda", "gpu"):
         if major is None:
             raise DeviceSpecError(
-                f"{spec!r}: a CUDA device needs its compute capability, e.g. cuda:9.0", "device")
+                f"{shown}: a CUDA device needs its compute capability, e.g. cuda:9.0", "device")
         cc = f"{int(major)}.{int(minor)}"
         return Device(Backend.CUDA, name="", architecture=sm_of(cc), compute_capability=cc)
     if major is not None:
-        raise DeviceSpecError(f"{spec!r}: only cuda takes a compute capability", "device")
+        raise DeviceSpecError(f"{shown}: only cuda takes a compute capability", "device")
     return Device(Backend(kind))
 
 

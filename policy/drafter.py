@@ -7,6 +7,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
+from policy.errors import BlockwidthError
+
 
 class DrafterKind(str, Enum):
     MODEL = "model"  # a small independent draft model, same tokenizer
@@ -14,6 +16,25 @@ class DrafterKind(str, Enum):
     DFLASH = "dflash"
     MTP = "mtp"
     EAGLE = "eagle"
+
+
+class PairingError(BlockwidthError):
+    """A drafter kind that cannot run with (or without) the drafter checkpoint given."""
+
+
+def pairing_problem(kind: DrafterKind | str | None, drafter: object | None) -> PairingError | None:
+    """Why this kind cannot run with (or without) this drafter checkpoint, or None. One rule for
+    every front end: ``sweep`` refused these at once while the console opened and said "pair
+    not loaded". The error names the drafter input (``draft``); each front end words it."""
+    if kind is None:
+        return None
+    kind = DrafterKind(kind)
+    if kind in (DrafterKind.MODEL, DrafterKind.DFLASH) and drafter is None:
+        return PairingError(f"missing: drafter kind {kind.value} needs a drafter checkpoint folder", "draft")
+    if kind is DrafterKind.LOOKUP and drafter is not None:
+        return PairingError(f"{drafter} given with drafter kind lookup: prompt lookup uses no checkpoint",
+                            "draft")
+    return None
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import errno
 import json
+import math
 import os
 import re
 import stat
@@ -20,14 +21,20 @@ from policy.errors import BlockwidthError
 
 MiB = 1 << 20
 MAX_JSON_BYTES = 64 * MiB  # configs and tokenizer configs; tokenizer.json is not read here
-MAX_NESTING = 200  # deeper JSON than any real config; deeper TOML than any real profile
+MAX_RECORD_BYTES = 128 * MiB  # session records; the largest committed one is 1.3 MiB
+MAX_NESTING = 200
+# Digits an integer read from an argument, a variable or a file may have: every count and
+# width this tool takes fits in far fewer, and int() of more than 4,300 digits raises
+# (CPython's guard against quadratic conversion), which was a traceback wherever it was met.
+MAX_DIGITS = 18  # deeper JSON than any real config; deeper TOML than any real profile
 
 
 class FileProblem(BlockwidthError, ValueError):
     """A file that cannot be read as asked; str() is '<path>: <what is wrong>'."""
 
 
-def _kind(mode: int) -> str:
+def kind_of(mode: int) -> str:
+    """What a file that is not a regular file is, in words: ``a FIFO``, ``a directory``..."""
     if stat.S_ISDIR(mode):
         return "a directory"
     if stat.S_ISFIFO(mode):
@@ -39,6 +46,9 @@ def _kind(mode: int) -> str:
     if stat.S_ISSOCK(mode):
         return "a socket"
     return "not a regular file"
+
+
+_kind = kind_of
 
 
 def read_bytes(path: Path, limit: int) -> bytes:
@@ -83,8 +93,42 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
 
 
+def _finite_float(text: str) -> float:
+    v = float(text)
+    if not math.isfinite(v):  # 1e400 parses as inf: a number no output could print as JSON
+        raise ValueError(f"{text[:40]} is out of range for a number")
+    return v
+
+
+def _bounded_int(text: str) -> int:
+    if len(text.lstrip("-")) > 4300:  # int() raises past CPython's limit: say what it is
+        raise ValueError(f"a number of {len(text):,} digits")
+    return int(text)
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every non-finite float (inf, nan) replaced by None, at any depth."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    return value
+
+
+def dumps_json(value: Any, **kw: Any) -> str:
+    """JSON as every output writes it: never ``Infinity`` or ``NaN`` (not JSON; a parser in CI
+    refuses the whole document), a non-finite number is null."""
+    return json.dumps(finite(value), allow_nan=False, **kw)
+
+
 _JSON_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[\]{}]')
-_TOML_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*|[\[\]{}]')
+# TOML's strings and comments, multi-line strings first (a bracket, or a line that reads like a
+# table header, inside one is text); then the brackets nesting counts.
+TOML_SKIP = (r'"""(?:\\[\s\S]|[^\\])*?"""(?!")|\'\'\'[\s\S]*?\'\'\'(?!\')'
+             r'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
+_TOML_TOKENS = re.compile(TOML_SKIP + r'|[\[\]{}]')
 
 
 def nesting_depth(text: str, toml: bool = False) -> int:
@@ -113,7 +157,8 @@ def loads_json(text: str | bytes, where: str | Path) -> Any:
     if nesting_depth(text) > MAX_NESTING:
         raise FileProblem(f"{where}: nested deeper than {MAX_NESTING} levels")
     try:
-        return json.loads(text, parse_constant=_reject_constant)
+        return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float,
+                          parse_int=_bounded_int)
     except json.JSONDecodeError as e:
         raise FileProblem(f"{where}: not valid JSON ({e})") from None
     except (ValueError, RecursionError) as e:

@@ -14,6 +14,7 @@ import datetime as _dt
 import os
 import re
 import stat
+import sys
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,7 +23,6 @@ from typing import Any, Mapping
 from policy import files
 from policy.auto import AUTO, AutoError, Plan
 from policy.errors import BlockwidthError
-from policy.integers import shorten
 from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
@@ -153,6 +153,49 @@ class Override:
             served += f", concurrency {self.concurrency}"
         return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}{served}"
 
+    def measured_on(self, pair: str | None = None) -> str:
+        """The pair and the prompt (or workload) this entry was measured on, from its evidence,
+        and whether that is the pair being resolved (``pair``: its fingerprint). Evidence is
+        input: only short strings and integers are taken from it."""
+        ev = self.evidence if isinstance(self.evidence, Mapping) else {}
+        on = ev.get("measured_on") if isinstance(ev.get("measured_on"), Mapping) else {}
+
+        def text(v: Any, limit: int = 60) -> str | None:
+            if not isinstance(v, str) or not v.strip():
+                return None
+            v = " ".join(v.split())
+            return v if len(v) <= limit else v[:limit - 1] + "…"
+
+        names = [n for n in (text(on.get("target")), text(on.get("drafter"))) if n]
+        measured_pair = self.pair or text(on.get("pair"), 80)
+        if names:
+            where = " + ".join(names)
+        elif measured_pair:
+            where = f"pair {measured_pair[:12]}"
+        else:
+            where = "a pair the entry does not name"
+        if self.pair is not None:
+            where += " (this pair: a pair-specific entry)"
+        elif measured_pair and pair:
+            where += (" (this pair; the entry is generic: any pair of this kind)" if measured_pair == pair
+                      else " (another pair; the entry is generic: any pair of this kind)")
+        else:
+            where += " (a generic entry: any pair of this kind)"
+        wl = ev.get("workload")
+        tokens = ev.get("prompt_tokens")
+        if isinstance(wl, Mapping) and text(wl.get("name")):
+            n = wl.get("requests")
+            what = f"workload {text(wl.get('name'))}" + (f" ({n} requests)" if isinstance(n, int) else "")
+        elif text(on.get("prompt")):
+            what = f"prompt {text(on.get('prompt'), 40)!r}"
+        elif isinstance(ev.get("prompt_sha256"), str):
+            what = f"a prompt of sha256 {ev['prompt_sha256'][:12]}"
+        else:
+            what = "a prompt the entry does not name"
+        if isinstance(tokens, int) and not isinstance(tokens, bool) and "workload" not in what:
+            what += f" ({tokens} tokens)"
+        return f"{where}, {what}"
+
     def to_toml(self) -> dict[str, Any]:
         d: dict[str, Any] = {"backend": self.backend.value, "drafter_kind": self.drafter_kind.value}
         if self.decline:
@@ -220,12 +263,28 @@ class ProfileError(BlockwidthError):
         shown = [f"profile {path}: {p}" for p in problems[:SHOW_PROBLEMS]]
         if len(problems) > SHOW_PROBLEMS:
             shown.append(f"profile {path}: ... and {len(problems) - SHOW_PROBLEMS:,} more problems")
+        self.lines = shown  # one line each, as policy.text.error_lines shows them
         super().__init__("\n".join(shown))
 
 
+def _long_number_line(text: str) -> int | None:
+    m = re.search(r"[0-9_]{%d,}" % (sys.get_int_max_str_digits() + 1), text)
+    return text.count("\n", 0, m.start()) + 1 if m else None
+
+
+# An [[override]] header at the start of a line, outside every string: the strings are matched
+# (and passed over) first, so a multi-line string holding "[[override]]" is not an entry.
+_HEADERS = re.compile(files.TOML_SKIP + r"""|(?m:^[ \t]*\[\[[ \t]*(?:override|"override"|'override')[ \t]*\]\])""")
+
+
 def _override_lines(text: str) -> list[int]:
-    return [i + 1 for i, line in enumerate(text.splitlines())
-            if re.match(r"^\s*\[\[\s*override\s*\]\]", line)]
+    lines, pos, line = [], 0, 1
+    for m in _HEADERS.finditer(text):
+        if m.group().lstrip(" \t").startswith("[["):
+            line += text.count("\n", pos, m.start())
+            pos = m.start()
+            lines.append(line)
+    return lines
 
 
 _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capability", "device_name",
@@ -241,8 +300,10 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(path, [f"not valid TOML: {e}"]) from None
-    except ValueError as e:  # tomllib's int() past 4,300 digits: not a TOMLDecodeError
-        raise ProfileError(path, [f"not valid TOML: {shorten(str(e), 120)}"]) from None
+    except ValueError:  # tomllib's int() past 4,300 digits: not a TOMLDecodeError
+        line = _long_number_line(text)
+        raise ProfileError(path, [f"not valid TOML: {'line ' + str(line) + ': ' if line else ''}a number of "
+                                  f"more than {sys.get_int_max_str_digits():,} digits"]) from None
     except RecursionError:
         raise ProfileError(path, ["nested too deeply to parse; not a profile"]) from None
     problems: list[str] = []

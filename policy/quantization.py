@@ -174,7 +174,8 @@ def _dims(config: Mapping[str, Any] | None) -> dict[str, int]:
     src = text_config(config)
     keys = {"hidden": "hidden_size", "inter": "intermediate_size", "moe_inter": "moe_intermediate_size",
             "heads": "num_attention_heads", "kv": "num_key_value_heads", "head_dim": "head_dim",
-            "vocab": "vocab_size", "layers": "num_hidden_layers"}
+            "vocab": "vocab_size", "layers": "num_hidden_layers", "experts": "num_experts",
+            "local_experts": "num_local_experts", "routed_experts": "n_routed_experts"}
     d = {k: v for k, name in keys.items() if isinstance(v := src.get(name), int) and v > 0}
     if "hidden" in d and "heads" in d:
         d.setdefault("head_dim", d["hidden"] // d["heads"])
@@ -197,7 +198,10 @@ def _module_weights(name: str, d: Mapping[str, int]) -> int:
              "qkv_proj": h * (q + 2 * kv), "gate_proj": h * inter, "up_proj": h * inter,
              "down_proj": inter * h, "gate_up_proj": 2 * h * inter, "w1": h * inter, "w2": inter * h,
              "w3": h * inter, "fc1": h * inter, "fc2": inter * h,
-             "lm_head": h * d.get("vocab", h), "embed_tokens": h * d.get("vocab", h)}
+             "lm_head": h * d.get("vocab", h), "embed_tokens": h * d.get("vocab", h),
+             # a module holding every expert of a layer ("...mlp.experts"): each a gate, up and down
+             "experts": 3 * h * d.get("moe_inter", inter) * (d.get("experts") or d.get("local_experts")
+                                                            or d.get("routed_experts") or 1)}
     return sizes.get(leaf, h * h)
 
 
@@ -213,8 +217,11 @@ def _model_modules(d: Mapping[str, int]) -> list[str]:
 
 
 def _claims(target: str, module: str) -> bool:
+    import fnmatch
     import re
 
+    if any(c in target for c in "*?[") and not target.startswith("re:"):  # ModelOpt's globs: "mtp*"
+        return fnmatch.fnmatchcase(module, target)
     if target.startswith("re:"):
         try:
             return re.fullmatch(target[3:], module) is not None or re.search(target[3:], module) is not None
@@ -234,7 +241,8 @@ def _dominant(groups: list[tuple[Quantization, list[str]]], config: Mapping[str,
     """
     d = _dims(config)
     named = [t for _, targets in groups for t in targets if "." in t or t.startswith("re:")]
-    modules = list(dict.fromkeys(_model_modules(d) + [t for t in named if not t.startswith("re:")]))
+    literal = [t for t in named if not t.startswith("re:") and not any(c in t for c in "*?[")]
+    modules = list(dict.fromkeys(_model_modules(d) + literal))
     modules = [m for m in modules if not any(_claims(i, m) for i in ignore)]
     owner: dict[str, int] = {}
     for gi, (_, targets) in enumerate(groups):  # specific targets first
@@ -277,13 +285,11 @@ def _weights_scheme(weights: Mapping[str, Any], fmt: str, dtype: str | None, det
     return Quantization(Scheme.UNKNOWN, None, None, dtype, detail + " without weight bits")
 
 
-def _config_groups(qc: Mapping[str, Any], dtype: str | None, detail: str,
-                   config: Mapping[str, Any] | None) -> Quantization | None:
-    """compressed-tensors style ``config_groups`` (also what ModelOpt writes into config.json):
-    one scheme per group; with several, the one that stores most weights."""
+def _group_list(qc: Mapping[str, Any], dtype: str | None, detail: str) -> list[tuple[Quantization, list[str]]]:
+    """``config_groups`` as (scheme, targets) pairs, in the order the config gives them."""
     groups = qc.get("config_groups")
     if not isinstance(groups, Mapping):
-        return None
+        return []
     fmt = str(qc.get("format") or "")
     found: list[tuple[Quantization, list[str]]] = []
     for g in groups.values():
@@ -292,13 +298,28 @@ def _config_groups(qc: Mapping[str, Any], dtype: str | None, detail: str,
             targets = [str(t) for t in targets] if isinstance(targets, list) else ["Linear"]
             gfmt = str(g.get("format") or fmt)
             found.append((_weights_scheme(g["weights"], gfmt, dtype, detail), targets))
+    return found
+
+
+def _ignored(qc: Mapping[str, Any]) -> list[str]:
+    """Modules left unquantized: compressed-tensors' ``ignore``, ModelOpt's ``exclude_modules``."""
+    out: list[str] = []
+    for key in ("ignore", "exclude_modules"):
+        v = qc.get(key)
+        out += [str(i) for i in v] if isinstance(v, list) else []
+    return out
+
+
+def _config_groups(qc: Mapping[str, Any], dtype: str | None, detail: str,
+                   config: Mapping[str, Any] | None) -> Quantization | None:
+    """compressed-tensors style ``config_groups`` (also what ModelOpt writes into config.json):
+    one scheme per group; with several, the one that stores most weights."""
+    found = _group_list(qc, dtype, detail)
     if not found:
         return None
     if len({q.key() for q, _ in found}) == 1:
         return found[0][0]
-    ignore = qc.get("ignore")
-    ignore = [str(i) for i in ignore] if isinstance(ignore, list) else []
-    q, mix = _dominant(found, config, ignore, detail)
+    q, mix = _dominant(found, config, _ignored(qc), detail)
     return Quantization(q.scheme, q.bits, q.group_size, dtype, mix)
 
 
@@ -317,28 +338,36 @@ def _modelopt(qc: Mapping[str, Any], dtype: str | None, where: str,
     algo = str(qc.get("quant_algo") or "").upper()
     group = _int(qc.get("group_size"))
     if algo == "MIXED_PRECISION":
-        how = f"ModelOpt {where}"
+        # Both halves of what ModelOpt writes: quantized_layers (module -> algo) and config_groups
+        # (scheme -> targets). A published Qwen NVFP4 release lists only its FP8 attention
+        # projections in quantized_layers and puts NVFP4 on the MLPs and lm_head in config_groups:
+        # read alone, the first made an NVFP4 checkpoint fp8. The scheme that stores most weights wins.
+        how = f"ModelOpt {where} mixed precision"
         layers = qc.get("quantized_layers")
         by_algo: dict[str, list[str]] = {}
         for name, v in (layers.items() if isinstance(layers, Mapping) else ()):
             if isinstance(v, Mapping):
                 by_algo.setdefault(str(v.get("quant_algo", "?")).upper(), []).append(str(name))
-        if by_algo:
-            groups = []
-            for a, names in sorted(by_algo.items()):
-                g = next((_int(layers[n].get("group_size")) for n in names), None)
-                base = _modelopt({"quant_algo": a, "group_size": g}, dtype, where)
-                groups.append((base, names))
-            q, mix = _dominant(groups, config, [], f"{how} mixed precision, "
-                               + ", ".join(f"{a} on {len(n)} layers" for a, n in sorted(by_algo.items())))
-            return Quantization(q.scheme, q.bits, q.group_size, dtype, mix)
-        q = _config_groups(qc, dtype, f"{how} mixed precision", config)
-        if q is not None:
-            return q
-        return Quantization(Scheme.UNKNOWN, None, group, dtype,
-                            f"{how}: MIXED_PRECISION without readable quantized_layers or config_groups")
+        groups = []
+        for a, names in sorted(by_algo.items()):
+            g = next((_int(layers[n].get("group_size")) for n in names), None)
+            groups.append((_modelopt({"quant_algo": a, "group_size": g}, dtype, where), names))
+        in_groups = _group_list(qc, dtype, how)
+        groups += in_groups
+        if not groups:
+            return Quantization(Scheme.UNKNOWN, None, group, dtype,
+                                f"ModelOpt {where}: MIXED_PRECISION without readable quantized_layers "
+                                f"or config_groups")
+        said = [f"{a} on {len(n)} layers" for a, n in sorted(by_algo.items())]
+        if in_groups:
+            said.append(f"{len(in_groups)} config group{'s' if len(in_groups) > 1 else ''}")
+        if len({q.key() for q, _ in groups}) == 1:
+            return Quantization(groups[0][0].scheme, groups[0][0].bits, groups[0][0].group_size, dtype,
+                                f"{how}, " + ", ".join(said))
+        q, mix = _dominant(groups, config, _ignored(qc), f"{how}, " + ", ".join(said))
+        return Quantization(q.scheme, q.bits, q.group_size, dtype, mix)
     detail = f"ModelOpt {where} quant_algo {algo or '?'}"
-    if algo == "NVFP4" or algo.startswith("NVFP4"):
+    if "NVFP4" in algo:  # NVFP4, NVFP4_AWQ, W4A16_NVFP4, W4A8_NVFP4_FP8: the weights are NVFP4
         return Quantization(Scheme.NVFP4, 4, group or 16, dtype, detail)
     if algo in ("FP8", "FP8_BLOCK", "FP8_PER_CHANNEL_PER_TOKEN", "FP8_PB_WO"):
         return Quantization(Scheme.FP8, 8, group, dtype, detail)

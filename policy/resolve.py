@@ -75,6 +75,7 @@ class Resolution:
     quantization: Quantization
     stale: bool = False
     entry: Override | None = field(default=None, compare=False)
+    row: table.MeasuredDefault | None = field(default=None, compare=False)  # the table row applied
     # What the width was measured on (engine | mlx-lm-server; None: nothing measured it, e.g. a
     # flag) and the path and load it was resolved for.
     measured_path: str | None = None
@@ -210,6 +211,7 @@ def resolve(
             note = entry.match_note(device)
             if note:
                 reason += f"; {note}"
+            reason += f"; measured on {entry.measured_on(pair)}"
             reason += path_note(entry.path, path)
             if entry.load != concurrency:
                 reason += f"; measured at concurrency {entry.load}, not at the {concurrency} asked for"
@@ -228,24 +230,38 @@ def resolve(
     else:
         chain.append(Step(Source.PROFILE, False, None, "no profile"))
 
-    # 3. what the drafter checkpoint declares
+    # 3. what the drafter checkpoint declares, unless a committed measurement on this device
+    # class measured that width slower than classic (a declaration is a training choice)
+    row = table.lookup(drafter_kind, device, quantization)
     if declared_width is not None:
-        if MIN_WIDTH <= declared_width <= MAX_WIDTH:
+        if not MIN_WIDTH <= declared_width <= MAX_WIDTH:
+            chain.append(Step(Source.DRAFTER, False, None,
+                              f"declared width {declared_width} is outside {MIN_WIDTH}..{MAX_WIDTH}; ignored"))
+        elif row is not None and declared_width in row.slower:
+            chain.append(Step(Source.DRAFTER, False, declared_width,
+                              f"declares {declared_width}, passed over: record {row.record} measured "
+                              f"width {declared_width} slower than classic for {drafter_kind.value} "
+                              f"drafter on {keys}"))
+        else:
             # done() prefixes "drafter checkpoint: "; the detail (from detect_drafter) says what
             # declared it, so repeating "drafter checkpoint declares" before it read as a stutter
             return done(declared_width, Source.DRAFTER, declared_detail or f"declares {declared_width}")
-        chain.append(Step(Source.DRAFTER, False, None,
-                          f"declared width {declared_width} is outside {MIN_WIDTH}..{MAX_WIDTH}; ignored"))
     else:
         chain.append(Step(Source.DRAFTER, False, None, "drafter checkpoint declares no width"))
 
     # 4. built-in measured default
-    row = table.lookup(drafter_kind, device, quantization)
     if row is not None:
+        if row.width is None:
+            what = "every width measured was slower than classic, so decode classically"
+        elif row.won:
+            what = f"measured for {drafter_kind.value} drafter on {keys}"
+        else:
+            what = (f"the fastest width not measured slower for {drafter_kind.value} drafter on {keys} "
+                    f"(not a win there)")
         return done(row.width, Source.TABLE,
-                    f"measured for {drafter_kind.value} drafter on {keys}; record {row.record}, "
-                    f"MLX {row.mlx}" + _identity_note(row.byte_identical) + path_note(PATH_ENGINE, path),
-                    measured_path=PATH_ENGINE)
+                    f"{what}; record {row.record}, MLX {row.mlx}" + ("" if row.won else f": {row.evidence}")
+                    + _identity_note(row.byte_identical if row.width is not None else None)
+                    + path_note(PATH_ENGINE, path), row=row, measured_path=PATH_ENGINE)
     chain.append(Step(Source.TABLE, False, None,
                       f"no built-in measurement for {drafter_kind.value} drafter on {keys}"))
 

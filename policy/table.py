@@ -20,7 +20,7 @@ class MeasuredDefault:
     compute_capability: str | None  # None: any device of the backend
     scheme: Scheme
     bits: int | None  # None: any bit width of the scheme
-    width: int
+    width: int | None  # None: every width the record measured was slower (decode classically)
     mlx: str
     record: str
     evidence: str
@@ -28,6 +28,13 @@ class MeasuredDefault:
     # record (None: the record did not say). On CUDA a K-row verify is not bitwise equal to
     # K single steps, so a row can win on speed and still differ at a near-tie.
     byte_identical: bool | None = None
+    # The widths the record measured slower than classic. A width a drafter declares (or the
+    # per-kind constant) that is among them is never the first answer: a committed measurement
+    # on this device class outranks a declaration, which is a training choice, not a timing.
+    slower: tuple[int, ...] = ()
+    # Whether ``width`` beat classic in the record; False: it is the fastest width the record
+    # did not measure slower, not a win (said in the reason).
+    won: bool = True
 
     def matches(self, kind: DrafterKind, device: Device, quant: Quantization) -> bool:
         return (
@@ -50,6 +57,7 @@ TABLE: tuple[MeasuredDefault, ...] = (
         record="draft-block-width-default-gb10-2026-09-20 (mlxcel project)",
         evidence="width 4 served 67.22-67.91 tok/s vs classic 57.98-58.71; width 16 41.88-41.97",
         byte_identical=None,  # the mlxcel record compared throughput only
+        slower=(16,),
     ),
     # The ninth H200 build (docs/gpu-builds.md, "Ninth build"): a 5.17B Llama-shaped bf16 target and a
     # one-layer model drafter distilled from it, widths swept against classic with n = 5.
@@ -84,6 +92,43 @@ TABLE: tuple[MeasuredDefault, ...] = (
         evidence="prompt 0: width 16 795-800 tok/s vs classic 304-319 (8: 675-687, 12: 780-789; "
         "2-7: 241-266, slower)",
         byte_identical=True,
+        slower=(2, 3, 4, 5, 6, 7),
+    ),
+    # The CPU sweeps of docs/dflash-mtp.md ("The seeds' scenario, on the demo pair"): the demo
+    # DFlash drafter, which declares block_size 16, on the 2-core CPU, widths 2-8, 10-16, n = 1.
+    # A CPU's verify grows with every row while a block drafter's acceptance per drafted token
+    # falls with the block, so 16 was the slowest width or nearly (2x slower on bf16, 5x on
+    # 4-bit). These rows are there so that the declared 16 is not the CPU's first answer: on
+    # bf16 no width won (n = 1 cannot tell drift from noise), and 4 is the fastest width not
+    # measured slower; on 4-bit every width was slower, so the first answer is classic.
+    MeasuredDefault(
+        drafter_kind=DrafterKind.DFLASH,
+        backend=Backend.CPU,
+        compute_capability=None,
+        scheme=Scheme.NONE,
+        bits=None,
+        width=4,
+        mlx="0.32.4",
+        record="lab/records/sweep-dflash-bf16-cpu.json",
+        evidence="width 4 135.8 tok/s against classic 104.3-137.9 (undecided at n = 1); 10-16 slower, "
+        "width 16 69.2",
+        byte_identical=True,
+        slower=(10, 12, 14, 16),
+        won=False,
+    ),
+    MeasuredDefault(
+        drafter_kind=DrafterKind.DFLASH,
+        backend=Backend.CPU,
+        compute_capability=None,
+        scheme=Scheme.AFFINE,
+        bits=4,
+        width=None,
+        mlx="0.32.4",
+        record="lab/records/sweep-dflash-4bit-cpu.json",
+        evidence="classic 27.1 tok/s; every width slower: best width 2 19.5, width 16 4.2",
+        byte_identical=True,
+        slower=(2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16),
+        won=False,
     ),
 )
 

@@ -111,15 +111,6 @@ def judge(classic: Range | None, width: Range | None, *, speculative_rounds: int
     return verdict, why
 
 
-def more_repetitions(*, sequential: bool, max_reps: int, max_seconds: float) -> str:
-    """How to get more repetitions, given how the session ran."""
-    if sequential:
-        return (f"the sequential budget of {max_reps} repetitions / {max_seconds:g} s ended first; "
-                "the sweep command's max-reps and max-seconds options raise it")
-    # The console shows this in its error line too, where a "--" flag is out of place (test_app)
-    return "-n 7 or the sequential flag; in the console, n 7 or sequential mode"
-
-
 def opening_closing(classic_tok_s: Sequence[float]) -> tuple[Range | None, Range | None]:
     """Classic's opening and closing halves (the first half takes the odd run)."""
     if len(classic_tok_s) < 2:
@@ -157,7 +148,7 @@ def drift(classic_tok_s: Sequence[float], more: str) -> Drift:
     return Drift(True, chance, f"classic's opening and closing runs do not overlap ({span}), which "
                                f"noise alone does {chance:.0%} of the time with this few runs: drift "
                                f"or noise, it cannot tell; nothing here can be saved until more "
-                               f"repetitions settle it ({more})")
+                               f"repetitions settle it" + (f" ({more})" if more else ""))
 
 
 def warm_blind(*, warmup_shift: int, attention: str, backend: str) -> bool:
@@ -241,7 +232,8 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
     """Verdicts, drift and the recommendation, from the decode speeds of a session.
 
     ``blind``: every run may be warm (``warm_blind``), so no win is drawn; ``more``: how to
-    get more repetitions (``more_repetitions``), said where the decision asks for them.
+    get more repetitions, said where the decision asks for them (the engine leaves it empty: the
+    advice is each front end's, console.outcome.advice).
     ``estimates`` (per width, ``policy.stats``): the interval rule applies on top of the range
     rule (``single``: one request) or alone (a workload), and the tie rule picks the winner."""
     classic = Range.of(classic_tok_s) if classic_tok_s else None
@@ -288,7 +280,7 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
         decision = "undecided"
         why = ("ranges overlap for " if estimates is None or (single and _overlap(classic, undecided))
                else "not decided for ") + ", ".join(a.name for a in undecided)
-        why += f"; more repetitions may decide ({more})"
+        why += f"; {more}" if more else ""
     else:
         decision = "no width beats classic here"
         why = "; ".join(f"{a.name}: {v.value}" for a, (v, _) in zip(arms, verdicts))

@@ -33,20 +33,27 @@ CONSOLE_SHOTS = {  # name: (state, size, tab)
     "console-running.svg": ("running", (100, 30), "tab-ab"),
     "console-refused.svg": ("refused", (100, 30), "tab-ab"),
     "console-identity.svg": ("done", (120, 30), "tab-identity"),
+    "console-answer.svg": ("y-model", (100, 30), ""),  # the y dialog
+    "console-saved.svg": ("saved", (100, 30), "tab-ab"),
 }
 
 
 async def console_shot(name: str, state: str, size: tuple[int, int], tab: str) -> None:
     """The console in one of the snapshot tests' states (tests/states.py: fixed figures, so
     the pictures change only when the console does), saved with Textual's own screenshot."""
+    import shutil
     import tempfile
 
     from tests.states import enter, make_app
 
-    app = make_app(Path(tempfile.gettempdir()) / "blockwidth-screenshot-state")  # one fixed path: the chain shows it
+    where = Path(tempfile.gettempdir()) / "blockwidth-screenshot-state"  # one fixed path: the chain shows it
+    shutil.rmtree(where, ignore_errors=True)  # a saved state's profile must not leak into the next
+    where.mkdir()
+    app = make_app(where)
     async with app.run_test(size=size) as pilot:
         await enter(app, pilot, state)
-        app.query_one("TabbedContent").active = tab
+        if tab:  # "": a dialog is open over the tabs
+            app.query_one("TabbedContent").active = tab
         await pilot.pause()
         app.save_screenshot(name, str(HERE))
     print(f"wrote {HERE / name}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.app import BUDGET_S, BlockwidthApp, Options
+from console.app import BUDGET_S, BlockwidthApp, Options, Phase
 from console.request import SessionRequest
 from engine.ab import AbConfig, Arm, Event, Session, Verdict, decide
 from engine.decode import DecodeRun, Round
@@ -18,20 +18,28 @@ from engine.identity import Exactness, compare
 
 TOKENS = 16
 CONTINUATION = " = []\n\n    def push(self, item):\n        self.items.append(item)\n"
-STATES = ("idle", "running", "done", "cancelled", "failed", "refused")
+STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
+          # issue 25: the screen after a save, a stale session, a sequential session's budget
+          # bar, the cost-curve stage, a pair that did not load, a saved decline, and the y
+          # dialog for each drafter kind, an undecided session, an unloaded pair and a decline
+          "saved", "stale", "sequential", "costcurve", "unloaded", "decline",
+          "y-model", "y-lookup", "y-dflash", "y-mtp", "y-undecided", "y-unloaded", "y-decline")
 
-_PAIR = None
+_PAIRS: dict = {}
+
+# A load failure as the pair panel shows one (a message engine.pair gives, fixed here).
+LOAD_ERROR = ("target {}: mlx-lm cannot load it (ValueError: Received 2 parameters not in model: "
+              "lm_head.biases, lm_head.scales)")
 
 
-def demo_pair():
-    global _PAIR
-    if _PAIR is None:
+def demo_pair(kind: str | None = None):
+    if kind not in _PAIRS:
         from console.inputs import pair_paths
         from engine.pair import load_pair
 
-        paths = pair_paths(None, None)
-        _PAIR = load_pair(paths.target, paths.drafter)
-    return _PAIR
+        paths = pair_paths(None, None, kind=kind)
+        _PAIRS[kind] = load_pair(paths.target, paths.drafter, kind)
+    return _PAIRS[kind]
 
 
 def _run(width: int | None, tok_s: float, tokens: list[int]) -> DecodeRun:
@@ -40,11 +48,12 @@ def _run(width: int | None, tok_s: float, tokens: list[int]) -> DecodeRun:
     return DecodeRun(width, list(tokens), 20, 0.05, decode_s, rounds)
 
 
-def fixture_session(*, drift: bool = False, cancelled: bool = False) -> Session:
+def fixture_session(*, drift: bool = False, cancelled: bool = False, outcome: str = "win") -> Session:
     """Widths 2, 4, 8 against classic, n = 3, 16 tokens: w4 wins, w8 is slower.
 
     ``drift``: classic's closing runs do not overlap its opening ones (nothing can be saved).
-    ``cancelled``: stopped after the first repetition."""
+    ``cancelled``: stopped after the first repetition. ``outcome``: ``win`` (as above),
+    ``decline`` (every width slower) or ``undecided`` (every width overlaps classic)."""
     pair = demo_pair()
     tok = pair.tokenizer
     ids = tok.encode(DEFAULT_PROMPT)
@@ -52,7 +61,9 @@ def fixture_session(*, drift: bool = False, cancelled: bool = False) -> Session:
     config = AbConfig(widths=(2, 4, 8), prompt=DEFAULT_PROMPT, n=3, max_tokens=TOKENS, sequential=True,
                       max_seconds=BUDGET_S)
     classic_tok_s = [40.0, 41.0, 52.0, 53.0] if drift else [40.0, 41.5, 42.0, 40.5]
-    speeds = {2: [44.0, 45.0, 46.0], 4: [60.0, 62.0, 63.0], 8: [30.0, 31.0, 33.0]}
+    speeds = {"win": {2: [44.0, 45.0, 46.0], 4: [60.0, 62.0, 63.0], 8: [30.0, 31.0, 33.0]},
+              "decline": {2: [35.0, 36.0, 37.0], 4: [30.0, 31.0, 32.0], 8: [20.0, 21.0, 22.0]},
+              "undecided": {2: [39.0, 41.0, 44.0], 4: [38.0, 42.0, 45.0], 8: [36.0, 40.5, 43.0]}}[outcome]
     reps = 1 if cancelled else 3
     classic = Arm(None, [_run(None, v, out) for v in classic_tok_s[:reps + (0 if cancelled else 1)]],
                   verdict=Verdict.CONTROL)
@@ -90,34 +101,101 @@ def _fields(app: BlockwidthApp, session: Session) -> None:
     app.query_one(AbTab).set_prompt(session.config.prompt)  # the fixture's one prompt, not the default workload
 
 
-async def enter(app: BlockwidthApp, pilot, state: str) -> None:
-    """Put a mounted app in ``state`` (one of STATES), through the app's own methods."""
+def demo_link() -> Path:
+    """The demo pair through a link at one fixed absolute path: the y dialog prints absolute
+    paths, and a snapshot must not depend on where the checkout is."""
+    import tempfile
+
+    from engine import demo
+
+    link = Path(tempfile.gettempdir()) / "blockwidth-demo-pair"
+    real = demo.target("bf16").parent
+    if not (link.is_symlink() and link.resolve() == real.resolve()):
+        if link.is_symlink() or link.exists():
+            link.unlink()
+        link.symlink_to(real, target_is_directory=True)
+    return link
+
+
+async def _resolve(app: BlockwidthApp, pilot, kind: str | None = None, linked: bool = False) -> None:
     from console.inputs import resolution
 
     o = app.options
-    app.set_resolution(*resolution(target=None, draft=None, kind=None, flag=None, device=o.device,
+    target = draft = None
+    if linked:
+        link = demo_link()
+        target = str(link / "target-bf16")
+        draft = None if kind == "lookup" else str(link / {"dflash": "dflash", "mtp": "mtp"}.get(kind, "drafter"))
+    app.set_resolution(*resolution(target=target, draft=draft, kind=kind, flag=None, device=o.device,
                                    profile=o.profile, profile_missing_ok=True))
-    app.set_pair(demo_pair())
     await pilot.pause()
-    if state == "idle":
+
+
+async def _save(app: BlockwidthApp, pilot, scope: str = "g") -> None:
+    """s, then the scope dialog's key, then the re-resolution the save starts (as the worker
+    would post it, with the named device the state was resolved for)."""
+    await pilot.press("s")
+    await pilot.pause()
+    await pilot.press(scope)
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    await app.workers.wait_for_complete()
+    await _resolve(app, pilot, linked=app._linked)
+
+
+async def enter(app: BlockwidthApp, pilot, state: str) -> None:
+    """Put a mounted app in ``state`` (one of STATES), through the app's own methods and keys."""
+    kind = {"y-lookup": "lookup", "y-dflash": "dflash", "y-mtp": "mtp"}.get(state)
+    app._linked = state.startswith("y-")  # type: ignore[attr-defined]
+    await _resolve(app, pilot, kind, linked=state.startswith("y-"))
+    if state in ("unloaded", "y-unloaded"):
+        # as the pair worker's failure sets it; the demo pair's folder named from the checkout's
+        # root, so the snapshot does not hold where this checkout happens to be
+        target = Path(app.paths.target)
+        root = Path(__file__).resolve().parent.parent
+        shown = target.relative_to(root) if target.is_relative_to(root) else target
+        app.load_error = LOAD_ERROR.format(shown)
+        app._show_phase(Phase.LOAD_FAILED, "why: above; o opens another pair")
+    else:
+        app.set_pair(demo_pair(kind))
+    await pilot.pause()
+    if state in ("idle", "unloaded", "y-model", "y-lookup", "y-dflash", "y-mtp", "y-unloaded"):
+        if state.startswith("y-"):
+            await pilot.press("y")
+        await pilot.pause()
         return
-    session = fixture_session(drift=state == "refused", cancelled=state == "cancelled")
+    outcome = {"decline": "decline", "y-decline": "decline", "y-undecided": "undecided"}.get(state, "win")
+    session = fixture_session(drift=state == "refused", cancelled=state == "cancelled", outcome=outcome)
     _fields(app, session)
     await pilot.pause()
     req = request_of(session)
     app.begin(req, session.config.planned_runs)
     if state == "running":
         app.on_ab_event(_event(Event("progress", "w4", 2, 8, TOKENS, run=9, runs=session.config.planned_runs)))
+    elif state == "sequential":
+        # the sixth repetition of a sequential session, 31 s into its 60 s budget: the bar
+        # is the budget, not a total that grows
+        app.on_ab_event(_event(Event("progress", "w4", 6, 8, TOKENS, run=25, runs=26, elapsed=31.0)))
+    elif state == "costcurve":
+        app.on_ab_event(_event(Event("phase", "w8", run=2, runs=3, phase="exactness")))
+        app.on_ab_event(_event(Event("phase", run=0, runs=4, phase="costcurve")))
     elif state == "failed":
         from engine.decode import DecodeError
 
         app.session_failed(DecodeError("prompt of 30 tokens + 64 new tokens exceeds the target's context of 64"))
     else:
         app.show_session(session, Path("session-fixture.json"), [], request=req)
+        await pilot.pause()
         if state == "refused":
-            await pilot.pause()
             await pilot.press("s")
             await app.workers.wait_for_complete()
+        elif state in ("saved", "decline", "y-decline"):
+            await _save(app, pilot)
+        elif state == "stale":
+            app.query_one("#n").value = "5"  # as typed: the shown results are for n 3
+        if state in ("y-decline", "y-undecided"):
+            await pilot.pause()
+            await pilot.press("y")
     await pilot.pause()
 
 

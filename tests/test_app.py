@@ -6,7 +6,7 @@ import io
 from textual.widgets import Input
 
 from console.app import BlockwidthApp, Options, Phase
-from console.screens import ConfirmScreen, HelpScreen, TextScreen
+from console.screens import AnswerScreen, ConfirmScreen, HelpScreen
 from policy import profile
 
 
@@ -98,12 +98,17 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             assert not isinstance(app.screen, HelpScreen)
 
             await pilot.press("y")
-            assert isinstance(app.screen, TextScreen)
-            shown = str(app.screen.query_one("#text Static").render())
-            assert "mlx_lm.server --model" in shown and "--num-draft-tokens 3" in shown
-            assert "BLOCKWIDTH_DRAFT_BLOCK_SIZE=4" in shown
+            assert isinstance(app.screen, AnswerScreen)
+            shown = str(app.screen.query_one("#answer Static").render())
+            assert "mlx_lm.server --model /" in shown and "--num-draft-tokens 3" in shown
+            assert "BLOCKWIDTH_DRAFT_BLOCK_SIZE=4" in shown and "not measured" in shown
+            assert app.clipboard.startswith("mlx_lm.server --model /")
+            await pilot.press("Y")  # inside the dialog too, as it says
+            assert app.clipboard == "export BLOCKWIDTH_DRAFT_BLOCK_SIZE=4"
+            await pilot.press("y")
+            assert app.clipboard.startswith("mlx_lm.server --model /")
             await pilot.press("escape")
-            assert app.clipboard.startswith("mlx_lm.server --model")
+            assert not isinstance(app.screen, AnswerScreen)
             await pilot.press("Y")
             assert app.clipboard == "export BLOCKWIDTH_DRAFT_BLOCK_SIZE=4"
 
@@ -359,8 +364,14 @@ def test_open_another_pair_from_the_console(tmp_path):
             assert app.pair.kind.value == "lookup" and app.pair.quantization.scheme.value == "affine"
             assert "affine" in _text(app, "#resolution")
             await _open_pair(app, pilot, "ctrl+a", *"/nope/target", "enter")
-            # A wrong path is refused before anything is dropped: the loaded pair stays.
+            # A wrong path is refused before anything is dropped: the loaded pair stays, and the
+            # dialog comes back with what was typed (it lost it) and why
             assert app.phase is Phase.READY and app.pair.kind.value == "lookup"
+            assert type(app.screen).__name__ == "PairScreen"
+            assert app.screen.query_one("#open-target").value.startswith("/nope/target")
+            assert app.screen.query_one("#open-kind").value == "lookup"
+            assert "target field /nope/target" in str(app.screen.query_one("#open-error").render())
+            await pilot.press("escape")
             assert "target field /nope/target" in _text(app, "#error")  # the dialog's words
             assert "still on" in _text(app, "#error")
             assert app.query_one("#progress").has_class("-idle")
@@ -378,11 +389,14 @@ def test_an_error_toast_keeps_its_brackets(tmp_path):
         async with app.run_test(size=(100, 30)) as pilot:
             await _settle(app, pilot)
             await _open_pair(app, pilot, *"/nope/target", "enter")
+            assert "still on target-bf16 [unquantized bfloat16]" in str(app.screen.query_one("#open-error").render())
+            await pilot.press("escape")
             assert "still on target-bf16 [unquantized bfloat16]" in _text(app, "#error")
             toasts = [str(Toast(n).render()) for n in app._notifications]
             assert any("still on target-bf16 [unquantized bfloat16]" in t for t in toasts), toasts
             # The dialog's kind is named as its field, as the target and drafter are.
             await _open_pair(app, pilot, "tab", "tab", *"eagle", "enter")
+            await pilot.press("escape")
             assert "kind field eagle: the demo pair has no eagle drafter" in _text(app, "#error")
             assert app.pair.kind.value == "model"
 

@@ -13,8 +13,16 @@ from tests.states import STATES, enter, make_app
 
 @pytest.mark.parametrize("size", [(80, 24), (140, 40)], ids=["80x24", "140x40"])
 @pytest.mark.parametrize("state", STATES)
-def test_console_state_snapshot(state, size, snap_compare, tmp_path):
-    app = make_app(tmp_path)
+def test_console_state_snapshot(state, size, snap_compare):
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    # One fixed folder: the profile's path is in the reasons a saved state shows.
+    where = Path(tempfile.gettempdir()) / "blockwidth-snapshot-state"
+    shutil.rmtree(where, ignore_errors=True)
+    where.mkdir()
+    app = make_app(where)
 
     async def run_before(pilot):
         await enter(app, pilot, state)
@@ -54,7 +62,7 @@ def test_console_save_and_delete_keep_the_operators_comment(tmp_path):
         app = make_app(tmp_path)
         async with app.run_test(size=(140, 40)) as pilot:
             await enter(app, pilot, "done")  # w4 wins and can be saved
-            await pilot.press("s")
+            await pilot.press("s", "g")  # generic
             await app.workers.wait_for_complete()
             await pilot.pause()
             assert [e.width for e in profile.load(p).entries] == [8, 4]
@@ -109,3 +117,130 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
                 ("width 4 beats classic", "green"), ("not saveable (undecided): undecided", "yellow")]
 
     asyncio.run(go())
+
+
+def _run(coro):
+    import asyncio
+
+    return asyncio.run(coro)
+
+
+def test_a_save_asks_for_its_scope_and_the_screen_follows_it(tmp_path):
+    """s asks: this pair only (p) or generic (g). After the save the resolution is the saved
+    entry, and the table's * and the headline say so (they kept the old width and "s saves it")."""
+    from policy import profile
+    from tests.states import _save, demo_pair
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "done")
+            assert "s saves it" in str(app.query_one("#headline").render())
+            await pilot.press("s")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "SaveScreen"
+            await pilot.press("escape")  # saves nothing
+            await pilot.pause()
+            assert not (tmp_path / "p.toml").exists()
+            app._linked = False
+            await _save(app, pilot, "p")
+            entry = profile.load(tmp_path / "p.toml").entries[0]
+            assert entry.pair == demo_pair().pair_id and entry.width == 4
+            assert entry.evidence["measured_on"]["target"] == "target-bf16"
+            assert app.res.source.value == "profile" and "this pair: a pair-specific entry" in app.res.reason
+            assert "saved to the profile" in str(app.query_one("#headline").render())
+            table = app.query_one("#arms")
+            names = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
+            assert names == ["classic", "w2", "w4 *", "w8"]
+            await _save(app, pilot, "g")  # the generic one is a second entry
+            assert [e.pair for e in profile.load(tmp_path / "p.toml").entries] == [demo_pair().pair_id, None]
+
+    _run(go())
+
+
+def test_a_stale_session_is_not_offered_for_saving():
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    where = Path(tempfile.mkdtemp())
+
+    async def go():
+        app = make_app(where)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await enter(app, pilot, "stale")
+            head = str(app.query_one("#headline").render())
+            assert "stale: a runs the fields on screen" in head and "s saves it" not in head
+            await pilot.press("s")
+            await pilot.pause()
+            assert "fields changed since this run" in str(app.query_one("#error").render())
+
+    _run(go())
+    shutil.rmtree(where)
+
+
+def test_the_sequential_bar_is_the_budget_and_the_cost_curve_bar_starts_empty(tmp_path):
+    """In sequential mode the bar sat at "run 22/22" (a total that grows): it is now the budget,
+    repetitions or seconds, whichever is nearer its end; a new stage starts its bar at 0."""
+    from engine.ab import Event
+    from tests.states import TOKENS, _event
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "sequential")
+            bar = app.query_one("#progress")
+            status = str(app.query_one("#status").render())
+            # rep 6 of at most 12, 31 of 60 s: seconds are nearer their end (31/60)
+            assert "budget: rep 6 of ≤12, 31 of 60 s" in status
+            assert bar.progress == round(31 / 60 * 1000)
+            # a later event with a bigger "runs" (sequential adds them) does not move the bar back
+            app.on_ab_event(_event(Event("progress", "w4", 7, 2, TOKENS, run=30, runs=34, elapsed=33.0)))
+            await pilot.pause()
+            # 4 arms x (12 repetitions + a warm-up) + the closing run: 53 runs at the budget's end
+            assert bar.progress == round(max((30 + 2 / TOKENS) / 53, 33 / 60) * 1000)
+            app.on_ab_event(_event(Event("phase", "w8", run=2, runs=3, phase="exactness")))
+            app.on_ab_event(_event(Event("phase", run=0, runs=40, phase="costcurve")))
+            await pilot.pause()
+            assert bar.progress == 0 and "0/40 forwards done" in str(app.query_one("#status").render())
+            # "running with" while it runs
+            assert str(app.query_one("#settings").render()).startswith("running with")
+
+    _run(go())
+
+
+@pytest.mark.parametrize("state,says", [
+    ("y-model", ["mlx_lm.server --model /", "--num-draft-tokens 3", "not measured"]),
+    ("y-lookup", ["no mlx_lm.server command", "no prompt-lookup drafter"]),
+    ("y-dflash", ["no mlx_lm.server command", "cannot run a dflash drafter", "Received N parameters"]),
+    ("y-mtp", ["no mlx_lm.server command", "cannot run an mtp drafter"]),
+    ("y-undecided", ["this session: width 4 in effect: undecided against classic"]),
+    ("y-unloaded", ["no mlx_lm.server command: the pair did not load"]),
+    ("y-decline", ["--model /", "classic (no draft model)", "every measured width was slower"]),
+])
+def test_the_y_dialog_for_each_case(state, says):
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    where = Path(tempfile.mkdtemp())
+
+    async def go():
+        app = make_app(where)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, state)
+            assert type(app.screen).__name__ == "AnswerScreen"
+            shown = " ".join(str(app.screen.query_one("#answer Static").render()).split())
+            for s in says:
+                assert s in shown, (s, shown)
+            if state == "y-decline":
+                assert "--draft-model" not in shown
+            before = app.clipboard
+            await pilot.press("Y")
+            if app.screen.answer.env:
+                assert app.clipboard == f"export {app.screen.answer.env}"
+            else:
+                assert app.clipboard == before  # nothing to copy, and it says so
+
+    _run(go())
+    shutil.rmtree(where)

@@ -86,40 +86,56 @@ def _undecided(**config):
     return s
 
 
-def test_an_undecided_sequential_session_names_the_budget_that_ran_out_not_the_box_that_is_on():
-    """The console said "raise n, or turn on sequential" with its sequential box already on:
-    the remedy there is the budget that ended it (the console's budget is fixed: n buys more,
-    since n repetitions always run in full), or widths closer than this host can separate."""
+def test_an_undecided_session_gets_one_piece_of_advice_in_its_front_ends_words():
+    """Three pieces of advice (sweep's --max-reps, "raise n above 12", "n 7 or sequential mode")
+    and none of them worked in the console. Now one, from the session's facts: overlapping
+    ranges are never parted by more repetitions (a range only widens), so the advice there is
+    longer runs; the headline and the save refusal say the same words, in each front end's own
+    controls, and the session's why-line carries no front end's words at all."""
     s = _undecided()  # sequential, as the console runs it: at most 12 repetitions, 60 s
-    assert s.config.sequential and s.reps == 3
+    assert s.config.sequential and s.reps == 3 and s.config.max_tokens == 16
     s.budget_out = Budget.SECONDS
+    # every width at classic's speed: its interval may yet settle below the minimum gain, so
+    # more repetitions can decide, and the budget that ended it is the advice
+    assert _entry(s).say(Front.CONSOLE) == ("undecided: ranges overlap; it ran out of time after 3 "
+                                            "repetitions: raise the secs field to 120")
+    # w4 now looks 1.4x faster, but one slow run leaves its range over classic's: no repetition
+    # parts them, so the advice is longer runs
+    w4 = s.arm(4)
+    for run, v in zip(w4.runs, [39.0, 58.0, 60.0]):
+        run.decode_s = len(run.tokens) / v
+    decide(s)
+    assert w4.verdict is Verdict.UNDECIDED
     r = _entry(s)
     assert isinstance(r, Refusal) and r.kind is RefusalKind.UNDECIDED
     console, cli = r.say(Front.CONSOLE), r.say(Front.CLI)
-    assert console == ("undecided: ranges overlap; sequential mode ran out of time after 3 repetitions "
-                       "(its budget is 60 s); raise n above 3 (n repetitions always run in full), or the "
-                       "widths may be too close to separate on this host")
-    assert cli == ("undecided: ranges overlap; sequential mode ran out of time after 3 repetitions "
-                   "(--max-seconds 60); raise --max-seconds, or the widths may be too close to separate "
-                   "on this host")
-    s.budget_out, s.reps = Budget.REPS, 12
-    console, cli = _entry(s).say(Front.CONSOLE), _entry(s).say(Front.CLI)
-    assert "ran out of repetitions after 12 (its budget is 12); raise n above 12" in console
-    assert "ran out of repetitions after 12 (--max-reps 12); raise --max-reps," in cli
-    s.budget_out = None  # stopped with budget left (a closing classic run unsettled a width)
-    assert "sequential mode stopped after 12 repetitions; raise n above 12" in _entry(s).say(Front.CONSOLE)
-    assert "sequential mode stopped after 12 repetitions; raise -n above 12" in _entry(s).say(Front.CLI)
-    for front in Front:
-        said = _entry(s).say(front)
-        assert "turn on sequential" not in said and "--sequential" not in said
-    assert "--" not in _entry(s).say(Front.CONSOLE)
+    assert console == ("undecided: ranges overlap; more repetitions cannot part them; "
+                       "raise the tokens field to 64 (longer runs even out this host's noise)")
+    assert cli.endswith("rerun with --max-tokens 64 (longer runs even out this host's noise)")
+    assert headline(s, front=Front.CONSOLE).text == console
+    assert "--" not in console and "more repetitions may decide" not in s.why and "n 7" not in s.why
+    s.config = dataclasses.replace(s.config, max_tokens=512)
+    assert "too close to separate on this host" in _entry(s).say(Front.CONSOLE)
 
 
-def test_an_undecided_fixed_n_session_still_says_more_repetitions_or_sequential():
-    r = _entry(_undecided(sequential=False))
-    assert r.say(Front.CONSOLE) == ("undecided: ranges overlap; run more repetitions "
-                                    "(raise n, or turn on sequential)")
-    assert r.say(Front.CLI) == "undecided: ranges overlap; run more repetitions (-n, or --sequential)"
+def test_advice_without_overlap_names_the_budget_that_ended_it():
+    """Where more repetitions can decide (drift that may be noise; an interval verdict), the
+    advice is the budget field that ran out, doubled, or the sequential box when it is off."""
+    from console.outcome import MoreRuns
+
+    runs = MoreRuns(overlap=False, sequential=True, reps=4, max_reps=12, max_seconds=60,
+                    budget_out=Budget.SECONDS, tokens=64)
+    assert runs.say(Front.CONSOLE) == "it ran out of time after 4 repetitions: raise the secs field to 120"
+    assert runs.say(Front.CLI) == "it ran out of time after 4 repetitions: rerun with --max-seconds 120"
+    reps = dataclasses.replace(runs, budget_out=Budget.REPS, reps=12)
+    assert reps.say(Front.CONSOLE).endswith("raise the reps field to 24")
+    assert reps.say(Front.CLI).endswith("rerun with --max-reps 24")
+    fixed = dataclasses.replace(runs, sequential=False)
+    assert fixed.say(Front.CONSOLE).startswith("turn on sequential") and "--sequential" in fixed.say(Front.CLI)
+    drifted = fixture_session(drift=True)
+    assert drifted.drift_could_be_noise
+    # more classic runs tell drift from noise: the reps budget is the advice
+    assert "raise the reps field to 24" in headline(drifted, front=Front.CONSOLE).text
 
 
 def test_an_undecided_session_is_not_saveable_anywhere():

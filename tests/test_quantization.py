@@ -164,6 +164,48 @@ def test_mixed_precision_is_classified_by_what_stores_most_weights():
     assert q.scheme.value == "fp8" and "modules counted" in q.detail
 
 
+def qwen3_nvfp4_modelopt() -> dict:
+    """A config.json in the shape of a published Qwen3 NVFP4 ModelOpt release (issue 24): its
+    quantized_layers name only the minority scheme, FP8 on a few attention projections of the
+    first and last layers; its config_groups put NVFP4 on every MLP projection and lm_head."""
+    n = 36
+    fp8 = {f"model.layers.{i}.self_attn.{m}": {"quant_algo": "FP8"}
+           for i in (0, 1, n - 2, n - 1) for m in ("q_proj", "k_proj", "v_proj", "o_proj")}
+    nvfp4 = {"dynamic": False, "num_bits": 4, "type": "float", "group_size": 16}
+    mlp = [f"model.layers.{i}.mlp.{m}" for i in range(n) for m in ("gate_proj", "up_proj", "down_proj")]
+    return {
+        "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "torch_dtype": "bfloat16",
+        "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": n,
+        "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+        "tie_word_embeddings": False,
+        "quantization_config": {
+            "quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+            "producer": {"name": "modelopt", "version": "0.37.0"},
+            "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"},
+            "config_groups": {"group_0": {"input_activations": nvfp4, "weights": nvfp4,
+                                          "targets": [*mlp, "lm_head"]}},
+            "ignore": ["model.embed_tokens", "model.layers.*.mlp.gate"],
+            "quantized_layers": fp8,
+        },
+    }
+
+
+def test_modelopt_mixed_precision_reads_both_its_layers_and_its_groups():
+    """quantized_layers alone made this release fp8: the few FP8 projections it lists are 2 % of
+    the quantized weights; the NVFP4 MLPs and lm_head, named only in config_groups, the rest."""
+    q = classify(qwen3_nvfp4_modelopt())
+    assert (q.scheme.value, q.bits, q.group_size) == ("nvfp4", 4, 16), q.detail
+    assert "FP8 on 16 layers" in q.detail and "config group" in q.detail and "fp8 8-bit 2%" in q.detail
+    # the same two halves in the sidecar (hf_quant_config.json) read the same way
+    cfg = qwen3_nvfp4_modelopt()
+    sidecar = {"quantization": cfg.pop("quantization_config")}
+    assert classify(cfg, sidecar).scheme.value == "nvfp4"
+    # and a per-layer algo named W4A16_NVFP4 (newer ModelOpt) is NVFP4, not unknown
+    q = classify({"quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
+                                          "quantized_layers": {"lm_head": {"quant_algo": "W4A16_NVFP4"}}}})
+    assert q.scheme.value == "nvfp4", q.detail
+
+
 def test_quanto_names_its_integer_bits():
     """quanto writes weights = "int4": the bits were read as None (a str never passed _int)."""
     q = classify({"quantization_config": {"quant_method": "quanto", "weights": "int4"}})

@@ -57,17 +57,64 @@ def test_reason_shape_matches_design():
                                  "with an affine 4-bit g64 target")
 
 
-@pytest.mark.parametrize("device", [CPU, METAL, TURING, H200])
+@pytest.mark.parametrize("device", [METAL, TURING, H200])
 def test_no_table_row_off_gb10(device):
     res = r(device=device)
     assert (res.width, res.source) == (16, Source.FALLBACK)
+
+
+def test_a_declared_width_a_committed_record_measured_slower_is_not_the_first_answer():
+    """The demo DFlash drafter declares 16; the committed CPU sweeps measured 16 slower than
+    classic (bf16: the slowest but one; 4-bit: every width slower). The declaration is passed
+    over, and the chain says which record contradicted it."""
+    declared = dict(drafter_kind=DrafterKind.DFLASH, device=CPU, declared_width=16,
+                    declared_detail="block_size 16")
+    bf16 = r(quantization=BF16, **declared)
+    assert (bf16.width, bf16.source) == (4, Source.TABLE)
+    assert "not a win there" in bf16.reason and "sweep-dflash-bf16-cpu.json" in bf16.reason
+    step = next(s for s in bf16.chain if s.source is Source.DRAFTER)
+    assert not step.applied and step.width == 16 and "passed over" in step.why
+    four = r(quantization=AFFINE4, **declared)
+    assert (four.width, four.source, four.decline) == (None, Source.TABLE, True)
+    assert "every width measured was slower" in four.reason
+    # the seeds' case: a b16 DFlash drafter on a GB10, where the record measured 16 losing to 4
+    gb10 = r(device=GB10, drafter_kind=DrafterKind.DFLASH, declared_width=16)
+    assert (gb10.width, gb10.source) == (4, Source.TABLE)
+    # a declared width no record contradicts still applies
+    assert r(quantization=BF16, **{**declared, "declared_width": 3}).source is Source.DRAFTER
+
+
+def test_each_table_rows_slower_widths_are_slower_in_its_committed_record():
+    """A row's ``slower`` widths pass over declarations: each must be "slower" in the record it
+    names (where that record is committed here), and its width the fastest that is not."""
+    from engine.record import load
+    from policy.table import TABLE
+
+    root = Path(__file__).resolve().parent.parent
+    checked = 0
+    for row in TABLE:
+        path = root / row.record
+        if not path.is_file():
+            continue  # the GB10 row's record is another project's
+        rec = load(path)
+        arms = {a["width"]: a for a in rec["arms"] if a["width"] is not None}
+        for w in row.slower:
+            assert arms[w]["verdict"] == "slower", (row.record, w)
+        rest = [w for w in arms if w not in row.slower]
+        if row.width is None:
+            assert not rest, row.record
+        else:
+            best = max(rest, key=lambda w: arms[w]["decode_tok_s"][1])
+            assert best == row.width and (arms[best]["verdict"] == "wins") is row.won, row.record
+        checked += 1
+    assert checked >= 3
 
 
 @pytest.mark.parametrize("kind,width", [(DrafterKind.DFLASH, 16), (DrafterKind.MTP, 4),
                                         (DrafterKind.MODEL, 4), (DrafterKind.LOOKUP, 4),
                                         (DrafterKind.EAGLE, 4)])
 def test_kind_fallbacks(kind, width):
-    res = r(drafter_kind=kind, device=CPU)
+    res = r(drafter_kind=kind, device=METAL)  # the CPU has measured DFlash rows
     assert (res.width, res.source) == (width, Source.FALLBACK)
 
 
@@ -122,7 +169,7 @@ def test_invalid_env(bad):
 
 
 def test_chain_lists_every_source_once():
-    res = r(device=CPU)
+    res = r(device=METAL)
     assert [s.source for s in res.chain] == list(Source)
     assert [s.applied for s in res.chain] == [False] * 5 + [True]
     top = r(flag=3)
@@ -166,13 +213,14 @@ def test_drafter_detection():
 
 
 def test_declared_width_used_then_out_of_range_ignored():
-    res = r(declared_width=12, declared_detail="block_size 12", device=CPU)
+    # metal: no committed record contradicts a DFlash declaration there (the CPU's does: above)
+    res = r(declared_width=12, declared_detail="block_size 12", device=METAL)
     assert (res.width, res.source) == (12, Source.DRAFTER)
     assert res.reason == "12 (drafter checkpoint: block_size 12)"
     d = detect_drafter({"architectures": ["DFlashDraftModel"], "block_size": 16})
-    said = r(declared_width=d.declared_width, declared_detail=d.detail, device=CPU).reason
+    said = r(declared_width=d.declared_width, declared_detail=d.detail, device=METAL).reason
     assert said == "16 (drafter checkpoint: architectures ['DFlashDraftModel'] name DFlash; declares block_size 16)"
-    bad = r(declared_width=1000, device=CPU)
+    bad = r(declared_width=1000, device=METAL)
     assert bad.source is Source.FALLBACK and "outside" in bad.chain[3].why
 
 

@@ -15,15 +15,16 @@ from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import var
-from textual.widgets import Button, Checkbox, DataTable, Input, Label, ProgressBar, Static, TabPane
+from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static, TabPane
 
 from console.inputs import InputError, chain_lines
-from console.outcome import headline
+from console.outcome import Front, headline
 from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from console.request import SessionRequest, session_request
-from console.state import BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
+from console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
 from console.widgets.top import in_effect
+from policy.text import shown
 
 if TYPE_CHECKING:
     from engine.ab import Session
@@ -67,20 +68,37 @@ class MarkedCheckbox(Checkbox):
         self.BUTTON_INNER = "X" if self.value else " "
 
 
+class StageBar(Static):
+    """How far the stage is, in per mille: a thick line for what is done, a thin dotted one for
+    what is left. Textual's ProgressBar drew the part left with the same thick glyph in a dim
+    colour, which in a terminal of few colours read as a full bar at 0/4."""
+
+    progress: var[int] = var(0)
+
+    def watch_progress(self) -> None:
+        self.refresh()
+
+    def render(self) -> Text:
+        width = max(self.size.width - 5, 1)
+        done = round(self.progress / 1000 * width)
+        return Text.assemble(("━" * done, "bold"), ("╌" * (width - done), "dim"),
+                             f" {self.progress // 10:3d}%")
+
+
 class Stage(Horizontal):
     """The status line and the bar: one place decides both."""
 
     def compose(self) -> ComposeResult:
-        yield ProgressBar(id="progress", total=1000, show_eta=False, classes="-idle")
+        yield StageBar(id="progress", classes="-idle")
         yield Static("", id="status")
 
     def show(self, phase: Phase, detail: str = "", fraction: float | None = None) -> None:
-        bar = self.query_one(ProgressBar)
+        bar = self.query_one(StageBar)
         # The bar is shown only while a stage with a known size runs; idle or failed, no animation.
         bar.set_class(not phase.busy or fraction is None, "-idle")
         if fraction is not None:
-            bar.update(total=1000, progress=round(fraction * 1000))
-        status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {detail}" if detail else "")
+            bar.progress = round(min(max(fraction, 0.0), 1.0) * 1000)
+        status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {shown(detail)}" if detail else "")
         status.no_wrap, status.overflow = True, "ellipsis"
         self.query_one("#status", Static).update(status)
 
@@ -131,7 +149,7 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
             for arm in r.arms:
                 if arm.identity and not arm.identity.identical_ids:
                     on = "" if s.single else f" on request {r.id}"
-                    lines.append(Text(f"{arm.name}{on}: {arm.identity.describe()}", style="yellow"))
+                    lines.append(Text(shown(f"{arm.name}{on}: {arm.identity.describe()}"), style="yellow"))
         for w in s.warnings():
             lines.append(Text(f"warning: {w}", style="yellow"))
     for w in state.gate_warnings:
@@ -162,7 +180,12 @@ class AbTab(TabPane):
             yield Label("tokens")
             yield Input("64", id="tokens", compact=True)
             yield MarkedCheckbox("sequential", True, id="sequential", compact=True,
-                                 tooltip=f"add repetitions until decided (at most 12, {BUDGET_S} s)")
+                                 tooltip="add repetitions until decided, within the budget on its right")
+            # The sequential budget: repetitions, then seconds (n repetitions always run in full).
+            yield Label("reps")
+            yield Input(str(BUDGET_REPS), id="reps", compact=True, tooltip="sequential budget: repetitions")
+            yield Label("secs")
+            yield Input(f"{BUDGET_S:g}", id="secs", compact=True, tooltip="sequential budget: seconds")
         with Horizontal(id="prompt-row"):
             yield Label("prompt")
             yield Input(escape_prompt(self._prompt), id="prompt", compact=True,
@@ -195,15 +218,18 @@ class AbTab(TabPane):
             widths=self.query_one("#widths", Input).value, n=self.query_one("#n", Input).value,
             tokens=self.query_one("#tokens", Input).value,
             prompt=unescape_prompt(self.query_one("#prompt", Input).value),
-            sequential=self.query_one("#sequential", Checkbox).value, max_seconds=BUDGET_S)
+            sequential=self.query_one("#sequential", Checkbox).value,
+            max_reps=self.query_one("#reps", Input).value, max_seconds=self.query_one("#secs", Input).value)
 
     def set_prompt(self, prompt: str) -> None:
         self.query_one("#prompt", Input).value = escape_prompt(prompt)
 
     def mark_bad(self, field: str) -> None:
-        """Mark the field to fix (``widths``, ``n``, ``tokens`` or ``prompt``)."""
-        if field in ("widths", "n", "tokens", "prompt"):
-            self.query_one(f"#{field}", Input).add_class("-bad")
+        """Mark the field to fix (a ``console.request.Field`` value)."""
+        ids = {"widths": "widths", "n": "n", "tokens": "tokens", "prompt": "prompt", "max reps": "reps",
+               "max seconds": "secs"}
+        if field in ids:
+            self.query_one(f"#{ids[field]}", Input).add_class("-bad")
 
     def set_buttons(self, busy: bool, can_start: bool, can_cancel: bool) -> None:
         self.query_one("#start", Button).disabled = busy or not can_start
@@ -233,6 +259,10 @@ class AbTab(TabPane):
     def watch_stale(self, stale: bool) -> None:
         self.query_one("#results").set_class(stale, "-stale")
         self._draw_settings()
+        self._draw_headline()  # a stale session's result is no longer the fields' to save
+
+    def watch_phase(self) -> None:
+        self._draw_settings()  # "running with" while it runs, "measured with" once done
 
     # ---- the state
     def watch_resolution(self, view: ResolutionView | None) -> None:
@@ -249,9 +279,11 @@ class AbTab(TabPane):
                 field.value = ",".join(map(str, fixed + (["auto"] if w == "auto" else [])))
         self.query_one("#side-chain", Static).update(Text.assemble(
             ("the resolution's chain (tab 3)\n", "bold"), "\n".join(chain_lines(res.chain))))
-        # The arms table's * and the headline stay as the session was shown (issue 25 has them
-        # follow a save); the details' note on the width in effect follows the resolution.
+        # The arms table's *, the headline and the details' note on the width in effect follow
+        # the resolution (a save re-resolves: the saved width is then the one in effect).
         if self._shown() is not None:
+            self._draw_arms()
+            self._draw_headline()
             self._draw_details()
 
     def watch_session_state(self) -> None:
@@ -292,9 +324,15 @@ class AbTab(TabPane):
 
     def _draw_headline(self) -> None:
         s, text = self._shown(), Text()
+        state = self.session_state
         if s is not None:
-            h = headline(s, self.session_state.planned or s.config.planned_runs)
-            text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim"))
+            h = headline(s, state.planned or s.config.planned_runs, front=Front.CONSOLE)
+            if self.stale:  # what it says is about other fields than those on screen now
+                text = Text.assemble((h.text, "dim"), ("   stale: a runs the fields on screen", "yellow"))
+            elif state.saved:
+                text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   saved to the profile", "green"))
+            else:
+                text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim"))
         self.query_one("#headline", Static).update(text)
 
     def _draw_details(self) -> None:

@@ -10,10 +10,11 @@ from textual.widgets import Static, TabPane
 
 from console.inputs import chain_lines
 from console.state import ResolutionView
+from policy.text import shown
 
 
 def chain_text(view: ResolutionView) -> str:
-    return "\n".join(chain_lines(view.res.chain))
+    return "\n".join(shown(line) for line in chain_lines(view.res.chain))  # a profile's note, escaped
 
 
 class ChainTab(TabPane):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from console.outcome import Tone
+from policy.text import shown
 
 TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yellow", Tone.BAD: "bold red",
               Tone.STOPPED: "bold yellow"}
@@ -21,4 +22,4 @@ def short_path(path: Path | None, demo: bool) -> str:
         return f"demo pair: {path.name}"
     home = str(Path.home())
     s = str(path)
-    return "~" + s[len(home):] if s.startswith(home + "/") else s
+    return shown("~" + s[len(home):] if s.startswith(home + "/") else s)

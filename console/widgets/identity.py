@@ -14,6 +14,8 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static, TabPane
 
+from policy.text import shown, shown_block
+
 
 @dataclass(frozen=True)
 class IdentityView:
@@ -57,21 +59,22 @@ class IdentityViews:
         width_ids = next((r.tokens for r in arm.runs if r.tokens != classic_ids), arm.runs[0].tokens)
         ident = arm.identity
         n = ident.first_divergence if ident and not ident.identical_ids else None
-        prompt = Text(s.config.prompt, style="dim")
+        prompt = Text(shown_block(s.config.prompt), style="dim")
 
-        def render(ids: list[int], colour: str) -> Text:
+        def render(ids: list[int], colour: str) -> Text:  # a completion's escapes are escaped too
             if n is None:
-                return prompt + Text(tok.decode(ids))
-            return prompt + Text.assemble(tok.decode(ids[:n]), (tok.decode(ids[n:]), f"bold {colour} reverse"))
+                return prompt + Text(shown_block(tok.decode(ids)))
+            return prompt + Text.assemble(shown_block(tok.decode(ids[:n])),
+                                          (shown_block(tok.decode(ids[n:])), f"bold {colour} reverse"))
 
         measured = self.measured()
         classic, other = render(classic_ids, "green"), render(width_ids, "red")
         head = Text(
             # "2 of 3 widths", not "width 2 of 3": the position in the list, not the width 2
             f"classic (left) vs {arm.name} (right), {measured.index(width) + 1} of {len(measured)} widths "
-            f"([ and ] pick): {ident.describe() if ident else 'no identity'}")
+            f"([ and ] pick): {shown(ident.describe()) if ident else 'no identity'}")
         side = Text.assemble(
-            (f"identity (tab 2): classic vs {arm.name}\n", "bold"), ident.describe() if ident else "", "\n\n",
+            (f"identity (tab 2): classic vs {arm.name}\n", "bold"), shown(ident.describe()) if ident else "", "\n\n",
             ("classic\n", "bold"), classic, "\n\n", (f"{arm.name}\n", "bold"), other)
         return IdentityView(width, head, classic, other, side)
 

@@ -12,6 +12,7 @@ from textual.widgets import DataTable, Static, TabPane
 
 from console.state import ResolutionView
 from console.widgets.common import plural
+from policy.text import error_lines, shown
 from policy.profile import ProfileError
 
 MARK_STYLE = {"pass": "green", "warn": "yellow", "stale": "yellow", "skip": "dim", "fail": "bold red",
@@ -61,19 +62,19 @@ class ProfileTab(TabPane):
             prof = profiles.load(self.path, missing_ok=True)
         except ProfileError as e:
             self.entries = []
-            self.query_one("#profile-path", Static).update(Text(str(e), style="red"))
+            self.query_one("#profile-path", Static).update(Text("\n".join(error_lines(e)), style="red"))
             return
         self.entries = list(prof.entries)
-        where = f"{self.path}" + ("" if prof.exists else " (not created yet)")
+        where = shown(self.path) + ("" if prof.exists else " (not created yet)")
         self.query_one("#profile-path", Static).update(Text(
             f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
             f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
         for e, mark in zip(prof.entries, self._marks(prof)):
             table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
                           e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
-                          e.drafter_kind.value, "decline" if e.decline else str(e.width), e.mlx or "-",
-                          (e.measured_at or "-")[:19], "yes" if e.byte_identical else "NO",
-                          (e.pair or "any")[:12], mark.why)
+                          e.drafter_kind.value, "decline" if e.decline else str(e.width), shown(e.mlx or "-"),
+                          shown((e.measured_at or "-")[:19]), "yes" if e.byte_identical else "NO",
+                          shown((e.pair or "any")[:12]), shown(mark.why))
 
     def _marks(self, prof: Any) -> list[Any]:
         """The static --check, read-only, for the resolved device: one mark per entry (none

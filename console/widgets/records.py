@@ -17,6 +17,7 @@ from textual.widgets import DataTable, Static, TabPane
 
 from console.messages import PreviewRendered, RecordsRead
 from console.widgets.common import plural
+from policy.text import shown, shown_block
 
 MAX_RECORDS = 200  # newest first; older ones stay on disk
 
@@ -45,17 +46,19 @@ class RecordsTab(TabPane):
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
     def read(self, pair_id: str | None, backend: str | None) -> None:
         """The records of this pair (``pair_id``) on this backend; None: any."""
-        import json
+        from engine import record
 
         rows = []
         for path in sorted(self.record_dir.glob("session-*.json"), reverse=True)[:MAX_RECORDS]:
             try:
-                rec = json.loads(path.read_text(encoding="utf-8"))
-            except (OSError, ValueError):
-                continue
-            if pair_id and rec.get("pair", {}).get("pair_id") != pair_id:
-                continue
-            if backend and rec.get("host", {}).get("device", {}).get("backend") != backend:
+                rec = record.load(path)  # bounded: a FIFO or a 1 GiB file named like a record is skipped
+                if pair_id and rec.get("pair", {}).get("pair_id") != pair_id:
+                    continue
+                if backend and rec.get("host", {}).get("device", {}).get("backend") != backend:
+                    continue
+                if not isinstance(rec.get("config", {}), dict) or not isinstance(rec.get("decision", {}), dict):
+                    continue
+            except (OSError, ValueError, AttributeError):  # not a record (a list, a string for a table)
                 continue
             rows.append((path, rec))
         self.post_message(RecordsRead(rows))
@@ -74,12 +77,14 @@ class RecordsTab(TabPane):
             # The verdict says whether it could be saved (policy.verdict's rule, as save applies
             # it), so a drifted or undecided "result" never reads as one.
             why = refusal(rec)
-            verdict = (Text(dec.get("decision", "?"), style="green") if why is None
-                       else Text(f"not saveable ({why.value}): {dec.get('decision', '?')}", style="yellow"))
-            table.add_row(rec.get("created", "?"), ",".join(map(str, cfg.get("widths", []))),
-                          str(cfg.get("n", "?")), str(cfg.get("max_tokens", "?")), verdict)
+            verdict = (Text(shown(dec.get("decision", "?")), style="green") if why is None
+                       else Text(f"not saveable ({why.value}): {shown(dec.get('decision', '?'))}", style="yellow"))
+            widths = cfg.get("widths", [])
+            table.add_row(shown(rec.get("created", "?")),
+                          shown(",".join(map(str, widths if isinstance(widths, list) else [widths]))),
+                          shown(cfg.get("n", "?")), shown(cfg.get("max_tokens", "?")), verdict)
         self.query_one("#records-head", Static).update(Text(
-            f"{plural(len(message.rows), 'session')} for this pair and device in {self.record_dir}"
+            f"{plural(len(message.rows), 'session')} for this pair and device in {shown(self.record_dir)}"
             "   (m exports the highlighted one as Markdown)"))
 
     @on(DataTable.RowHighlighted, "#records-table")
@@ -98,7 +103,11 @@ class RecordsTab(TabPane):
     def render_markdown(self, path: Path, rec: dict) -> None:
         from engine import record
 
-        self.post_message(PreviewRendered(path, record.markdown(rec)))
+        try:
+            text = shown_block(record.markdown(rec))
+        except (KeyError, TypeError, ValueError, AttributeError) as e:  # a record this version cannot read
+            text = f"{shown(path)}: cannot be shown ({type(e).__name__}: {shown(e)})"
+        self.post_message(PreviewRendered(path, text))
 
     def on_preview_rendered(self, message: PreviewRendered) -> None:
         message.stop()

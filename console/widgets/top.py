@@ -14,6 +14,7 @@ from console.outcome import Tone, in_effect_note
 from console.state import ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE, short_path
 from policy.resolve import keyed_on
+from policy.text import shown
 
 
 def in_effect(session_view: SessionView | None, view: ResolutionView | None) -> tuple[str, Tone] | None:
@@ -66,7 +67,7 @@ class ResolutionPanel(_Panel):
         if note:
             head.append(f"  {note[0]}", style=TONE_STYLE[note[1]])
         keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
-        self.update(Text.assemble(head, "\n", res.reason, *(() if self.narrow() else ("\n", keyed))))
+        self.update(Text.assemble(head, "\n", shown(res.reason), *(() if self.narrow() else ("\n", keyed))))
 
 
 class PairPanel(_Panel):
@@ -97,10 +98,10 @@ class PairPanel(_Panel):
                      Text.assemble(("device  ", "bold"), res.device.describe())]
             if self.narrow():
                 d = paths.drafter.name if paths.drafter else "prompt lookup"
-                lines = [Text.assemble(("pair ", "bold"), f"{'demo: ' if paths.demo else ''}{paths.target.name}"
-                                       f" + {d} ({info.kind.value}) · {res.device.describe()}")]
+                lines = [Text.assemble(("pair ", "bold"), shown(f"{'demo: ' if paths.demo else ''}{paths.target.name}"
+                                       f" + {d} ({info.kind.value}) · {res.device.describe()}"))]
         if error is not None:
-            lines.append(Text(f"pair not loaded: {error}", style="red"))
+            lines.append(Text(f"pair not loaded: {shown(error)}", style="red"))
         if not lines:
             return  # the resolution failed before the pair answered: what is shown stays
         t = Text("\n").join(lines)
@@ -116,7 +117,7 @@ class ErrorLine(Static):
     refusal_shown = False
 
     def show(self, text: str, refusal: bool = False) -> None:
-        self.update(Text(text))
+        self.update(Text(shown(text)))  # one line, whatever the error quotes
         self.set_class(not text, "-empty")
         self.refusal_shown = bool(text) and refusal
 
