@@ -340,7 +340,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     cancel = threading.Event()
     # at least: every planned run's prefill, and its tokens at the widest width's rate
-    per_run = -(-args.max_tokens // max(widths))
+    per_run = -(-args.max_tokens // _widest(widths, args.auto_max))
     longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
     _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
                   quiet=args.json, cancel=cancel, lower_only=True)
