@@ -402,8 +402,9 @@ class BlockwidthApp(App):
             return
         self._error("")
         widths, added = req.widths, None
-        if self.res is not None and self.res.width is not None and self.res.width not in widths:
-            widths, added = (*widths, self.res.width), self.res.width
+        w = self.res.engine_width if self.res is not None else None
+        if w is not None and w not in widths:
+            widths, added = (*widths, w), w
         from engine.ab import AbConfig
 
         config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,

@@ -270,6 +270,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                      Category.MEASURE, entry=p.entry, line=e.line)
     if e.decline:
         widths, widths_from = declined_widths(e, profile)
+    elif e.auto is not None:  # the engine adapts on it: auto is what is re-measured
+        widths, widths_from = ("auto",), "the entry (auto)"
     else:
         widths, widths_from = (e.width,), "the entry"
     prompt, prompt_from = _prompt_for(e)
@@ -283,6 +285,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     gate = host.gate()
     config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
                       predict=False, verify_attention=options.verify_attention, workload=replay,
+                      auto_max=e.auto.max_width if e.auto is not None else None,
                       **({"min_gain": float(gain)} if isinstance(gain, (int, float)) and 0 <= gain < 1 else {}))
     try:
         session = run_session(pair, config, on_event=on_event)

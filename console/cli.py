@@ -191,6 +191,9 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
     def text(d: dict[str, Any]) -> list[str]:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
+        if d.get("auto"):
+            width = f"auto (fixed {d['width']} where the width cannot adapt)"
+        note = d["command"]["engine" if d["command"]["path"] == "engine" else "mlx-lm-server"].get("note")
         lines = [
             f"width {width}   source {d['source']}{'   STALE' if d['stale'] else ''}",
             f"  reason   {d['reason']}",
@@ -202,6 +205,8 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             # path, and the mlx_lm.server command, or why there is none
             f"  answer   {said.head()}",
             f"  serve    {said.command or 'no mlx_lm.server command: ' + str(said.refusal)}",
+            # an auto entry: what the server gets instead (it cannot adapt per round)
+            *([f"           {note}"] if note and d.get("auto") else []),
             "  chain:",
             *chain_lines(res.chain),
         ]

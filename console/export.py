@@ -74,6 +74,10 @@ def _comment(e, lines: list[str]) -> None:
                  f"{e.measured_at or 'undated'}; record {rec}")
     if not e.byte_identical:
         lines.append("#   output NOT byte-identical to classic there (saved explicitly)")
+    if e.auto is not None:
+        lines.append(f"#   an auto entry: blockwidth's engine adapts the width per round; this engine "
+                     f"takes one, so {e.width} (the entry's best fixed width on its curve at pooled "
+                     f"acceptance {e.auto.acceptance:.2f}) and it cannot adapt")
 
 
 def _ranges(levels: list) -> list[tuple[int, int, Any]]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from engine import attention, linear
 from console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
-from console.render import arm_rows, arm_table, bars, ratio_rows, request_table, speedup_lines
+from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)
 from console import outputs
@@ -65,6 +65,15 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
         why = bounds.memory_problem(need, _memory_bytes())
     if why:
         raise InputError(f"{what}: {detail} = {tokens} tokens {why}")
+
+
+def _widest(widths, auto_max: int | None) -> int:
+    """The widest verify a sweep may run: its fixed widths and, with auto, auto's widest."""
+    from policy.auto import AUTO, MAX_WIDTH
+
+    fixed = [w for w in widths if w != AUTO]
+    cap = (auto_max or max(fixed, default=MAX_WIDTH)) if AUTO in widths else 0
+    return max([*fixed, cap])
 
 
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str | None):
@@ -146,7 +155,7 @@ def _dur(s: float) -> str:
     return f"{s:.1f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
 
 
-def _width_in_effect(args: argparse.Namespace) -> tuple[int, str] | None:
+def _width_in_effect(args: argparse.Namespace) -> tuple[int | str, str] | None:
     """The width ``resolve`` gives for this pair (and its reason), or None: a decline, or a
     resolution that fails (a broken profile is --save's to report, not a reason to stop)."""
     from console.inputs import resolution
@@ -158,7 +167,9 @@ def _width_in_effect(args: argparse.Namespace) -> tuple[int, str] | None:
                                variant=args.demo_target, profile_missing_ok=True)
     except BlockwidthError:
         return None
-    return (res.width, label(res.source)) if res.width is not None else None
+    # an auto entry: the engine runs auto (the console's rule: Resolution.engine_width)
+    width = res.engine_width
+    return (width, label(res.source)) if width is not None else None
 
 
 def answer_after(args: argparse.Namespace, session, path: str = "engine"):
@@ -190,22 +201,24 @@ def read_workload(value: str | None, prompt: str | None, prompt_file: str | None
     return read(value)  # a WorkloadError is one line naming where and what
 
 
-def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int, ...]):
+def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int | str, ...],
+                     auto_max: int | None = None):
     """Every request rendered for this pair, each checked against the target's context as a
     single prompt is (the line and id of one that does not fit named)."""
     from engine.shapes import check_ids
     from engine.workload import prepare
 
     prepared = prepare(workload, pair.tokenizer, max_tokens)  # a WorkloadError names the request
+    widest = _widest(widths, auto_max)
     for p in prepared:
         # each request's ids, as a single prompt's (Pair.encode): a row of every embedding table
         check_ids(p.ids, pair.token_rows, f"request {p.id} (line {p.request.line}), target {pair.target_path}",
                   "workload")
         extra = max(0, 7 - p.max_tokens)
         _context_bound(pair, f"sweep: request {p.id} (line {p.request.line})",
-                       len(p.ids) + p.max_tokens + max(widths) + extra,
+                       len(p.ids) + p.max_tokens + widest + extra,
                        f"prompt {len(p.ids)} + {'its max_tokens' if p.request.max_tokens else '--max-tokens'} "
-                       f"{p.max_tokens} + width {max(widths)}" + (f" + {extra} cost-curve steps" if extra else ""))
+                       f"{p.max_tokens} + width {widest}" + (f" + {extra} cost-curve steps" if extra else ""))
     return prepared
 
 
@@ -246,6 +259,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
     widths, prompt = req.widths, req.prompt
+    if args.auto_max is not None and "auto" not in widths:
+        raise InputError(f"--auto-max {args.auto_max}: only applies with auto among --widths")
     for flag, given in (("--allow-nonidentical", args.allow_nonidentical),
                         ("--pair-specific", args.pair_specific)):
         if given and not args.save:
@@ -274,15 +289,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     else:
         in_effect = None
     if workload is not None:
-        prepared = prepare_workload(pair, workload, args.max_tokens, widths)
+        prepared = prepare_workload(pair, workload, args.max_tokens, widths, args.auto_max)
     else:
         n_prompt = len(pair.encode(prompt))  # a ShapeError: an id the pair's tables have no row for
         if n_prompt == 0:
             raise InputError("prompt: empty (it must hold at least one token)")
         # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
         extra = max(0, 7 - args.max_tokens)
-        _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
-                       f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
+        widest = _widest(widths, args.auto_max)
+        _context_bound(pair, "sweep", n_prompt + args.max_tokens + widest + extra,
+                       f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {widest}"
                        + (f" + {extra} cost-curve steps" if extra else ""))
     if in_effect is not None and not args.json:
         print(f"blockwidth: + width {in_effect[0]}, the width in effect ({in_effect[1]})", file=sys.stderr)
@@ -295,7 +311,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                       sequential=args.sequential, max_reps=args.max_reps,
                       max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
                       verify_linear=args.verify_linear, workload=workload, min_gain=args.min_gain,
-                      seed=args.seed)
+                      seed=args.seed, auto_max=args.auto_max)
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -326,7 +342,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     cancel = threading.Event()
     # at least: every planned run's prefill, and its tokens at the widest width's rate
-    per_run = -(-args.max_tokens // max(widths))
+    per_run = -(-args.max_tokens // _widest(widths, args.auto_max))
     longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
     _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
                   quiet=args.json, cancel=cancel, lower_only=True)
@@ -418,6 +434,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say("per-request speed-up by width (= min, # median, - max over the requests):")
             for line in bars(ratio_rows(session), "x", digits=2):
                 say(line)
+        for line in auto_lines(session):
+            say(line)
         for r in session.per_request:
             for arm in r.arms:
                 if arm.identity and not arm.identity.identical_ids:
@@ -549,7 +567,12 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
 def register(sub) -> None:
     p = sub.add_parser("sweep", help="A/B session: widths against classic, with a record")
     add_pair_args(p)
-    p.add_argument("--widths", default="2,3,4,6,8", help="comma-separated widths (default 2,3,4,6,8)")
+    p.add_argument("--widths", default="2,3,4,6,8",
+                   help="comma-separated widths (default 2,3,4,6,8); auto is one more arm: a width "
+                        "per round from the process-wide controller")
+    p.add_argument("--auto-max", type=integer(2, 64, "the auto arm's widest width"), default=None,
+                   metavar="N", help="the auto arm's widest width (default: the widest fixed width "
+                                     "swept, 16 with none)")
     p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=3,
                    help="repetitions per arm, 1..100 (default 3)")
     p.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),

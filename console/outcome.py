@@ -12,6 +12,7 @@ from enum import Enum
 from typing import Any
 
 from engine.ab import Session
+from policy.auto import AUTO
 from policy.device import Device
 from policy.drafter import DrafterKind
 from policy.profile import Override
@@ -181,8 +182,12 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     evidence["seed"] = session.seed
     if session.workload is not None:
         evidence["workload"] = session.workload.to_dict()
+    plan = None
+    if width == AUTO:  # the auto arm won: its plan, and the fixed width for what cannot adapt
+        plan = session.auto.plan()
+        width = plan.static_width
     return Override(
-        backend=device.backend, drafter_kind=pair.kind, width=width, decline=width is None,
+        backend=device.backend, drafter_kind=pair.kind, width=width, decline=width is None, auto=plan,
         compute_capability=device.compute_capability, device_name=device.name or None,
         quant_scheme=q.scheme.value, quant_bits=q.bits,
         quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
@@ -234,6 +239,8 @@ def headline(session: Session, planned_runs: int | None = None, front: Front = F
         return Headline(f"undecided: {_open(session)}; {advice(session, front)}", Tone.WARN, False)
     if why is RefusalKind.NOT_MEASURED:
         return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
+    if session.recommendation == AUTO:
+        return Headline("the auto width beats classic", Tone.GOOD, True)
     if session.recommendation is not None:
         return Headline(f"width {session.recommendation} beats classic", Tone.GOOD, True)
     if any(a.verdict is Verdict.NO_GAIN for a in session.arms):
@@ -265,7 +272,8 @@ def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | No
     if v is Verdict.WINS and session.recommendation == width:
         return (f"width {width} in effect is the best measured here", Tone.GOOD)
     if v is Verdict.WINS:
-        return (f"width {width} in effect beats classic, but w{session.recommendation} is faster", Tone.WARN)
+        best = session.arm(session.recommendation).name if session.recommendation is not None else "another"
+        return (f"width {width} in effect beats classic, but {best} is faster", Tone.WARN)
     if v is Verdict.SLOWER:
         return (f"width {width} in effect is SLOWER than classic here", Tone.BAD)
     if v is Verdict.NO_GAIN:

@@ -99,7 +99,7 @@ def request_table(session, fold: int | None = None) -> list[str]:
         note = (f"  ({more} more request{'' if more == 1 else 's'} between the {fold} worst and {fold} "
                 f"best by w{key_w}; all in the record)")
         reqs = [r for r in reqs if id(r) in keep]
-    head = f"{'request':<14} {'tok':>4} {'classic':>7} " + " ".join(f"{'w' + str(w):>6}" for w in widths)
+    head = f"{'request':<14} {'tok':>4} {'classic':>7} " + " ".join(f"{a.name:>6}" for a in session.arms)
     out = ["\nper request (classic decode tok/s; each width's speed-up there):",
            head + f" {'best':>7} {'accept':>6}"]
     for r in reqs:
@@ -135,3 +135,97 @@ def ratio_rows(session) -> list[tuple[str, float, float, float, str]]:
             wins = sum(1 for r in session.requests if r.best() == a.width)
             rows.append((a.name, min(got), statistics.median(got), max(got), f"best on {wins}"))
     return rows
+_LEVELS = "▁▂▃▄▅▆▇█"
+
+
+def trajectory(widths: list[int], probes: list[int] = (), cap: int | None = None,
+               cells: int = BAR) -> str:
+    """An auto run's width by round as one line of ``cells`` characters: block height is the
+    width (1 lowest, ``cap`` full), a round probed at a width is ``p``. More rounds than cells
+    are folded: each cell shows its rounds' widest (a probe shows where it fell)."""
+    if not widths:
+        return ""
+    top = max(cap or 0, *widths, 2)
+    per = max(1, -(-len(widths) // cells))  # rounds per cell, rounded up
+    out = []
+    marked = set(probes)
+    for i in range(0, len(widths), per):
+        chunk = widths[i:i + per]
+        if any(j in marked for j in range(i, i + len(chunk))):
+            out.append("p")
+            continue
+        w = max(chunk)
+        out.append(_LEVELS[min(len(_LEVELS) - 1, (w - 1) * (len(_LEVELS) - 1) // (top - 1))])
+    return "".join(out)
+
+
+def runs_of(widths: list[int]) -> str:
+    """The widths as runs, ``3x5 8x12 1x7``: what the line above draws, in numbers."""
+    out, i = [], 0
+    while i < len(widths):
+        j = i
+        while j < len(widths) and widths[j] == widths[i]:
+            j += 1
+        out.append(f"{widths[i]}x{j - i}")
+        i = j
+    return " ".join(out)
+
+
+def trajectory_lines(runs: list[tuple[str, list[int], list[int]]], cap: int | None = None,
+                     limit: int = 6) -> list[str]:
+    """The auto arm's widths by round, one line per run (label, widths, probe rounds), at most
+    ``limit`` of them, each with its runs in numbers cut to the line."""
+    if not runs:
+        return []
+    out = [f"auto width by round (block height: 1 up to {cap or max(max(w) for _, w, _ in runs if w)}; p: probe)"]
+    for label, widths, probes in runs[:limit]:
+        text = runs_of(widths)
+        if len(text) > 30:
+            text = text[:27] + "..."
+        out.append(f"{label:<9}|{trajectory(widths, probes, cap):<{BAR}}| {text}")
+    if len(runs) > limit:
+        out.append(f"  ... and {len(runs) - limit} more (the record keeps every run's width by round)")
+    return out
+
+
+def auto_lines(session) -> list[str]:
+    """What the auto arm did, for sweep and the console: its widths by round (each run of a
+    single prompt; a workload's requests, their first run each), and the controller it ran
+    with (its widest width, pooled acceptance, best fixed width there)."""
+    c = getattr(session, "auto", None)
+    reqs = getattr(session, "per_request", None) or []
+    if c is None or not reqs:
+        return []
+    runs = []
+    for req in reqs:
+        arm = next((a for a in req.arms if getattr(a, "auto", False)), None)
+        got = arm.runs if arm is not None else []
+        if len(reqs) > 1:
+            got = got[:1]
+        for i, r in enumerate(got):
+            label = f"run {i + 1}" if len(reqs) == 1 else req.id[:8]
+            runs.append((label, r.widths or [], (r.auto or {}).get("probes", [])))
+    if not runs:
+        return []
+    cap = c.params.max_width
+    out = ["", *trajectory_lines(runs, cap, limit=6 if len(reqs) == 1 else 8)]
+    out.append(f"auto controller: widths 1..{cap}, pooled acceptance {c.acceptance():.2f}, its best "
+               f"fixed width there {c.static_width()}; the record replays every round's width")
+    return out + oracle_lines(session)
+
+
+def oracle_lines(session) -> list[str]:
+    """auto against hindsight: its share of the per-request oracle and of the best fixed arm."""
+    s = getattr(session, "oracle", None)
+    if s is None:
+        return []
+    name = (lambda k: "classic" if k is None else f"w{k}")
+    picks = {}
+    for k in s.picks:
+        picks[name(k)] = picks.get(name(k), 0) + 1
+    return [f"auto against hindsight ({s.requests} request{'' if s.requests == 1 else 's'}, seed {s.seed}):",
+            f"  {s.of_oracle:.1%} of the per-request oracle ({s.oracle_tok_s:.1f} tok/s; 95 % CI "
+            f"{s.of_oracle_ci.lo:.1%}-{s.of_oracle_ci.hi:.1%}); the oracle took "
+            + ", ".join(f"{k} on {v}" for k, v in picks.items()),
+            f"  {s.of_best:.1%} of the best single fixed arm, {name(s.best_fixed)} ({s.best_fixed_tok_s:.1f} "
+            f"tok/s; 95 % CI {s.of_best_ci.lo:.1%}-{s.of_best_ci.hi:.1%}); auto {s.auto_tok_s:.1f} tok/s"]

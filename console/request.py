@@ -16,6 +16,7 @@ from enum import Enum
 from typing import Callable, Mapping
 
 from console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError, user_path  # noqa: F401 (the field names)
+from policy.auto import AUTO
 from policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
@@ -51,7 +52,7 @@ class FieldError(InputError):
 
 @dataclass(frozen=True)
 class SessionRequest:
-    widths: tuple[int, ...]
+    widths: tuple[int | str, ...]
     n: int
     tokens: int
     prompt: str
@@ -116,18 +117,23 @@ def literal_prompt(prompt: str) -> str:
     return prompt[1:] if prompt.startswith("@@") else prompt
 
 
-def parse_widths(text: str) -> tuple[int, ...]:
-    out = []
+def parse_widths(text: str) -> tuple[int | str, ...]:
+    """Widths such as ``2,4,8``; ``auto`` is one more arm (a width per round, policy.auto)."""
+    out: list[int | str] = []
     for part in str(text).split(","):
         part = part.strip()
         if not part:
             raise FieldError(Field.WIDTHS, text, "empty: give widths such as 2,4,8"
                              if not str(text).strip() else "an empty entry between commas")
+        if part.lower() == AUTO:
+            out.append(AUTO)
+            continue
         try:
             w = parse_int(part, MIN_WIDTH, MAX_WIDTH, signed=False)
         except IntegerError as e:
             if not e.out_of_range:
-                raise FieldError(Field.WIDTHS, text, f"{shorten(repr(part))} is not an integer") from None
+                raise FieldError(Field.WIDTHS, text,
+                                 f"{shorten(repr(part))} is not an integer (nor auto)") from None
             raise FieldError(Field.WIDTHS, text, f"width {e.shown} is out of range; each width is "
                                                  f"{MIN_WIDTH}..{MAX_WIDTH}") from None
         out.append(w)

@@ -49,6 +49,13 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
               "measured": measured == "engine"}
     if drafter is None and w is not None:
         server["note"] = "mlx_lm.server has no prompt-lookup drafter; the width applies to blockwidth's engine"
+    if res.auto is not None:
+        fixed = (f"it cannot adapt per round: {w} is the auto entry's best fixed width on its curve "
+                 f"at pooled acceptance {res.auto.acceptance:.2f}")
+        server["note"] = f"mlx_lm.server takes one width for the whole process, so {fixed}"
+        engine["note"] = (f"an engine that reads one width (BLOCKWIDTH_DRAFT_BLOCK_SIZE) cannot adapt "
+                          f"either: {w} is the entry's best fixed width; blockwidth's engine adapts per "
+                          f"round on the entry's curve (sweep --widths auto)")
     path = measured if measured in ("engine", "mlx-lm-server") else res.path
     chosen = server if path == "mlx-lm-server" else engine
     return {"path": path, "measured": chosen["measured"], "line": chosen["line"],
@@ -62,6 +69,12 @@ def provenance(res) -> str:
     w = "classic" if res.width is None else str(res.width)
     head = f"{w} ({label(res.source)}: "
     body = res.reason[len(head):-1] if res.reason.startswith(head) else res.reason
+    if res.auto is not None:
+        head = res.reason.split(" (", 1)[0] + f" ({label(res.source)}: "
+        body = res.reason[len(head):-1] if res.reason.startswith(head) else res.reason
+        body = (f"an auto entry; mlx_lm.server takes one width and cannot adapt per round, so it "
+                f"gets {w}, the entry's best fixed width at pooled acceptance "
+                f"{res.auto.acceptance:.2f}: {body}")
     return f"block_size={w}, block_size_from={label(res.source)} ({body})"
 
 

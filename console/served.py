@@ -107,6 +107,11 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
+    if getattr(args, "auto_max", None) is not None:
+        raise InputError(f"--auto-max {args.auto_max}: the auto arm runs on the engine path only")
+    if "auto" in req.widths:
+        raise InputError("--widths auto: mlx_lm.server takes one width per request (num_draft_tokens) "
+                         "and cannot adapt per round; the auto arm runs on the engine path")
     for flag, given in (("--allow-nonidentical", args.allow_nonidentical),
                         ("--pair-specific", args.pair_specific)):
         if given and not args.save:

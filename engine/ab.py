@@ -31,12 +31,14 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 from engine import attention, costcurve, host, kvcache, linear
+from engine import auto as auto_width
 from engine.decode import DecodeError, DecodeRun, decode
 from engine.kvcache import RewindError
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
 from engine.workload import PROMPT, Prepared, prepare
-from policy import stats
+from policy import oracle as hindsight, stats
 from policy import verdict as rules
+from policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
 from policy.workload import Request, Workload, WorkloadError
 from policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
@@ -63,7 +65,15 @@ class Arm:
 
     @property
     def name(self) -> str:
-        return "classic" if self.width is None else f"w{self.width}"
+        return "classic" if self.width is None else AUTO if self.width == AUTO else f"w{self.width}"
+
+    @property
+    def auto(self) -> bool:
+        return self.width == AUTO
+
+    def trajectory(self) -> list[list[int]]:
+        """An auto arm's width by round, one list per run (empty for a fixed arm)."""
+        return [list(r.widths) for r in self.runs if r.widths is not None]
 
     def decode_range(self) -> Range | None:
         return Range.of([r.decode_tok_s for r in self.runs]) if self.runs else None
@@ -145,6 +155,25 @@ class AbConfig:
     @property
     def request_count(self) -> int:
         return len(self.workload.requests) if self.workload is not None else 1
+    # The auto arm's widest width (widths holding "auto"); None: the widest fixed width swept,
+    # or policy.auto.MAX_WIDTH when auto is swept alone.
+    auto_max: int | None = None
+
+    @property
+    def fixed_widths(self) -> tuple[int, ...]:
+        return tuple(w for w in dict.fromkeys(self.widths) if w != AUTO)
+
+    @property
+    def auto_cap(self) -> int | None:
+        """The auto arm's widest width, None when no auto arm is swept."""
+        if AUTO not in self.widths:
+            return None
+        return self.auto_max or max(self.fixed_widths, default=MAX_AUTO)
+
+    @property
+    def widest(self) -> int:
+        """The widest verify any arm may run: what the warm-up and the curve make room for."""
+        return max([*self.fixed_widths, self.auto_cap or 2])
 
     @property
     def planned_runs(self) -> int:
@@ -184,10 +213,10 @@ class RequestArms:
         return stats.ratio([_samples(a)], [_samples(self.classic)])
 
     def best(self) -> int | None:
-        """The width with the highest speed-up on this request whose output is classic's;
-        None when none is faster than classic."""
+        """The fixed width with the highest speed-up on this request whose output is classic's;
+        None when none is faster than classic (auto is not a fixed width: the oracle's column)."""
         got = [(r, a.width) for a in self.arms
-               if a.identity is not None and a.identity.identical_ids
+               if not a.auto and a.identity is not None and a.identity.identical_ids
                and (r := self.ratio(a.width)) is not None and r > 1]
         return max(got)[1] if got else None
 
@@ -208,9 +237,11 @@ def pass_run(width: int | None, runs: list[DecodeRun]) -> DecodeRun:
     first, last = runs[0], runs[-1]
     clocks = ({"before": first.clocks["before"], "after": last.clocks["after"]}
               if first.clocks and last.clocks else None)
+    widths = [w for r in runs for w in r.widths] if all(r.widths is not None for r in runs) else None
     return DecodeRun(width, [t for r in runs for t in r.tokens], sum(r.prompt_tokens for r in runs),
                      sum(r.prefill_s for r in runs), sum(r.decode_s for r in runs),
-                     [x for r in runs for x in r.rounds], attention=first.attention, clocks=clocks)
+                     [x for r in runs for x in r.rounds], attention=first.attention, clocks=clocks,
+                     widths=widths)
 
 
 @dataclass
@@ -229,6 +260,10 @@ class Session:
     exactness: dict[int, Exactness] = field(default_factory=dict)
     curve: costcurve.CostCurve | None = None
     curve_skipped: str = ""  # why there is no cost curve (and so no prediction), when there is none
+    # The auto arm's controller (process-wide: engine.auto.shared) and what it was on entry, so
+    # the record keeps its costs and parameters; None when no auto arm is swept.
+    auto: auto_width.Controller | None = None
+    oracle: hindsight.Shares | None = None  # auto against hindsight (policy.oracle), when it ran
     predicted: dict[int, float] = field(default_factory=dict)
     predicted_best: int | None = None  # None also when the curve's repeats do not resolve it
     predicted_note: str = ""  # the prediction's best width, or "not resolved at this n" and why
@@ -349,6 +384,8 @@ class Session:
         if self.curve is None:
             return out
         for arm in self.arms:
+            if arm.auto:
+                continue  # its verifies are at many widths: each fixed arm's figure covers them
             ref = self.curve.ms(arm.width)
             times = [x.verify_s * 1e3 for r in arm.runs for x in r.rounds if x.split and x.drafted]
             if ref and times:
@@ -468,8 +505,10 @@ def _facts(arm: Arm, session: Session | None = None) -> rules.ArmFacts:
     identical = arm.identity is not None and arm.identity.identical_ids
     if session is not None and not session.single:
         identical = not session.differing_requests(arm.width)
-    return rules.ArmFacts(arm.name, arm.width, tuple(r.decode_tok_s for r in arm.runs),
-                          sum(r.speculative_rounds for r in arm.runs),
+    # Every round of an auto arm is its controller's decision, speculating or not (width 1): it
+    # is measured even when it never speculated, as classic inside the speculative loop.
+    spec = sum(len(r.rounds) if arm.auto else r.speculative_rounds for r in arm.runs)
+    return rules.ArmFacts(arm.name, arm.width, tuple(r.decode_tok_s for r in arm.runs), spec,
                           sum(r.declined_rounds for r in arm.runs), identical)
 
 
@@ -646,6 +685,38 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
         rep = session.reps
 
 
+def against_hindsight(session: Session) -> hindsight.Shares | None:
+    """The auto arm's aggregate as a share of the per-request oracle's and of the best single
+    fixed arm's (policy.oracle), from the session's samples and seed; None without an auto arm
+    and a fixed one that ran every request, or for a cancelled session."""
+    if session.auto is None or session.cancelled:
+        return None
+    classic, arms = session.stats_samples()
+    if AUTO not in arms or not all(classic):
+        return None
+    try:
+        return hindsight.shares({None: classic, **arms}, AUTO, seed=session.seed,
+                             resamples=session.config.resamples)
+    except stats.StatsError:
+        return None
+
+
+def _controller(pair, session: Session, config: AbConfig, reach: int, shortest: int,
+                emit: Callable[[Event], None], cancel: threading.Event) -> auto_width.Controller | None:
+    """The process's auto controller for this pair and these verify settings: calibrated (its cost
+    curve measured) the first time a process asks, past every position this session visits
+    (``reach``) where the model's context leaves room, so no arm meets work the calibration left
+    behind; else below the shortest prompt."""
+    cap = config.auto_cap
+    ctx = reach + config.widest
+    room = 2 + 5 + cap + 1  # calibrate()'s cold forwards (2 warm-up, 5 timed) grow the cache by one each
+    if pair.context_length is not None and ctx + room > pair.context_length:
+        ctx = max(1, shortest // 2)
+    emit(Event("phase", "auto", run=0, runs=1, phase="costcurve", message="auto: calibrating"))
+    return auto_width.shared(pair, attention=session.attention, linear=config.verify_linear,
+                             max_width=cap, context=ctx, rollback=config.rollback, cancel=cancel.is_set)
+
+
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
                 cancel: threading.Event | None = None) -> Session:
     """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
@@ -655,8 +726,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     if not widths:
         raise DecodeError("widths: give at least one width to compare")
     for w in widths:
-        if not isinstance(w, int) or w < 2:
+        if w != AUTO and (not isinstance(w, int) or isinstance(w, bool) or w < 2):
             raise DecodeError(f"width {w!r}: a speculative width is at least 2 (1 is classic)")
+    if config.auto_max is not None and config.auto_max < 2:
+        raise DecodeError(f"auto max width {config.auto_max}: at least 2")
+    fixed = config.fixed_widths
     if config.n < 1:
         raise DecodeError(f"n = {config.n}: at least one repetition per arm")
     if not 0 <= config.min_gain < 1:
@@ -676,18 +750,22 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     # The verify projections of every speculative forward this session runs: the arms, and the
     # exactness probe, divergence replay and cost curve that judge and predict them.
     lin = config.verify_linear
-    warm_ids, session.warmup_shift = warmup_prompt(ids, prepared[0].max_tokens, max(widths),
+    warm_ids, session.warmup_shift = warmup_prompt(ids, prepared[0].max_tokens, config.widest,
                                                    pair.context_length)
     t_start = time.monotonic()
     emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"
                                   + (f", {len(requests)} requests" if many else "")))
+    if config.auto_cap is not None:
+        reach = max([len(p.ids) + p.max_tokens for p in prepared] + [len(warm_ids) + prepared[0].max_tokens])
+        session.auto = _controller(pair, session, config, reach, min(len(p.ids) for p in prepared),
+                                   emit, cancel)
 
     started = [0]  # runs begun so far
     clocks = host.ClockWatch()
 
     owner = {id(a): r for r in requests for a in [r.classic, *r.arms]}  # each arm's request
 
-    def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun:
+    def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun | None:
         req = owner[id(arm)]
         index = started[0]
         started[0] += 1
@@ -698,8 +776,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                    elapsed=time.monotonic() - t_start))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin,
                                            "rollback": config.rollback}
+        if arm.auto and session.auto is None:
+            return None  # cancelled while the controller was calibrating: nothing to run
+        width = session.auto.run() if arm.auto else arm.width  # auto: a width per round
         before, host_before = clocks.read(), host.host_reading()
-        run = decode(pair, list(req.prepared.ids) if keep else warm_ids, total, arm.width, **kw,
+        run = decode(pair, list(req.prepared.ids) if keep else warm_ids, total, width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t, run=index,
                                                          runs=runs, closing=closing, request=rid,
                                                          elapsed=time.monotonic() - t_start)),
@@ -732,11 +813,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
 
     if config.exactness and not cancel.is_set() and reference:
         # A stage of its own (seconds on a large target): the bar must not sit at 100 % meanwhile.
-        for i, w in enumerate(widths):
+        for i, w in enumerate(fixed):  # auto's rounds are at widths these and the identity cover
             if cancel.is_set():
                 break
             block = reference[:w]
-            emit(Event("phase", f"w{w}", run=i, runs=len(widths), phase="exactness"))
+            emit(Event("phase", f"w{w}", run=i, runs=len(fixed), phase="exactness"))
             if len(block) == w:
                 session.exactness[w] = probe(pair.target, ids, block, session.attention, lin)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
@@ -751,6 +832,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                     continue
                 if ident.first_divergence >= min(ident.classic_len, ident.width_len):
                     continue  # one is a prefix of the other: no position to compare
+                if arm.auto:
+                    continue  # no one width to replay: its rounds are in the record
                 ex = session.exactness.get(arm.width) if req is first else None
                 if ex is None:
                     block = ref[:arm.width] if ref else []
@@ -771,14 +854,14 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
 
     if config.predict and not cancel.is_set():
-        measured = [a for a in session.arms if a.per_token_acceptance is not None]
+        measured = [a for a in session.arms if a.per_token_acceptance is not None and not a.auto]
         if measured:
-            rows = sorted({1, *widths})
+            rows = sorted({1, *fixed})
             # Past every position the session visited, so no cold forward replays its work
             # (where the model's context leaves room for that); else at the session's prompt;
             # else (a context too short for even that) no curve, and the record says why.
             longest = max(len(p.ids) + p.max_tokens for p in prepared)
-            ctx = max(longest, len(warm_ids) + prepared[0].max_tokens) + max(widths)
+            ctx = max(longest, len(warm_ids) + prepared[0].max_tokens) + config.widest
             room = costcurve.positions(rows, repeats=5)
             limit = pair.context_length
             if limit is not None and ctx + room > limit:
@@ -811,7 +894,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             draft_ms = statistics.median(drafts) if drafts else 0.0
             session.draft_cost_ms = draft_ms
             session.prediction = costcurve.predict_terms(
-                session.curve, acc, draft_ms, widths, session.draft_cost,
+                session.curve, acc, draft_ms, fixed, session.draft_cost,
                 {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
@@ -822,6 +905,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
 
     session.cancelled = cancel.is_set()
     decide(session)
+    session.oracle = against_hindsight(session)
     session.elapsed_s = time.monotonic() - t_start
     emit(Event("cancelled" if session.cancelled else "done", message=session.decision))
     return session

@@ -20,7 +20,6 @@ import dataclasses
 import statistics
 import time
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Callable, Sequence
 
 import mlx.core as mx
@@ -331,23 +330,9 @@ def curve_forwards(rows: Sequence[int], context: int, repeats: int, warmup: int 
     return out
 
 
-def expected_tokens(acceptance: float, width: int) -> float:
-    """Tokens emitted per round at per-token acceptance ``a``: (1 - a^K) / (1 - a)."""
-    a = min(max(acceptance, 0.0), 1.0)
-    if a >= 1.0:
-        return float(width)
-    return (1 - a ** width) / (1 - a)
-
-
-class DraftCost(str, Enum):
-    """How a drafter's time per round grows with the width."""
-
-    FLAT = "flat"  # one drafter forward proposes the whole block (DFlash): same cost at any width
-    LINEAR = "linear"  # one forward per drafted token (a draft model, chained MTP heads, lookup)
-
-
-def draft_cost(kind: str) -> DraftCost:
-    return DraftCost.FLAT if kind == "dflash" else DraftCost.LINEAR
+# One home for the model of a round (policy.auto, which the auto width decides with): the same
+# E(K) and drafting model predict a sweep's best width here.
+from policy.auto import DraftCost, draft_cost, expected_tokens  # noqa: E402,F401 (re-exported)
 
 
 @dataclass(frozen=True)

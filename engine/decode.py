@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Callable, Protocol
 
 import mlx.core as mx
 
@@ -18,6 +18,7 @@ from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
 from engine.linear import VerifyLinear, prepare, verify_linear
+from policy.auto import AUTO
 from policy.errors import BlockwidthError
 
 
@@ -45,7 +46,7 @@ class Round:
 
 @dataclass
 class DecodeRun:
-    width: int | None  # None: classic
+    width: int | str | None  # None: classic; "auto" (policy.auto.AUTO): a width per round
     tokens: list[int]
     prompt_tokens: int
     prefill_s: float
@@ -60,6 +61,10 @@ class DecodeRun:
     host: dict | None = None
     # Speculative runs: how the target's cache was rolled back each round (engine.kvcache).
     rollback: dict | None = None
+    # An auto-width run (width "auto"): the width of every round, and the controller's record of
+    # the run (engine.auto.Run.to_dict: its start state, probes, switches) that replays them.
+    widths: list[int] | None = None
+    auto: dict | None = None
 
     @property
     def classic(self) -> bool:
@@ -94,7 +99,12 @@ class DecodeRun:
 
     @property
     def declined_rounds(self) -> int:
-        return sum(1 for r in self.rounds if r.drafted == 0) if not self.classic else 0
+        """Rounds whose drafter proposed nothing at a speculative width (an auto round at width
+        1 drafted nothing by choice: not a decline)."""
+        if self.classic:
+            return 0
+        widths = self.widths or [2] * len(self.rounds)
+        return sum(1 for r, w in zip(self.rounds, widths) if r.drafted == 0 and w > 1)
 
     @property
     def acceptance(self) -> float | None:
@@ -120,6 +130,7 @@ class DecodeRun:
             "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
             "attention": self.attention, "gpu_clocks": self.clocks, "host_cpu": self.host,
             "rollback": self.rollback, "rollback_ms": round(self.rollback_s * 1e3, 4),
+            **({"widths": self.widths, "auto": self.auto} if self.auto is not None else {}),
         }
 
     @property
@@ -141,6 +152,24 @@ ROUND_COLUMNS = ("drafted", "accepted", "emitted", "draft_ms", "verify_ms", "syn
 
 
 Progress = Callable[[int, int], None]  # (tokens so far, tokens wanted)
+
+
+class WidthSource(Protocol):
+    """A width per round (engine.auto.Run): called with the rounds so far before each round,
+    closed with all of them after the last."""
+
+    widths: list[int]
+
+    @property
+    def cap(self) -> int: ...  # the widest width it can take: what caches and drafters are sized for
+
+    def __call__(self, rounds: list[Round]) -> int: ...
+
+    def close(self, rounds: list[Round]) -> None: ...
+
+    def to_dict(self) -> dict: ...
+
+
 # Diagnostic replays only (never a timed run): (position of the first token these
 # logits choose, logits rows [k, vocab]) for every forward that emits tokens.
 LogitsHook = Callable[[int, mx.array], None]
@@ -212,7 +241,7 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
 SPLIT_EVERY = 8
 
 
-def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
+def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSource, *,
                 drafter: Drafter | None = None, on_progress: Progress | None = None,
                 cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY,
                 attention: str | VerifyAttention | None = None,
@@ -235,13 +264,21 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
     up to 10% at width 2 on a CPU).
 
     ``rollback`` chooses how recurrent state is advanced by the kept rows (engine.kvcache.Method);
-    KV caches trim and sliding windows drop their rejected tail whatever it says."""
-    if not isinstance(width, int) or width < 2:
+    KV caches trim and sliding windows drop their rejected tail whatever it says.
+
+    ``width`` is an int, or a width source (engine.auto's Run) asked for each round's width
+    with the rounds so far: width 1 then verifies the pending token alone (nothing drafted)."""
+    source = None if isinstance(width, int) else width
+    if source is None and width < 2:
         raise DecodeError(f"width = {width!r}: a speculative width is at least 2 (1 is classic)")
+    if source is not None and not (callable(source) and hasattr(source, "close")
+                                   and hasattr(source, "cap")):
+        raise DecodeError(f"width = {width!r}: expected an integer or a width source")
     _check(prompt, max_tokens, pair.context_length)
     model = pair.target
-    drafter = drafter or make_drafter(pair, width)
-    cache = make_cache(model, slack=width)
+    widest = width if source is None else source.cap  # what caches and drafters are sized for
+    drafter = drafter or make_drafter(pair, widest)
+    cache = make_cache(model, slack=widest)
     rb = Rollback(model, cache, rollback)
     tokens: list[int] = []
     rounds: list[Round] = []
@@ -259,24 +296,31 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
         t1 = perf()
         with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
             try:
-                _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width,
-                        split_every, on_progress, cancel, on_logits)
+                _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens,
+                        (lambda _: width) if source is None else source, split_every,
+                        on_progress, cancel, on_logits)
             except RewindError as e:
                 raise DecodeError(str(e)) from None
         t2 = perf()
     summary = routing.summary()
     if lrouting.mode is not VerifyLinear.STOCK:
         summary["linear"] = lrouting.summary()
-    run = DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
+    if source is None:
+        run = DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
+    else:
+        source.close(rounds)
+        run = DecodeRun(AUTO, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary,
+                        widths=list(source.widths), auto=source.to_dict())
     run.rollback = {"method": rb.effective.value if rb.effective else "trim",
                     "fallback": rb.fallback or None}
     return run
 
 
-def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width, split_every,
+def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, split_every,
             on_progress, cancel, on_logits) -> None:
     perf = time.perf_counter
     while len(tokens) < max_tokens:
+        width = width_of(rounds)
         ta = perf()
         want = min(max_tokens - len(tokens), width - 1)
         drafts = drafter.propose(want)
@@ -319,8 +363,8 @@ def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width, spl
             break
 
 
-def decode(pair, prompt: list[int], max_tokens: int, width: int | None, **kw) -> DecodeRun:
-    """Classic when ``width`` is None, else speculative at ``width``."""
+def decode(pair, prompt: list[int], max_tokens: int, width: int | WidthSource | None, **kw) -> DecodeRun:
+    """Classic when ``width`` is None, else speculative at ``width`` (a width source: auto)."""
     if width is None:
         kw.pop("drafter", None)
         return classic(pair, prompt, max_tokens, **kw)

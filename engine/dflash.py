@@ -379,6 +379,8 @@ class DFlashDrafter:
         self.context, self.staged = [], []
         k = n
         if k < 1:
+            # Nothing drafted this round (an auto width of 1): the rows wait for the next draft.
+            self.context = rows
             return mx.array([], mx.uint32)
         feats = None
         if rows:

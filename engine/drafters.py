@@ -87,11 +87,17 @@ class ModelDrafter:
         from engine.kvcache import restore
 
         k = len(drafted)
+        if not k:
+            # A round that drafted nothing (an auto width of 1) fed the drafter nothing: its
+            # pending tokens wait, with the new one, for the next round that drafts.
+            self.marks = []
+            self.pending = mx.concatenate([self.pending, mx.array([next_token], mx.uint32)])
+            return
         # Step j fed the pending tokens (j = 0) or draft j: keep through the last accepted draft.
-        if k and accepted < k:
+        if accepted < k:
             restore(self.leaves, self.marks[accepted], "the drafter")
         self.marks = []
-        if k and accepted == k:
+        if accepted == k:
             # The last draft was never fed to the drafter: feed it with the next one.
             self.pending = mx.array([drafted[-1], next_token], mx.uint32)
         else:

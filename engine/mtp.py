@@ -316,8 +316,10 @@ class MTPDrafter:
             first = self._take()  # from prefill: hidden at positions 0..R-1, tokens 1..R
             if first is not None and first.shape[1]:
                 self.rows = _Rows(first, self.prompt[1:first.shape[1] + 1])
+        if n < 1:
+            return mx.array([], mx.uint32)  # an auto width of 1: the rows wait for the next draft
         rows, self.rows = self.rows, None
-        if rows is None or n < 1:
+        if rows is None:
             return mx.array([], mx.uint32)
         self.received.append(rows.hidden)
         toks = mx.array(rows.tokens, mx.uint32)
@@ -342,4 +344,8 @@ class MTPDrafter:
         self.speculative = [0] * len(self.model.heads)
         verify = self._take()
         if verify is not None:
-            self.rows = _Rows(verify[:, : accepted + 1], list(drafted[:accepted]) + [next_token])
+            new = _Rows(verify[:, : accepted + 1], list(drafted[:accepted]) + [next_token])
+            if self.rows is not None:  # rows kept by rounds that drafted nothing come first
+                new = _Rows(mx.concatenate([self.rows.hidden, new.hidden], axis=1),
+                            self.rows.tokens + new.tokens)
+            self.rows = new

@@ -83,7 +83,8 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
                    "max_tokens": session.config.max_tokens, "sequential": session.config.sequential,
                    "max_reps": session.config.max_reps, "max_seconds": session.config.max_seconds,
                    "verify_attention": session.config.verify_attention,
-                   "verify_linear": session.config.verify_linear},
+                   "verify_linear": session.config.verify_linear,
+                   "auto_max": session.config.auto_cap},
         "verify_attention": session.attention,
         "warmup_shift": session.warmup_shift,
         "replayed_arms": {k: round(v, 2) for k, v in session.replayed_arms().items()},
@@ -113,7 +114,23 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         "decision": {"recommendation": session.recommendation, "decision": session.decision,
                      "why": session.why, "saveable": session.saveable,
                      "best": session.choice.best if session.choice else None},
+        "auto": auto_section(session),
     }
+
+
+def auto_section(session) -> dict[str, Any] | None:
+    """The auto arm's controller as it stood after the session (its costs, parameters and the
+    curve they were measured from; each run's sample keeps its start state, widths, probes and
+    switches), how to replay a run (engine.auto.replay(costs, params, start, rounds_detail)),
+    and on a workload its shares of the per-request oracle and of the best fixed arm."""
+    c = getattr(session, "auto", None)
+    if c is None:
+        return None
+    out = {**c.to_dict(), "replay": "engine.auto.replay(costs, params, sample.auto.start, "
+                                    "sample.rounds_detail) gives sample.widths"}
+    shares = getattr(session, "oracle", None)
+    out["oracle"] = shares.to_dict() if shares is not None else None
+    return out
 
 
 def stats_samples(record: dict) -> tuple[list, dict[int, list]]:
@@ -135,6 +152,19 @@ def reproduce(record: dict) -> dict[int, stats.Estimate]:
     return stats.estimates(classic, arms, seed=st["seed"], resamples=st["resamples"], level=st["level"])
 
 
+def reproduce_oracle(record: dict):
+    """The auto arm's shares of the oracle and the best fixed arm (policy.oracle.Shares),
+    recomputed from the record's own samples and seed; None when it swept no auto arm."""
+    from policy import oracle
+
+    got = (record.get("auto") or {}).get("oracle")
+    if not got:
+        return None
+    classic, arms = stats_samples(record)
+    return oracle.shares({None: classic, **arms}, "auto", seed=got["seed"], resamples=got["resamples"],
+                         level=record["stats"]["level"])
+
+
 def load(path: Path) -> dict:
     """A record, read bounded and strict (files.FileProblem, a ValueError, when it cannot be)."""
     return files.read_json(Path(path), files.MAX_RECORD_BYTES)
@@ -154,7 +184,7 @@ def refusal(record: dict):
     drift = get(record, "drift")
     rec = get(get(record, "decision"), "recommendation")
     return why_not(cancelled=bool(get(record, "cancelled")), drifted=bool(get(drift, "drifted")),
-                   recommendation=rec if isinstance(rec, int) else None,
+                   recommendation=rec if isinstance(rec, int) or rec == "auto" else None,
                    verdicts=[v for v in verdicts if v not in (None, Verdict.CONTROL)])
 
 

@@ -99,6 +99,8 @@ def compatible(a: Override, b: Override) -> bool:
 
 
 def outcome(e: Override) -> str:
+    if e.auto is not None:
+        return f"auto (fixed {e.width} where the width cannot adapt)"
     return "decline" if e.decline else f"width {e.width}"
 
 
@@ -249,7 +251,7 @@ def measured_status(e: Override, session: Any) -> tuple[Status, str]:
         note = "" if expects_identical else "; output differs from classic, as the entry records"
         return Status.PASS, f"{arm.name} still wins: {arm.why}{note}{noise_note}"
     if arm.verdict in (Verdict.SLOWER, Verdict.NO_GAIN):
-        return Status.FAIL, f"width {arm.width} no longer wins: {arm.why}{noise_note}"
+        return Status.FAIL, f"{arm.name if getattr(arm, 'auto', False) else f'width {arm.width}'} no longer wins: {arm.why}{noise_note}"
     return Status.INCONCLUSIVE, f"{arm.name} {arm.verdict.value}: {arm.why}; more repetitions (-n) may decide"
 
 

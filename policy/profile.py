@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
+from policy.auto import AUTO, AutoError, Plan
 from policy.errors import BlockwidthError
 from policy.device import Backend, Device, mismatch
 from policy.drafter import DrafterKind
@@ -68,6 +69,9 @@ class Override:
     concurrency: int | None = None  # concurrent requests it was measured at (None: 1)
     # the served path's server: {mlx_lm: version, args: [...], verify_attention: mode or absent}
     server: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+    # An ``auto`` entry (width = "auto"): the controller's plan, the curve it was built on
+    # (policy.auto.Plan); ``width`` then holds the fixed width a consumer that cannot adapt takes.
+    auto: Plan | None = field(default=None, compare=False, hash=False)
 
     @property
     def load(self) -> int:
@@ -196,6 +200,8 @@ class Override:
         d: dict[str, Any] = {"backend": self.backend.value, "drafter_kind": self.drafter_kind.value}
         if self.decline:
             d["decline"] = True
+        elif self.auto is not None:
+            d["width"] = AUTO
         else:
             d["width"] = self.width
         for key in ("compute_capability", "device_name", "pair", "mlx", "measured_at", "note"):
@@ -215,6 +221,8 @@ class Override:
             d["concurrency"] = self.concurrency
         if self.server:
             d["server"] = {k: v for k, v in self.server.items() if v is not None}
+        if self.auto is not None:
+            d["auto"] = self.auto.to_dict()
         if self.evidence:
             d["evidence"] = {k: v for k, v in self.evidence.items() if v is not None}
         return d
@@ -281,7 +289,7 @@ def _override_lines(text: str) -> list[int]:
 
 _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capability", "device_name",
                "target_quantization", "pair", "mlx", "measured_at", "byte_identical", "evidence",
-               "note", "path", "concurrency", "server"}
+               "note", "path", "concurrency", "server", "auto"}
 
 
 def parse(text: str, path: Path) -> tuple[Override, ...]:
@@ -372,13 +380,26 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
         errs.append(f"decline = {_short(decline)}: expected true or false")
         decline = False
     width = item.get("width")
+    plan = None
     if decline:
         if width is not None:
             errs.append("has both width and decline = true; a decline has no width")
     elif width is None:
-        errs.append("needs width = N (or decline = true)")
+        errs.append("needs width = N (or decline = true, or width = \"auto\")")
+    elif width == AUTO:
+        if "auto" not in item:
+            errs.append("width = \"auto\" needs its [override.auto] table (the curve it was built on)")
+        else:
+            try:
+                plan = Plan.from_dict(item["auto"])
+            except AutoError as e:
+                errs.append(f"auto: {e}")
+            else:
+                width = plan.static_width
     elif not isinstance(width, int) or isinstance(width, bool) or not MIN_WIDTH <= width <= MAX_WIDTH:
-        errs.append(f"width = {_short(width)}: expected an integer {MIN_WIDTH}..{MAX_WIDTH}")
+        errs.append(f"width = {_short(width)}: expected an integer {MIN_WIDTH}..{MAX_WIDTH} or \"auto\"")
+    if "auto" in item and item.get("width") != AUTO:
+        errs.append("an [override.auto] table is only for width = \"auto\"")
     cc = item.get("compute_capability")
     if cc is not None and not (isinstance(cc, str) and re.fullmatch(r"\d+\.\d+", cc)):
         errs.append(f"compute_capability = {_short(cc)}: expected a string like \"9.0\"")
@@ -451,7 +472,7 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
         compute_capability=cc, device_name=item.get("device_name"), quant_scheme=scheme,
         quant_bits=bits, quant_group_size=group, pair=item.get("pair"), mlx=item.get("mlx"),
         measured_at=measured, byte_identical=ident, evidence=evidence, note=item.get("note"),
-        line=line, path=path, concurrency=conc, server=server,
+        line=line, path=path, concurrency=conc, server=server, auto=plan,
     ), []
 
 
@@ -471,6 +492,16 @@ def _table(entry: Override) -> Any:
         elif key in ("evidence", "server"):
             ev = tomlkit.table()
             ev.update(value)
+            t[key] = ev
+        elif key == "auto":
+            ev = tomlkit.table()
+            for k, v in value.items():
+                if isinstance(v, dict):  # the curve by rows: one line each
+                    inline = tomlkit.inline_table()
+                    inline.update(v)
+                    ev[k] = inline
+                else:
+                    ev[k] = v
             t[key] = ev
         else:
             t[key] = value

@@ -19,6 +19,7 @@ from policy import table
 from policy.integers import IntegerError, parse_int, shorten
 from policy.device import Backend, Device
 from policy.drafter import DrafterKind
+from policy.auto import AUTO, Plan
 from policy.errors import BlockwidthError
 from policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
 from policy.quantization import Quantization
@@ -85,6 +86,18 @@ class Resolution:
     def decline(self) -> bool:
         return self.width is None
 
+    @property
+    def auto(self) -> Plan | None:
+        """An ``auto`` entry's plan: the engine adapts per round on it; ``width`` is the fixed
+        width a consumer that cannot adapt (mlx_lm.server, an exported command) takes."""
+        return self.entry.auto if self.entry is not None else None
+
+    @property
+    def engine_width(self) -> int | str | None:
+        """What blockwidth's engine runs: ``auto`` for an auto entry (it adapts per round), else
+        ``width``."""
+        return AUTO if self.auto is not None else self.width
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "width": self.width,
@@ -99,6 +112,8 @@ class Resolution:
             "measured_path": self.measured_path,
             "resolved_for": {"path": self.path, "concurrency": self.concurrency},
             "concurrency": self.entry.load if self.entry is not None else None,
+            "auto": ({**self.auto.to_dict(), "static_width": self.width}
+                     if self.auto is not None else None),
         }
 
 
@@ -153,7 +168,11 @@ def resolve(
         for s in order[order.index(source) + 1:]:
             if all(st.source is not s for st in chain):
                 chain.append(Step(s, False, None, f"not consulted: {source.value} applied first"))
-        text = f"{width if width is not None else 'classic'} ({_LABEL[source]}: {reason})"
+        entry = kw.get("entry")
+        shown = "classic" if width is None else str(width)
+        if entry is not None and entry.auto is not None:
+            shown = f"auto, fixed {width} where the width cannot adapt"
+        text = f"{shown} ({_LABEL[source]}: {reason})"
         return Resolution(width, source, text, tuple(chain), drafter_kind, device, quantization,
                           path=path, concurrency=concurrency, **kw)
 
@@ -177,9 +196,14 @@ def resolve(
         if entry is not None:
             stale = bool(entry.mlx and mlx_version and entry.mlx != mlx_version)
             what = "no width beat classic" if entry.decline else "measured winner"
+            if entry.auto is not None:
+                what = "the auto width measured the winner"
             reason = f"{what} for {entry.describe_keys()} in {profile.path}"
             if entry.line:
                 reason += f" line {entry.line}"
+            if entry.auto is not None:
+                reason += (f"; it adapts per round on its curve ({entry.auto.describe()}); "
+                           f"{entry.width} is its best fixed width there")
             if not entry.byte_identical:
                 reason += "; output NOT byte-identical to classic (saved explicitly)"
             if stale:

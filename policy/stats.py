@@ -262,27 +262,44 @@ class Choice:
     why: str
 
 
+def _rank(w) -> tuple[int, int]:
+    """The tie rule's order: fixed widths by size, then auto (policy.auto.AUTO), which needs a
+    controller and which a server that takes one width cannot run."""
+    return (1, 0) if isinstance(w, str) else (0, w)
+
+
+def _name(w) -> str:
+    return str(w) if isinstance(w, str) else f"w{w}"
+
+
+def _lead(w) -> str:
+    return f"the {w} width" if isinstance(w, str) else f"width {w}"
+
+
 def choose(figures: Mapping[int, Estimate], winners: Iterable[int]) -> Choice | None:
     """The tie rule: among the winning widths, the smallest whose interval overlaps the best's.
 
     A larger width that is not measurably faster (its interval overlaps a smaller one's) costs
     more per round and loses more when acceptance falls, so the smaller one is chosen. Two
     95 % intervals that overlap may still differ at 5 %: overlap is the cautious side, it
-    prefers the smaller width whenever the evidence for the larger one is not plain."""
-    ws = sorted(set(winners))
+    prefers the smaller width whenever the evidence for the larger one is not plain. ``auto``
+    ranks after every fixed width: it is chosen only when it is measurably faster than each."""
+    ws = sorted(set(winners), key=_rank)
     if not ws:
         return None
-    best = max(ws, key=lambda w: (figures[w].ratio, -w))  # equal ratios: the smaller width
+    # equal ratios: the smaller width
+    best = max(ws, key=lambda w: (figures[w].ratio, tuple(-x for x in _rank(w))))
     top = figures[best]
     pick = next(w for w in ws if figures[w].ci.overlaps(top.ci))
     if pick == best:
-        why = f"width {best} is the fastest winner: {top.describe()}"
-        smaller = [w for w in ws if w < best]
+        why = f"{_lead(best)} is the fastest winner: {top.describe()}"
+        smaller = [w for w in ws if _rank(w) < _rank(best)]
         if smaller:
-            why += (f"; {', '.join(f'w{w}' for w in smaller)} also win{'s' if len(smaller) == 1 else ''}, "
+            why += (f"; {', '.join(_name(w) for w in smaller)} also win{'s' if len(smaller) == 1 else ''}, "
                     f"but {'its interval lies' if len(smaller) == 1 else 'their intervals lie'} below the best's")
     else:
-        why = (f"width {pick} at {figures[pick].describe()} is the smallest winning width whose "
-               f"interval overlaps the best's (w{best} {top.describe()}): w{best} is not measurably "
-               f"faster, and a smaller width costs less per round")
+        why = (f"{_lead(pick)} at {figures[pick].describe()} is the smallest winning width whose "
+               f"interval overlaps the best's ({_name(best)} {top.describe()}): {_name(best)} is not "
+               f"measurably faster, and a smaller width costs less per round"
+               + (" (auto ranks after every fixed width: a server takes one width)" if best == "auto" else ""))
     return Choice(pick, best, why)

@@ -268,14 +268,14 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
     elif winners and estimates is not None:
         choice = stats.choose(estimates, [a.width for a, _ in winners])
         recommendation = choice.width
-        decision = f"width {choice.width} beats classic"
+        decision = ("the auto width" if choice.width == "auto" else f"width {choice.width}") + " beats classic"
         why = choice.why
         if single:  # the range rule's half of the win
             why += "; " + next(rw for a, rw in zip(arms, range_whys) if a.width == choice.width)
     elif winners:
         best, why = max(winners, key=lambda aw: aw[0].range.median)
         recommendation = best.width
-        decision = f"width {best.width} beats classic"
+        decision = ("the auto width" if best.width == "auto" else f"width {best.width}") + " beats classic"
     elif undecided:
         decision = "undecided"
         why = ("ranges overlap for " if estimates is None or (single and _overlap(classic, undecided))

@@ -19,7 +19,7 @@ from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static, T
 
 from console.inputs import InputError, chain_lines
 from console.outcome import Front, headline
-from console.render import arm_rows, arm_table, bars, ratio_rows, request_table, speedup_lines
+from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from console.request import SessionRequest, session_request
 from console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
@@ -271,10 +271,12 @@ class AbTab(TabPane):
         res = view.res
         # The width in effect is always among the measured arms; add it while the operator
         # has not typed their own widths (a run adds it anyway).
-        if res.width is not None and not self._widths_touched:
+        w = res.engine_width
+        if w is not None and not self._widths_touched:
             field = self.query_one("#widths", Input)
             with self.prevent(Input.Changed):
-                field.value = ",".join(map(str, sorted({*DEFAULT_WIDTHS, res.width})))
+                fixed = sorted({*DEFAULT_WIDTHS, w} - {"auto"})
+                field.value = ",".join(map(str, fixed + (["auto"] if w == "auto" else [])))
         self.query_one("#side-chain", Static).update(Text.assemble(
             ("the resolution's chain (tab 3)\n", "bold"), "\n".join(chain_lines(res.chain))))
         # The arms table's *, the headline and the details' note on the width in effect follow
@@ -303,7 +305,8 @@ class AbTab(TabPane):
         table.clear()
         s = self._shown()
         if s is not None:
-            for key, cells in arm_table_rows(s, self.resolution.width if self.resolution else None):
+            res = self.resolution.res if self.resolution else None
+            for key, cells in arm_table_rows(s, res.engine_width if res is not None else None):
                 table.add_row(*cells, key=key)
 
     def _draw_plot(self) -> None:
@@ -316,6 +319,7 @@ class AbTab(TabPane):
             if not s.single:  # a workload: each width's speed-up over its requests, too
                 plot += ("\nspeed-up per request (= min, # median, - max)\n"
                          + "\n".join(bars(ratio_rows(s), "x", digits=2)))
+            plot += "\n".join(auto_lines(s))
         self.query_one("#plot", Static).update(Text(plot))
 
     def _draw_headline(self) -> None:
@@ -364,7 +368,8 @@ class AbTab(TabPane):
                 else "measured with ")
         t = Text.assemble((said, "dim"), state.request.settings(), f" · verify attention {self._attention()}")
         if state.added_width:
-            t.append(f" (+ w{state.added_width}: the width in effect)", style="dim")
+            added = state.added_width
+            t.append(f" (+ {added if added == 'auto' else f'w{added}'}: the width in effect)", style="dim")
         if self.stale:
             t = Text.assemble(("STALE ", "bold yellow reverse"), " fields changed since this run; a runs them. ",
                               t)

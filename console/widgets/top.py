@@ -21,7 +21,7 @@ def in_effect(session_view: SessionView | None, view: ResolutionView | None) -> 
     """What the shown session says about the width in effect (None: nothing to say)."""
     if session_view is None or session_view.session is None or view is None or view.res is None:
         return None
-    return in_effect_note(session_view.session, view.res.width)
+    return in_effect_note(session_view.session, view.res.engine_width)
 
 
 class _Panel(Static):
