@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
-from policy.device import Backend, Device, mismatch
+from policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
 
@@ -66,6 +66,8 @@ class Override:
     concurrency: int | None = None  # concurrent requests it was measured at (None: 1)
     # the served path's server: {mlx_lm: version, args: [...], verify_attention: mode or absent}
     server: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
+    # measured on a sharded target's group (issue 29); None: on one device, and only there
+    group: Group | None = None
 
     @property
     def load(self) -> int:
@@ -85,7 +87,8 @@ class Override:
                 # the served path and each load are their own situations (issue 27); the engine
                 # path at concurrency 1 is what an entry naming neither means
                 ("path", None if self.path == PATH_ENGINE else self.path),
-                ("concurrency", None if self.load == 1 else self.load))
+                ("concurrency", None if self.load == 1 else self.load),
+                ("group", self.group.key(case_blind=case_blind) if self.group else None))
         return tuple((k, v) for k, v in keys if v is not None)
 
     def matches(self, device: Device, quant: Quantization, kind: DrafterKind,
@@ -106,7 +109,7 @@ class Override:
 
     def device_mismatch(self, device: Device) -> str | None:
         """Why this entry is for another device (policy.device.mismatch), or None."""
-        return mismatch(device, self.backend, self.compute_capability, self.device_name)
+        return mismatch(device, self.backend, self.compute_capability, self.device_name, self.group)
 
     def match_note(self, device: Device) -> str | None:
         """Why a match may not carry over, for a CUDA entry matched without comparing GPU names:
@@ -123,7 +126,7 @@ class Override:
         return None
 
     def specificity(self) -> tuple[int, ...]:
-        return (self.pair is not None, self.device_name is not None,
+        return (self.pair is not None, bool(self.group and self.group.members), self.device_name is not None,
                 self.compute_capability is not None, self.quant_scheme is not None,
                 self.quant_bits is not None, self.quant_group_size is not None)
 
@@ -145,7 +148,8 @@ class Override:
             served = ", served by mlx_lm.server"
         if self.concurrency is not None:
             served += f", concurrency {self.concurrency}"
-        return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}{served}"
+        group = f", {self.group.describe()}" if self.group else ""
+        return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}{served}{group}"
 
     def to_toml(self) -> dict[str, Any]:
         d: dict[str, Any] = {"backend": self.backend.value, "drafter_kind": self.drafter_kind.value}
@@ -170,6 +174,8 @@ class Override:
             d["concurrency"] = self.concurrency
         if self.server:
             d["server"] = {k: v for k, v in self.server.items() if v is not None}
+        if self.group:
+            d["group"] = self.group.to_dict()
         if self.evidence:
             d["evidence"] = {k: v for k, v in self.evidence.items() if v is not None}
         return d
@@ -220,7 +226,7 @@ def _override_lines(text: str) -> list[int]:
 
 _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capability", "device_name",
                "target_quantization", "pair", "mlx", "measured_at", "byte_identical", "evidence",
-               "note", "path", "concurrency", "server"}
+               "note", "path", "concurrency", "server", "group"}
 
 
 def parse(text: str, path: Path) -> tuple[Override, ...]:
@@ -379,6 +385,16 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
                     errs.append(f"server.{key} = {_short(server[key])}: expected a string")
             if path != PATH_SERVER:
                 errs.append(f"server is only for path = \"{PATH_SERVER}\"")
+    on_group = None
+    if item.get("group") is not None:
+        gerrs = group_problems(item["group"])
+        errs.extend(gerrs)
+        if not gerrs:
+            on_group = group_from_dict(item["group"])
+            if on_group.members and backend is not None \
+                    and on_group.members[0].backend is not backend:
+                errs.append(f"group.members[0].backend = {on_group.members[0].backend.value!r}: rank 0 "
+                            f"is the entry's own device, backend = {backend.value!r}")
     if errs or backend is None or kind is None:
         return None, errs
     return Override(
@@ -386,7 +402,7 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
         compute_capability=cc, device_name=item.get("device_name"), quant_scheme=scheme,
         quant_bits=bits, quant_group_size=group, pair=item.get("pair"), mlx=item.get("mlx"),
         measured_at=measured, byte_identical=ident, evidence=evidence, note=item.get("note"),
-        line=line, path=path, concurrency=conc, server=server,
+        line=line, path=path, concurrency=conc, server=server, group=on_group,
     ), []
 
 
@@ -407,6 +423,19 @@ def _table(entry: Override) -> Any:
             ev = tomlkit.table()
             ev.update(value)
             t[key] = ev
+        elif key == "group":
+            g = tomlkit.table()
+            for k, v in value.items():
+                if k == "members":  # one inline table a rank: the list reads as the group
+                    arr = tomlkit.array()
+                    for m in v:
+                        it = tomlkit.inline_table()
+                        it.update(m)
+                        arr.append(it)
+                    g[k] = arr
+                else:
+                    g[k] = v
+            t[key] = g
         else:
             t[key] = value
     return t
