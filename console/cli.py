@@ -289,6 +289,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap = build_parser()
         _misplaced(ap, argv)
         args = ap.parse_args(argv)
+        args.argv = argv  # what a group's launcher starts each rank with (console.distributed)
         _apply_before(ap, args)
         code = check.dispatch(args)  # --check, or its options refused without it
         if code is not None:

@@ -12,6 +12,7 @@ from engine import attention, linear
 from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
 from console.render import arm_rows, bars
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
+from console import distributed
 from console.save import save_session
 from policy import bounds
 
@@ -82,6 +83,8 @@ def _rows(text: str) -> tuple[int, ...]:
 
 
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
+    if distributed.active():  # a rank of a sharded target's group
+        return distributed.load(target, draft, kind, variant)
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
     from engine.pair import PairError, load_pair
 
@@ -102,6 +105,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from console import served
 
+    code = distributed.run(args, cmd_sweep)  # --distributed: as a rank of a group, or its launcher
+    if code is not None:
+        return code
     if args.path == "mlx-lm-server":
         return served.cmd_sweep_served(args)
     served.served_only(args)
@@ -171,13 +177,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     cancel = threading.Event()
     try:
-        session = run_session(pair, config, on_event=on_event, cancel=cancel)
+        session = run_session(pair, config, on_event=on_event, cancel=cancel, lockstep=distributed.lockstep())
     except DecodeError as e:
         raise InputError(str(e)) from None
     except KeyboardInterrupt:
         cancel.set()
         raise
     rec = record.build(session, pair, host.identity(), gate.to_dict())
+    distributed.annotate(rec, pair, session)  # the group, when sharded (every rank, collective)
     try:
         path = record_files.write(rec, records)
     except OSError as e:
@@ -207,6 +214,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(json.dumps(out, indent=1))
     else:
         print(f"pair   {pair.describe()}")
+        if distributed.active():
+            print(distributed.describe_line())
         print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
               f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
               + _linear_note(session.config.verify_linear))
@@ -252,6 +261,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
+    code = distributed.run(args, cmd_costcurve)  # --distributed: as a rank of a group, or its launcher
+    if code is not None:
+        return code
     rows = _rows(args.rows)
     _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
@@ -271,6 +283,9 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
             "mlx": mlx_version(), **curve.to_dict()}
+    comm = distributed.communication(pair, rows) if distributed.active() else None
+    if comm is not None:
+        data["group"] = {**distributed.active().rank.to_dict(), "communication": comm.to_dict()}
     if args.json:
         print(json.dumps(data, indent=1))
         return ExitCode.OK
@@ -304,6 +319,9 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         print("kernel boundaries: " + ", ".join(f"{p.boundary} at {p.rows} rows" for p in curve.boundaries()))
     else:
         print("no kernel boundary: time grows smoothly with rows")
+    if comm is not None:
+        print(distributed.describe_line(drafter=False))
+        print("\n".join(distributed.comm_lines(comm, curve.ms)))
     return ExitCode.OK
 
 
@@ -342,6 +360,7 @@ def register(sub) -> None:
     from console import served
 
     served.add_arguments(p)
+    distributed.add_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -356,6 +375,7 @@ def register(sub) -> None:
                    help="timed repeats per row count (median), 1..1000")
     attention.add_arg(p)
     linear.add_arg(p)
+    distributed.add_arguments(p, drafter=False)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
 

@@ -367,12 +367,13 @@ def warmup_prompt(ids: list[int], max_tokens: int, width: int,
 
 
 def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,
-               emit: Callable[[Event], None], t_start: float) -> None:
+               emit: Callable[[Event], None], t_start: float, lockstep=None) -> None:
     """The session's schedule, whatever runs an arm: a discarded warm-up of every arm, n
     repetitions interleaved arm by arm (classic first), more in sequential mode while an arm is
     undecided and the budget lasts, and the closing classic bracket. ``one(arm, rep, keep=True,
     closing=False)`` runs one arm once and records it (``keep=False``: the warm-up). The engine's
-    decode loop and the served path (engine.served) both run through here."""
+    decode loop and the served path (engine.served) both run through here. ``lockstep`` (the
+    ranks of a sharded target, engine.distributed): the seconds budget is rank 0's clock's."""
     config = session.config
     if config.warmup:
         for arm in [session.classic, *session.arms]:
@@ -387,6 +388,12 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
         if time.monotonic() - t_start >= config.max_seconds:
             return Budget.SECONDS
         return None
+
+    if lockstep is not None:
+        local = budget_out
+
+        def budget_out() -> Budget | None:  # noqa: F811 (every rank stops where rank 0 does)
+            return lockstep.agree(local(), Budget)
 
     rep = 0
     while True:
@@ -424,8 +431,10 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
 
 
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
-                cancel: threading.Event | None = None) -> Session:
-    """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
+                cancel: threading.Event | None = None, lockstep=None) -> Session:
+    """Run an A/B session on a loaded pair. Raises DecodeError for bad input. ``lockstep``: this
+    process is one rank of a sharded target's group (engine.distributed.Lockstep), whose ranks
+    compare tokens and take rank 0's timings after every run."""
     emit = on_event or (lambda e: None)
     cancel = cancel or threading.Event()
     widths = tuple(dict.fromkeys(config.widths))
@@ -468,6 +477,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         run.host = host.host_delta(host_before, host.host_reading())
         if before is not None:
             run.clocks = {"before": before, "after": clocks.read()}
+        if lockstep is not None:
+            lockstep.run(run)
         if keep and not cancel.is_set():
             arm.runs.append(run)
             session.order.append(arm.name)
@@ -478,7 +489,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     # NVML (opened by the watch) is shut down however the runs end: a decode error or an
     # exception from on_event mid-session must not leave it initialised in the process.
     try:
-        interleave(session, one, cancel=cancel, emit=emit, t_start=t_start)
+        interleave(session, one, cancel=cancel, emit=emit, t_start=t_start, lockstep=lockstep)
     finally:
         clocks.close()
 

@@ -125,6 +125,9 @@ def watching(drafter: Drafter, model: Any) -> AbstractContextManager:
 
 
 def make_drafter(pair) -> Drafter:
+    factory = getattr(pair, "drafter_factory", None)
+    if factory is not None:  # the pair's own (engine.distributed: a drafter on rank 0 only)
+        return factory()
     if pair.kind is DrafterKind.MODEL:
         return ModelDrafter(pair.drafter)
     if pair.kind is DrafterKind.LOOKUP:

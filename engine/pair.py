@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -51,6 +51,8 @@ class Pair:
     drafter: Any | None = None  # mlx_lm model (model), DFlashModel (dflash), MTPModel (mtp)
     drafter_path: Path | None = None
     fingerprints: dict[str, str] = field(default_factory=dict)
+    # builds the drafter instead of engine.drafters.make_drafter (a drafter on rank 0 of a group)
+    drafter_factory: Callable[[], Any] | None = None
 
     @property
     def pair_id(self) -> str:
@@ -137,9 +139,13 @@ def _vocab(tokenizer) -> dict:
 
 
 def load_pair(target: Path | str, drafter: Path | str | None = None,
-              kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS) -> Pair:
+              kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS, *,
+              target_loader: Callable[[Path], Any] | None = None, drafter_model: bool = True) -> Pair:
     """Load a pair. ``drafter=None`` means the lookup drafter. ``names``: what errors call the
-    target and the drafter (keys ``target`` and ``draft``)."""
+    target and the drafter (keys ``target`` and ``draft``). ``target_loader``: loads the target's
+    model instead of mlx-lm's ``load_model`` (a shard of it: engine.distributed); with
+    ``drafter_model=False`` a model drafter is checked but its weights are not loaded (a rank
+    that does not draft)."""
     target = Path(target)
     tname, dname = names["target"], names["draft"]
     tconfig = _check_folder(target, tname)
@@ -160,7 +166,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     if kind is DrafterKind.LOOKUP and drafter is not None:
         raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
 
-    model = _load_model(target, tname)
+    model = target_loader(target) if target_loader is not None else _load_model(target, tname)
     tokenizer = _load_tokenizer(target, tname, tconfig)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, read_sidecar(target)), kind,
                 fingerprints={"target": fingerprint(target)})
@@ -176,7 +182,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
             if a and b and a != b:
                 raise PairError(f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
                                 f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
-        pair.drafter = _load_model(drafter, dname)
+        pair.drafter = _load_model(drafter, dname) if drafter_model else None
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):
