@@ -122,13 +122,16 @@ def mark_boundaries(points: Sequence[Point], factor: float = 2.5, floor: float =
 def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, repeats: int = 7,
             warmup: int = 2, attention=None, linear=None, warm: bool = True,
             on_progress: Callable[[int, int], None] | None = None,
-            cancel: Callable[[], bool] | None = None) -> CostCurve:
+            cancel: Callable[[], bool] | None = None, prefill_step: int | None = None) -> CostCurve:
     """Time one ``rows``-row forward after a ``context``-token prefix.
 
     Cold: every forward at a KV length one past the previous one (as decoding
     advances), so nothing keyed on the length is ever replayed; the first
     ``warmup`` are dropped (the very first is kept apart as ``first_ms``).
-    Warm (``warm=True``): the same forward repeated at one length."""
+    Warm (``warm=True``): the same forward repeated at one length.
+    ``prefill_step``: the prefix in forwards of at most that many tokens (None: one), untimed
+    (lab/probe_qmv.py keeps a fresh CUDA host from JIT-compiling a kernel only a long prefill
+    would use)."""
     from mlx_lm.models.cache import make_prompt_cache
 
     from engine.attention import verify_attention
@@ -139,10 +142,14 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
         raise ValueError(f"context = {context}: must be at least 1")
     if repeats < 1:
         raise ValueError(f"repeats = {repeats}: must be at least 1")
+    if prefill_step is not None and prefill_step < 1:
+        raise ValueError(f"prefill step = {prefill_step}: must be at least 1")
     prepare(linear, model)  # qmv's kernels compile before the first timed forward
     cache = make_prompt_cache(model)
     prefix = mx.array(context_ids(context), mx.uint32)
-    mx.eval(model(prefix[None], cache=cache))
+    step = prefill_step or context
+    for i in range(0, context, step):
+        mx.eval(model(prefix[None, i:i + step], cache=cache))
     points = []
     mode = "fused"
     # One projection block around every row count: its counts are the whole curve's.

@@ -91,8 +91,17 @@ class KernelWin:
     record: str  # the committed record, from the repository root
 
 
-# No entry yet: auto is stock for quantized targets until the H200's record is committed.
-QMV_WINS: tuple[KernelWin, ...] = ()
+# The H200's cost curves of 2026-12-01 (8B-shaped random targets, group 64, rows 1-16, stock
+# against the kernel called directly and through mx.compile; 4-bit 3 passes, 8-bit 2, direct
+# only): where the kernel's verify forward beat stock's by 10 % in every pass. lab/tests
+# re-derives these lines from the record (lab/probe_qmv.py printed them).
+_H200_CURVES = "lab/evidence/h200-2026-12-01/qmv/curves/probe_qmv.json"
+QMV_WINS: tuple[KernelWin, ...] = (
+    KernelWin(4, 64, "9.0", (2, 3, 4, 5, 6, 7, 8), "compile", "0.32.4", _H200_CURVES),
+    KernelWin(4, 64, "9.0", (2, 3, 4, 5, 6, 7, 8), "direct", "0.32.4", _H200_CURVES),
+    # 2 rows: 14 % faster in pass 0, 3 % in pass 1
+    KernelWin(8, 64, "9.0", (3, 4, 5, 6, 7, 8), "direct", "0.32.4", _H200_CURVES),
+)
 
 
 def rows_won(passes: list[dict[int, tuple[float, float]]], margin: float = MARGIN) -> tuple[int, ...]:
@@ -177,7 +186,7 @@ class LinearRouting:
     backend: str = "cpu"
     allowed: dict | None = None
     auto: bool = False
-    call: str = "direct"  # qmv: engine.qmv's call strategy, read when the block opens
+    call: str = qmv.DEFAULT_CALL  # qmv: engine.qmv's call strategy, read when the block opens
     served: dict = field(default_factory=dict)  # qmv: "N x K bits/group" -> calls the kernel took
     stock_reasons: dict = field(default_factory=dict)  # qmv: engine.qmv.REASONS key -> calls left
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> (reason, label)
@@ -218,10 +227,11 @@ def _compute_capability() -> str | None:
 
 
 def auto_allowed(backend: str, compute_capability: str | None,
-                 wins: tuple[KernelWin, ...] | None = None, call: str = "direct") -> dict | None:
+                 wins: tuple[KernelWin, ...] | None = None, call: str = qmv.DEFAULT_CALL) -> dict | None:
     """What ``auto`` routes to qmv here: {(bits, group): rows} from the committed wins measured
     on this compute capability with this call strategy (a win measured through mx.compile says
-    nothing of the direct call), or None (auto is stock) where there are none."""
+    nothing of the direct call: under the default, compile, the 8-bit curve measured only
+    directly stays stock), or None (auto is stock) where there are none."""
     if backend != "cuda" or compute_capability is None:
         return None
     won = {}
@@ -459,13 +469,14 @@ def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
 
 def prepare(mode: str | VerifyLinear | None, *models) -> dict[str, float]:
     """Before anything is timed: where ``mode`` routes to the qmv kernel here, compile the
-    kernel instances ``models``' projections need (engine.qmv.prepare), so a measured forward
-    never pays NVRTC; returns {instance: compile seconds}, empty where nothing is routed."""
+    kernel instances ``models``' projections need (engine.qmv.prepare; under ``auto`` only
+    those of the (bits, group, rows) it routes), so a measured forward never pays NVRTC;
+    returns {instance: compile seconds}, empty where nothing is routed."""
     routing = routing_for(mode)
     if routing.mode is not VerifyLinear.QMV or routing.backend != "cuda":
         return {}
     done = {}
     for m in models:
         if isinstance(m, nn.Module):
-            done.update(qmv.prepare(m, strategy=routing.call))
+            done.update(qmv.prepare(m, strategy=routing.call, allowed=routing.allowed))
     return done

@@ -33,8 +33,9 @@ compile serves every shape and row count of a (bits, group, dtype, u); the kerne
 each is built once (:func:`kernel`). Host cost per call is what this route fights (the probe:
 ~21 us a custom-kernel call against 6.6 for ``quantized_matmul``), so the call's arguments are
 prepared once per shape, the source handed to MLX is stripped of comments and indentation (MLX
-rebuilds and hashes it on every call), and ``BLOCKWIDTH_QMV_CALL=compile`` runs each call
-through ``mx.compile`` (no Python-side rebuild: the traced primitive is replayed).
+rebuilds and hashes it on every call), and each call runs through ``mx.compile`` (no
+Python-side rebuild: the traced primitive is replayed), the default since the H200 measured it
+steadier (:data:`DEFAULT_CALL`); ``BLOCKWIDTH_QMV_CALL=direct`` calls the kernel object.
 """
 
 from __future__ import annotations
@@ -59,6 +60,11 @@ NARROW_N = 2048
 WIDE_N = 8192  # from here 4 warps a block (the probe's best on 14336 and 28672 rows), else 8
 CALLS = ("direct", "compile")
 CALL_ENV = "BLOCKWIDTH_QMV_CALL"
+# The default call: compile. On the H200 (lab/evidence/h200-2026-12-01/qmv/curves) the 8B 4-bit
+# verify of 2-8 rows took 7.3-8.9 ms through mx.compile at 19 of its 21 (pass, rows) points
+# (the others 11.4-11.5), and 7.8-14.3 called directly, above 10 ms at 13 of 21 (all 7 of
+# pass 0); per projection in a chain, 10-28 us against 13-38 (docs/qmv.md).
+DEFAULT_CALL = "compile"
 
 
 @dataclass(frozen=True)
@@ -516,11 +522,11 @@ _lazy: set[str] = set()  # instances first compiled inside a forward, not by pre
 
 
 def call_strategy() -> str:
-    """How a routed projection reaches the kernel: ``direct`` (the kernel object's call, its
-    arguments prepared once per shape) or ``compile`` (through ``mx.compile``: the traced
-    primitive is replayed, nothing rebuilt in Python); ``BLOCKWIDTH_QMV_CALL`` chooses, so the
-    GPU host can measure which costs less."""
-    v = os.environ.get(CALL_ENV, "direct").strip().lower() or "direct"
+    """How a routed projection reaches the kernel: ``compile`` (the default, :data:`DEFAULT_CALL`:
+    through ``mx.compile``, the traced primitive is replayed, nothing rebuilt in Python) or
+    ``direct`` (the kernel object's call, its arguments prepared once per shape);
+    ``BLOCKWIDTH_QMV_CALL`` chooses, so the GPU host can measure either."""
+    v = os.environ.get(CALL_ENV, DEFAULT_CALL).strip().lower() or DEFAULT_CALL
     if v not in CALLS:
         raise ValueError(f"{CALL_ENV}={v!r}: expected one of {', '.join(CALLS)}")
     return v
@@ -670,24 +676,28 @@ def instances_for(model) -> dict[tuple, set]:
 
 
 def prepare(model, rows: tuple[int, ...] = tuple(range(2, MAX_ROWS + 1)),
-            strategy: str | None = None) -> dict[str, float]:
+            strategy: str | None = None, allowed: dict | None = None) -> dict[str, float]:
     """Compile every instance ``model``'s verify needs (and, under ``compile``, trace each
     projection shape at each row count) before anything is timed; returns {instance: compile
-    seconds}. Cheap when already done (the kernels are built once per process)."""
+    seconds}. ``allowed`` ({(bits, group): rows}, what ``auto`` routes here; None: everything)
+    leaves out what will stay stock. Cheap when already done (the kernels are built once per
+    process)."""
     import mlx.core as mx
 
     strategy = strategy or call_strategy()
     done = {}
     for inst, shapes in instances_for(model).items():
+        bits, group, dtype, _ = inst
+        if allowed is not None and (bits, group) not in allowed:
+            continue
         done[instance_name(*inst)] = compile_instance(*inst)
         if strategy != "compile":
             continue
-        bits, group, dtype, _ = inst
         dt = _dtype(dtype)
         for n, k in sorted(shapes):
             w = mx.zeros((n, k * bits // 32), mx.uint32)
             s = mx.zeros((n, k // group), dt)
-            for r in rows:  # the verify's x is [1, rows, K]
+            for r in (r for r in rows if allowed is None or r in allowed[(bits, group)]):  # x is [1, rows, K]
                 if ((1, r, k), n, dt, bits, group, strategy) not in _fns:
                     mx.eval(matmul(mx.zeros((1, r, k), dt), w, s, s, bits, group, strategy))
     return done

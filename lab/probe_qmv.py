@@ -13,8 +13,10 @@ forward on the H200). This probe, in one process:
    biases: the exact affine product), for 4 and 8 bits, groups 32 / 64 / 128, rows 1..8, N not
    a multiple of the 16-row tile, K not a multiple of 512, bfloat16 and float16; each case
    passes by ``engine.qmv.parity`` (its docstring derives the bound from 16-bit output
-   rounding); stock's GPU error against the same reference beside it; and the product's call
-   path (``direct``, ``compile``) bitwise equal to the checked call;
+   rounding); stock's GPU error against the same reference beside it at rows 1..7 (its
+   ``qmv``; at 8 rows stock is ``qmm``, JIT-compiled at first use: ``--stock-qmm``); and the
+   product's call path (``direct``, ``compile``) bitwise equal to the checked call; no case
+   starts past 35 % of ``--budget-s``;
 3. **projections**: the 8B layer's projections (q/o 4096x4096, k/v 1024x4096, gate/up
    14336x4096, down 4096x14336; 4-bit group 64) at rows 1..8, stock against the kernel
    called ``direct`` and through ``mx.compile``: the first call (cold), the median of calls
@@ -25,9 +27,20 @@ forward on the H200). This probe, in one process:
    stock, ``qmv`` direct and ``qmv`` compile in rotated order, ``--passes`` times; then the
    rows at which ``qmv`` beat stock by 10 % in every pass (engine.linear.rows_won: the rule
    ``auto`` follows) and the ``QMV_WINS`` entries they would make; stock and ``qmv`` logits of
-   one forward side by side; with time left, the same for an 8-bit target.
+   one forward side by side; with time left, the same for an 8-bit target. Prefixes go in
+   16-token forwards (PREFILL_STEP).
 
-    python -m lab.probe_qmv --out DIR          (CUDA: ~3-4 minutes on an H200)
+Where the time goes on a fresh host is NVRTC: 17 kernel instances at 1.3-2.5 s each, and MLX's
+own JIT-compiled kernels at their first use, above all stock's CUTLASS ``qmm`` (8+ rows: 15-50
+s per kernel, dtype, bits, group and row tile; MLX keeps their PTX in its cache directory, which
+a fresh host has empty). On 2026-12-01 the parity took 232 s, ~200 of them in the 13 ``qmm``
+modules its 8-row stock calls compiled; now the probe meets two (the 4- and 8-bit 16-row tile
+the curves need at rows 8-16), and the record's ``sections`` give each section's seconds and
+the modules MLX compiled in it. ``--sections`` runs a part (``compile,parity`` first, then
+``projections,curves``: a section compiles what it needs itself), to split the probe over two
+calls of a harness that stops a command at a fixed time.
+
+    python -m lab.probe_qmv --out DIR          (CUDA: ~3 minutes on a fresh H200, estimated)
     python -m lab.probe_qmv --out DIR          (no CUDA: the CPU parts on tiny shapes, seconds)
     python -m lab.probe_qmv emit --out DIR     (every instance's generated .cu, for nvcc)
     python -m lab.probe_qmv ncu --out DIR      (a workload for Nsight Compute: device time)
@@ -162,6 +175,27 @@ def _np(a):
     return np.array(a.astype(mx.float32)).astype(np.float64)
 
 
+def ptx_cache_dir() -> Path:
+    """Where MLX's CUDA build keeps the PTX of what it JIT-compiles (its own kernels, such as
+    the CUTLASS ``qmm``, and custom kernels): ``MLX_PTX_CACHE_DIR``, else the temp directory's
+    ``mlx/<version>/ptx`` (mlx/backend/cuda/jit_module.cpp). A fresh host's is empty."""
+    import tempfile
+
+    import mlx.core as mx
+
+    env = os.environ.get("MLX_PTX_CACHE_DIR")
+    return Path(env) if env else Path(tempfile.gettempdir()) / "mlx" / mx.__version__ / "ptx"
+
+
+def jit_modules() -> set[str]:
+    """The modules in MLX's PTX cache now (names as MLX gives them, without .ptx)."""
+    d = ptx_cache_dir()
+    try:
+        return {str(p.relative_to(d))[:-4] for p in d.rglob("*.ptx")}
+    except OSError:
+        return set()
+
+
 # --- sections ---------------------------------------------------------------------------------
 def section_compile(log: Log, out: Path, cases, cuda: bool) -> dict:
     """Compile every instance the parity cases and the 8B projections need (each once)."""
@@ -192,30 +226,55 @@ def section_compile(log: Log, out: Path, cases, cuda: bool) -> dict:
     return res
 
 
-def section_parity(log: Log, cases, cuda: bool, compiled: dict) -> tuple[dict, bool]:
+STOCK_QMV_ROWS = range(1, 8)  # stock's per-row qmv kernel, built into MLX: no compile at first use
+PARITY_SHARE = 0.35  # of --budget-s: past it no parity case starts (the H200's full set: ~10 s)
+
+
+def section_parity(log: Log, cases, cuda: bool, compiled: dict, budget: float = math.inf,
+                   stock_qmm: bool = False) -> tuple[dict, bool]:
+    """Every case at rows 1..8: the kernel against the CPU's float32 reference, stock's GPU
+    error beside it. Stock's error is read at rows 1..7 only (its ``qmv``) unless ``stock_qmm``:
+    at 8 rows stock is MLX's ``qmm``, JIT-compiled CUTLASS (``qmm_sm80`` where N is a multiple
+    of 128, ``qmm_naive`` elsewhere), one NVRTC compile of 15-35 s per (kernel, dtype, bits,
+    group, row tile) on a host whose MLX PTX cache is empty: 13 of them were ~200 of the 205 s
+    the H200's parity took on 2026-12-01 (the CPU's reference for all 19 shapes took 5.8 s on a
+    2-core CPU). Past ``budget`` (the probe's clock) no case starts: the rest are listed as
+    skipped and the section is not complete."""
     import mlx.core as mx
     import numpy as np
 
     from engine import qmv
 
-    results, all_ok, t0 = [], True, time.time()
+    results, all_ok, t0, skipped = [], True, time.time(), []
     for ci, (bits, group, n, k, dtype) in enumerate(cases):
+        if log.elapsed > budget:
+            skipped.append({"bits": bits, "group": group, "n": n, "k": k, "dtype": dtype})
+            continue
+        tc = time.time()
         wq, s, b = _quantized(n, k, bits, group, dtype, 100 + ci)
         x8 = mx.random.normal((8, k), key=mx.random.key(7 + ci)).astype(getattr(mx, dtype))
         mx.eval(x8)
+        t_ref = time.time()
         with mx.stream(mx.cpu):  # float32 as float32: the exact affine product (no TF32)
             ref8 = mx.quantized_matmul(x8.astype(mx.float32), wq, s.astype(mx.float32), b.astype(mx.float32),
                                        transpose=True, group_size=group, bits=bits)
             mx.eval(ref8)
         ref8 = np.array(ref8).astype(np.float64)
+        secs = {"setup": t_ref - tc, "reference": time.time() - t_ref, "stock": 0.0, "kernel": 0.0}
         u = qmv.launch(n, k, 2, bits, group).u
         name = qmv.instance_name(bits, group, dtype, u)
         for rows in range(1, 9):
             x = x8[:rows]
             case = {"bits": bits, "group": group, "n": n, "k": k, "rows": rows, "dtype": dtype,
                     "u": u, "warps": qmv.launch(n, k, rows, bits, group).warps}
-            st = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=group, bits=bits)
-            case["stock"] = qmv.parity(_np(st), ref8[:rows], dtype)
+            t1 = time.time()
+            if rows in STOCK_QMV_ROWS or stock_qmm:
+                st = mx.quantized_matmul(x, wq, s, b, transpose=True, group_size=group, bits=bits)
+                case["stock"] = qmv.parity(_np(st), ref8[:rows], dtype)
+            else:
+                case["stock"] = "not run: qmm (JIT-compiled at first use; --stock-qmm runs it)"
+            t2 = time.time()
+            secs["stock"] += t2 - t1
             if not cuda:
                 case["kernel"] = "refused: no CUDA"
             elif "error" in compiled.get(name, {"error": "not compiled"}):
@@ -240,18 +299,23 @@ def section_parity(log: Log, cases, cuda: bool, compiled: dict) -> tuple[dict, b
                     case["kernel"] = {"ok": False, "error": str(e)}
                     all_ok = False
                     log("parity ERROR", json.dumps({kk: vv for kk, vv in case.items() if kk != "stock"}), "\n", e)
+            secs["kernel"] += time.time() - t2
             results.append(case)
+        results[-1]["seconds"] = {kk: round(vv, 3) for kk, vv in secs.items()}  # the case's, on its row 8
         kv = [c["kernel"] for c in results[-8:] if isinstance(c["kernel"], dict) and "max_abs_over_max_ref" in c["kernel"]]
+        sv = [c["stock"]["max_abs_over_max_ref"] for c in results[-8:] if isinstance(c["stock"], dict)]
         log(f"parity {bits}-bit g{group} {n}x{k} {dtype}: kernel worst max/max "
             + (f"{max(v['max_abs_over_max_ref'] for v in kv):.2e} rel_l2 {max(v['rel_l2'] for v in kv):.2e} "
                f"(tol {kv[0]['max_tol']:.2e})" if kv else "-")
-            + f"; stock worst {max(c['stock']['max_abs_over_max_ref'] for c in results[-8:]):.2e}")
+            + f"; stock worst {max(sv):.2e}; s " + " ".join(f"{kk} {vv:.2f}" for kk, vv in secs.items()))
         del wq, s, b
         mx.clear_cache()
     passed = sum(1 for c in results if isinstance(c["kernel"], dict) and c["kernel"].get("ok"))
-    summary = {"cases": len(results), "kernel_passed": passed, "all_ok": all_ok and cuda,
-               "seconds": time.time() - t0, "results": results}
-    log(f"parity: {passed} of {len(results)} kernel cases passed" + ("" if cuda else " (no CUDA: stock only)"))
+    summary = {"cases": len(results), "kernel_passed": passed, "all_ok": all_ok and cuda and not skipped,
+               "complete": not skipped, "skipped": skipped, "stock_rows": list(range(1, 9)) if stock_qmm
+               else list(STOCK_QMV_ROWS), "seconds": time.time() - t0, "results": results}
+    log(f"parity: {passed} of {len(results)} kernel cases passed" + ("" if cuda else " (no CUDA: stock only)")
+        + (f"; {len(skipped)} shapes skipped at the budget" if skipped else ""))
     return summary, all_ok
 
 
@@ -270,8 +334,13 @@ def _impls(cuda: bool, bits: int = 4, group: int = 64):
 def section_projections(log: Log, layer, cuda: bool, reps: int, budget: float, tiny: bool) -> dict:
     import mlx.core as mx
 
+    from engine import qmv
+
     res = {}
     all_rows = (1, 2, 8) if tiny else tuple(range(1, 9))
+    if cuda:  # NVRTC before any clock (a no-op where the compile section ran)
+        for _, n, k in layer:
+            qmv.compile_instance(4, 64, "bfloat16", qmv.launch(n, k, 2, 4, 64).u)
     for label, n, k in layer:
         nbytes = n * k // 2 + 2 * 2 * n * (k // 64)
         copies = 2 if tiny else min(64, max(2, math.ceil(160e6 / nbytes)))
@@ -319,11 +388,18 @@ def section_projections(log: Log, layer, cuda: bool, reps: int, budget: float, t
     return res
 
 
+# The prefixes go in 16-token forwards: stock's qmm for 9-16 rows (MLX's 16-row tile, which the
+# curves' rows 9-16 compile anyway); one 64- or 128-token forward would JIT-compile the 64-row
+# tile as well, per bits, at first use (47 s for 4-bit on the H200, 2026-12-01).
+PREFILL_STEP = 16
+
+
 def _curve(model, mode: str, strategy: str, rows, repeats: int):  # noqa: D103
     from engine import costcurve
 
     os.environ["BLOCKWIDTH_QMV_CALL"] = strategy
-    c = costcurve.measure(model, rows, context=128, repeats=repeats, warmup=2, linear=mode)
+    c = costcurve.measure(model, rows, context=128, repeats=repeats, warmup=2, linear=mode,
+                          prefill_step=PREFILL_STEP)
     return c.to_dict()
 
 
@@ -342,7 +418,9 @@ def _logits_side_by_side(model, cuda: bool) -> dict:
     if not cuda:
         return {"refused": "no CUDA"}
     cache = make_prompt_cache(model)
-    mx.eval(model(mx.array(context_ids(64), mx.uint32)[None], cache=cache))
+    ids = mx.array(context_ids(64), mx.uint32)
+    for i in range(0, 64, PREFILL_STEP):
+        mx.eval(model(ids[None, i:i + PREFILL_STEP], cache=cache))
     for rows in (2, 4, 8):
         x = mx.array([[(11 * j + 5) % 200 + 10 for j in range(rows)]], mx.uint32)
         got = {}
@@ -474,28 +552,49 @@ def run(args) -> int:
     cases = parity_cases(tiny)
     sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     compiled = {}
+    timing: dict = {}
+    rec.put("ptx_cache", {"dir": str(ptx_cache_dir()), "modules_at_start": len(jit_modules())})
+
+    class section:  # each section's seconds and the modules MLX JIT-compiled during it, recorded
+        def __init__(self, name):
+            self.name = name
+
+        def __enter__(self):
+            self.t0, self.before = time.time(), jit_modules()
+
+        def __exit__(self, *exc):
+            new = sorted(jit_modules() - self.before)
+            timing[self.name] = {"s": round(time.time() - self.t0, 2), "jit_compiled": new}
+            rec.put("sections", timing)
+            if new:
+                log(f"{self.name}: MLX JIT-compiled {len(new)} module(s) at first use: {', '.join(new)}")
+            return False
+
     if "compile" in sections or "parity" in sections:
-        try:
-            compiled = section_compile(log, out, cases, cuda)
-        except Exception:
-            compiled = {"error": traceback.format_exc()}
-            log("compile section ERROR\n" + compiled["error"])
-        rec.put("compile", compiled)
+        with section("compile"):
+            try:
+                compiled = section_compile(log, out, cases, cuda)
+            except Exception:
+                compiled = {"error": traceback.format_exc()}
+                log("compile section ERROR\n" + compiled["error"])
+            rec.put("compile", compiled)
     if "parity" in sections:
-        try:
-            par, ok = section_parity(log, cases, cuda, compiled)
-            rec.put("parity", par)
-        except Exception:
-            ok = False
-            rec.put("parity", {"error": traceback.format_exc()})
-            log("parity section ERROR\n" + rec.data["parity"]["error"])
+        with section("parity"):
+            try:
+                par, ok = section_parity(log, cases, cuda, compiled, args.budget_s * PARITY_SHARE, args.stock_qmm)
+                rec.put("parity", par)
+            except Exception:
+                ok = False
+                rec.put("parity", {"error": traceback.format_exc()})
+                log("parity section ERROR\n" + rec.data["parity"]["error"])
     if "projections" in sections:
-        try:
-            rec.put("projections", section_projections(log, LAYER_TINY if tiny else LAYER_8B, cuda, args.reps,
-                                                       args.budget_s * 0.45, tiny))
-        except Exception:
-            rec.put("projections", {"error": traceback.format_exc()})
-            log("projections section ERROR\n" + rec.data["projections"]["error"])
+        with section("projections"):
+            try:
+                rec.put("projections", section_projections(log, LAYER_TINY if tiny else LAYER_8B, cuda, args.reps,
+                                                           args.budget_s * 0.45, tiny))
+            except Exception:
+                rec.put("projections", {"error": traceback.format_exc()})
+                log("projections section ERROR\n" + rec.data["projections"]["error"])
     if "curves" in sections:
         for quant in ("affine-4", "affine-8"):
             if quant == "affine-8" and (not args.bits8 or log.elapsed > args.budget_s * 0.7):
@@ -503,24 +602,35 @@ def run(args) -> int:
                     + (f" (budget: {log.elapsed:.0f} s gone)" if args.bits8 else ""))
                 continue
             key = "curves" if quant == "affine-4" else "curves_8bit"
-            try:
-                strategies = STRATEGIES if quant == "affine-4" else ("direct",)
-                cur = section_curves(log, args.shape, quant, cuda, args.passes if quant == "affine-4" else 2,
-                                     args.repeats, strategies, args.budget_s * 0.9,
-                                     (1, 2, 4) if tiny else CURVE_ROWS, lambda res, key=key: rec.put(key, res))
-                rec.put(key, cur)
-                auto = derive_auto(cur, cc) if cuda else []
-                rec.put(f"auto_{quant}", auto)
-                lines = win_entries(auto, env["mlx"], "lab/evidence/<session>/probe_qmv.json")
-                rec.put(f"wins_{quant}", lines)
-                log(f"auto {quant}:", json.dumps(auto), "\n  QMV_WINS entries: " + ("\n  ".join(lines) or "none"))
-            except Exception:
-                rec.put(key, {"error": traceback.format_exc()})
-                log(f"curves {quant} ERROR\n" + rec.data[key]["error"])
+            with section(key):
+                try:
+                    cur = section_curves(log, args.shape, quant, cuda, args.passes if quant == "affine-4" else 2,
+                                         args.repeats, STRATEGIES, args.budget_s * 0.9,
+                                         (1, 2, 4) if tiny else CURVE_ROWS, lambda res, key=key: rec.put(key, res))
+                    rec.put(key, cur)
+                    auto = derive_auto(cur, cc) if cuda else []
+                    rec.put(f"auto_{quant}", auto)
+                    lines = win_entries(auto, env["mlx"], "lab/evidence/<session>/probe_qmv.json")
+                    rec.put(f"wins_{quant}", lines)
+                    log(f"auto {quant}:", json.dumps(auto), "\n  QMV_WINS entries: " + ("\n  ".join(lines) or "none"))
+                except Exception:
+                    rec.put(key, {"error": traceback.format_exc()})
+                    log(f"curves {quant} ERROR\n" + rec.data[key]["error"])
     rec.put("elapsed_s", log.elapsed)
-    rec.put("parity_ok", ok if cuda else None)
-    log(f"done in {log.elapsed:.0f} s: parity " + (("ok" if ok else "FAILED") if cuda else "of the kernel refused (no CUDA)")
-        + f"; wrote {out / 'probe_qmv.json'}")
+    par = rec.data.get("parity")
+    rec.put("parity_ok", ok if cuda and par else None)
+    if not par:
+        said = "not run"
+    elif not cuda:
+        said = "of the kernel refused (no CUDA)"
+    elif not ok:
+        said = "FAILED"
+    elif par.get("skipped"):
+        said = f"ok in the {par['cases'] // 8} shapes run, {len(par['skipped'])} skipped at the budget"
+    else:
+        said = "ok"
+    log(f"done in {log.elapsed:.0f} s: parity {said}; "
+        + ", ".join(f"{k} {v['s']:.0f} s" for k, v in timing.items()) + f"; wrote {out / 'probe_qmv.json'}")
     return 0 if ok else 1
 
 
@@ -633,6 +743,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=15, help="warm calls per projection timing")
     ap.add_argument("--budget-s", type=float, default=230, help="stop starting optional work after this")
     ap.add_argument("--no-bits8", dest="bits8", action="store_false", help="skip the 8-bit cost curves")
+    ap.add_argument("--stock-qmm", action="store_true",
+                    help="parity: read stock's error at 8 rows too (MLX's qmm, JIT-compiled at first use: "
+                         "15-35 s per kernel, dtype, bits and group on a fresh host)")
     ap.add_argument("--csv", help="ncu-parse: ncu's raw CSV")
     ap.add_argument("--labels", help="ncu-parse: the workload's labels")
     args = ap.parse_args(argv)

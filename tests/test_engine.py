@@ -156,6 +156,33 @@ def test_costcurve_measures_and_flags():
     assert costcurve.expected_tokens(0.5, 4) == pytest.approx(1.875)
 
 
+def test_costcurve_can_feed_its_prefix_in_short_forwards():
+    """prefill_step: the untimed prefix in forwards of at most that many tokens (the last one
+    shorter), so the KV the timed forwards start from holds the whole context either way."""
+    pair = load_pair(demo.target("bf16"))
+    seen = []
+
+    class Spy:  # the target, with the token count of every forward noted
+        def __init__(self, model):
+            self.model = model
+
+        def __call__(self, x, cache=None):
+            seen.append(x.shape[1])
+            return self.model(x, cache=cache)
+
+        def __getattr__(self, name):
+            return getattr(self.model, name)
+
+    curve = costcurve.measure(Spy(pair.target), (2,), context=16, repeats=1, warmup=1, warm=False,
+                              prefill_step=5)
+    assert seen[:4] == [5, 5, 5, 1] and set(seen[4:]) == {2} and [p.rows for p in curve.points] == [2]
+    seen.clear()
+    costcurve.measure(Spy(pair.target), (2,), context=16, repeats=1, warmup=1, warm=False)
+    assert seen[0] == 16
+    with pytest.raises(ValueError, match="prefill step = 0"):
+        costcurve.measure(pair.target, (2,), context=16, prefill_step=0)
+
+
 def _run(tok_s, width=None, drafted=3, accepted=2, tokens=(1, 2, 3)):
     rounds = [Round(drafted if width else 0, accepted if width else 0, 1, 0.0, 0.0, 0.0)]
     return DecodeRun(width, list(tokens), 5, 0.01, len(tokens) / tok_s, rounds)

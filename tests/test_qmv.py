@@ -319,8 +319,10 @@ def test_the_source_mlx_gets_is_the_source_without_comments():
 
 def test_the_call_strategy_comes_from_the_environment(monkeypatch):
     monkeypatch.delenv(qmv.CALL_ENV, raising=False)
+    assert qmv.call_strategy() == qmv.DEFAULT_CALL == "compile"  # the H200's steadier call
+    monkeypatch.setenv(qmv.CALL_ENV, "direct")
     assert qmv.call_strategy() == "direct"
-    monkeypatch.setenv(qmv.CALL_ENV, "compile")
+    monkeypatch.setenv(qmv.CALL_ENV, " Compile ")
     assert qmv.call_strategy() == "compile"
     monkeypatch.setenv(qmv.CALL_ENV, "graph")
     with pytest.raises(ValueError, match="direct, compile"):
@@ -381,18 +383,38 @@ def test_rows_won_asks_for_ten_percent_in_every_pass():
 
 
 def test_auto_is_stock_without_a_record_and_qmv_where_one_won():
-    assert linear.QMV_WINS == () or all(w.record for w in linear.QMV_WINS)
     win = KernelWin(4, 64, "9.0", (2, 3, 4, 5, 6, 7, 8), "direct", "0.32.4", "lab/evidence/x/qmv.json")
     assert auto_allowed("cuda", "9.0", ()) is None
-    assert auto_allowed("cuda", "9.0", (win,)) == {(4, 64): frozenset(range(2, 9))}
-    assert auto_allowed("cuda", "12.1", (win,)) is None  # another device: not measured there
+    assert auto_allowed("cuda", "9.0", (win,), call="direct") == {(4, 64): frozenset(range(2, 9))}
+    assert auto_allowed("cuda", "12.1", (win,), call="direct") is None  # another device: not measured there
     assert auto_allowed("cuda", "9.0", (win,), call="compile") is None  # another call strategy
+    assert auto_allowed("cuda", "9.0", (win,)) is None  # ... which the default (compile) is
     assert auto_allowed("metal", None, (win,)) is None and auto_allowed("cpu", None, (win,)) is None
     # on this CPU auto is stock whatever the table says, and adds nothing to a projection
     r = routing_for("auto")
     assert r.mode is linear.VerifyLinear.STOCK and not r.auto
     with verify_linear("auto"):
         assert nn.QuantizedLinear.__call__ is _QSTOCK
+
+
+def test_the_committed_wins_route_only_what_the_h200_measured_under_each_call():
+    """QMV_WINS as committed (lab/tests re-derives it from the H200's record): on a compute
+    capability 9.0 device auto takes 4-bit group 64 at 2..8 rows under either call strategy
+    and 8-bit group 64 at 3..8 only under ``direct``, the one strategy its curve was measured
+    with; any other group, device or backend stays stock."""
+    from tests.conftest import ROOT
+
+    assert linear.QMV_WINS and all((ROOT / w.record).is_file() for w in linear.QMV_WINS)
+    assert auto_allowed("cuda", "9.0", call="compile") == {(4, 64): frozenset(range(2, 9))}
+    assert auto_allowed("cuda", "9.0", call="direct") == {(4, 64): frozenset(range(2, 9)),
+                                                         (8, 64): frozenset(range(3, 9))}
+    for cc in ("8.0", "10.0", "12.1", None):
+        assert auto_allowed("cuda", cc) is None
+    assert auto_allowed("metal", "9.0") is None and auto_allowed("cpu", "9.0") is None
+    allowed = auto_allowed("cuda", "9.0", call="compile")
+    assert _plan(allowed=allowed, rows=2) is None and _plan(allowed=allowed, rows=8) is None
+    assert _plan(allowed=allowed, group=128) == "auto"  # group 128: never measured
+    assert _plan(allowed=allowed, bits=8, w_shape=(1024, 1024)) == "auto"  # 8-bit under compile
 
 
 def _layers():
@@ -463,6 +485,89 @@ def test_on_cuda_the_block_sends_2_to_8_rows_of_affine_4_and_8_bit_projections_t
         else:
             assert r.routed == 0 and not sent and r.stock_reasons == {"rows": 3, "bits": 1, "mode": 1}
     assert nn.QuantizedLinear.__call__ is _QSTOCK
+
+
+@pytest.mark.parametrize("call", [None, "direct"])
+def test_on_a_cuda_9_0_device_auto_routes_what_the_h200_won_under_the_call_in_use(monkeypatch, call):
+    """auto with the committed QMV_WINS on a device said to be CUDA 9.0: the default call
+    (compile) takes the 4-bit group-64 projection at 2..8 rows and nothing else (group 32 and
+    the 8-bit one were not measured compiled); ``direct`` takes the 8-bit group-64 one too
+    at 3..8 rows, the rows its curve won at. The strategy reaches the kernel's call."""
+    sent = []
+
+    def on_cpu(x_shape, n, dt, bits, group, strategy):
+        def run(x, w, s, b):
+            sent.append((bits, group, strategy))
+            return mx.quantized_matmul(x, w, s, b, transpose=True, group_size=group, bits=bits)
+        return run
+
+    if call is None:
+        monkeypatch.delenv(qmv.CALL_ENV, raising=False)
+    else:
+        monkeypatch.setenv(qmv.CALL_ENV, call)
+    monkeypatch.setattr(linear, "current_backend", lambda: "cuda")
+    monkeypatch.setattr(linear, "_compute_capability", lambda: "9.0")
+    monkeypatch.setattr(qmv, "bound", on_cpu)
+    mx.random.seed(5)
+
+    def q(n, bits, group):
+        lin = nn.Linear(256, n)
+        lin.set_dtype(mx.bfloat16)
+        return nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
+
+    layers = {"4/64": q(40, 4, 64), "4/32": q(40, 4, 32), "8/64": q(24, 8, 64), "8/128": q(24, 8, 128)}
+    strategy = call or "compile"
+    for rows in (1, 2, 3, 8, 9):
+        x = mx.random.normal((1, rows, 256)).astype(mx.bfloat16)
+        sent.clear()
+        with verify_linear("auto") as r:
+            for lay in layers.values():
+                lay(x)
+        want = []
+        if 2 <= rows <= 8:
+            want.append((4, 64, strategy))
+            if strategy == "direct" and rows >= 3:
+                want.append((8, 64, strategy))
+        assert sent == want, (rows, call)
+        assert r.auto and r.call == strategy and r.summary()["call"] == strategy
+        if 2 <= rows <= 8:
+            assert r.stock_reasons == {"auto": 4 - len(want)}
+    assert nn.QuantizedLinear.__call__ is _QSTOCK
+
+
+@pytest.mark.parametrize("call", ["compile", "direct"])
+def test_prepare_under_auto_compiles_and_traces_only_what_auto_routes(monkeypatch, call):
+    """Before the clock, auto on a CUDA 9.0 device compiles the instances of the (bits, group)
+    it routes, and under compile traces their shapes at the rows it routes: the 8-bit
+    projection, stock under the default call, costs no compile; explicit qmv prepares all."""
+    import engine.attention
+
+    compiled, traced = [], []
+    monkeypatch.setenv(qmv.CALL_ENV, call)
+    monkeypatch.setattr(linear, "current_backend", lambda: "cuda")
+    monkeypatch.setattr(engine.attention, "current_backend", lambda: "cuda")
+    monkeypatch.setattr(linear, "_compute_capability", lambda: "9.0")
+    monkeypatch.setattr(qmv, "compile_instance", lambda *inst: compiled.append(inst) or 1.0)
+    monkeypatch.setattr(qmv, "matmul", lambda x, w, s, b, bits, group, strategy:
+                        traced.append((bits, x.shape[1], strategy)) or mx.zeros((1,)))
+
+    def q(n, bits, group):
+        lin = nn.Linear(256, n)
+        lin.set_dtype(mx.bfloat16)
+        return nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
+
+    model = nn.Sequential(q(40, 4, 64), q(24, 8, 64))
+    done = linear.prepare("auto", model)
+    if call == "compile":
+        assert [i[:2] for i in compiled] == [(4, 64)] and set(done) == {qmv.instance_name(*compiled[0])}
+        assert traced == [(4, r, "compile") for r in range(2, 9)]
+    else:  # direct: the 8-bit wins too (3..8 rows), and nothing is traced
+        assert sorted(i[:2] for i in compiled) == [(4, 64), (8, 64)] and traced == []
+    compiled.clear(), traced.clear()
+    linear.prepare("qmv", model)
+    assert sorted(i[:2] for i in compiled) == [(4, 64), (8, 64)]
+    assert len(traced) == (14 if call == "compile" else 0)
+    assert linear.prepare("stock", model) == {}
 
 
 def test_a_qmv_speculative_run_on_the_4bit_demo_pair_keeps_classics_tokens():

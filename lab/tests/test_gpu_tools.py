@@ -286,9 +286,10 @@ def test_the_h200_pipeline_does_not_take_an_earlier_runs_pick_when_the_loop_prob
 
 
 def _gpu_records():
+    # the H200's folders only: lab/evidence also keeps CPU evidence (cpu-*), which is no GPU record
     root = ROOT / "lab" / "evidence"
     out = []
-    for p in sorted(root.rglob("*.json")):
+    for p in sorted(q for d in root.glob("h200-*") for q in d.rglob("*.json")):
         data = json.loads(p.read_text())
         if isinstance(data, dict) and data.get("kind") == "ab-session":
             out.append(p)
@@ -340,7 +341,12 @@ def test_each_h200_build_json_is_committed_and_the_builds_table_quotes_it():
     data, and the table's kept column must be what they hold, build by build."""
     import re
 
-    evidence = sorted((ROOT / "lab" / "evidence").glob("h200-*"))
+    # a lease that built no pair (probes only) says so on its README's first line, and has no row
+    def probes_only(d):
+        readme = d / "README.md"
+        return readme.exists() and "no pair built" in readme.read_text().partition("\n")[0]
+
+    evidence = [d for d in sorted((ROOT / "lab" / "evidence").glob("h200-*")) if not probes_only(d)]
     kept = []
     for d in evidence:
         acc = json.loads((d / "build" / "build.json").read_text())["acceptance_held_out_width4"]
