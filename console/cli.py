@@ -56,7 +56,8 @@ def _resolution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-block-size", metavar="N", dest="flag",
                    help=f"operator override: the width, {MIN_WIDTH}..{MAX_WIDTH}")
     p.add_argument("--device", metavar="SPEC",
-                   help="resolve for another device: cuda:9.0, cuda:12.1, metal, cpu")
+                   help="resolve for another device: cuda:9.0, cuda:12.1, metal, cpu; for a "
+                        "sharded target's group add @BACKEND:RANKS:SHARDING (cuda:9.0@nccl:2:tensor)")
     p.add_argument("--profile", metavar="FILE", help="profile TOML (default: the user profile)")
 
 

@@ -214,14 +214,15 @@ _GROUP_SPEC = re.compile(r"^(ring|nccl|mpi|jaccl):(\d+):(tensor|pipeline)$")
 
 def parse_group_spec(spec: str, device: Device) -> Device:
     """``nccl:2:tensor`` -> ``device`` as one rank of 2 over nccl, tensor-sharded, every member
-    ``device`` (a group named to resolve or check for, not one this process runs in)."""
+    ``device`` (a group named to resolve or check for, not one this process runs in: the part
+    of ``--device`` after ``@``)."""
     m = _GROUP_SPEC.match(spec.strip().lower())
     if not m:
-        raise GroupSpecError(f"--group {spec!r}: expected BACKEND:RANKS:SHARDING, e.g. nccl:2:tensor "
+        raise GroupSpecError(f"group {spec!r}: expected BACKEND:RANKS:SHARDING, e.g. nccl:2:tensor "
                              f"(backend {', '.join(GROUP_BACKENDS)}; sharding tensor or pipeline)")
     backend, size, sharding = m.group(1), int(m.group(2)), m.group(3)
     if not 2 <= size <= 4096:
-        raise GroupSpecError(f"--group {spec!r}: a group has 2..4096 ranks")
+        raise GroupSpecError(f"group {spec!r}: a group has 2..4096 ranks")
     import dataclasses
 
     return dataclasses.replace(device, group=group_of(device, backend, sharding, size))
@@ -266,11 +267,19 @@ def sm_of(cc: str) -> str:
 
 
 def parse_device_spec(spec: str) -> Device:
-    """``cuda:9.0``, ``cuda:12.1``, ``metal``, ``cpu`` -> a Device not read off hardware."""
+    """``cuda:9.0``, ``cuda:12.1``, ``metal``, ``cpu`` -> a Device not read off hardware;
+    ``cuda:9.0@nccl:2:tensor`` -> that device as a rank of a group of 2 such (``parse_group_spec``)."""
+    if "@" in spec:
+        head, _, group = spec.partition("@")
+        try:
+            return parse_group_spec(group, parse_device_spec(head))
+        except GroupSpecError as e:
+            raise DeviceSpecError(f"--device {spec!r}: after @ {str(e).split(': ', 1)[1]}") from None
     m = _SPEC.match(spec.strip().lower())
     if not m:
         raise DeviceSpecError(
-            f"--device {spec!r}: expected cuda:MAJOR.MINOR (e.g. cuda:9.0, cuda:12.1), metal or cpu")
+            f"--device {spec!r}: expected cuda:MAJOR.MINOR (e.g. cuda:9.0, cuda:12.1), metal or cpu, "
+            f"and for a group @BACKEND:RANKS:SHARDING (cuda:9.0@nccl:2:tensor)")
     kind, major, minor = m.groups()
     if kind in ("cuda", "gpu"):
         if major is None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -36,26 +35,10 @@ def qwen2_target(tmp_path_factory) -> Path:
     """The demo target as mlx-lm's qwen2 (zero q/k/v biases: the same function), whose model
     has ``pipeline(group)``; a single weights file, as the demo's (blockwidth writes the index
     mlx-lm's pipeline loader reads)."""
-    import mlx.core as mx
-
     from engine.demo import target
+    from lab.qwen2_form import write
 
-    src, dst = target("bf16"), tmp_path_factory.mktemp("qwen2") / "target-qwen2"
-    dst.mkdir()
-    for f in src.iterdir():
-        if f.name not in ("model.safetensors", "config.json"):
-            shutil.copy(f, dst / f.name)
-    config = json.loads((src / "config.json").read_text())
-    config.update(model_type="qwen2", architectures=["Qwen2ForCausalLM"])
-    weights = mx.load(str(src / "model.safetensors"))
-    head = config["hidden_size"] // config["num_attention_heads"]
-    for layer in range(config["num_hidden_layers"]):
-        for proj, heads in (("q", config["num_attention_heads"]), ("k", config["num_key_value_heads"]),
-                            ("v", config["num_key_value_heads"])):
-            weights[f"model.layers.{layer}.self_attn.{proj}_proj.bias"] = mx.zeros((heads * head,), mx.bfloat16)
-    mx.save_safetensors(str(dst / "model.safetensors"), weights, metadata={"format": "mlx"})
-    (dst / "config.json").write_text(json.dumps(config, indent=1))
-    return dst
+    return write(target("bf16"), tmp_path_factory.mktemp("qwen2") / "target-qwen2")
 
 
 def _classic(target: Path, ids: list[int] | None = None) -> list[int]:
