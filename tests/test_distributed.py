@@ -298,3 +298,19 @@ def test_launched_backend_and_what_cannot_split():
     assert "num_key_value_heads = 2" in shard_problem(demo, Sharding.TENSOR, 4)
     assert shard_problem(demo, Sharding.PIPELINE, 6) is None
     assert "fewer layers" in shard_problem(demo, Sharding.PIPELINE, 8)
+
+
+def test_resolve_for_a_group_named_with_device(tmp_path):
+    from policy.device import Backend, Device, group_of
+    from policy.drafter import DrafterKind
+    from policy.profile import Override, dumps
+
+    group = group_of(Device(Backend.CPU), "ring", "tensor", 2)
+    entry = Override(Backend.CPU, DrafterKind.MODEL, 3, mlx="0.32.4", quant_scheme="none", group=group)
+    prof = tmp_path / "profile.toml"
+    prof.write_text(dumps([entry]))
+    grouped = json.loads(run_cli("resolve", "--device", "cpu@ring:2:tensor", "--profile", str(prof), "--json").stdout)
+    assert (grouped["width"], grouped["source"]) == (3, "profile")
+    assert grouped["device"]["group"]["size"] == 2
+    alone = json.loads(run_cli("resolve", "--device", "cpu", "--profile", str(prof), "--json").stdout)
+    assert alone["source"] != "profile" and alone["width"] != 3
