@@ -29,7 +29,7 @@ from textual.worker import Worker, WorkerState
 
 from console.inputs import CLI_PAIR_NAMES, InputError
 from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
-from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits
+from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
 from console.widgets.ab import AbTab, Stage
@@ -360,9 +360,14 @@ class BlockwidthApp(App):
             self._error("the pair is not loaded yet (or failed to load): nothing to run", refusal=True)
             return
         tab = self.query_one(AbTab)
+        workload = None
         try:
             req = tab.read_request()
-            check_fits(req, len(self.pair.tokenizer.encode(req.prompt)), self.pair.context_length)
+            if req.workload is not None:
+                workload = read_workload(req, self.pair)
+            else:
+                check_fits(req, len(self.pair.tokenizer.encode(literal_prompt(req.prompt))),
+                           self.pair.context_length)
         except FieldError as e:
             self._error(e.say(CONSOLE_NAMES))
             # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
@@ -377,9 +382,9 @@ class BlockwidthApp(App):
             widths, added = (*widths, self.res.width), self.res.width
         from engine.ab import AbConfig
 
-        config = AbConfig(widths=widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
+        config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,
                           sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
-                          verify_attention=self.options.verify_attention)
+                          verify_attention=self.options.verify_attention, workload=workload)
         self.begin(req, config.planned_runs, added)
         self._cancel = threading.Event()
         self.run_ab(config)
@@ -409,6 +414,8 @@ class BlockwidthApp(App):
             return  # the stage text stays "cancelling" until the worker returns
         if e.kind in ("arm", "progress"):
             where = "closing classic" if e.closing else f"{e.arm} warm-up" if e.rep == 0 else f"{e.arm} rep {e.rep}"
+            if e.request:  # a workload's request
+                where = f"{e.request} {where}"
             phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
             self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)

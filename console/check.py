@@ -229,6 +229,23 @@ def _prompt_for(e: Override) -> tuple[str, str]:
                                                           if want else ""))
 
 
+def _workload_for(e: Override) -> tuple[Any, str]:
+    """The workload the entry was decided on, when its evidence names one that is here with the
+    same content: (workload, where it came from); else (None, why not, or "" when it names none)."""
+    from policy import workload
+
+    wl = e.evidence.get("workload") if isinstance(e.evidence, Mapping) else None
+    if not isinstance(wl, Mapping):
+        return None, ""
+    name, source, sha = (wl.get(k) for k in ("name", "source", "sha256"))
+    if not all(isinstance(x, str) and x for x in (name, source, sha)):
+        return None, "the entry's workload is not named in full (name, source, sha256)"
+    got = workload.find(name, source, sha)
+    if got is None:
+        return None, f"the entry's workload {name} ({source}) is not here with sha256 {sha[:12]}"
+    return got, f"the entry's workload: {got.describe()}"
+
+
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
@@ -258,6 +275,12 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     else:
         widths, widths_from = (e.width,), "the entry"
     prompt, prompt_from = _prompt_for(e)
+    replay, replay_from = _workload_for(e)
+    if replay is not None:
+        prompt_from = replay_from
+    elif replay_from:
+        prompt_from = f"{prompt_from}; {replay_from}"
+    gain = e.evidence.get("min_gain") if isinstance(e.evidence, Mapping) else None
     try:
         # a pair from the flags is named by them, as every command names it
         pair = load_pair(p.target, p.drafter, p.kind,
@@ -266,7 +289,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         raise InputError(str(err)) from None
     gate = host.gate()
     config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
-                      predict=False, verify_attention=options.verify_attention)
+                      predict=False, verify_attention=options.verify_attention, workload=replay,
+                      **({"min_gain": float(gain)} if isinstance(gain, (int, float)) and 0 <= gain < 1 else {}))
     try:
         session = run_session(pair, config, on_event=on_event)
     except DecodeError as err:
@@ -289,11 +313,13 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
         "classic_tok_s": session.classic.decode_range().to_list(),
         "arms": {a.name: {"decode_tok_s": a.decode_range().to_list() if a.runs else None,
                           "verdict": a.verdict.value,
-                          "identical": a.identity.identical_ids if a.identity else None}
+                          "identical": a.identity.identical_ids if a.identity else None,
+                          **(session.estimates[a.width].to_dict() if a.width in session.estimates else {})}
                  for a in session.arms},
+        "workload": replay.to_dict() if replay is not None else None,
         "drift": session.drift, "drift_chance": session.drift_chance,
         "host_warnings": list(gate.warnings), "record": str(rec_path),
-        "claimed": {k: e.evidence.get(k) for k in ("classic_tok_s", "width_tok_s")
+        "claimed": {k: e.evidence.get(k) for k in ("classic_tok_s", "width_tok_s", "ratio", "ratio_ci")
                     if isinstance(e.evidence, Mapping) and k in e.evidence},
     }
     return Check(name, status, f"{head}: {why}", Category.MEASURE, figures, entry=p.entry, line=e.line)

@@ -73,6 +73,12 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     data["drafter"] = str(paths.drafter) if paths.drafter else None
     data["drafter_detail"] = info.detail
     data["command"] = command_for(res, paths.target, paths.drafter)
+    refused = _caches_refused(paths.target)
+    data["caches_refused"] = refused
+    if refused and not args.json:
+        # the width is the policy's; the engine would refuse this target at load
+        print(f"blockwidth: warning: the engine refuses this target at load: {refused}",
+              file=sys.stderr)
 
     def text(d: dict[str, Any]) -> str:
         width = d["width"] if d["width"] is not None else "classic (no speculation)"
@@ -94,9 +100,28 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
+def _caches_refused(target) -> str | None:
+    """Why the engine would refuse ``target``'s caches at load (engine.kvcache.plan_config on its
+    config.json: the model is built with its weights unevaluated), or None."""
+    from policy.config import ConfigError, read_config
+
+    try:
+        config = read_config(target)
+    except ConfigError:
+        return None  # the resolution above has read it already; nothing more to say here
+    from engine.kvcache import CacheKindError, plan_config
+
+    try:
+        plan_config(config)
+    except CacheKindError as e:
+        return str(e)
+    return None
+
+
 def cmd_inspect(args: argparse.Namespace) -> int:
     from console.inputs import checkpoint_dir
     from engine.checkpoint import CheckpointError, parameter_count
+    from policy.config import size
     from policy.drafter import DrafterKind, detect_drafter
     from policy.config import ConfigError, read_config, read_sidecar
     from policy.quantization import classify
@@ -132,12 +157,27 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "drafter_detail": info.detail,
         "target_layers": list(info.target_layers) if info.target_layers else None,
         "reads": info.needs(),
-        "mtp_layers": next((config[k] for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers")
-                            if isinstance(config.get(k), int)), None),
-        "vocab_size": config.get("vocab_size"),
+        "mtp_layers": next((size(config, k) for k in ("num_nextn_predict_layers", "mtp_num_hidden_layers")
+                            if isinstance(size(config, k), int)), None),
+        "vocab_size": size(config, "vocab_size"),
     }
     if params_note:
         data["parameters_note"] = params_note
+    caches_line = None
+    if info.kind in (DrafterKind.MODEL, DrafterKind.LOOKUP):  # an mlx-lm model, not a head
+        from engine.kvcache import CacheKindError, DEFAULT_METHOD, plan_config
+
+        try:
+            plan = plan_config(config)
+            data["caches"] = plan.summary()
+            data["sliding_window"] = plan.window
+            data["rollback"] = DEFAULT_METHOD.value if plan.recurrent else "trim"
+            caches_line = plan.describe() + (f" (recurrent state: {DEFAULT_METHOD.value})"
+                                             if plan.recurrent else "")
+        except CacheKindError as e:
+            data["caches"] = None
+            data["caches_refused"] = str(e)
+            caches_line = f"refused for speculative decoding: {e}"
 
     def text(d: dict[str, Any]) -> str:
         p = f"{d['parameters'] / 1e6:.2f}M" if d["parameters"] else "unknown"
@@ -152,7 +192,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
              f"nothing in it declares a drafter"),
             f"  declared     {d['declared_width'] if d['declared_width'] else 'no width'}",
             f"  reads        {d['reads']}",
-        ] + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
+        ] + ([f"  caches       {caches_line}"] if caches_line else []) + ([f"  MTP layers   {d['mtp_layers']} (usable with --kind mtp and no --draft)"]
              if d["mtp_layers"] and info.kind is not DrafterKind.MTP else []))
 
     _emit(data, args.json, text)

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
 from engine import attention, linear
 from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
-from console.render import arm_rows, bars
+from console.render import arm_rows, bars, ratio_rows, request_table, speedup_lines
 from console.request import add_pair_args, integer, read_prompt, seconds, session_request
 from console import distributed
 from console.save import save_session
@@ -95,6 +96,57 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str)
         raise InputError(str(e)) from None
 
 
+def read_workload(value: str | None, prompt: str | None, prompt_file: str | None):
+    """``--workload`` (a file or a built-in's name), read and checked before any model loads;
+    None without it. Refused beside --prompt or --prompt-file."""
+    if value is None:
+        return None
+    from policy.workload import WorkloadError, read
+
+    if prompt is not None or prompt_file is not None:
+        raise InputError(f"give --workload or {'--prompt' if prompt is not None else '--prompt-file'}, not both")
+    try:
+        return read(value)
+    except WorkloadError as e:
+        raise InputError(str(e)) from None
+
+
+def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int, ...]):
+    """Every request rendered for this pair, each checked against the target's context as a
+    single prompt is (the line and id of one that does not fit named)."""
+    from engine.workload import prepare
+    from policy.workload import WorkloadError
+
+    try:
+        prepared = prepare(workload, pair.tokenizer, max_tokens)
+    except WorkloadError as e:
+        raise InputError(str(e)) from None
+    for p in prepared:
+        extra = max(0, 7 - p.max_tokens)
+        _context_bound(pair, f"sweep: request {p.id} (line {p.request.line})",
+                       len(p.ids) + p.max_tokens + max(widths) + extra,
+                       f"prompt {len(p.ids)} + {'its max_tokens' if p.request.max_tokens else '--max-tokens'} "
+                       f"{p.max_tokens} + width {max(widths)}" + (f" + {extra} cost-curve steps" if extra else ""))
+    return prepared
+
+
+def gain(text: str) -> float:
+    """An argparse type: the minimum gain as a fraction (0.03) or a percentage (3%), 0 up to 1."""
+    t = text.strip()
+    pct = t.endswith("%")
+    body = t[:-1].strip() if pct else t
+    try:
+        if not body.isascii() or "_" in body:
+            raise ValueError
+        v = float(body) / (100 if pct else 1)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a fraction (0.03) or a percentage (3%)") from None
+    if not math.isfinite(v) or not 0 <= v < 1:
+        hint = f" (did you mean {body}%?)" if not pct and 1 <= v < 100 else ""
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a gain from 0 up to 1 (0 % to 100 %){hint}")
+    return v
+
+
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
@@ -109,8 +161,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     if args.path == "mlx-lm-server":
+        if args.workload is not None:  # not yet: the served session runs one prompt
+            raise InputError("--workload runs on the engine path only (--path engine); the served "
+                             "path measures one prompt")
         return served.cmd_sweep_served(args)
     served.served_only(args)
+    workload = read_workload(args.workload, args.prompt, args.prompt_file)
     req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
@@ -133,14 +189,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         profile_for_save(args.profile)
     _qmv_call()
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
-    n_prompt = len(pair.tokenizer.encode(prompt))
-    if n_prompt == 0:
-        raise InputError("prompt: empty (it must hold at least one token)")
-    # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
-    extra = max(0, 7 - args.max_tokens)
-    _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
-                   f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
-                   + (f" + {extra} cost-curve steps" if extra else ""))
+    if workload is not None:
+        prepared = prepare_workload(pair, workload, args.max_tokens, widths)
+    else:
+        n_prompt = len(pair.tokenizer.encode(prompt))
+        if n_prompt == 0:
+            raise InputError("prompt: empty (it must hold at least one token)")
+        # the session's cost curve runs 7 forwards past the prompt when there is no room past the decode
+        extra = max(0, 7 - args.max_tokens)
+        _context_bound(pair, "sweep", n_prompt + args.max_tokens + max(widths) + extra,
+                       f"prompt {n_prompt} + --max-tokens {args.max_tokens} + width {max(widths)}"
+                       + (f" + {extra} cost-curve steps" if extra else ""))
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
@@ -149,7 +208,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
                       sequential=args.sequential, max_reps=args.max_reps,
                       max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
-                      verify_linear=args.verify_linear)
+                      verify_linear=args.verify_linear, workload=workload, min_gain=args.min_gain,
+                      seed=args.seed)
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -162,7 +222,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             frac = e.fraction
             fill = int(frac * 30)
             where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
-            print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<16}", end="",
+            if e.request:
+                where = f"{e.request[:14]} {where}"
+            print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<32}", end="",
                   file=sys.stderr, flush=True)
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
@@ -172,7 +234,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"\r  {e.kind}: {e.message}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
             print(f"  [{e.kind}] {e.arm} {e.message}".rstrip(), file=sys.stderr)
-        elif not tty and e.kind == "progress" and e.tokens >= e.total:
+        elif not tty and e.kind == "progress" and e.tokens >= e.total and not e.request:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
     cancel = threading.Event()
@@ -208,7 +270,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         out["save_refused"] = refusal
         out.pop("host", None)
         out["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
-        for arm in out["arms"]:
+        for arm in [a for r in (out.get("requests") or []) for a in r["arms"]] + out["arms"]:
             for s in arm["samples"]:
                 s.pop("rounds_detail", None)
         print(json.dumps(out, indent=1))
@@ -216,9 +278,17 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"pair   {pair.describe()}")
         if distributed.active():
             print(distributed.describe_line())
-        print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
-              f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
-              + _linear_note(session.config.verify_linear))
+        if session.single:
+            print(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
+                  f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
+                  + _linear_note(session.config.verify_linear))
+        else:
+            print(f"{workload.describe()}; {config.max_tokens} new tokens a request unless it says, "
+                  f"n={config.n}, reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention "
+                  f"{session.attention}" + _linear_note(session.config.verify_linear))
+            for line in request_table(session):
+                print(line)
+            print("\nper pass (one run of every request):")
         print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
               f"{'identity':<16} verdict")
         for arm in [session.classic, *session.arms]:
@@ -230,9 +300,16 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   f"{ident:<16} {arm.verdict.value}")
         print("\ndecode tok/s by width (= min, # median, - max):")
         print("\n".join(bars(arm_rows(session), "tok/s")))
-        for arm in session.arms:
-            if arm.identity and not arm.identity.identical_ids:
-                print(f"  {arm.name}: {arm.identity.describe()}")
+        for line in speedup_lines(session):
+            print(line)
+        if not session.single:
+            print("\nper-request speed-up by width (= min, # median, - max over the requests):")
+            print("\n".join(bars(ratio_rows(session), "x", digits=2)))
+        for r in session.per_request:
+            for arm in r.arms:
+                if arm.identity and not arm.identity.identical_ids:
+                    on = "" if session.single else f" on request {r.id}"
+                    print(f"  {arm.name}{on}: {arm.identity.describe()}")
         for ex in session.exactness.values():
             print(f"  probe {ex.describe()}")
         if session.prediction:  # both terms per width
@@ -242,6 +319,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
             print(f"model prediction (cost curve x acceptance, not a measurement): best width "
                   f"{session.predicted_best}  [{pred}]")
+        if session.curve_skipped:
+            print(session.curve_skipped)
+        if session.rollback_line():
+            print(session.rollback_line())
         for warning in session.warnings():
             print(f"warning: {warning}")
         from console.outcome import headline
@@ -276,9 +357,14 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         if not args.json:
             print(f"\r  measuring {i}/{n} row counts", end="", file=sys.stderr, flush=True)
 
-    curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
-                              attention=args.verify_attention, linear=args.verify_linear,
-                              on_progress=progress)
+    from engine.kvcache import RewindError
+
+    try:
+        curve = costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
+                                  attention=args.verify_attention, linear=args.verify_linear,
+                                  on_progress=progress)
+    except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
+        raise InputError(f"costcurve: {e}") from None
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -307,6 +393,10 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     points = [(f"{p.rows} row{'' if p.rows == 1 else 's'}", p.min_ms, p.median_ms, p.max_ms, note(p))
               for p in curve.points]
     print("\n".join(bars(points, "ms")))
+    backs = [p for p in curve.points if p.rollback_ms is not None]
+    if backs:
+        print(f"rollback ({curve.rollback}), keeping half the rows: " + ", ".join(
+            f"{p.rows} rows {p.rollback_ms:.3f} ms" for p in backs))
     if curve.linear is not None and not curve.linear["routed_calls"]:
         print(f"verify linear {curve.linear['mode']} routed no projection: "
               f"{linear.unrouted_reason(curve.linear['mode'])}, so these are the stock matmul's times")
@@ -336,6 +426,15 @@ def register(sub) -> None:
                                     "the target's context)")
     p.add_argument("--prompt", help="prompt text (default: a demo prompt)")
     p.add_argument("--prompt-file", help="read the prompt from a file")
+    p.add_argument("--workload", metavar="FILE|mixed",
+                   help="run every arm on every request of a JSONL workload (one {\"prompt\": ...} or "
+                        "{\"messages\": [...]} a line, optional max_tokens and id), or the built-in "
+                        "mixed workload")
+    p.add_argument("--min-gain", type=gain, default=0.03, metavar="G",
+                   help="a win's speed-up interval must clear 1 + G: a fraction or a percentage "
+                        "(default 3%%)")
+    p.add_argument("--seed", type=integer(0, 2**32 - 1, "the statistics' seed"), default=None,
+                   help="seed of the bootstrap and permutations (default: drawn, and recorded)")
     p.add_argument("--sequential", action="store_true",
                    help="keep adding repetitions until every arm is decided or the budget runs out")
     p.add_argument("--max-reps", type=integer(1, 1000, "sequential repetitions"), default=12,

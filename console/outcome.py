@@ -111,7 +111,7 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     if why is RefusalKind.UNDECIDED:
         c = session.config
         seq = SequentialRun(session.reps, c.max_reps, c.max_seconds, session.budget_out) if c.sequential else None
-        return Refusal(why, "undecided: ranges overlap", seq)
+        return Refusal(why, "undecided: " + _open(session), seq)
     if why is RefusalKind.NOT_MEASURED:
         return Refusal(why, "no width was measured (the drafter declined every round)")
     width, identical = session.recommendation, True
@@ -121,12 +121,20 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     c = session.classic.decode_range()
     evidence: dict[str, Any] = {
         "n": session.reps, "classic_tok_s": c.to_list(), "prompt_sha256": session.prompt_sha256,
-        "prompt_tokens": len(session.prompt_ids), "new_tokens": session.config.max_tokens,
+        "prompt_tokens": sum(len(r.prepared.ids) for r in session.per_request),
+        "new_tokens": session.config.max_tokens,
         "record": record, "decision": session.decision,
         "widths": list(session.config.widths),  # what a decline declined: --check re-tries them
     }
     if width is not None:
         evidence["width_tok_s"] = session.arm(width).decode_range().to_list()
+        est = session.estimates.get(width)
+        if est is not None:  # the interval it won by, and what it takes to reproduce it
+            evidence.update(ratio=round(est.ratio, 4), ratio_ci=est.ci.to_list(), p_value=round(est.p, 6))
+    evidence["min_gain"] = session.config.min_gain
+    evidence["seed"] = session.seed
+    if session.workload is not None:
+        evidence["workload"] = session.workload.to_dict()
     return Override(
         backend=device.backend, drafter_kind=pair.kind, width=width, decline=width is None,
         compute_capability=device.compute_capability, device_name=device.name or None,
@@ -176,12 +184,26 @@ def headline(session: Session, planned_runs: int | None = None) -> Headline:
         return Headline("a width is faster but its output differs from classic: not saveable", Tone.WARN,
                         False)
     if why is RefusalKind.UNDECIDED:
-        return Headline("undecided: ranges overlap, more repetitions needed", Tone.WARN, False)
+        return Headline(f"undecided: {_open(session)}, more repetitions needed", Tone.WARN, False)
     if why is RefusalKind.NOT_MEASURED:
         return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
     if session.recommendation is not None:
         return Headline(f"width {session.recommendation} beats classic", Tone.GOOD, True)
+    if any(a.verdict is Verdict.NO_GAIN for a in session.arms):
+        return Headline(f"classic wins: no measured width clears the {session.config.min_gain:.0%} minimum "
+                        "gain (saves as a decline)", Tone.PLAIN, True)
     return Headline("classic wins: every measured width is slower (saves as a decline)", Tone.PLAIN, True)
+
+
+def _open(session: Session) -> str:
+    """What leaves a session undecided: overlapping ranges, or intervals short of the bar."""
+    if not session.single:
+        return "intervals straddle the minimum gain"
+    c = session.classic.decode_range()
+    open_ = [a for a in session.arms if a.verdict is Verdict.UNDECIDED and a.runs]
+    if c is None or any(a.decode_range().overlaps(c) for a in open_):
+        return "ranges overlap"
+    return "intervals do not clear the minimum gain"
 
 
 def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | None:
@@ -199,4 +221,6 @@ def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | No
         return (f"width {width} in effect beats classic, but w{session.recommendation} is faster", Tone.WARN)
     if v is Verdict.SLOWER:
         return (f"width {width} in effect is SLOWER than classic here", Tone.BAD)
+    if v is Verdict.NO_GAIN:
+        return (f"width {width} in effect does not clear the minimum gain over classic here", Tone.WARN)
     return (f"width {width} in effect: {v.value} against classic", Tone.WARN)

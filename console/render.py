@@ -5,7 +5,7 @@ from __future__ import annotations
 BAR = 40
 
 
-def bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[str]:
+def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: int = 1) -> list[str]:
     """A horizontal plot: label, min, median, max, note. '=' up to the min, '#' on to the
     median, '-' out to the max. The median's cell is always '#', even when min ≈ median."""
     top = max((r[3] for r in rows), default=1.0) or 1.0
@@ -15,7 +15,7 @@ def bars(rows: list[tuple[str, float, float, float, str]], unit: str) -> list[st
         m = max(m, 1)
         a = min(a, m - 1)  # leave the median's own cell as '#'
         bar = "=" * a + "#" * (m - a) + "-" * max(b - m, 0)
-        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.1f} {unit} {note}")
+        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.{digits}f} {unit} {note}")
     return out
 
 
@@ -31,3 +31,77 @@ def arm_rows(session) -> list[tuple[str, float, float, float, str]]:
         note = "" if a.verdict in (Verdict.CONTROL, Verdict.UNDECIDED) else a.verdict.value
         out.append((a.name, r.min, r.median, r.max, note))
     return out
+
+
+def speedup_lines(session) -> list[str]:
+    """Each width's speed-up with its interval and p-value, and the rule it was judged by."""
+    if not session.estimates:
+        return []
+    c = session.config
+    drawn, unit = ("runs", "runs") if session.single else ("requests, then runs", "passes")
+    out = [f"\nspeed-up over classic (total new tokens / total decode time); 95 % bootstrap interval "
+           f"resampling {drawn}, seed {session.seed}; one-sided permutation p of the {unit}; a win's "
+           f"interval clears {1 + c.min_gain:.2f}" + (" and its ranges are disjoint" if session.single else "")
+           + ":"]
+    for a in session.arms:
+        e = session.estimates.get(a.width)
+        if e is None:
+            continue
+        mark = "  <- chosen" if session.recommendation == a.width else (
+            "  (fastest)" if session.choice and session.choice.best == a.width else "")
+        out.append(f"  {a.name:<5} {e.ratio:6.2f}x  [{e.ci.lo:.2f}, {e.ci.hi:.2f}]  p {e.p:<8.2g} "
+                   f"{a.verdict.value}{mark}")
+    return out
+
+
+def request_table(session, fold: int | None = None) -> list[str]:
+    """Per request: its prompt tokens, classic's decode tok/s, each width's speed-up on it, the
+    best width there (fastest with classic's output) and that width's acceptance. ``fold``: keep
+    that many worst and best requests (by the chosen, else the first, width's speed-up)."""
+    reqs = list(session.requests)
+    widths = [a.width for a in session.arms]
+    key_w = session.recommendation or (widths[0] if widths else None)
+    note = ""
+    if fold is not None and len(reqs) > 2 * fold and key_w is not None:
+        ranked = sorted(reqs, key=lambda r: (r.ratio(key_w) or 0.0))
+        keep = {id(r) for r in ranked[:fold] + ranked[-fold:]}
+        more = len(reqs) - 2 * fold
+        note = (f"  ({more} more request{'' if more == 1 else 's'} between the {fold} worst and {fold} "
+                f"best by w{key_w}; all in the record)")
+        reqs = [r for r in reqs if id(r) in keep]
+    head = f"{'request':<14} {'tok':>4} {'classic':>7} " + " ".join(f"{'w' + str(w):>6}" for w in widths)
+    out = ["\nper request (classic decode tok/s; each width's speed-up there):",
+           head + f" {'best':>7} {'accept':>6}"]
+    for r in reqs:
+        c = r.classic.decode_range()
+        cells = []
+        for w in widths:
+            x = r.ratio(w)
+            ident = r.arm(w).identity
+            cells.append(f"{'-' if x is None else f'{x:.2f}' + ('!' if ident and not ident.identical_ids else 'x'):>6}")
+        best = r.best()
+        acc = r.arm(best).acceptance if best is not None else None
+        out.append(f"{r.id[:14]:<14} {len(r.prepared.ids):>4} {c.median if c else 0:7.1f} " + " ".join(cells)
+                   + f" {('w' + str(best)) if best else 'classic':>7} {f'{acc:.2f}' if acc is not None else '-':>6}")
+    if any(r.arm(w).identity and not r.arm(w).identity.identical_ids for r in session.requests for w in widths):
+        out.append("  ! output differs from classic's on that request")
+    if note:
+        out.append(note)
+    spread = [r.best() for r in session.requests]
+    counts = {w: spread.count(w) for w in [*widths, None] if spread.count(w)}
+    out.append("best width per request: " + ", ".join(
+        f"{'classic' if w is None else f'w{w}'} on {k}" for w, k in counts.items()))
+    return out
+
+
+def ratio_rows(session) -> list[tuple[str, float, float, float, str]]:
+    """Plot rows: each width's per-request speed-ups (min, median, max over the requests)."""
+    import statistics
+
+    rows = []
+    for a in session.arms:
+        got = [x for r in session.requests if (x := r.ratio(a.width)) is not None]
+        if got:
+            wins = sum(1 for r in session.requests if r.best() == a.width)
+            rows.append((a.name, min(got), statistics.median(got), max(got), f"best on {wins}"))
+    return rows

@@ -63,12 +63,61 @@ class SessionRequest:
     max_reps: int = 12
     max_seconds: float = 600.0
 
+    @property
+    def workload(self) -> str | None:
+        """The workload the prompt names (``@mixed``, ``@FILE``), or None for a prompt."""
+        return workload_ref(self.prompt)
+
     def settings(self) -> str:
         """The one settings line the console and the record's readers see."""
         mode = (f"sequential up to {self.max_reps} reps / {self.max_seconds:g} s" if self.sequential
                 else "fixed n")
+        what = f"workload {self.workload}" if self.workload else f"prompt {len(literal_prompt(self.prompt))} chars"
         return (f"widths {','.join(map(str, self.widths))} · n {self.n} · {self.tokens} tokens · {mode}"
-                f" · prompt {len(self.prompt)} chars")
+                f" · {what}")
+
+
+def workload_ref(prompt: str) -> str | None:
+    """The console's prompt field names a workload with a leading ``@`` (``@mixed``, the built-in;
+    ``@~/traffic.jsonl``, a file); ``@@`` starts a prompt that begins with ``@``."""
+    if prompt.startswith("@") and not prompt.startswith("@@"):
+        return prompt[1:].strip()
+    return None
+
+
+def read_workload(req: SessionRequest, pair):
+    """The workload the console's prompt field names, read, rendered for ``pair`` and checked
+    against its context; FieldError (the prompt field) names what is wrong."""
+    from engine.workload import prepare
+    from policy.workload import WorkloadError, read
+
+    ref = req.workload
+    shown = f"@{ref}"
+    if not ref:
+        raise FieldError(Field.PROMPT, req.prompt, "name a workload after @: @mixed, or @FILE (JSONL)")
+    try:
+        w = read(ref, flag="@")
+        prepared = prepare(w, pair.tokenizer, req.tokens, where=shown if w.builtin else w.source)
+    except WorkloadError as e:
+        text = str(e)
+        raise FieldError(Field.PROMPT, shown, text[2:] if text.startswith("@ ") else text) from None
+    ctx = pair.context_length
+    # what the tokens field may be: the longest request that takes it bounds it
+    most = min((ctx - len(p.ids) for p in prepared if p.request.max_tokens is None), default=0) if ctx else 0
+    for p in prepared:
+        if ctx is not None and len(p.ids) + p.max_tokens > ctx:
+            said = (f"request {p.id} (line {p.request.line}) of {shown}: its {len(p.ids)} prompt tokens "
+                    f"+ {p.max_tokens} new exceed the target's context of {ctx}")
+            if p.request.max_tokens is None:  # the tokens field set them: that is the one to fix
+                raise FieldError(Field.TOKENS, req.tokens, f"{said}; at most {max(most, 0)} for every "
+                                                           f"request of it")
+            raise FieldError(Field.PROMPT, shown, said + " (its own max_tokens)")
+    return w
+
+
+def literal_prompt(prompt: str) -> str:
+    """The prompt text itself: a leading ``@@`` stands for ``@``."""
+    return prompt[1:] if prompt.startswith("@@") else prompt
 
 
 def parse_widths(text: str) -> tuple[int, ...]:

@@ -139,7 +139,8 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         AbConfig(widths=req.widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
                  sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
                  exactness=False, predict=False,
-                 verify_attention=args.verify_attention or "fused"),
+                 verify_attention=args.verify_attention or "fused",
+                 min_gain=args.min_gain, seed=args.seed),
         levels, extra, args.verify_attention, args.port,
         args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S)
     quiet = args.json

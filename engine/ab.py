@@ -5,26 +5,39 @@
   across the table instead of pooling at one end;
 - min / median / max of decode tok/s (prefill excluded) and end-to-end tok/s;
 - sequential mode adds interleaved repetitions until every arm is decided or
-  the budget (repetitions or seconds) runs out.
+  the budget (repetitions or seconds) runs out;
+- a **workload** (several requests) runs every arm on every request, each repetition a
+  pass over the requests with the arms' order rotated request by request, and classic
+  closes with a pass of its own; byte identity is checked per request; the arms' figures
+  are per pass (one run of every request), and the verdict is the interval rule's alone;
+- every arm's speed-up over classic has a seeded bootstrap interval and a permutation
+  p-value (``policy.stats``); a win needs the interval's lower end above 1 + the minimum
+  gain (on a single prompt, the disjoint ranges too), and among winners the smallest width
+  whose interval overlaps the best's is chosen.
 
-The verdict rules (wins, undecided, drift, what is saveable) are ``policy.verdict``'s;
-this module runs the session and applies them.
+The verdict rules (wins, undecided, drift, the interval and tie rules, what is saveable) are
+``policy.verdict``'s; this module runs the session and applies them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import hashlib
+import secrets
 import statistics
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine import attention, costcurve, host, linear
+from engine import attention, costcurve, host, kvcache, linear
 from engine.decode import DecodeError, DecodeRun, decode
+from engine.kvcache import RewindError
 from engine.identity import Exactness, Identity, compare, divergence_margin, probe
+from engine.workload import PROMPT, Prepared, prepare
+from policy import stats
 from policy import verdict as rules
+from policy.workload import Request, Workload, WorkloadError
 from policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
@@ -46,6 +59,7 @@ class Arm:
     verdict: Verdict = Verdict.UNDECIDED
     why: str = ""
     identity: Identity | None = None
+    range_why: str = ""  # the range rule's words, before the interval rule's (one request)
 
     @property
     def name(self) -> str:
@@ -73,6 +87,12 @@ class Arm:
         return statistics.median(split) if split else None
 
     @property
+    def rollback_ms_per_round(self) -> float | None:
+        """Mean time putting the cache back per round (rounds that kept every row count 0)."""
+        rounds = [x for r in self.runs for x in r.rounds]
+        return sum(x.rollback_s for x in rounds) / len(rounds) * 1e3 if rounds else None
+
+    @property
     def draft_ms_per_token(self) -> float | None:
         """From the split rounds only: the others do not time drafting apart."""
         split = [x for r in self.runs for x in r.rounds if x.split and x.drafted]
@@ -92,6 +112,7 @@ class Event:
     runs: int = 1  # runs planned (sequential mode may add more)
     closing: bool = False  # the closing classic bracket, not a repetition
     phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
+    request: str = ""  # a workload's request id ("" for a single prompt)
 
     @property
     def fraction(self) -> float:
@@ -114,12 +135,81 @@ class AbConfig:
     predict: bool = True
     verify_attention: str = "auto"  # engine.attention: auto | fused | plain | bucketed | vector
     verify_linear: str = "auto"  # engine.linear: auto | stock | gather | gemv | qmv
+    workload: Workload | None = None  # several requests; None: ``prompt`` alone
+    min_gain: float = stats.MIN_GAIN  # a win's interval must clear 1 + this
+    seed: int | None = None  # the statistics' seed; None: drawn when the session starts
+    resamples: int = stats.RESAMPLES
+    rollback: str = kvcache.DEFAULT_METHOD.value  # how recurrent state follows the kept rows
+
+    @property
+    def request_count(self) -> int:
+        return len(self.workload.requests) if self.workload is not None else 1
 
     @property
     def planned_runs(self) -> int:
-        """Warm-ups, n interleaved repetitions of every arm, and the closing classic run."""
+        """Warm-ups, n interleaved repetitions of every arm on every request, and the closing
+        classic pass."""
         arms = 1 + len(dict.fromkeys(self.widths))
-        return arms * (self.n + int(self.warmup)) + 1
+        k = self.request_count
+        return arms * (self.n * k + int(self.warmup)) + k
+
+
+def single_request(prompt: str, ids: list[int], max_tokens: int) -> Prepared:
+    """The session's one prompt as a prepared request."""
+    return Prepared(Request("1", prompt=prompt, line=1), tuple(ids), max_tokens, PROMPT)
+
+
+@dataclass
+class RequestArms:
+    """One request of a session: its prepared prompt and every arm's runs on it."""
+
+    prepared: Prepared
+    classic: Arm
+    arms: list[Arm]
+
+    @property
+    def id(self) -> str:
+        return self.prepared.id
+
+    def arm(self, width: int | None) -> Arm:
+        return self.classic if width is None else next(a for a in self.arms if a.width == width)
+
+    def ratio(self, width: int) -> float | None:
+        """This request's speed-up of ``width``: its total tokens over total decode time,
+        against classic's on this request."""
+        a = self.arm(width)
+        if not a.runs or not self.classic.runs:
+            return None
+        return stats.ratio([_samples(a)], [_samples(self.classic)])
+
+    def best(self) -> int | None:
+        """The width with the highest speed-up on this request whose output is classic's;
+        None when none is faster than classic."""
+        got = [(r, a.width) for a in self.arms
+               if a.identity is not None and a.identity.identical_ids
+               and (r := self.ratio(a.width)) is not None and r > 1]
+        return max(got)[1] if got else None
+
+    def to_dict(self) -> dict:
+        return {**self.prepared.to_dict(), "best": self.best(),
+                "ratios": {a.name: (round(r, 4) if (r := self.ratio(a.width)) is not None else None)
+                           for a in self.arms}}
+
+
+def _samples(arm: Arm) -> list[tuple[float, float]]:
+    """Each run's (new tokens, decode seconds); a served run counts its tokens itself."""
+    return [(r.tokens if isinstance(r.tokens, int) else len(r.tokens), r.decode_s) for r in arm.runs]
+
+
+def pass_run(width: int | None, runs: list[DecodeRun]) -> DecodeRun:
+    """One pass of a workload as one run: every request's tokens, times and rounds together,
+    so an arm's figures (tok/s, acceptance, rounds) read per pass."""
+    first, last = runs[0], runs[-1]
+    clocks = ({"before": first.clocks["before"], "after": last.clocks["after"]}
+              if first.clocks and last.clocks else None)
+    return DecodeRun(width, [t for r in runs for t in r.tokens], sum(r.prompt_tokens for r in runs),
+                     sum(r.prefill_s for r in runs), sum(r.decode_s for r in runs),
+                     [x for r in runs for x in r.rounds], attention=first.attention, clocks=clocks)
 
 
 @dataclass
@@ -137,6 +227,7 @@ class Session:
     why: str = ""
     exactness: dict[int, Exactness] = field(default_factory=dict)
     curve: costcurve.CostCurve | None = None
+    curve_skipped: str = ""  # why there is no cost curve (and so no prediction), when there is none
     predicted: dict[int, float] = field(default_factory=dict)
     predicted_best: int | None = None
     prediction: dict[int, costcurve.Prediction] = field(default_factory=dict)  # both terms per width
@@ -154,10 +245,52 @@ class Session:
     elapsed_s: float = 0.0
     cancelled: bool = False
     started_at: float = field(default_factory=time.time)
+    # The requests, each with every arm's runs on it. With one request its arms are the
+    # session's own (``classic`` and ``arms`` are requests[0]'s); with several, the
+    # session's arms hold one run per pass (``pass_run``).
+    requests: list[RequestArms] = field(default_factory=list)
+    seed: int = 0  # of the bootstrap and the permutations: the record reproduces from it
+    estimates: dict[int, stats.Estimate] = field(default_factory=dict)  # per width with runs
+    choice: stats.Choice | None = None  # the tie rule's pick among the winners
+
+    @property
+    def workload(self) -> Workload | None:
+        return self.config.workload
+
+    @property
+    def per_request(self) -> list[RequestArms]:
+        """The requests; a session built by hand from arms alone is its prompt's one request."""
+        if self.requests:
+            return self.requests
+        return [RequestArms(single_request(self.config.prompt, self.prompt_ids, self.config.max_tokens),
+                            self.classic, self.arms)]
+
+    @property
+    def single(self) -> bool:
+        """One request: the disjoint-range rule applies beside the interval."""
+        return len(self.requests) <= 1
 
     @property
     def prompt_sha256(self) -> str:
+        if self.config.workload is not None:
+            return self.config.workload.sha256
         return hashlib.sha256(self.config.prompt.encode("utf-8")).hexdigest()
+
+    def differing_requests(self, width: int) -> list[str]:
+        """Ids of the requests on which ``width``'s output is not classic's."""
+        return [r.id for r in self.per_request
+                if (i := r.arm(width).identity) is not None and not i.identical_ids]
+
+    def stats_samples(self) -> tuple[list[list[tuple[float, float]]], dict[int, list]]:
+        """(classic, {width: ...}): per request, each run's (new tokens, decode seconds), for
+        every width that ran on every request: what ``policy.stats`` is given."""
+        classic = [_samples(r.classic) for r in self.per_request]
+        arms = {}
+        for w in (a.width for a in self.arms):
+            got = [_samples(r.arm(w)) for r in self.per_request]
+            if all(got):
+                arms[w] = got
+        return classic, arms
 
     def opening_closing(self) -> tuple[Range | None, Range | None]:
         return rules.opening_closing([r.decode_tok_s for r in self.classic.runs])
@@ -182,7 +315,9 @@ class Session:
         a bounded number (MLX_CUDA_SDPA_CACHE_SIZE): a first pass at new positions
         pays for every plan, so a warm table can flatter a width."""
         out = {}
-        for arm in [self.classic, *self.arms]:
+        first = self.requests[0] if self.requests else None  # the warm-up ran on its prompt
+        arms = [first.classic, *first.arms] if first else [self.classic, *self.arms]
+        for arm in arms:
             w = self.warmup.get(arm.name)
             if w is not None and arm.runs:
                 med = statistics.median(r.decode_s for r in arm.runs)
@@ -304,6 +439,21 @@ class Session:
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
         return lines
 
+    def rollback_line(self) -> str:
+        """How the target's cache went back to the kept rows each round, and what it cost."""
+        runs = [r for a in self.arms for r in a.runs]
+        if not runs:
+            return ""
+        info = runs[0].rollback or {}
+        method = info.get("method") or "trim"
+        how = ("KV rows trimmed" if method == "trim" else
+               f"recurrent state restored and advanced by the kept rows ({method}"
+               + (f"; {info['fallback']}" if info.get("fallback") else "") + ")")
+        per = [(a.name, a.rollback_ms_per_round) for a in self.arms if a.rollback_ms_per_round is not None]
+        if all(v < 0.005 for _, v in per):
+            return f"rollback: {how}, under 0.01 ms a round"
+        return f"rollback: {how}; ms a round " + ", ".join(f"{n} {v:.2f}" for n, v in per)
+
     def arm(self, width: int) -> Arm:
         for a in self.arms:
             if a.width == width:
@@ -311,11 +461,14 @@ class Session:
         raise KeyError(width)
 
 
-def _facts(arm: Arm) -> rules.ArmFacts:
+def _facts(arm: Arm, session: Session | None = None) -> rules.ArmFacts:
+    """What a verdict is drawn from. Across a workload, identical means on every request."""
+    identical = arm.identity is not None and arm.identity.identical_ids
+    if session is not None and not session.single:
+        identical = not session.differing_requests(arm.width)
     return rules.ArmFacts(arm.name, arm.width, tuple(r.decode_tok_s for r in arm.runs),
                           sum(r.speculative_rounds for r in arm.runs),
-                          sum(r.declined_rounds for r in arm.runs),
-                          arm.identity is not None and arm.identity.identical_ids)
+                          sum(r.declined_rounds for r in arm.runs), identical)
 
 
 def judge(classic: Arm, arm: Arm) -> None:
@@ -332,15 +485,23 @@ def _more(session: Session) -> str:
 
 
 def decide(session: Session) -> None:
-    """Verdicts, drift and the recommendation, from the samples in ``session`` (policy.verdict.decide)."""
-    d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a) for a in session.arms],
+    """Verdicts, drift, the estimates and the recommendation, from the samples in ``session``
+    (policy.stats for the estimates, policy.verdict.decide for the rules)."""
+    classic, arms = session.stats_samples()
+    c = session.config
+    session.estimates = {}
+    if arms and all(classic):
+        session.estimates = stats.estimates(classic, arms, seed=session.seed, resamples=c.resamples)
+    d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a, session) for a in session.arms],
                      cancelled=session.cancelled, reps=session.reps, more=_more(session),
                      blind=rules.warm_blind(warmup_shift=session.warmup_shift,
-                                            attention=session.attention, backend=session.backend))
-    for arm, (verdict, why) in zip(session.arms, d.verdicts):
-        arm.verdict, arm.why = verdict, why
+                                            attention=session.attention, backend=session.backend),
+                     estimates=session.estimates, min_gain=c.min_gain, single=session.single)
+    for arm, (verdict, why), range_why in zip(session.arms, d.verdicts, d.range_whys):
+        arm.verdict, arm.why, arm.range_why = verdict, why, range_why
     session.drift, session.drift_chance, session.drift_why = d.drift.drifted, d.drift.chance, d.drift.why
     session.recommendation, session.decision, session.why = d.recommendation, d.decision, d.why
+    session.choice = d.choice
 
 
 def _all_decided(session: Session) -> bool:
@@ -366,17 +527,56 @@ def warmup_prompt(ids: list[int], max_tokens: int, width: int,
     return list(ids), 0
 
 
+def seed_of(config: AbConfig) -> int:
+    """The statistics' seed: the config's, else a fresh one (the record keeps it)."""
+    return config.seed if config.seed is not None else secrets.randbelow(2**32)
+
+
+def _prepare(pair, config: AbConfig) -> list[Prepared]:
+    if config.workload is None:
+        if not config.prompt:
+            raise DecodeError("prompt: empty")
+        return [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
+    try:
+        return prepare(config.workload, pair.tokenizer, config.max_tokens)
+    except WorkloadError as e:
+        raise DecodeError(str(e)) from None
+
+
+def _rotated(arms: list[Arm], k: int) -> list[Arm]:
+    """The arms' order for a workload's k-th request: rotated by k, so no width always runs
+    right after classic (where a cache or clock left by classic would meet it)."""
+    if not arms:
+        return arms
+    k %= len(arms)
+    return arms[k:] + arms[:k]
+
+
+def _add_pass(session: Session, widths: list[int | None]) -> None:
+    """One run per arm in ``widths`` on the session's own (workload) arms: its last pass."""
+    for w in widths:
+        agg = session.classic if w is None else session.arm(w)
+        runs = [r.arm(w).runs for r in session.requests]
+        if all(len(x) > len(agg.runs) for x in runs):
+            agg.runs.append(pass_run(w, [x[len(agg.runs)] for x in runs]))
+
+
 def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,
                emit: Callable[[Event], None], t_start: float, lockstep=None) -> None:
-    """The session's schedule, whatever runs an arm: a discarded warm-up of every arm, n
-    repetitions interleaved arm by arm (classic first), more in sequential mode while an arm is
-    undecided and the budget lasts, and the closing classic bracket. ``one(arm, rep, keep=True,
-    closing=False)`` runs one arm once and records it (``keep=False``: the warm-up). The engine's
-    decode loop and the served path (engine.served) both run through here. ``lockstep`` (the
-    ranks of a sharded target, engine.distributed): the seconds budget is rank 0's clock's."""
+    """The session's schedule, whatever runs an arm: a discarded warm-up of every arm (on the
+    first request), n passes, each every request with its arms interleaved (classic first, the
+    widths rotated request by request), more in sequential mode while an arm is undecided and
+    the budget lasts, and the closing classic pass. ``one(arm, rep, keep=True, closing=False)``
+    runs one request's arm once and records it (``keep=False``: the warm-up); a workload's own
+    arms get each finished pass (``pass_run``). The engine's decode loop and the served path
+    (engine.served) both run through here. ``lockstep`` (the ranks of a sharded target,
+    engine.distributed): the seconds budget is rank 0's clock's."""
     config = session.config
+    requests = session.per_request
+    many = len(requests) > 1
     if config.warmup:
-        for arm in [session.classic, *session.arms]:
+        first = requests[0]
+        for arm in [first.classic, *first.arms]:
             emit(Event("warmup", arm.name))
             one(arm, 0, keep=False)
             if cancel.is_set():
@@ -395,6 +595,13 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
         def budget_out() -> Budget | None:  # noqa: F811 (every rank stops where rank 0 does)
             return lockstep.agree(local(), Budget)
 
+    def one_pass(rep: int, active: list[int]) -> None:
+        for k, req in enumerate(requests):
+            for arm in [req.classic, *_rotated([req.arm(w) for w in active], k)]:
+                one(arm, rep)
+                if cancel.is_set():
+                    return
+
     rep = 0
     while True:
         while not cancel.is_set():
@@ -407,17 +614,23 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
                     break
             active = session.arms if rep <= config.n else [
                 a for a in session.arms if a.verdict is Verdict.UNDECIDED] or session.arms
-            for arm in [session.classic, *active]:
-                one(arm, rep)
-                if cancel.is_set():
-                    break
+            one_pass(rep, [a.width for a in active])
             if cancel.is_set():
                 break
+            if many:
+                _add_pass(session, [None, *(a.width for a in active)])
             session.reps = rep
             emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
         if cancel.is_set():
             break
-        one(session.classic, session.reps + 1, closing=True)  # the closing bracket
+        for req in requests:  # the closing bracket: classic on every request
+            one(req.classic, session.reps + 1, closing=True)
+            if cancel.is_set():
+                break
+        if cancel.is_set():
+            break
+        if many:
+            _add_pass(session, [None])
         # Drift is judged with the closing run, which the loop above could not see, and the
         # closing run can be classic's fastest: in sequential mode a closing run that leaves
         # drift and noise apart only by chance, or that takes an arm's win back (undecided
@@ -445,34 +658,51 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             raise DecodeError(f"width {w!r}: a speculative width is at least 2 (1 is classic)")
     if config.n < 1:
         raise DecodeError(f"n = {config.n}: at least one repetition per arm")
-    if not config.prompt:
-        raise DecodeError("prompt: empty")
-    ids = pair.tokenizer.encode(config.prompt)
-    session = Session(config, ids, Arm(None, verdict=Verdict.CONTROL),
-                      [Arm(w) for w in widths])
+    if not 0 <= config.min_gain < 1:
+        raise DecodeError(f"min gain {config.min_gain}: expected a fraction from 0 up to 1")
+    prepared = _prepare(pair, config)
+    requests = [RequestArms(p, Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths])
+                for p in prepared]
+    many = len(requests) > 1
+    if many:
+        classic, arms = Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths]
+    else:
+        classic, arms = requests[0].classic, requests[0].arms
+    ids = list(prepared[0].ids)
+    seed = seed_of(config)
+    if lockstep is not None:
+        seed = lockstep.agree(seed)  # the verdicts' bootstrap: rank 0's seed on every rank
+    session = Session(config, ids, classic, arms, requests=requests, seed=seed)
     session.backend = attention.current_backend()
     session.attention = attention.effective(config.verify_attention, session.backend).value
     # The verify projections of every speculative forward this session runs: the arms, and the
     # exactness probe, divergence replay and cost curve that judge and predict them.
     lin = config.verify_linear
-    warm_ids, session.warmup_shift = warmup_prompt(ids, config.max_tokens, max(widths),
+    warm_ids, session.warmup_shift = warmup_prompt(ids, prepared[0].max_tokens, max(widths),
                                                    pair.context_length)
     t_start = time.monotonic()
-    emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"))
+    emit(Event("session", message=f"{len(widths)} widths, n={config.n}, {config.max_tokens} tokens"
+                                  + (f", {len(requests)} requests" if many else "")))
 
     started = [0]  # runs begun so far
     clocks = host.ClockWatch()
 
+    owner = {id(a): r for r in requests for a in [r.classic, *r.arms]}  # each arm's request
+
     def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun:
+        req = owner[id(arm)]
         index = started[0]
         started[0] += 1
         runs = max(config.planned_runs, started[0])
-        emit(Event("arm", arm.name, rep, 0, config.max_tokens, run=index, runs=runs, closing=closing))
-        kw = {} if arm.width is None else {"attention": session.attention, "linear": lin}
+        rid = req.id if many else ""
+        total = req.prepared.max_tokens
+        emit(Event("arm", arm.name, rep, 0, total, run=index, runs=runs, closing=closing, request=rid))
+        kw = {} if arm.width is None else {"attention": session.attention, "linear": lin,
+                                           "rollback": config.rollback}
         before, host_before = clocks.read(), host.host_reading()
-        run = decode(pair, ids if keep else warm_ids, config.max_tokens, arm.width, **kw,
-                     on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t,
-                                                         run=index, runs=runs, closing=closing)),
+        run = decode(pair, list(req.prepared.ids) if keep else warm_ids, total, arm.width, **kw,
+                     on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t, run=index,
+                                                         runs=runs, closing=closing, request=rid)),
                      cancel=cancel.is_set)
         run.host = host.host_delta(host_before, host.host_reading())
         if before is not None:
@@ -481,7 +711,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             lockstep.run(run)
         if keep and not cancel.is_set():
             arm.runs.append(run)
-            session.order.append(arm.name)
+            session.order.append(f"{req.id}/{arm.name}" if many else arm.name)
         elif not keep:
             session.warmup[arm.name] = run
         return run
@@ -493,11 +723,14 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     finally:
         clocks.close()
 
-    reference = session.classic.runs[0].tokens if session.classic.runs else None
-    for arm in session.arms:
-        if reference is not None and arm.runs:
-            idents = [compare(reference, r.tokens, pair.tokenizer) for r in arm.runs]
-            arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
+    for req in requests:
+        reference = req.classic.runs[0].tokens if req.classic.runs else None
+        for arm in req.arms:
+            if reference is not None and arm.runs:
+                idents = [compare(reference, r.tokens, pair.tokenizer) for r in arm.runs]
+                arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
+    first = requests[0]
+    reference = first.classic.runs[0].tokens if first.classic.runs else None
 
     if config.exactness and not cancel.is_set() and reference:
         # A stage of its own (seconds on a large target): the bar must not sit at 100 % meanwhile.
@@ -511,37 +744,64 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
 
     if not cancel.is_set():
+        for req in requests:
+            ref = req.classic.runs[0].tokens if req.classic.runs else None
+            req_ids = list(req.prepared.ids)
+            for arm in req.arms:
+                ident = arm.identity
+                if ident is None or ident.identical_ids or ident.first_divergence is None:
+                    continue
+                if ident.first_divergence >= min(ident.classic_len, ident.width_len):
+                    continue  # one is a prefix of the other: no position to compare
+                ex = session.exactness.get(arm.width) if req is first else None
+                if ex is None:
+                    block = ref[:arm.width] if ref else []
+                    ex = (probe(pair.target, req_ids, block, session.attention, lin)
+                          if len(block) == arm.width else None)
+                differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity
+                margin = divergence_margin(pair, req_ids, arm.width, ref, differing.tokens,
+                                           ident.first_divergence, ex.max_abs_diff if ex else 0.0,
+                                           session.attention, lin)
+                arm.identity = dataclasses.replace(ident, margin=margin)
+    if many:
+        # The session's arm speaks for the workload: the first request whose output differs,
+        # else the first request's (identical) comparison.
         for arm in session.arms:
-            ident = arm.identity
-            if ident is None or ident.identical_ids or ident.first_divergence is None:
-                continue
-            if ident.first_divergence >= min(ident.classic_len, ident.width_len):
-                continue  # one is a prefix of the other: no position to compare
-            ex = session.exactness.get(arm.width)
-            if ex is None:
-                block = reference[:arm.width] if reference else []
-                ex = probe(pair.target, ids, block, session.attention, lin) if len(block) == arm.width else None
-            differing = next((r for r in arm.runs if r.tokens != reference), arm.runs[0])  # as identity
-            margin = divergence_margin(pair, ids, arm.width, reference, differing.tokens,
-                                       ident.first_divergence, ex.max_abs_diff if ex else 0.0,
-                                       session.attention, lin)
-            arm.identity = dataclasses.replace(ident, margin=margin)
+            idents = [r.arm(arm.width).identity for r in requests]
+            idents = [i for i in idents if i is not None]
+            if idents:
+                arm.identity = next((i for i in idents if not i.identical_ids), idents[0])
 
     if config.predict and not cancel.is_set():
         measured = [a for a in session.arms if a.per_token_acceptance is not None]
         if measured:
             rows = sorted({1, *widths})
             # Past every position the session visited, so no cold forward replays its work
-            # (where the model's context leaves room for that).
-            ctx = max(len(ids), len(warm_ids)) + config.max_tokens + max(widths)
-            room = 5 + 2 + max(widths) + 1  # the curve's cold forwards grow the cache by one each
-            if pair.context_length is not None and ctx + room > pair.context_length:
+            # (where the model's context leaves room for that); else at the session's prompt;
+            # else (a context too short for even that) no curve, and the record says why.
+            longest = max(len(p.ids) + p.max_tokens for p in prepared)
+            ctx = max(longest, len(warm_ids) + prepared[0].max_tokens) + max(widths)
+            room = costcurve.positions(rows, repeats=5)
+            limit = pair.context_length
+            if limit is not None and ctx + room > limit:
                 ctx = len(ids)
-            emit(Event("phase", run=0, runs=len(rows), phase="costcurve"))
-            session.curve = costcurve.measure(
-                pair.target, rows, repeats=5, context=ctx, attention=session.attention, linear=lin,
-                on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
-                cancel=cancel.is_set)
+            if limit is not None and ctx + room > limit:
+                session.curve_skipped = (f"cost curve skipped: its {room} positions past the "
+                                         f"{ctx}-token prompt exceed the target's context of {limit}")
+            else:
+                emit(Event("phase", run=0, runs=len(rows), phase="costcurve"))
+                try:
+                    session.curve = costcurve.measure(
+                        pair.target, rows, repeats=5, context=ctx, attention=session.attention,
+                        linear=lin, rollback=config.rollback,
+                        on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
+                        cancel=cancel.is_set)
+                except (RewindError, ValueError) as e:  # the arms' figures stand without it
+                    session.curve_skipped = f"cost curve skipped: {e}"
+        elif not session.curve_skipped:
+            session.curve_skipped = ("cost curve skipped: no arm drafted a token, so there is no "
+                                     "acceptance to predict with")
+        if measured and session.curve is not None:
             acc = statistics.median(a.per_token_acceptance for a in measured)
             # the kind says how drafting grows with width: flat for a block drafter, linear else
             session.drafter_kind = pair.kind.value
@@ -552,8 +812,9 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
             draft_ms = statistics.median(drafts) if drafts else 0.0
             session.draft_cost_ms = draft_ms
-            session.prediction = costcurve.predict_terms(session.curve, acc, draft_ms, widths,
-                                                         session.draft_cost)
+            session.prediction = costcurve.predict_terms(
+                session.curve, acc, draft_ms, widths, session.draft_cost,
+                {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             if session.predicted:
                 session.predicted_best = max(session.predicted, key=session.predicted.get)

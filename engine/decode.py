@@ -16,7 +16,7 @@ import mlx.core as mx
 
 from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
-from engine.kvcache import RewindError, rewind
+from engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
 from engine.linear import VerifyLinear, prepare, verify_linear
 
 
@@ -37,6 +37,9 @@ class Round:
     verify_s: float
     sync_s: float
     split: bool = True
+    # Putting the cache back to the kept rows after the verify (engine.kvcache.Rollback): a trim
+    # costs microseconds; recurrent state is restored and advanced, its work evaluated here.
+    rollback_s: float = 0.0
 
 
 @dataclass
@@ -54,6 +57,8 @@ class DecodeRun:
     # The host's share of the run (engine.host.host_delta: wall, main-thread and process CPU
     # seconds, stolen seconds, context switches, the CPU at each end), read by an A/B session.
     host: dict | None = None
+    # Speculative runs: how the target's cache was rolled back each round (engine.kvcache).
+    rollback: dict | None = None
 
     @property
     def classic(self) -> bool:
@@ -113,13 +118,25 @@ class DecodeRun:
             "accepted": self.accepted, "acceptance": self.acceptance,
             "mean_accepted": self.mean_accepted, "emitted_per_verify": self.emitted_per_verify,
             "attention": self.attention, "gpu_clocks": self.clocks, "host_cpu": self.host,
+            "rollback": self.rollback, "rollback_ms": round(self.rollback_s * 1e3, 4),
         }
 
+    @property
+    def rollback_s(self) -> float:
+        return sum(r.rollback_s for r in self.rounds)
+
     def rounds_table(self) -> list[list[float]]:
-        """Per-round diagnostics as compact rows: drafted, accepted, emitted, draft/verify/sync ms."""
+        """Per-round diagnostics as compact rows, one column per ROUND_COLUMNS name."""
         return [[r.drafted, r.accepted, r.emitted, round(r.draft_s * 1e3, 4),
-                 round(r.verify_s * 1e3, 4), round(r.sync_s * 1e3, 4), int(r.split)]
+                 round(r.verify_s * 1e3, 4), round(r.sync_s * 1e3, 4), int(r.split),
+                 round(r.rollback_s * 1e3, 4)]
                 for r in self.rounds]
+
+
+# The columns of a record's rounds_detail rows (rollback_ms is new in this order's last place, so a
+# reader of the first seven reads older records and newer ones alike).
+ROUND_COLUMNS = ("drafted", "accepted", "emitted", "draft_ms", "verify_ms", "sync_ms", "split",
+                 "rollback_ms")
 
 
 Progress = Callable[[int, int], None]  # (tokens so far, tokens wanted)
@@ -198,7 +215,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
                 drafter: Drafter | None = None, on_progress: Progress | None = None,
                 cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY,
                 attention: str | VerifyAttention | None = None,
-                on_logits: LogitsHook | None = None, linear: str | None = None) -> DecodeRun:
+                on_logits: LogitsHook | None = None, linear: str | None = None,
+                rollback: Method | str = DEFAULT_METHOD) -> DecodeRun:
     """Speculative greedy decoding at ``width`` rows per verify (mirrors
     mlx_lm.speculative_generate_step with num_draft_tokens = width - 1).
 
@@ -213,15 +231,17 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
 
     Every ``split_every``-th round synchronises after drafting to time draft and
     verify apart; the others overlap them as mlx-lm does (a sync per round cost
-    up to 10% at width 2 on a CPU)."""
-    from mlx_lm.models.cache import make_prompt_cache
+    up to 10% at width 2 on a CPU).
 
+    ``rollback`` chooses how recurrent state is advanced by the kept rows (engine.kvcache.Method);
+    KV caches trim and sliding windows drop their rejected tail whatever it says."""
     if not isinstance(width, int) or width < 2:
         raise DecodeError(f"width = {width!r}: a speculative width is at least 2 (1 is classic)")
     _check(prompt, max_tokens, pair.context_length)
     model = pair.target
-    drafter = drafter or make_drafter(pair)
-    cache = make_prompt_cache(model)
+    drafter = drafter or make_drafter(pair, width)
+    cache = make_cache(model, slack=width)
+    rb = Rollback(model, cache, rollback)
     tokens: list[int] = []
     rounds: list[Round] = []
     ids = mx.array(prompt, mx.uint32)
@@ -238,18 +258,21 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int, *,
         t1 = perf()
         with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
             try:
-                _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
-                        on_progress, cancel, on_logits)
+                _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width,
+                        split_every, on_progress, cancel, on_logits)
             except RewindError as e:
                 raise DecodeError(str(e)) from None
         t2 = perf()
     summary = routing.summary()
     if lrouting.mode is not VerifyLinear.STOCK:
         summary["linear"] = lrouting.summary()
-    return DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
+    run = DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
+    run.rollback = {"method": rb.effective.value if rb.effective else "trim",
+                    "fallback": rb.fallback or None}
+    return run
 
 
-def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_every,
+def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width, split_every,
             on_progress, cancel, on_logits) -> None:
     perf = time.perf_counter
     while len(tokens) < max_tokens:
@@ -262,7 +285,8 @@ def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_e
         tb = perf()
         block = mx.concatenate([y, drafts]) if drafts.size else y
         k = block.size
-        with watching(drafter, model):  # ... and of the verify: no second target forward
+        # ... and of the verify: no second target forward
+        with watching(drafter, model), rb.verify(block):
             logits = model(block[None], cache=cache)[:, -k:, :]
         if on_logits is not None:
             on_logits(len(tokens), logits.squeeze(0))
@@ -277,15 +301,17 @@ def _rounds(model, cache, drafter, y, tokens, rounds, max_tokens, width, split_e
             n += 1
         emit = verified[: n + 1] if n < room else verified[:n]
         tokens.extend(emit)
-        rewind(cache, len(drafted) - n)
+        back = rb.commit(n + 1)  # the block's first n + 1 rows stay: y and the accepted drafts
         nxt = verified[n]
         drafter.commit(drafted, n, nxt)
         y = mx.array([nxt], mx.uint32)
         td = perf()
         if split:
-            rounds.append(Round(len(drafted), n, len(emit), tb - ta, tc - tb, td - tc))
+            rounds.append(Round(len(drafted), n, len(emit), tb - ta, tc - tb, td - tc - back,
+                                True, back))
         else:
-            rounds.append(Round(len(drafted), n, len(emit), 0.0, tc - ta, td - tc, False))
+            rounds.append(Round(len(drafted), n, len(emit), 0.0, tc - ta, td - tc - back, False,
+                                back))
         if on_progress is not None:
             on_progress(len(tokens), max_tokens)
         if cancel is not None and cancel():

@@ -30,7 +30,7 @@ import mlx.core as mx
 import mlx.nn as nn
 
 from engine import hidden
-from policy.config import ConfigError
+from policy.config import ConfigError, size
 from policy.config import read_config as config_file
 from policy.drafter import DrafterKind
 
@@ -139,11 +139,11 @@ def check_against_target(spec: DFlashSpec, where: str, target_config: dict, targ
     if spec.num_target_layers is not None and spec.num_target_layers != target_depth:
         raise DrafterFormatError(f"{where}: made for a {spec.num_target_layers}-layer target "
                                  f"(num_target_layers), the target has {target_depth}")
-    th = target_config.get("hidden_size")
+    th = size(target_config, "hidden_size")
     if th != spec.hidden_size:
         raise DrafterFormatError(f"{where}: hidden_size {spec.hidden_size} differs from the target's "
                                  f"{th}; DFlash reads the target's hidden states and embeddings")
-    tv = target_config.get("vocab_size")
+    tv = size(target_config, "vocab_size")
     if tv != spec.vocab_size:
         raise DrafterFormatError(f"{where}: vocabulary of {spec.vocab_size} tokens differs from the "
                                  f"target's {tv}")

@@ -258,15 +258,16 @@ class RankZeroDrafter:
             self.inner.commit(drafted, accepted, next_token)
 
 
-def drafter_factory(pair, rank: Rank, placement: str) -> Callable[[], Any] | None:
+def drafter_factory(pair, rank: Rank, placement: str) -> Callable[[int], Any] | None:
     """What ``engine.drafters.make_drafter`` builds for this pair in this group: None for a
     replicated drafter (every rank builds its own, as alone)."""
     if placement != RANK0 or pair.kind is not DrafterKind.MODEL:
         return None
     from engine.drafters import ModelDrafter
 
-    def build():
-        return RankZeroDrafter(ModelDrafter(pair.drafter) if pair.drafter is not None else None, rank.group)
+    def build(width: int):
+        inner = ModelDrafter(pair.drafter, width=width) if pair.drafter is not None else None
+        return RankZeroDrafter(inner, rank.group)
 
     return build
 
@@ -314,11 +315,12 @@ class Lockstep:
         run.rounds = [dataclasses.replace(r, draft_s=next(it), verify_s=next(it), sync_s=next(it))
                       for r in run.rounds]
 
-    def agree(self, value, kind: type):
-        """Rank 0's ``value`` (None or a member of the str Enum ``kind``, e.g. a Budget) on every rank."""
-        got = broadcast_bytes(self.rank.group, json.dumps(None if value is None else value.value).encode())
-        theirs = json.loads(got)
-        return None if theirs is None else kind(theirs)
+    def agree(self, value, kind: type | None = None):
+        """Rank 0's ``value`` on every rank: JSON, or None or a member of the str Enum ``kind``
+        (a Budget)."""
+        raw = value.value if kind is not None and value is not None else value
+        theirs = json.loads(broadcast_bytes(self.rank.group, json.dumps(raw).encode()))
+        return kind(theirs) if kind is not None and theirs is not None else theirs
 
     def to_dict(self) -> dict:
         return {"runs_compared": self.runs, "agreed": True, "runs": list(self.digests)}

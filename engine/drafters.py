@@ -49,36 +49,48 @@ def prefill_cache(model, cache, tokens: mx.array, step: int) -> mx.array:
 
 
 class ModelDrafter:
-    """An independent draft model with its own KV cache, rewound on rejection."""
+    """An independent draft model with its own cache, put back on rejection.
+
+    Its steps are one row each (after the pending token or two), so where each step left every
+    layer is kept (engine.kvcache.mark: offsets, and recurrent state by reference): a rejection
+    goes back to the step after the last accepted draft, whatever the layers' cache kinds."""
 
     kind = DrafterKind.MODEL
 
-    def __init__(self, model, prefill_step: int = 512):
-        from mlx_lm.models.cache import make_prompt_cache
+    def __init__(self, model, prefill_step: int = 512, width: int = 16):
+        from engine.kvcache import _leaves, make_cache
 
         self.model = model
-        self.cache = make_prompt_cache(model)
+        self.cache = make_cache(model, slack=width)
+        self.leaves = _leaves(self.cache)
         self.prefill_step = prefill_step
         self.pending: mx.array | None = None
+        self.marks: list = []
 
     def prefill(self, prompt: mx.array) -> None:
         self.pending = prefill_cache(self.model, self.cache, prompt, self.prefill_step)
 
     def propose(self, n: int) -> mx.array:
+        from engine.kvcache import mark
+
         y, ys = self.pending, []
+        self.marks = []
         for _ in range(n):
             logits = self.model(y[None], cache=self.cache)[:, -1, :]
+            self.marks.append(mark(self.leaves))
             y = greedy(logits)
             mx.async_eval(y)
             ys.append(y)
         return mx.concatenate(ys) if ys else mx.array([], mx.uint32)
 
     def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
-        from engine.kvcache import rewind
+        from engine.kvcache import restore
 
         k = len(drafted)
-        # The cache holds the pending tokens and drafts 1..k-1; keep those accepted.
-        rewind(self.cache, max(k - accepted - 1, 0), "the drafter")
+        # Step j fed the pending tokens (j = 0) or draft j: keep through the last accepted draft.
+        if k and accepted < k:
+            restore(self.leaves, self.marks[accepted], "the drafter")
+        self.marks = []
         if k and accepted == k:
             # The last draft was never fed to the drafter: feed it with the next one.
             self.pending = mx.array([drafted[-1], next_token], mx.uint32)
@@ -124,12 +136,13 @@ def watching(drafter: Drafter, model: Any) -> AbstractContextManager:
     return watch(model) if watch is not None else nullcontext()
 
 
-def make_drafter(pair) -> Drafter:
+def make_drafter(pair, width: int = 16) -> Drafter:
+    """The pair's drafter for a session whose widest verify is ``width`` rows."""
     factory = getattr(pair, "drafter_factory", None)
     if factory is not None:  # the pair's own (engine.distributed: a drafter on rank 0 only)
-        return factory()
+        return factory(width)
     if pair.kind is DrafterKind.MODEL:
-        return ModelDrafter(pair.drafter)
+        return ModelDrafter(pair.drafter, width=width)
     if pair.kind is DrafterKind.LOOKUP:
         return LookupDrafter()
     if pair.kind is DrafterKind.DFLASH:

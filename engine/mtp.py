@@ -43,10 +43,20 @@ import mlx.nn as nn
 from engine import hidden
 from engine import dflash
 from engine.dflash import DrafterFormatError
+from policy.config import size, text
 from policy.drafter import DrafterKind
 
-# Target families whose decoder block this engine can build for a head (mlx-lm's TransformerBlock).
+# Target families whose decoder block this engine can build for a head (mlx-lm's TransformerBlock),
+# and the hybrid ones whose head is one of their full-attention decoder layers (mlx-lm's class).
 BLOCK_FAMILIES = ("llama", "qwen2", "qwen3", "mimo", "mistral")
+HYBRID_BLOCKS = {"qwen3_5": ("qwen3_5", "DecoderLayer", "TextModelArgs"),
+                 "qwen3_5_moe": ("qwen3_5", "DecoderLayer", "TextModelArgs"),
+                 "qwen3_next": ("qwen3_next", "Qwen3NextDecoderLayer", "ModelArgs")}
+# Norms a Qwen 3.5 / Qwen3-Next checkpoint in its published (Hugging Face) layout stores as
+# weight - 1 (its RMSNorm scales by 1 + weight); mlx-lm adds 1 to the target's when it converts
+# them, and a head read from the same checkpoint needs the same.
+_SHIFTED_NORMS = ("enorm.weight", "hnorm.weight", "norm.weight", ".input_layernorm.weight",
+                  ".post_attention_layernorm.weight", ".q_norm.weight", ".k_norm.weight")
 
 
 class Layout(str, Enum):
@@ -68,7 +78,7 @@ _SHARED = ("embed_tokens.", "shared_head.head.")  # the target's own, not loaded
 
 def head_count(config: dict) -> int:
     for key in ("num_nextn_predict_layers", "mtp_num_hidden_layers"):
-        v = config.get(key)
+        v = size(config, key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return 0
@@ -114,11 +124,30 @@ class MTPModel(nn.Module):
 
 def build_block(target_config: dict, where: str) -> nn.Module:
     mt = target_config.get("model_type")
+    if mt in HYBRID_BLOCKS:
+        module, layer, args = HYBRID_BLOCKS[mt]
+        mod = importlib.import_module(f"mlx_lm.models.{module}")
+        a = getattr(mod, args).from_dict(dict(text(target_config)))
+        # a full-attention layer: every full_attention_interval-th one
+        return getattr(mod, layer)(a, getattr(a, "full_attention_interval", 4) - 1)
     if mt not in BLOCK_FAMILIES:
         raise DrafterFormatError(f"{where}: target model_type {mt}: this engine builds MTP blocks for "
-                                 f"{', '.join(BLOCK_FAMILIES)}")
+                                 f"{', '.join(BLOCK_FAMILIES + tuple(HYBRID_BLOCKS))}")
     mod = importlib.import_module(f"mlx_lm.models.{mt}")
     return mod.TransformerBlock(mod.ModelArgs.from_dict(target_config))
+
+
+def _published_norms(source: Path) -> bool:
+    """Whether a Qwen 3.5-family checkpoint is in its published layout (conv1d weights not yet
+    converted by mlx-lm: (C, 1, K)), whose norms are stored as weight - 1."""
+    from engine.checkpoint import read_header
+
+    for f in sorted(Path(source).glob("*.safetensors")):
+        for k, meta in read_header(f).items():
+            if k.endswith("conv1d.weight") and isinstance(meta, dict):
+                shape = meta.get("shape") or []
+                return len(shape) == 3 and shape[-1] != 1
+    return False
 
 
 def _detect(keys: set[str], n_layers: int) -> Layout | None:
@@ -175,10 +204,10 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
     if head_path:
         for key, what in (("model_type", "architecture"), ("hidden_size", "hidden size"),
                           ("vocab_size", "vocabulary"), ("num_hidden_layers", "layer count")):
-            if config.get(key) is not None and config.get(key) != target_config.get(key):
+            if size(config, key) is not None and size(config, key) != size(target_config, key):
                 raise DrafterFormatError(f"{where}: made for another architecture: {key} "
-                                         f"{config.get(key)}, the target's is {target_config.get(key)}")
-    n_layers = target_config.get("num_hidden_layers") or hidden.depth(target)
+                                         f"{size(config, key)}, the target's is {size(target_config, key)}")
+    n_layers = size(target_config, "num_hidden_layers") or hidden.depth(target)
     keys = set()
     for f in sorted(source.glob("*.safetensors")):
         from engine.checkpoint import read_header
@@ -190,8 +219,10 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
                                  f".eh_proj: DeepSeek-V3; mtp.fc: Qwen3.5; model.mtp_layers.0: MiMo)")
     prefixes = _prefixes(layout, 1 if layout is Layout.QWEN35 else count, n_layers)
     raw = _read_weights(source, tuple(prefixes))
-    d = target_config["hidden_size"]
-    eps = float(target_config.get("rms_norm_eps", 1e-6))
+    d = size(target_config, "hidden_size")
+    eps = float(size(target_config, "rms_norm_eps", 1e-6))
+    shift = (layout is Layout.QWEN35 and target_config.get("model_type") in HYBRID_BLOCKS
+             and _published_norms(source))
     per_head: list[dict[str, mx.array]] = []
     published: dict[str, str] = {}  # internal name -> the checkpoint's, for messages
     for p in prefixes:
@@ -230,6 +261,8 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
                 raise DrafterFormatError(f"{where}: tensor {published[p + k]} has shape {tuple(v.shape)}, the "
                                          f"target's block needs {tuple(want[k].shape)}: a head for "
                                          f"another architecture")
+        if shift:
+            w = {k: (v + 1.0 if k.endswith(_SHIFTED_NORMS) and v.ndim == 1 else v) for k, v in w.items()}
         head.load_weights(list(w.items()))
         heads.append(head)
     model = MTPModel(heads, layout, str(source))

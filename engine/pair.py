@@ -17,6 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from engine.checkpoint import CheckpointError, fingerprint, pair_key, read_header, weight_files  # noqa: E402
+from policy.config import size  # noqa: E402
 from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
@@ -51,8 +52,11 @@ class Pair:
     drafter: Any | None = None  # mlx_lm model (model), DFlashModel (dflash), MTPModel (mtp)
     drafter_path: Path | None = None
     fingerprints: dict[str, str] = field(default_factory=dict)
-    # builds the drafter instead of engine.drafters.make_drafter (a drafter on rank 0 of a group)
-    drafter_factory: Callable[[], Any] | None = None
+    caches: Any = None  # engine.kvcache.CachePlan of the target: its cache kinds and their rewinds
+    drafter_caches: Any = None  # the same for a model drafter
+    # builds the drafter (given the widest verify) instead of engine.drafters.make_drafter: a
+    # drafter on rank 0 of a group (engine.distributed)
+    drafter_factory: Callable[[int], Any] | None = None
 
     @property
     def pair_id(self) -> str:
@@ -60,8 +64,13 @@ class Pair:
 
     @property
     def context_length(self) -> int | None:
-        v = self.target_config.get("max_position_embeddings")
-        return v if isinstance(v, int) else None
+        v = size(self.target_config, "max_position_embeddings")
+        return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+    @property
+    def window(self) -> int | None:
+        """The target's smallest sliding window (None: no sliding-window layer)."""
+        return self.caches.window if self.caches is not None else None
 
     def describe(self) -> str:
         if self.kind is DrafterKind.MTP and self.drafter_path is None:
@@ -78,7 +87,7 @@ def _check_folder(path: Path, what: str) -> dict:
     except ConfigError as e:
         raise PairError(f"{what} {e}") from None
     for key in _SIZE_KEYS:
-        v = config.get(key)
+        v = size(config, key)
         # None is a stated "not set" (some configs write head_dim: null); bool is not a size
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
             raise PairError(f"{what} {path / 'config.json'}: {key} = {v!r}: expected a positive integer")
@@ -120,13 +129,22 @@ def _load_model(path: Path, what: str):
     return model
 
 
+def _cache_plan(model, path: Path, what: str):
+    from engine.kvcache import CacheKindError, plan
+
+    try:
+        return plan(model, f"{what} {path}")
+    except CacheKindError as e:
+        raise PairError(str(e)) from None
+
+
 def _load_tokenizer(path: Path, what: str, config: dict):
     from mlx_lm.utils import load_tokenizer
 
     try:
         # An explicit False makes transformers refuse custom code instead of asking on stdin.
         return load_tokenizer(path, tokenizer_config_extra={"trust_remote_code": False},
-                              eos_token_ids=config.get("eos_token_id"))
+                              eos_token_ids=size(config, "eos_token_id"))
     except Exception as e:
         raise PairError(f"{what} {path}: tokenizer cannot be loaded ({_one_line(e)})") from None
 
@@ -169,10 +187,10 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     model = target_loader(target) if target_loader is not None else _load_model(target, tname)
     tokenizer = _load_tokenizer(target, tname, tconfig)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, read_sidecar(target)), kind,
-                fingerprints={"target": fingerprint(target)})
+                fingerprints={"target": fingerprint(target)}, caches=_cache_plan(model, target, tname))
     if kind is DrafterKind.MODEL:
-        tv = tconfig.get("vocab_size")
-        dv = dconfig.get("vocab_size")
+        tv = size(tconfig, "vocab_size")
+        dv = size(dconfig, "vocab_size")
         if tv != dv:
             raise PairError(f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
                             f"{target}'s {tv}; a model drafter must share the target's tokenizer")
@@ -182,7 +200,9 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
             if a and b and a != b:
                 raise PairError(f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
                                 f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
-        pair.drafter = _load_model(drafter, dname) if drafter_model else None
+        if drafter_model:  # a rank that does not draft checks the drafter but holds none
+            pair.drafter = _load_model(drafter, dname)
+            pair.drafter_caches = _cache_plan(pair.drafter, drafter, dname)
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):

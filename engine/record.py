@@ -1,9 +1,10 @@
 """Session records: one JSON file per A/B session, renderable as Markdown.
 
 A record holds the host identity, the pair (paths and content fingerprints),
-the prompt hash and token counts, every raw sample with its per-round
-diagnostics, and the decision with why. Writing one (and where they go) is
-the console's ``console.records``.
+the prompt hash and token counts (or the workload and each request's), every raw
+sample with its per-round diagnostics, each width's speed-up with its interval
+and p-value and the seed they came from, and the decision with why. Writing one (and where
+they go) is the console's ``console.records``.
 """
 
 from __future__ import annotations
@@ -13,23 +14,44 @@ import time
 from pathlib import Path
 from typing import Any
 
+from engine.decode import ROUND_COLUMNS
+from policy import stats
+
 RECORD_SCHEMA = 1
+
+
+def _arm(arm, rounds: bool = True) -> dict[str, Any]:
+    dr, er = arm.decode_range(), arm.e2e_range()
+    return {
+        "arm": arm.name, "width": arm.width, "verdict": arm.verdict.value, "why": arm.why,
+        "decode_tok_s": dr.to_list() if dr else None,
+        "e2e_tok_s": er.to_list() if er else None,
+        "acceptance": arm.acceptance, "per_token_acceptance": arm.per_token_acceptance,
+        "identity": arm.identity.to_dict() if arm.identity else None,
+        "samples": [dict(run.summary(), rounds_detail=run.rounds_table()) if rounds else run.summary()
+                    for run in arm.runs],
+    }
 
 
 def build(session, pair, host: dict, gate: dict | None = None, path: str = "engine") -> dict[str, Any]:
     """``path``: what was measured, ``engine`` (this engine's loop) or ``mlx-lm-server`` (the
     real mlx_lm.server, whose record engine.served completes)."""
+    many = not session.single
     arms = []
     for arm in [session.classic, *session.arms]:
-        dr, er = arm.decode_range(), arm.e2e_range()
-        arms.append({
-            "arm": arm.name, "width": arm.width, "verdict": arm.verdict.value, "why": arm.why,
-            "decode_tok_s": dr.to_list() if dr else None,
-            "e2e_tok_s": er.to_list() if er else None,
-            "acceptance": arm.acceptance, "per_token_acceptance": arm.per_token_acceptance,
-            "identity": arm.identity.to_dict() if arm.identity else None,
-            "samples": [dict(run.summary(), rounds_detail=run.rounds_table()) for run in arm.runs],
-        })
+        # A workload's own arms hold one run per pass; the rounds are kept per request below.
+        d = _arm(arm, rounds=not many)
+        est = session.estimates.get(arm.width) if arm.width is not None else None
+        d.update(est.to_dict() if est else {"ratio": None, "ratio_ci": None, "p_value": None,
+                                            "p_method": None})
+        if many and arm.width is not None:
+            d["differs_on"] = session.differing_requests(arm.width)
+        arms.append(d)
+    requests = None
+    if many:
+        requests = [{**r.to_dict(), "arms": [_arm(a) for a in [r.classic, *r.arms]]}
+                    for r in session.per_request]
+    c = session.config
     opening, closing = session.opening_closing()
     return {
         "schema": RECORD_SCHEMA,
@@ -42,9 +64,22 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
             "target": str(pair.target_path), "drafter": str(pair.drafter_path) if pair.drafter_path else None,
             "drafter_kind": pair.kind.value, "fingerprints": dict(pair.fingerprints),
             "pair_id": pair.pair_id, "target_quantization": pair.quantization.to_dict(),
+            "target_caches": pair.caches.summary() if getattr(pair, "caches", None) else None,
         },
-        "prompt": {"sha256": session.prompt_sha256, "tokens": len(session.prompt_ids),
-                   "text_head": session.config.prompt[:200]},
+        "prompt": {"sha256": session.prompt_sha256,
+                   "tokens": sum(len(r.prepared.ids) for r in session.requests) if many
+                   else len(session.prompt_ids),
+                   "text_head": (session.requests[0].prepared.request.head(200) if many
+                                 else session.config.prompt[:200])},
+        "workload": c.workload.to_dict() if c.workload is not None else None,
+        "requests": requests,
+        "stats": {"seed": session.seed, "resamples": c.resamples, "level": stats.LEVEL,
+                  "min_gain": c.min_gain, "sample": "per request, each run's new tokens and decode_s",
+                  "ratio": "total new tokens over total decode time, the arm's over classic's",
+                  "interval": "percentile bootstrap: requests with replacement, then each arm's "
+                              "runs within each drawn request",
+                  "p_value": "one-sided Mann-Whitney permutation test of the arm's passes against "
+                             "classic's (a pass: one run of every request)"},
         "config": {"widths": list(session.config.widths), "n": session.config.n,
                    "max_tokens": session.config.max_tokens, "sequential": session.config.sequential,
                    "max_reps": session.config.max_reps, "max_seconds": session.config.max_seconds,
@@ -62,19 +97,42 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         "elapsed_s": round(session.elapsed_s, 3),
         "cancelled": session.cancelled,
         "arms": arms,
+        "rounds_columns": list(ROUND_COLUMNS),  # what each samples[].rounds_detail row holds
         "drift": {"drifted": session.drift, "why": session.drift_why,
                   "opening_tok_s": opening.to_list() if opening else None,
                   "closing_tok_s": closing.to_list() if closing else None},
         "exactness": {str(k): v.to_dict() for k, v in session.exactness.items()},
         "costcurve": session.curve.to_dict() if session.curve else None,
+        "costcurve_skipped": session.curve_skipped or None,
+        "rollback": session.rollback_line() or None,
         "predicted_speedup": {str(k): round(v, 4) for k, v in session.predicted.items()},
         "predicted_best": session.predicted_best,
         "prediction": {"draft_cost": session.draft_cost.value, "draft_cost_ms": round(session.draft_cost_ms, 4),
                        "drafter_kind": session.drafter_kind,
                        "widths": [p.to_dict() for _, p in sorted(session.prediction.items())]},
         "decision": {"recommendation": session.recommendation, "decision": session.decision,
-                     "why": session.why, "saveable": session.saveable},
+                     "why": session.why, "saveable": session.saveable,
+                     "best": session.choice.best if session.choice else None},
     }
+
+
+def stats_samples(record: dict) -> tuple[list, dict[int, list]]:
+    """(classic, {width: ...}) per request, each run's (new tokens, decode seconds), read back
+    from a record: what its statistics were computed from."""
+    per_request = record.get("requests") or [{"arms": record["arms"]}]
+    arms: dict[int | None, list] = {}
+    for req in per_request:
+        for a in req["arms"]:
+            arms.setdefault(a["width"], []).append([(s["tokens"], s["decode_s"]) for s in a["samples"]])
+    classic = arms.pop(None)
+    return classic, {w: got for w, got in arms.items() if all(got)}
+
+
+def reproduce(record: dict) -> dict[int, stats.Estimate]:
+    """Every width's estimate recomputed from the record's own samples and seed."""
+    st = record["stats"]
+    classic, arms = stats_samples(record)
+    return stats.estimates(classic, arms, seed=st["seed"], resamples=st["resamples"], level=st["level"])
 
 
 def load(path: Path) -> dict:
@@ -156,6 +214,40 @@ def _host_lines(record: dict) -> list[str]:
             "switches | CPU before / after |\n|---|---|---|---|---|---|---|", *rows]
 
 
+def _speedup_lines(record: dict) -> list[str]:
+    """Each width's speed-up, interval and p-value, with the seed that reproduces them."""
+    st = record.get("stats")
+    rows = [a for a in record["arms"] if a.get("ratio") is not None]
+    if not st or not rows:
+        return []
+    out = [f"\nSpeed-up over classic (total new tokens / total decode time), {st['level']:.0%} bootstrap "
+           f"interval ({st['resamples']} resamples, seed {st['seed']}), one-sided permutation p; a win "
+           f"needs the interval above {1 + st['min_gain']:.2f}.\n",
+           "| width | speed-up | interval | p |", "|---|---|---|---|"]
+    out += [f"| {a['arm']} | {a['ratio']:.3f} | {a['ratio_ci'][0]:.3f}-{a['ratio_ci'][1]:.3f} | "
+            f"{a['p_value']:.3g} ({a['p_method']}) |" for a in rows]
+    return out
+
+
+def _request_lines(record: dict) -> list[str]:
+    """A workload's requests: tokens, classic's median tok/s, each width's speed-up, the best."""
+    reqs = record.get("requests")
+    if not reqs:
+        return []
+    widths = [a["arm"] for a in reqs[0]["arms"] if a["width"] is not None]
+    wl = record.get("workload") or {}
+    out = [f"\nWorkload `{wl.get('name')}` ({wl.get('requests')} requests, sha256 `{str(wl.get('sha256'))[:16]}`):\n",
+           "| request | kind | prompt tokens | classic tok/s (median) | " + " | ".join(widths) + " | best |",
+           "|---|---|---|---|" + "---|" * len(widths) + "---|"]
+    for r in reqs:
+        c = r["arms"][0]["decode_tok_s"]
+        cells = [("-" if r["ratios"].get(w) is None else f"{r['ratios'][w]:.2f}") for w in widths]
+        best = f"w{r['best']}" if r.get("best") else "classic"
+        out.append(f"| {r['id']} | {r['kind']} | {r['prompt_tokens']} | {f'{c[1]:.1f}' if c else '-'} | "
+                   + " | ".join(cells) + f" | {best} |")
+    return out
+
+
 def _path_line(record: dict) -> str:
     """What was measured: this engine's loop, or mlx_lm.server with its version and arguments."""
     path = record.get("path", "engine")
@@ -215,6 +307,8 @@ def markdown(record: dict) -> str:
                                                    else f"differs @ {a['identity']['first_divergence']}")
         lines.append(f"| {a['arm']} | {_r(a['decode_tok_s'])} | {_r(a['e2e_tok_s'])} | {acc} | {ident} | "
                      f"{a['verdict']} |")
+    lines += _speedup_lines(record)
+    lines += _request_lines(record)
     lines += ["", f"**Decision:** {dec['decision']} — {dec['why']}"]
     if record["drift"]["drifted"]:
         lines.append(f"\n**Drift:** {record['drift']['why']}")

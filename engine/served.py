@@ -833,7 +833,8 @@ def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
 
     abc = config.ab
     ids = pair.tokenizer.encode(abc.prompt)
-    s = ab.Session(abc, ids, ab.Arm(None, verdict=ab.Verdict.CONTROL), [ab.Arm(w) for w in widths])
+    s = ab.Session(abc, ids, ab.Arm(None, verdict=ab.Verdict.CONTROL), [ab.Arm(w) for w in widths],
+                   seed=ab.seed_of(abc))
     s.backend, s.attention = backend, attention
     s.warmup_shift = shift or 1  # the warm-up's prompt is not the session's: other positions
     s.drafter_kind = "model"

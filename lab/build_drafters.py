@@ -55,6 +55,7 @@ import numpy as np
 from mlx.utils import tree_flatten, tree_map
 
 from engine import hidden
+from policy.config import size, text
 from lab.build import (DRAFTER_CONFIG, batches, build_corpus, greedy_continuations, log,
                        make_model)
 from engine.demo.prompts import PromptsFileError, read_prompts
@@ -67,7 +68,7 @@ DFLASH_LAYERS = (1, 3, 5)
 def dflash_config(target_config: dict, *, layers: tuple[int, ...] = DFLASH_LAYERS, n_layers: int = 2,
                   block: int = BLOCK, mask: int | None = None) -> dict:
     """A DFlashDraftModel config for ``target_config``, laid out as z-lab's published ones."""
-    t = target_config
+    t = text(target_config)  # a multimodal target's sizes are under text_config
     heads = t["num_attention_heads"]
     return {
         "architectures": ["DFlashDraftModel"], "model_type": "qwen3", "block_size": block,
@@ -108,7 +109,7 @@ def mtp_config(target_config: dict, heads: int = 1) -> dict:
 
 def mtp_names(layout: str, target_config: dict, head: int = 0) -> dict[str, str]:
     """Published prefix and names of one head's own tensors in ``layout``."""
-    n = target_config["num_hidden_layers"]
+    n = size(target_config, "num_hidden_layers")
     if layout == "deepseek-v3":
         return {"prefix": f"model.layers.{n + head}.", "enorm": "enorm", "hnorm": "hnorm",
                 "proj": "eh_proj", "norm": "shared_head.norm", "block": ""}
@@ -120,10 +121,11 @@ def mtp_names(layout: str, target_config: dict, head: int = 0) -> dict[str, str]
 
 
 def mtp_head(target_config: dict):
-    from engine.mtp import Head, Layout, build_block
+    from engine.mtp import HYBRID_BLOCKS, Head, Layout, build_block
 
-    return Head(target_config["hidden_size"], float(target_config.get("rms_norm_eps", 1e-6)),
-                [build_block(target_config, "demo")], Layout.DEEPSEEK)
+    layout = Layout.QWEN35 if target_config.get("model_type") in HYBRID_BLOCKS else Layout.DEEPSEEK
+    return Head(size(target_config, "hidden_size"), float(size(target_config, "rms_norm_eps", 1e-6)),
+                [build_block(target_config, "demo")], layout)
 
 
 def mtp_tensors(head, layout: str, target_config: dict, index: int = 0) -> dict[str, mx.array]:

@@ -248,7 +248,7 @@ def measured_status(e: Override, session: Any) -> tuple[Status, str]:
     if arm.verdict is Verdict.WINS or (arm.verdict is Verdict.FASTER_DIFFERS and not expects_identical):
         note = "" if expects_identical else "; output differs from classic, as the entry records"
         return Status.PASS, f"{arm.name} still wins: {arm.why}{note}{noise_note}"
-    if arm.verdict is Verdict.SLOWER:
+    if arm.verdict in (Verdict.SLOWER, Verdict.NO_GAIN):
         return Status.FAIL, f"width {arm.width} no longer wins: {arm.why}{noise_note}"
     return Status.INCONCLUSIVE, f"{arm.name} {arm.verdict.value}: {arm.why}; more repetitions (-n) may decide"
 

@@ -6,6 +6,11 @@
   saving; with few runs that also happens by chance (2 / C(2k, k) for k runs a half: 1 in 3
   at n = 3), and the decision says which it can tell;
 - an arm that ran no speculative round is *not measured*;
+- **the interval rule** (``interval_verdict``): a win also needs the speed-up's bootstrap
+  interval (``policy.stats``) above 1 + the minimum gain; an interval wholly below that bar
+  is *below min gain* (decided: a decline counts it with the slower widths); across a
+  workload the interval alone decides; among winners the **tie rule** (``stats.choose``)
+  takes the smallest width whose interval overlaps the fastest's;
 - a session is **saveable** only when it is neither cancelled nor drifted and either a width
   wins or every measured width is slower (a decline): one rule for the record, ``sweep
   --json``, the console's headline and Records tab, and the save itself.
@@ -20,7 +25,9 @@ import statistics
 from dataclasses import dataclass
 from enum import Enum
 from math import comb
-from typing import Iterable, Sequence
+from typing import Iterable, Mapping, Sequence
+
+from policy import stats
 
 
 class Verdict(str, Enum):
@@ -30,6 +37,9 @@ class Verdict(str, Enum):
     SLOWER = "slower"
     UNDECIDED = "undecided"
     NOT_MEASURED = "not measured"
+    # The interval lies wholly below 1 + the minimum gain: decided, and not worth the width
+    # (a decline counts it with the slower ones), though it need not be slower than classic.
+    NO_GAIN = "below min gain"
 
 
 class Budget(str, Enum):
@@ -179,26 +189,77 @@ class Decision:
     recommendation: int | None
     decision: str
     why: str
+    range_whys: tuple[str, ...] = ()  # per arm, the range rule's words before the interval's
+    choice: stats.Choice | None = None  # the tie rule's pick, when the interval rule applied
+
+
+def _gain(min_gain: float) -> str:
+    return f"{min_gain * 100:g} %"
+
+
+def interval_verdict(verdict: Verdict, why: str, est: stats.Estimate | None, *, single: bool,
+                     identical: bool, min_gain: float) -> tuple[Verdict, str]:
+    """An arm's verdict under the interval rule, from its range verdict (``judge``'s).
+
+    A win needs the speed-up's interval above 1 + min_gain; an interval wholly below that bar
+    is decided too (below the minimum gain). On a single prompt the range rule must agree: a
+    win needs disjoint ranges as well, and a range loss stays a loss. Across a workload the
+    interval alone decides (the ranges are of passes over different requests): slower when it
+    lies below 1."""
+    if est is None or verdict in (Verdict.NOT_MEASURED, Verdict.CONTROL):
+        return verdict, why
+    bar = 1 + min_gain
+    said, gain = est.describe(), _gain(min_gain)
+    if single:
+        if verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS):
+            if stats.clears(est, min_gain):
+                return verdict, f"{why}; {said}, above the {gain} minimum gain"
+            if est.ci.hi < bar:
+                return Verdict.NO_GAIN, f"{why}, but {said} lies below 1 + the {gain} minimum gain"
+            return Verdict.UNDECIDED, (f"{why}, but {said}: the interval's lower end is not above "
+                                       f"{bar:.2f} (the {gain} minimum gain)")
+        if verdict is Verdict.UNDECIDED and est.ci.hi < bar:
+            return Verdict.NO_GAIN, f"{why}; {said} lies below 1 + the {gain} minimum gain"
+        if verdict is Verdict.UNDECIDED:
+            return verdict, f"{why}; {said}"
+        return verdict, why
+    if stats.clears(est, min_gain):
+        if identical:
+            return Verdict.WINS, f"{said}, above the {gain} minimum gain; every request byte-identical"
+        return Verdict.FASTER_DIFFERS, f"{said}, above the {gain} minimum gain, but output differs from classic"
+    if est.ci.hi < 1:
+        return Verdict.SLOWER, f"{said}: the interval lies below classic"
+    if est.ci.hi < bar:
+        return Verdict.NO_GAIN, f"{said} lies below 1 + the {gain} minimum gain"
+    return Verdict.UNDECIDED, f"{said}: the interval straddles 1 + the {gain} minimum gain ({bar:.2f})"
 
 
 def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelled: bool = False,
-           reps: int = 0, blind: bool = False, more: str = "") -> Decision:
+           reps: int = 0, blind: bool = False, more: str = "",
+           estimates: Mapping[int, stats.Estimate] | None = None, min_gain: float = stats.MIN_GAIN,
+           single: bool = True) -> Decision:
     """Verdicts, drift and the recommendation, from the decode speeds of a session.
 
     ``blind``: every run may be warm (``warm_blind``), so no win is drawn; ``more``: how to
-    get more repetitions (``more_repetitions``), said where the decision asks for them."""
+    get more repetitions (``more_repetitions``), said where the decision asks for them.
+    ``estimates`` (per width, ``policy.stats``): the interval rule applies on top of the range
+    rule (``single``: one request) or alone (a workload), and the tie rule picks the winner."""
     classic = Range.of(classic_tok_s) if classic_tok_s else None
-    verdicts = []
+    verdicts, range_whys = [], []
     for arm in arms:
         v, why = judge(classic, arm.range, speculative_rounds=arm.speculative_rounds,
                        declined_rounds=arm.declined_rounds, identical=arm.identical)
+        range_whys.append(why)
+        if estimates is not None:
+            v, why = interval_verdict(v, why, estimates.get(arm.width), single=single,
+                                      identical=arm.identical, min_gain=min_gain)
         # A win needs its slowest run to beat classic, and the first run at these positions is
         # cold (the warm-up ran elsewhere), so a replay-flattered arm cannot win by itself.
         if blind and v in (Verdict.WINS, Verdict.FASTER_DIFFERS):
             v, why = Verdict.UNDECIDED, ("the warm-up shared this session's positions (no room in the "
                                          "model's context) under fused attention on CUDA, so every run "
                                          "may replay cuDNN plans a new request would build; " + why)
-        if cancelled and v in (Verdict.WINS, Verdict.FASTER_DIFFERS, Verdict.SLOWER):
+        if cancelled and v in (Verdict.WINS, Verdict.FASTER_DIFFERS, Verdict.SLOWER, Verdict.NO_GAIN):
             # A cancelled session stopped before its repetitions were done: its ranges are
             # reported, but no verdict is drawn from them (a record read later must not say
             # "wins" or "slower" on the strength of a run the operator stopped).
@@ -207,25 +268,37 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
     moved = drift(classic_tok_s, more)
     winners = [(a, why) for a, (v, why) in zip(arms, verdicts) if v is Verdict.WINS]
     undecided = [a for a, (v, _) in zip(arms, verdicts) if v is Verdict.UNDECIDED]
-    recommendation = None
+    recommendation, choice = None, None
     if cancelled:
         decision = "cancelled"
         why = (f"stopped by the operator after {reps} repetition(s); the ranges so far "
                "are kept, no verdict is drawn from them")
+    elif winners and estimates is not None:
+        choice = stats.choose(estimates, [a.width for a, _ in winners])
+        recommendation = choice.width
+        decision = f"width {choice.width} beats classic"
+        why = choice.why
+        if single:  # the range rule's half of the win
+            why += "; " + next(rw for a, rw in zip(arms, range_whys) if a.width == choice.width)
     elif winners:
         best, why = max(winners, key=lambda aw: aw[0].range.median)
         recommendation = best.width
         decision = f"width {best.width} beats classic"
     elif undecided:
         decision = "undecided"
-        why = ("ranges overlap for " + ", ".join(a.name for a in undecided)
-               + f"; more repetitions may decide ({more})")
+        why = ("ranges overlap for " if estimates is None or (single and _overlap(classic, undecided))
+               else "not decided for ") + ", ".join(a.name for a in undecided)
+        why += f"; more repetitions may decide ({more})"
     else:
         decision = "no width beats classic here"
         why = "; ".join(f"{a.name}: {v.value}" for a, (v, _) in zip(arms, verdicts))
     if moved.drifted:
         why += f"; {moved.why}"
-    return Decision(tuple(verdicts), moved, recommendation, decision, why)
+    return Decision(tuple(verdicts), moved, recommendation, decision, why, tuple(range_whys), choice)
+
+
+def _overlap(classic: Range | None, arms: Sequence[ArmFacts]) -> bool:
+    return classic is None or any(a.range is not None and a.range.overlaps(classic) for a in arms)
 
 
 # ---- what can be saved ------------------------------------------------------------------------
@@ -255,7 +328,7 @@ def refusal(*, cancelled: bool, drifted: bool, recommendation: int | None,
         return None if allow_nonidentical else RefusalKind.DIFFERS
     if Verdict.UNDECIDED in seen:
         return RefusalKind.UNDECIDED
-    if Verdict.SLOWER not in seen:
+    if Verdict.SLOWER not in seen and Verdict.NO_GAIN not in seen:  # both decided losses
         return RefusalKind.NOT_MEASURED
     return None
 

@@ -85,6 +85,9 @@ def _fields(app: BlockwidthApp, session: Session) -> None:
     app.query_one("#widths").value = ",".join(map(str, session.config.widths))
     app.query_one("#n").value = str(session.config.n)
     app.query_one("#tokens").value = str(session.config.max_tokens)
+    from console.widgets.ab import AbTab
+
+    app.query_one(AbTab).set_prompt(session.config.prompt)  # the fixture's one prompt, not the default workload
 
 
 async def enter(app: BlockwidthApp, pilot, state: str) -> None:

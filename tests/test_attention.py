@@ -214,8 +214,10 @@ def test_a_cache_that_cannot_rewind_is_refused_not_silently_kept():
     rot.update_and_fetch(k, k)  # past its window: it can no longer trim
     plain = KVCache()
     plain.update_and_fetch(k, k)
-    with pytest.raises(RewindError, match="dropped 0 of 2 rejected positions"):
+    with pytest.raises(RewindError, match="RotatingKVCache cannot drop 2 rejected rows: a sliding "
+                                          "window of 4 past its size"):
         rewind([plain, rot], 2)
+    assert plain.offset == 6  # nothing dropped anywhere when one layer cannot
     rewind([plain], 2)
     assert plain.offset == 4
 

@@ -19,7 +19,7 @@ from textual.widgets import Button, Checkbox, DataTable, Input, Label, ProgressB
 
 from console.inputs import InputError, chain_lines
 from console.outcome import headline
-from console.render import arm_rows, bars
+from console.render import arm_rows, bars, ratio_rows, request_table, speedup_lines
 from console.request import SessionRequest, session_request
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
@@ -102,8 +102,10 @@ def arm_table_rows(session: Session, width_in_effect: int | None) -> list[tuple[
     return rows
 
 
-def details_text(state: SessionView, view: ResolutionView | None) -> Text:
-    """Below the table: the width in effect, why, predictions, exactness, warnings, the record."""
+def details_text(state: SessionView, view: ResolutionView | None, fold: int | None = 2) -> Text:
+    """Below the table: the width in effect, why, each width's speed-up and interval, a
+    workload's requests (``fold``: only that many worst and best), predictions, exactness,
+    warnings, the record."""
     s = state.session
     lines: list[Text] = []
     note = in_effect(state, view)
@@ -111,6 +113,9 @@ def details_text(state: SessionView, view: ResolutionView | None) -> Text:
         lines.append(Text(note[0] + " (* in the table)", style=TONE_STYLE[note[1]]))
     if not s.cancelled:
         lines.append(Text.assemble(("why: ", "bold"), s.why))
+        lines.extend(Text(line.strip("\n")) for line in speedup_lines(s))
+        if not s.single:
+            lines.extend(Text(line.strip("\n")) for line in request_table(s, fold=fold))
         if s.prediction:
             # both terms per width (draft by the kind's cost model, verify from the curve)
             first, *rest = s.prediction_lines()
@@ -121,11 +126,17 @@ def details_text(state: SessionView, view: ResolutionView | None) -> Text:
             lines.append(Text.assemble(("model prediction ", "bold"),
                                        "(cost curve x acceptance; not a measurement): ",
                                        f"best w{s.predicted_best}  [{pred}]"))
+        if s.curve_skipped:
+            lines.append(Text(s.curve_skipped, style="yellow"))
+        if s.rollback_line():  # how the target's cache went back to the kept rows, and its cost
+            lines.append(Text(s.rollback_line(), style="dim"))
         for ex in s.exactness.values():
             lines.append(Text(f"exactness {ex.describe()}", style="" if ex.bitwise_equal else "yellow"))
-        for arm in s.arms:
-            if arm.identity and not arm.identity.identical_ids:
-                lines.append(Text(f"{arm.name}: {arm.identity.describe()}", style="yellow"))
+        for r in s.per_request:
+            for arm in r.arms:
+                if arm.identity and not arm.identity.identical_ids:
+                    on = "" if s.single else f" on request {r.id}"
+                    lines.append(Text(f"{arm.name}{on}: {arm.identity.describe()}", style="yellow"))
         for w in s.warnings():
             lines.append(Text(f"warning: {w}", style="yellow"))
     for w in state.gate_warnings:
@@ -270,8 +281,14 @@ class AbTab(TabPane):
 
     def _draw_plot(self) -> None:
         s = self._shown()
-        plot = "" if s is None or s.cancelled else (
-            "decode tok/s (= min, # median, - max)\n" + "\n".join(bars(arm_rows(s), "tok/s")))
+        if s is None or s.cancelled:
+            plot = ""
+        else:
+            plot = ("decode tok/s" + ("" if s.single else " per pass") + " (= min, # median, - max)\n"
+                    + "\n".join(bars(arm_rows(s), "tok/s")))
+            if not s.single:  # a workload: each width's speed-up over its requests, too
+                plot += ("\nspeed-up per request (= min, # median, - max)\n"
+                         + "\n".join(bars(ratio_rows(s), "x", digits=2)))
         self.query_one("#plot", Static).update(Text(plot))
 
     def _draw_headline(self) -> None:
@@ -283,8 +300,15 @@ class AbTab(TabPane):
 
     def _draw_details(self) -> None:
         s = self._shown()
+        # A workload's requests fold to the two worst and best on a small terminal (80x24); the
+        # record (and m's Markdown) has them all.
+        small = self.screen.has_class("-short") or self.screen.has_class("-narrow")
         self.query_one("#details", Static).update(
-            Text() if s is None else details_text(self.session_state, self.resolution))
+            Text() if s is None else details_text(self.session_state, self.resolution, 2 if small else None))
+
+    def on_resize(self) -> None:
+        if self._shown() is not None and not self._shown().single:
+            self._draw_details()  # the fold follows the terminal's size
 
     def _attention(self) -> str:
         """The verify attention in effect: the session's, else what ``auto`` means here."""

@@ -30,8 +30,11 @@ _MAIN_BODY = (" argparse.ArgumentParser()\n    parser.add_argument('--file', def
               "    parser.add_argument('--main', default=")
 REPEAT_PROMPT = DEMO_PROMPTS[3] + _MAIN_BODY + "\n\n\n# The same, once more:\n" + DEMO_PROMPTS[3]
 
-# The console's prompt presets (p cycles them): name, text.
+# The console's prompt presets (p cycles them): name, text. The first is the console's default:
+# the built-in mixed workload (a leading @ names a workload), so a first session on any pair
+# decides on a mix of requests rather than on one prompt.
 PRESETS: tuple[tuple[str, str], ...] = (
+    ("@mixed: the built-in workload (16 requests: code, prose, chat, repetitive, long context)", "@mixed"),
     ("class Stack (demo default)", DEMO_PROMPTS[0]),
     ("__repr__", DEMO_PROMPTS[1]),
     ("read_config", DEMO_PROMPTS[2]),

@@ -1,0 +1,351 @@
+"""Speculative decoding on every model family mlx-lm ships: tiny random checkpoints built with
+mlx-lm's own classes (lab.families), on this CPU.
+
+For the families the product is measured on (recurrent state, sliding windows of 16 that a run
+leaves, MoE): classic equals mlx-lm's own greedy tokens (generate_step), and widths 2, 4 and 8
+equal classic byte for byte with prompt lookup, a draft model of the same family that does not
+agree, and a drafter that agrees 3 times in 4 (rounds that accept and rounds that reject). Then
+every other family: byte-identical, or refused at load in one line naming the real cause."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import mlx.core as mx
+import pytest
+
+from engine.decode import classic, speculative
+from engine.kvcache import CacheKindError, Method, WindowCache, plan, rewind
+from engine.pair import PairError, load_pair
+from lab import families as F
+
+PROMPT = "The quick brown fox jumps over the lazy dog, and the dog sleeps under the old tree."
+TOKENS = 32
+DRAFTED = 20  # a draft model's runs (the costliest, a forward per drafted token): still past the window
+WIDTHS = (2, 4, 8)
+WINDOWED = ("gemma3_text", "gemma4_text", "laguna", "gpt_oss", "cohere2", "muse_glimmer")
+RECURRENT = ("qwen3_5", "qwen3_next", "lfm2", "nemotron_h", "granitemoehybrid")
+
+
+@pytest.fixture(scope="session")
+def checkpoint(tmp_path_factory):
+    """``checkpoint(family, seed)``: the tiny checkpoint's folder, written once a session."""
+    root = tmp_path_factory.mktemp("families")
+    made: dict[tuple, Path] = {}
+
+    def get(family: str, seed: int = 1, config: dict | None = None, tag: str = "", **kw) -> Path:
+        key = (family, seed, tag)
+        if key not in made:
+            cfg = config if config is not None else F.tiny_config(family)
+            made[key] = F.write(root / f"{family}-{seed}{tag}", cfg, seed=seed, **kw)
+        return made[key]
+
+    return get
+
+
+def _mlx_lm_greedy(model, ids: list[int], n: int) -> list[int]:
+    from mlx_lm.generate import generate_step
+
+    out = []
+    for tok, _ in generate_step(mx.array(ids), model, max_tokens=n):
+        out.append(int(tok))
+        if len(out) == n:
+            break
+    return out
+
+
+def _agreeing(ids, ref, seed, agree=0.75, inner=None):
+    return F.AgreeingDrafter([ids[-1]] + ref.tokens, agree, seed=seed, inner=inner)
+
+
+@pytest.mark.parametrize("family", list(F.NAMED))
+def test_every_width_equals_classic_and_classic_equals_mlx_lm(checkpoint, family):
+    target = load_pair(checkpoint(family, 1))
+    model_pair = load_pair(checkpoint(family, 1), checkpoint(family, 2), "model")
+    ids = target.tokenizer.encode(PROMPT)
+    ref = classic(target, ids, TOKENS)
+    assert ref.tokens == _mlx_lm_greedy(target.target, ids, TOKENS)
+    if family in WINDOWED:  # the runs leave the sliding window
+        assert target.window == F.WINDOW and len(ids) + DRAFTED > 2 * target.window
+    if family in RECURRENT:
+        assert target.caches.recurrent
+    accepted = rejected = 0
+    for w in WIDTHS:
+        for pair, drafter in ((target, None), (model_pair, None), (target, _agreeing(ids, ref, w))):
+            n = DRAFTED if pair is model_pair else TOKENS
+            run = speculative(pair, ids, n, w, drafter=drafter)
+            assert run.tokens == ref.tokens[:n], (family, w, pair.kind.value, type(drafter).__name__)
+            if drafter is not None:
+                accepted += sum(1 for r in run.rounds if r.accepted)
+                rejected += sum(1 for r in run.rounds if r.accepted < r.drafted)
+    assert accepted and rejected  # both kinds of round were rolled back
+
+
+@pytest.mark.parametrize("method", list(Method))
+@pytest.mark.parametrize("family", ["qwen3_5", "nemotron_h", "lfm2"])
+def test_each_rollback_of_recurrent_state_is_exact(checkpoint, family, method):
+    pair = load_pair(checkpoint(family, 1))
+    ids = pair.tokenizer.encode(PROMPT)
+    ref = classic(pair, ids, TOKENS)
+    for w in (2, 5):
+        run = speculative(pair, ids, TOKENS, w, drafter=_agreeing(ids, ref, w), rollback=method)
+        assert run.tokens == ref.tokens, (family, method, w)
+        assert run.rollback == {"method": method.value, "fallback": None}
+        timed = [r.rollback_s for r in run.rounds if r.accepted < r.drafted]
+        assert timed and all(t > 0 for t in timed)  # recurrent work is evaluated and timed
+        assert all(r.rollback_s == 0 for r in run.rounds if r.accepted == r.drafted)
+
+
+def _attend(q, k, v, mask):
+    return mx.fast.scaled_dot_product_attention(q, k, v, scale=0.25, mask=mask)
+
+
+def test_window_cache_sees_exactly_the_window_and_drops_a_rejected_tail():
+    """Against attention over the full history cut to the window: single rows past the window,
+    verify blocks of 4 with a rejected tail dropped, and mlx-lm's own RotatingKVCache alongside."""
+    from mlx_lm.models.base import create_causal_mask
+    from mlx_lm.models.cache import RotatingKVCache
+
+    W, D = 8, 16
+    mx.random.seed(3)
+    win, rot = WindowCache(W, slack=4), RotatingKVCache(max_size=W)
+    win.step = 8  # compacts every few rows instead of every 256
+    keys, values = [], []
+
+    def reference(q, start):
+        k = mx.concatenate(keys, axis=2)
+        v = mx.concatenate(values, axis=2)
+        mask = create_causal_mask(q.shape[2], start, window_size=W)
+        return _attend(q, k, v, mask)
+
+    for step in range(30):
+        n = 1 if step % 3 else 4
+        q = mx.random.normal((1, 2, n, D))
+        k = mx.random.normal((1, 2, n, D))
+        v = mx.random.normal((1, 2, n, D))
+        start = sum(x.shape[2] for x in keys)
+        mask = win.make_mask(n, window_size=W)
+        got = _attend(q, *win.update_and_fetch(k, v), mask)
+        keys.append(k)
+        values.append(v)
+        assert mx.allclose(got, reference(q, start), atol=1e-5)
+        if n == 1:
+            rmask = rot.make_mask(1, window_size=W)
+            assert mx.allclose(got, _attend(q, *rot.update_and_fetch(k, v), rmask), atol=1e-5)
+        else:
+            win.trim(2)  # the verify kept 2 of its 4 rows
+            keys[-1], values[-1] = k[:, :, :2], v[:, :, :2]
+            rot = RotatingKVCache(max_size=W)  # mlx-lm's cannot drop them: rebuilt from history
+            rot.update_and_fetch(mx.concatenate(keys, axis=2), mx.concatenate(values, axis=2))
+    assert win.offset == sum(x.shape[2] for x in keys) and win.start > 0
+    assert win.keys.shape[2] <= W - 1 + 4 + 4 + win.step  # bounded, not the history
+
+
+def test_window_cache_refuses_to_drop_more_than_its_slack():
+    from engine.kvcache import RewindError
+
+    win = WindowCache(4, slack=2)
+    win.step = 4
+    x = mx.zeros((1, 1, 1, 8))
+    for _ in range(40):
+        win.update_and_fetch(x, x)
+    with pytest.raises(RewindError, match="slack 2"):
+        win.trim(win.offset - win.start - 2)
+
+
+def test_recurrent_state_is_not_trimmed_silently(checkpoint):
+    from engine.kvcache import RewindError, make_cache
+
+    pair = load_pair(checkpoint("qwen3_5", 1))
+    cache = make_cache(pair.target, slack=4)
+    pair.target(mx.array([[3, 4, 5]]), cache=cache)
+    with pytest.raises(RewindError, match="ArraysCache holds recurrent state"):
+        rewind(cache, 1)
+
+
+def _qwen35_with_mtp() -> dict:
+    cfg = F.tiny_config("qwen3_5")
+    cfg["text_config"]["mtp_num_hidden_layers"] = 1
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def qwen35_seeds(checkpoint, tmp_path_factory):
+    """A Qwen 3.5-layout target carrying its own MTP layer, and a DFlash drafter reading its
+    layers 0-2 (gated-delta, attention, gated-delta)."""
+    from lab import build_drafters as bd
+
+    cfg = _qwen35_with_mtp()
+    mx.random.seed(5)
+    extra = bd.mtp_tensors(bd.mtp_head(cfg), "qwen3.5", cfg)
+    target = checkpoint("qwen3_5", 1, config=cfg, tag="-mtp", extra=extra)
+    root = tmp_path_factory.mktemp("seeds")
+    dflash = bd.write_dflash(root / "dflash", bd.dflash_config(cfg, layers=(0, 1, 2), n_layers=1,
+                                                              block=8), seed=3)
+    return target, dflash
+
+
+@pytest.mark.parametrize("kind", ["dflash", "mtp"])
+def test_dflash_and_mtp_on_a_qwen35_target_equal_classic(qwen35_seeds, kind):
+    from engine.drafters import make_drafter
+
+    target, dflash = qwen35_seeds
+    pair = load_pair(target, dflash if kind == "dflash" else None, kind)
+    assert pair.caches.recurrent
+    ids = pair.tokenizer.encode(PROMPT)
+    ref = classic(pair, ids, 20)
+    accepted = 0
+    for w in range(2, 9):
+        assert speculative(pair, ids, 20, w).tokens == ref.tokens, (kind, w)
+        if w in (2, 4, 8):  # its own drafts where it disagrees: its state follows accepted rounds
+            run = speculative(pair, ids, 20, w, drafter=_agreeing(ids, ref, w, inner=make_drafter(pair, w)))
+            assert run.tokens == ref.tokens, (kind, w, "agreeing")
+            accepted += run.accepted
+    assert accepted
+
+
+def test_mtp_norms_of_a_published_qwen35_checkpoint_are_shifted(checkpoint, tmp_path):
+    """A Qwen 3.5 checkpoint in its published layout stores RMSNorm weights as w - 1 (mlx-lm adds
+    1 to the target's when it converts them): the MTP head read from it gets the same."""
+    import shutil
+
+    from engine import mtp
+    from lab import build_drafters as bd
+
+    cfg = _qwen35_with_mtp()
+    mx.random.seed(5)
+    extra = bd.mtp_tensors(bd.mtp_head(cfg), "qwen3.5", cfg)
+    mlx_layout = checkpoint("qwen3_5", 1, config=cfg, tag="-mtp", extra=extra)
+    hf = tmp_path / "hf"
+    shutil.copytree(mlx_layout, hf)
+    weights = mx.load(str(hf / "model.safetensors"))
+    weights = {k: (v.moveaxis(2, 1) if k.endswith("conv1d.weight") else v) for k, v in weights.items()}
+    mx.save_safetensors(str(hf / "model.safetensors"), weights)
+    pair = load_pair(mlx_layout)
+    a = mtp.load(None, pair.target, mlx_layout, cfg).heads[0]
+    b = mtp.load(None, pair.target, hf, cfg).heads[0]
+    assert mx.allclose(b.hnorm.weight, a.hnorm.weight + 1.0)
+    assert mx.allclose(b.blocks[0].input_layernorm.weight, a.blocks[0].input_layernorm.weight + 1.0)
+    assert mx.array_equal(b.proj.weight, a.proj.weight)
+
+
+def test_sizes_under_text_config_are_read(checkpoint, tmp_path):
+    """A Qwen 3.5 checkpoint in its published layout pairs with a model drafter; a drafter of
+    another vocabulary is refused naming both sizes (it read None before)."""
+    target = checkpoint("qwen3_5", 1)
+    pair = load_pair(target, checkpoint("qwen3_5", 2), "model")
+    assert pair.context_length == 4096 and pair.drafter_caches.recurrent
+    cfg = F.tiny_config("qwen3_5")
+    cfg["text_config"]["vocab_size"] = 4096
+    other = F.write(tmp_path / "other", cfg, seed=2)
+    with pytest.raises(PairError, match="vocabulary of 4096 tokens differs from target .*'s 2048"):
+        load_pair(target, other, "model")
+
+
+def test_a_cache_kind_without_a_rewind_is_refused_at_load_in_one_line(checkpoint):
+    from tests.conftest import run_cli
+
+    path = checkpoint("deepseek_v41", 1, dtype="float32")
+    with pytest.raises(PairError) as e:
+        load_pair(path)
+    msg = str(e.value)
+    assert "\n" not in msg and "layer 0 cache is LayerCache" in msg and "refused" in msg
+    out = run_cli("resolve", "--target", str(path))  # a width, and the warning that it cannot run
+    assert out.returncode == 0 and "warning: the engine refuses this target at load" in out.stderr
+    assert "LayerCache" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_the_session_fits_a_short_context_and_skips_the_curve_with_a_reason(checkpoint, tmp_path):
+    from engine.ab import AbConfig, run_session
+
+    prompt = PROMPT + " " + PROMPT  # prompt lookup finds something to draft
+    ids_len = len(load_pair(checkpoint("gemma3_text", 1)).tokenizer.encode(prompt))
+    for context, tokens, curve in ((ids_len + 24 + 4 + 40, 24, True), (ids_len + 10, 6, False)):
+        cfg = F.tiny_config("gemma3_text")
+        cfg["max_position_embeddings"] = context
+        pair = load_pair(F.write(tmp_path / f"ctx{context}", cfg, seed=1))
+        s = run_session(pair, AbConfig(widths=(4,), prompt=prompt, n=1, max_tokens=tokens,
+                                       exactness=False))
+        assert s.arms[0].identity.identical_ids
+        if curve:
+            assert s.curve is not None and not s.curve_skipped
+            assert s.curve.rollback == "trim" and s.prediction[4].rollback_ms >= 0
+        else:
+            assert s.curve is None and s.curve_skipped.startswith("cost curve skipped: its 11 positions")
+        assert s.rollback_line().startswith("rollback: KV rows trimmed")
+
+
+def test_cost_curve_and_prediction_carry_the_recurrent_rollback(checkpoint):
+    from engine import costcurve
+
+    pair = load_pair(checkpoint("qwen3_5", 1))
+    curve = costcurve.measure(pair.target, (1, 2, 4), context=24, repeats=2)
+    assert curve.rollback == "replay" and curve.rollback_ms(1) is None
+    assert curve.rollback_ms(2) > 0 and curve.rollback_ms(4) > 0
+    pred = costcurve.predict_terms(curve, 0.5, 1.0, (2, 4))
+    assert pred[4].rollback_ms == pytest.approx(curve.rollback_ms(4) * (1 - 0.5 ** 3))
+    assert "rollback" in pred[4].describe()
+    measured = costcurve.predict_terms(curve, 0.5, 1.0, (4,), rollback_ms={4: 2.0})[4]
+    assert measured.rollback_ms == 2.0
+    assert measured.speedup == pytest.approx(measured.tokens_per_round * curve.ms(1)
+                                             / (measured.draft_ms + measured.verify_ms + 2.0))
+
+
+def test_inspect_and_sweep_name_the_caches_and_the_rollback(checkpoint):
+    from tests.conftest import run_cli
+
+    target = checkpoint("qwen3_5", 1)
+    out = run_cli("inspect", str(target), "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["rollback"] == "replay" and {e["kind"] for e in data["caches"]} == {"ArraysCache", "KVCache"}
+    out = run_cli("inspect", str(checkpoint("gemma3_text", 1)))
+    assert "RotatingKVCache x2: windowed with slack" in out.stdout
+    out = run_cli("sweep", "--target", str(target), "--widths", "2,4", "-n", "1", "--max-tokens", "16")
+    assert out.returncode == 0, out.stderr
+    assert "rollback: recurrent state restored and advanced by the kept rows (replay)" in out.stdout
+    assert "Traceback" not in out.stderr
+
+
+# ---------------------------------------------------------------------------------------------
+# The sweep: every family mlx-lm 0.32.2 ships
+
+
+SWEEP = [f for f in F.families() if f not in F.NAMED]
+SWEEP_TOKENS = 12
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", SWEEP)
+def test_every_family_runs_byte_identically_or_is_refused_at_load(checkpoint, family):
+    if family in F.CANNOT:
+        pytest.skip(f"mlx-lm itself cannot decode a tiny {family} here: {F.CANNOT[family]}")
+    path = checkpoint(family, 1, dtype="float32")
+    try:
+        pair = load_pair(path)
+    except PairError as e:
+        msg = str(e)
+        assert "\n" not in msg and family in F.REFUSED and F.REFUSED[family] in msg
+        return
+    assert family not in F.REFUSED
+    ids = [5, 17, 33, 60, 5, 17, 90, 12]
+    ref = classic(pair, ids, SWEEP_TOKENS)
+    assert ref.tokens == _mlx_lm_greedy(pair.target, ids, SWEEP_TOKENS)
+    run = speculative(pair, ids, SWEEP_TOKENS, 3, drafter=_agreeing(ids, ref, 3, agree=0.6))
+    assert run.tokens == ref.tokens
+    assert (run.rollback["fallback"] is None) == (family not in F.FALLBACK)
+
+
+def test_the_sweep_covers_every_family_mlx_lm_ships():
+    import pkgutil
+
+    import mlx_lm.models as M
+
+    shipped = {m.name for m in pkgutil.iter_modules(M.__path__)} - F.NOT_FAMILIES
+    assert shipped == set(SWEEP) | set(F.NAMED)
+    with pytest.raises(CacheKindError, match="mlx-lm cannot build model_type 'nope'"):
+        from engine.kvcache import plan_config
+
+        plan_config({"model_type": "nope"})
+    assert plan  # the load-time classifier the sweep exercises
