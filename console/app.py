@@ -27,9 +27,9 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from console.inputs import CLI_PAIR_NAMES, InputError
+from console.inputs import CLI_NAMES, CONSOLE_NAMES
 from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
-from console.request import CONSOLE_NAMES, FieldError, SessionRequest, check_fits, literal_prompt, read_workload
+from console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from console.screens import ConfirmScreen, HelpScreen, PairScreen, TextScreen
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
 from console.widgets.ab import AbTab, Stage
@@ -38,8 +38,8 @@ from console.widgets.identity import IdentityTab, IdentityViews
 from console.widgets.profile import ProfileTab
 from console.widgets.records import RecordsTab
 from console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
+from policy.errors import BlockwidthError
 from policy.profile import ProfileError
-from policy.resolve import WidthError
 
 # Kept importable from here: the CLI, the tests and the screenshot script name them so.
 __all__ = ["AbEvent", "BUDGET_S", "DEFAULT_WIDTHS", "BlockwidthApp", "Options", "Phase",
@@ -118,7 +118,8 @@ class BlockwidthApp(App):
         self._prompt_index = 0
         # Pair errors name the flags the console was started with, until the operator opens a
         # pair in the console's own fields.
-        self._pair_names: Any = CLI_PAIR_NAMES
+        # How errors word the pair's inputs: as the flags it came from, or as the open-pair fields.
+        self._names: Any = CLI_NAMES
 
     # ---- the state, read as the parts it is made of
     @property
@@ -174,6 +175,13 @@ class BlockwidthApp(App):
         self.query_one(AbTab).set_buttons(phase.busy, can_start=self.pair is not None,
                                           can_cancel=phase.busy and phase is not Phase.CANCELLING)
         self.refresh_bindings()
+
+    def _words(self, err: BaseException) -> str:
+        """An error as the console says it: a field by its label, the pair's inputs as the flags
+        or the open-pair fields they came from, others as they are."""
+        if isinstance(err, FieldError):
+            return err.say(CONSOLE_NAMES)
+        return err.say(self._names) if isinstance(err, BlockwidthError) else str(err)
 
     def _error(self, text: str, refusal: bool = False) -> None:
         """Show ``text`` on the error line (empty: clear it). ``refusal``: a key's "nothing to do"
@@ -261,9 +269,9 @@ class BlockwidthApp(App):
         try:
             res, paths, info = resolution(target=o.target, draft=o.draft, kind=o.kind, flag=o.flag,
                                           device=o.device, profile=o.profile, variant=o.variant,
-                                          profile_missing_ok=True, download=False, names=self._pair_names)
-        except (InputError, WidthError, ProfileError) as e:
-            self.post_message(ResolveFailed(str(e)))
+                                          profile_missing_ok=True, download=False, names=self._names)
+        except BlockwidthError as e:
+            self.post_message(ResolveFailed(self._words(e)))
             return
         self.post_message(Resolved(res, paths, info))
 
@@ -293,8 +301,7 @@ class BlockwidthApp(App):
 
         o = self.options
         # No download from inside the console (its progress would have nowhere to go).
-        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False,
-                           names=self._pair_names)
+        paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False)
         self.post_message(PairReady(load_pair(paths.target, paths.drafter, o.kind)))
 
     def on_pair_ready(self, message: PairReady) -> None:
@@ -322,17 +329,18 @@ class BlockwidthApp(App):
         if kind and kind not in KINDS:
             self._error(f"kind {kind!r}: one of {', '.join(KINDS)}")
             return
-        from console.inputs import CONSOLE_PAIR_NAMES, pair_paths
+        from console.inputs import pair_paths
 
         try:
             # Folder checks only (no model load): a wrong path must not cost the loaded pair.
             pair_paths(target or None, draft or None, self.options.variant, kind or None, weights=True,
-                       download=False, names=CONSOLE_PAIR_NAMES)
-        except InputError as e:
-            self._error(f"{e} — still on {self.pair.describe() if self.pair else 'the previous pair'}")
+                       download=False)
+        except BlockwidthError as e:
+            self._error(f"{e.say(CONSOLE_NAMES)} — still on "
+                        f"{self.pair.describe() if self.pair else 'the previous pair'}")
             return
         self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None)
-        self._pair_names = CONSOLE_PAIR_NAMES
+        self._names = CONSOLE_NAMES
         self.pair = self.resolution = self.session_state = self.load_error = None
         self._error("")
         self._show_phase(Phase.LOADING, target or "the demo pair")
@@ -369,12 +377,12 @@ class BlockwidthApp(App):
                 check_fits(req, len(self.pair.tokenizer.encode(literal_prompt(req.prompt))),
                            self.pair.context_length)
         except FieldError as e:
-            self._error(e.say(CONSOLE_NAMES))
+            self._error(self._words(e))
             # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
             tab.mark_bad(e.field.value)
             return
-        except InputError as e:
-            self._error(str(e))
+        except BlockwidthError as e:
+            self._error(self._words(e))
             return
         self._error("")
         widths, added = req.widths, None
@@ -635,12 +643,12 @@ class BlockwidthApp(App):
         if group == "pair":
             # Said once, in the pair panel (the error line and a toast each repeated it, and the
             # status line cut it off at 80 columns); the status line points there.
-            self.load_error = str(err)
+            self.load_error = self._words(err)
             self._show_phase(Phase.LOAD_FAILED, "why: above; o opens another pair")
         elif group == "ab":
             self.session_failed(err)
         else:
-            self._error(f"{event.worker.name} failed: {err}")
+            self._error(f"{event.worker.name} failed: {self._words(err)}")
 
     def on_unmount(self) -> None:
         self._cancel.set()  # a session stops at its next round instead of keeping the process alive

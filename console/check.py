@@ -1,4 +1,4 @@
-"""The ``--check`` mode for CI: is the profile still true for this runner?
+"""``blockwidth check`` (alias ``--check``) for CI: is the profile still true for this runner?
 
 Static checks read the profile, the records it names and the configured pairs,
 and never run a model. Measured checks (``--measure``) run a short A/B with the
@@ -103,18 +103,15 @@ class ConfiguredPair:
 def configure_pair(*, target: str | None, draft: str | None, kind: str | None, variant: str,
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
                    origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
-    """Resolve one pair against the loaded profile and device. Raises InputError/WidthError."""
-    from console.inputs import InputError, drafter_info, pair_paths, target_quantization
-    from engine.checkpoint import CheckpointError, pair_id
+    """Resolve one pair against the loaded profile and device. Raises a BlockwidthError."""
+    from console.inputs import drafter_info, pair_paths, target_quantization
+    from engine.checkpoint import pair_id
     from policy.resolve import resolve
 
     paths = pair_paths(target, draft, variant, kind)
     info = drafter_info(paths, kind)
     quant = target_quantization(paths.target)
-    try:
-        pid = pair_id(paths.target, paths.drafter)
-    except CheckpointError as e:
-        raise InputError(str(e)) from None
+    pid = pair_id(paths.target, paths.drafter)
     res = resolve(drafter_kind=info.kind, device=device, quantization=quant, flag=flag,
                   env=os.environ if env is None else env, profile=profile,
                   declared_width=info.declared_width, declared_detail=info.detail, pair=pid,
@@ -249,12 +246,12 @@ def _workload_for(e: Override) -> tuple[Any, str]:
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
-    from console.inputs import CLI_PAIR_NAMES, InputError
+    from console.inputs import InputError
     from console import records
     from engine import host, record
     from engine.ab import AbConfig, run_session
     from engine.decode import DecodeError
-    from engine.pair import ROLE_WORDS, RUNNABLE, PairError, load_pair
+    from engine.pair import RUNNABLE, load_pair
     from policy.drafter import DrafterKind
 
     name = f"measure: {p.label}"
@@ -281,12 +278,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     elif replay_from:
         prompt_from = f"{prompt_from}; {replay_from}"
     gain = e.evidence.get("min_gain") if isinstance(e.evidence, Mapping) else None
-    try:
-        # a pair from the flags is named by them, as every command names it
-        pair = load_pair(p.target, p.drafter, p.kind,
-                         names=CLI_PAIR_NAMES if p.origin == "command line" else ROLE_WORDS)
-    except PairError as err:
-        raise InputError(str(err)) from None
+    pair = load_pair(p.target, p.drafter, p.kind)  # a PairError names its input; run() words it
     gate = host.gate()
     config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
                       predict=False, verify_attention=options.verify_attention, workload=replay,
@@ -294,7 +286,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     try:
         session = run_session(pair, config, on_event=on_event)
     except DecodeError as err:
-        raise InputError(f"{p.label}: {err}") from None
+        raise DecodeError(f"{p.label}: {err}") from None
     except Exception as err:  # the engine broke on this runner: that is the check's answer
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
@@ -302,8 +294,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     try:
         rec_path = records.write(rec, options.record_dir)
     except OSError as err:
-        raise InputError(f"--record-dir {options.record_dir or records.default_dir()}: the record "
-                         f"cannot be written ({err.strerror or err})") from None
+        raise InputError(f"{options.record_dir or records.default_dir()}: the record "
+                         f"cannot be written ({err.strerror or err})", "record dir") from None
     status, why = measured_status(e, session)
     figures = {
         "entry": p.entry, "outcome": outcome(e), "widths": list(widths), "widths_from": widths_from,
@@ -327,37 +319,22 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
 
 # ---- the command --------------------------------------------------------------------------
 
-CHECK_ONLY = ("measure", "strict", "allow_inconclusive", "json", "junit", "n", "max_tokens")
+def add_arguments(p: Any) -> None:
+    """The check command's own options (``blockwidth check``, or its alias ``--check``)."""
+    from console.request import integer
 
-
-def add_arguments(ap: Any) -> None:
-    """``--check`` and its options, on the top-level parser (``blockwidth --check ...``)."""
-    from console.cli import integer  # the CLI's bounded integers (cli imports this module first)
-
-    g = ap.add_argument_group("--check (CI: is the profile still true for this runner?)")
-    g.add_argument("--check", action="store_true",
-                   help="check the profile for this device (or --device) and the configured pair; "
-                        "exit 0 all pass, 1 a check failed, 2 bad input")
-    g.add_argument("--measure", action="store_true", default=None,
-                   help="with --check: a short A/B of each matching entry's width (or declined widths)")
-    g.add_argument("--strict", action="store_true", default=None,
-                   help="with --check: warnings (stale MLX version, missing record...) fail")
-    g.add_argument("--allow-inconclusive", action="store_true", default=None,
-                   help="with --check --measure: an undecided or drifted measurement does not fail")
-    g.add_argument("--json", action="store_true", default=None,
-                   help="with --check: one JSON document, an object per check, on stdout")
-    g.add_argument("--junit", metavar="FILE", help="with --check: also write JUnit XML to FILE")
-    g.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=None, metavar="N",
-                   help="with --check --measure: repetitions per arm (default 3)")
-    g.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
-                   default=None, metavar="T",
-                   help="with --check --measure: new tokens per run (default 32)")
-
-
-def stray_options(args: Any) -> list[str]:
-    """Check-only options given without --check: refused rather than ignored."""
-    return [f"--{k.replace('_', '-')}" if k != "n" else "-n"
-            for k in CHECK_ONLY if getattr(args, k, None) not in (None, False)]
+    p.add_argument("--measure", action="store_true",
+                   help="a short A/B of each matching entry's width (or declined widths)")
+    p.add_argument("--strict", action="store_true",
+                   help="warnings (stale MLX version, missing record...) fail")
+    p.add_argument("--allow-inconclusive", action="store_true",
+                   help="with --measure: an undecided or drifted measurement does not fail")
+    p.add_argument("--json", action="store_true", help="one JSON document, an object per check, on stdout")
+    p.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE")
+    p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=None, metavar="N",
+                   help="with --measure: repetitions per arm (default 3)")
+    p.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
+                   default=None, metavar="T", help="with --measure: new tokens per run (default 32)")
 
 
 def _validate_output(path_text: str, profile_path: Path | None) -> tuple[Path | None, str | None]:
@@ -376,15 +353,15 @@ def _validate_output(path_text: str, profile_path: Path | None) -> tuple[Path | 
 
 
 def run(args: Any, out: Any = None, err: Any = None) -> int:
-    """``blockwidth --check``: problems with the input are all reported (exit 2) before
-    anything is checked or measured; the profile is only read."""
+    """``blockwidth check`` (``--check``): problems with the input are all reported (exit 2)
+    before anything is checked or measured; the profile is only read."""
     import sys
 
     from console import check_report
-    from console.inputs import InputError, device_for, mlx_version
-    from policy import profile as profiles
+    from console.inputs import CLI_NAMES, device_for, mlx_version
     from engine.device import probe
-    from policy.resolve import WidthError
+    from policy import profile as profiles
+    from policy.errors import BlockwidthError
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -403,8 +380,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     device = None
     try:
         device = device_for(args.device)
-    except InputError as e:
-        problems.append(str(e))
+    except BlockwidthError as e:
+        problems.append(e.say(CLI_NAMES))
     if measure and device is not None and args.device:
         here = probe()
         if not device_agrees(device, here):
@@ -434,8 +411,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
         try:
             record_dir = checked_record_dir(args.record_dir)
-        except InputError as e:
-            problems.append(str(e))
+        except BlockwidthError as e:
+            problems.append(e.say(CLI_NAMES))
 
     junit_path = None
     if args.junit is not None:
@@ -450,15 +427,15 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
         try:
             pair_paths(args.target, args.draft, args.demo_target, args.kind)
-        except InputError as e:
-            problems.append(str(e))
+        except BlockwidthError as e:
+            problems.append(e.say(CLI_NAMES))
     else:
         try:
             pairs.append(configure_pair(target=args.target, draft=args.draft, kind=args.kind,
                                         variant=args.demo_target, flag=args.flag, device=device,
                                         profile=prof, mlx=mlx, origin="command line"))
-        except (InputError, WidthError) as e:
-            problems.append(str(e))
+        except BlockwidthError as e:
+            problems.append(e.say(CLI_NAMES))
         seen = {(p.target.resolve(), p.drafter.resolve() if p.drafter else None) for p in pairs}
         for i, target, drafter, kind in recorded_pairs(prof, device):
             key = (Path(target).resolve(), Path(drafter).resolve() if drafter else None)
@@ -469,7 +446,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
                 pairs.append(configure_pair(target=target, draft=drafter, kind=kind or None,
                                             variant=args.demo_target, flag=args.flag, device=device,
                                             profile=prof, mlx=mlx, origin=f"record of entry {i}"))
-            except (InputError, WidthError, ValueError) as e:
+            except (BlockwidthError, ValueError) as e:  # a record's pair: its own words, not flags
                 problems.append(f"entry {i}'s record names a pair that cannot be resolved: {e}")
 
     meta: dict[str, Any] = {
@@ -497,8 +474,8 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
                     print(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip(), file=err)
             try:
                 checks.append(measure_pair(p, prof, options, progress))
-            except InputError as e:
-                print(f"blockwidth: error: {e}", file=err)
+            except BlockwidthError as e:  # a pair from the flags is named by them
+                print(f"blockwidth: error: {e.say(CLI_NAMES) if p.origin == 'command line' else e}", file=err)
                 return ExitCode.USAGE
     code = exit_code(checks, strict=strict, allow_inconclusive=allow)
     meta["exit_code"] = int(code)
@@ -519,20 +496,3 @@ def _write_junit(path: Path, data: bytes, err: Any) -> bool:
         print(f"blockwidth: error: --junit {path}: cannot be written ({e.strerror})", file=err)
         return False
     return True
-
-
-def dispatch(args: Any) -> int | None:
-    """The CLI's hook: run ``--check``; refuse its options without it (never ignore them).
-    None: not a check, carry on."""
-    from console.inputs import InputError
-
-    if getattr(args, "check", False):
-        if getattr(args, "command", None):
-            raise InputError(f"--check takes no COMMAND (got {args.command!r}): it is a mode of its own")
-        return run(args)
-    strays = stray_options(args)
-    if getattr(args, "command", None):  # json, -n and --max-tokens also belong to subcommands
-        strays = [s for s in strays if s not in ("--json", "-n", "--max-tokens")]
-    if strays:
-        raise InputError(f"{', '.join(strays)}: only with --check")
-    return None

@@ -24,25 +24,123 @@ if _PROGRAM and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
 
 import argparse  # noqa: E402
 import json  # noqa: E402
-from typing import Any, Callable, NoReturn, Sequence  # noqa: E402
+from typing import Any, Callable, Mapping, NoReturn, Sequence  # noqa: E402
 
 from console import check  # noqa: E402
-from console.inputs import ExitCode, InputError, chain_lines, resolution  # noqa: E402
-from console.profile_file import ProfileBusy  # noqa: E402
-from policy.profile import MAX_WIDTH, MIN_WIDTH, ProfileError  # noqa: E402
-from policy.resolve import WidthError  # noqa: E402
+from console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa: E402
+from policy.errors import BlockwidthError  # noqa: E402
+from policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
 
-from console.request import KINDS, add_pair_args, integer, seconds  # noqa: E402,F401 (one home: request.py)
+from console.request import KINDS, add_pair_args, add_verify_attention, integer, seconds  # noqa: E402,F401 (one home: request.py)
 
 _pair_args = add_pair_args
 
 
 class Parser(argparse.ArgumentParser):
-    """argparse that fails in one line, exit 2: the usage block is what --help is for."""
+    """argparse that fails in one line, exit 2 (the usage block is what --help is for), and
+    keeps what it declares: ``declared`` maps each option's dest to the Action that add_argument
+    returned, so the CLI can tell which options a command takes without argparse's private lists."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        self.declared: dict[str, argparse.Action] = {}
+        super().__init__(*args, **kw)
+
+    def add_argument(self, *args: Any, **kw: Any) -> argparse.Action:
+        action = super().add_argument(*args, **kw)
+        if action.option_strings and action.dest != "help":
+            self.declared[action.dest] = action
+        return action
 
     def error(self, message: str) -> NoReturn:
         self.exit(ExitCode.USAGE, f"blockwidth: error: {' '.join(message.split())} "
                                   f"(see {self.prog} --help)\n")
+
+
+_BEFORE = "before:"  # dest prefix of an option given before the subcommand
+
+
+class TopParser(Parser):
+    """The top-level parser. Its options (the console's, which the subcommands share) land in
+    dests of their own, and only when given, so that ``apply_before`` can honour them for the
+    subcommand or refuse them, never drop them: argparse would let a subcommand's defaults
+    overwrite them. The console (no subcommand) reads them under their plain names."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        self.plain: dict[str, Any] = {}  # plain dest -> default
+        self.flags: dict[str, str] = {}  # plain dest -> the flag that names it in a message
+        self.commands: Mapping[str, Parser] = {}
+        super().__init__(*args, **kw)
+
+    def add_argument(self, *args: Any, **kw: Any) -> argparse.Action:
+        if args and str(args[0]).startswith("-") and kw.get("action") != "help":
+            dest = kw.get("dest") or next((a for a in args if a.startswith("--")), args[0]).lstrip("-").replace("-", "_")
+            self.plain[dest], self.flags[dest] = kw.get("default"), args[-1]
+            if "metavar" not in kw and "choices" not in kw and kw.get("action") not in ("store_true", "store_false"):
+                kw["metavar"] = dest.upper()  # --help shows RECORD_DIR, not the internal dest
+            kw.update(dest=_BEFORE + dest, default=argparse.SUPPRESS)
+        return super().add_argument(*args, **kw)
+
+    def add_commands(self) -> Any:
+        sub = self.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
+        self.commands = sub.choices  # name -> parser, filled as commands are added
+        self.set_defaults(**self.plain)
+        return sub
+
+    def apply_before(self, args: argparse.Namespace) -> None:
+        before = {k[len(_BEFORE):]: v for k, v in vars(args).items() if k.startswith(_BEFORE)}
+        for name in before:
+            delattr(args, _BEFORE + name)
+        command = getattr(args, "command", None)
+        accepted = self.commands[command].declared if command else {}
+        for name, value in before.items():
+            flag = self.flags[name]
+            if command is None:
+                setattr(args, name, value)
+            elif name not in accepted:
+                self.error(f"{flag} given before '{command}', which does not take it")
+            elif getattr(args, name) not in (accepted[name].default, value):
+                self.error(f"{flag} given both before and after '{command}', with different values")
+            else:
+                setattr(args, name, value)
+
+    def misplaced(self, argv: list[str]) -> None:
+        """A subcommand's own option before the subcommand (``blockwidth -n 1 sweep``) reads to
+        argparse as an unknown option and a bad COMMAND; say what it is and where it goes."""
+        top = {o for a in self.declared.values() for o in a.option_strings} | {"-h", "--help"}
+        for tok in argv:
+            if tok in self.commands:
+                return  # options after the subcommand are the subcommand's to judge
+            if not tok.startswith("-") or tok == "--":
+                continue
+            name = tok.split("=", 1)[0]
+            if name in top:
+                continue
+            owners = [n for n, p in self.commands.items()
+                      if any(name in a.option_strings for a in p.declared.values())]
+            if owners:
+                self.error(f"{name} is an option of {' and '.join(owners)}: put it after the command, "
+                           f"e.g. blockwidth {owners[0]} {name} ...")
+            return
+
+    def check_alias(self, argv: list[str]) -> list[str]:
+        """``--check`` is the check command's alias (CI scripts and the design card name it):
+        ``blockwidth --check ...`` reads as ``blockwidth check ...``, every option its own. A
+        COMMAND beside it is refused, never one of the two dropped."""
+        end = argv.index("--") if "--" in argv else len(argv)
+        if "--check" not in argv[:end]:
+            return argv
+        rest = [a for i, a in enumerate(argv) if not (a == "--check" and i < end)]
+        check = self.commands["check"]
+        takes_value = {o for a in check.declared.values() if a.nargs != 0 for o in a.option_strings}
+        skip = False
+        for tok in rest[:end]:
+            if skip:
+                skip = False
+            elif tok in takes_value:
+                skip = True
+            elif tok in self.commands:
+                self.error(f"--check is the check command's alias: it takes no other COMMAND (got {tok!r})")
+        return ["check", *rest]
 
 
 def _emit(data: dict[str, Any], as_json: bool, text: Callable[[dict[str, Any]], str]) -> None:
@@ -131,7 +229,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         config = read_config(path)
     except ConfigError as e:
         # named after what was typed before the path, as resolve's --target and sweep's are
-        raise InputError(f"inspect {e}") from None
+        raise e.about("inspect") from None
     quant = classify(config, read_sidecar(path))
     info = detect_drafter(config)
     try:
@@ -218,45 +316,8 @@ def _console(args: argparse.Namespace) -> int:
                            record_dir=args.record_dir, verify_attention=args.verify_attention))
 
 
-_BEFORE = "before:"  # dest prefix of an option given before the subcommand
-
-
-def _mark_before(ap: argparse.ArgumentParser) -> None:
-    """Options given before a subcommand land in their own dests (only when given), so that
-    ``_apply_before`` can honour them for the subcommand or refuse them, never drop them."""
-    defaults = {}
-    for a in ap._actions:
-        if a.option_strings and not isinstance(a, argparse._HelpAction):
-            defaults[a.dest] = a.default
-            if a.metavar is None and a.nargs != 0 and not a.choices:
-                a.metavar = a.dest.upper()  # --help shows RECORD_DIR, not the internal dest
-            a.dest, a.default = _BEFORE + a.dest, argparse.SUPPRESS
-    ap.set_defaults(**defaults)  # the console (no subcommand) reads the plain names
-
-
-def _apply_before(ap: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    before = {k: v for k, v in vars(args).items() if k.startswith(_BEFORE)}
-    for k in before:
-        delattr(args, k)
-    top = {a.dest: a for a in ap._actions if a.dest.startswith(_BEFORE)}
-    sub = next((a for a in ap._actions if isinstance(a, argparse._SubParsersAction)), None)
-    command = getattr(args, "command", None)
-    accepted = ({a.dest: a for a in sub.choices[command]._actions if a.option_strings}
-                if command and sub else {})
-    for key, value in before.items():
-        name, flag = key[len(_BEFORE):], top[key].option_strings[-1]
-        if command is None:
-            setattr(args, name, value)
-        elif name not in accepted:
-            ap.error(f"{flag} given before '{command}', which does not take it")
-        elif getattr(args, name) not in (accepted[name].default, value):
-            ap.error(f"{flag} given both before and after '{command}', with different values")
-        else:
-            setattr(args, name, value)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    ap = Parser(
+def build_parser() -> TopParser:
+    ap = TopParser(
         prog="blockwidth",
         description="Operator console for the draft block width of speculative decoding on MLX. "
                     "With no COMMAND it opens the console (on the demo pair unless --target).",
@@ -264,12 +325,8 @@ def build_parser() -> argparse.ArgumentParser:
     _pair_args(ap)
     _resolution_args(ap)
     ap.add_argument("--record-dir", help="where A/B session records go (default: user data dir)")
-    from engine.attention import add_arg as add_attention_arg
-
-    add_attention_arg(ap)
-    check.add_arguments(ap)
-    _mark_before(ap)
-    sub = ap.add_subparsers(dest="command", metavar="COMMAND")
+    add_verify_attention(ap)
+    sub = ap.add_commands()
 
     p = sub.add_parser("resolve", help="the width this pair would use, its source and why")
     _pair_args(p)
@@ -285,6 +342,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
+    p = sub.add_parser("check", help="CI: is the profile still true for this runner? (alias: --check)")
+    _pair_args(p)
+    _resolution_args(p)
+    p.add_argument("--record-dir", help="with --measure: where its session records go")
+    add_verify_attention(p)
+    check.add_arguments(p)
+    p.set_defaults(func=check.run)
+
     from console import measure  # engine-backed: sweep, costcurve (MLX loads only when they run)
 
     measure.register(sub)
@@ -295,57 +360,24 @@ def build_parser() -> argparse.ArgumentParser:
     return ap
 
 
-def _subparsers(ap: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
-    for a in ap._actions:
-        if isinstance(a, argparse._SubParsersAction):
-            return dict(a.choices)
-    return {}
-
-
-def _misplaced(ap: argparse.ArgumentParser, argv: list[str]) -> None:
-    """A subcommand's own option before the subcommand (``blockwidth -n 1 sweep``) reads to
-    argparse as an unknown option and a bad COMMAND; say what it is and where it goes."""
-    subs = _subparsers(ap)
-    top = {o for a in ap._actions for o in a.option_strings}
-    for tok in argv:
-        if tok in subs:
-            return  # options after the subcommand are the subcommand's to judge
-        if not tok.startswith("-") or tok == "--":
-            continue
-        name = tok.split("=", 1)[0]
-        if name in top:
-            continue
-        owners = [n for n, p in subs.items() if any(name in a.option_strings for a in p._actions)]
-        if owners:
-            ap.error(f"{name} is an option of {' and '.join(owners)}: put it after the command, "
-                     f"e.g. blockwidth {owners[0]} {name} ...")
-        return
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         argv = list(sys.argv[1:] if argv is None else argv)
         ap = build_parser()
-        _misplaced(ap, argv)
+        argv = ap.check_alias(argv)
+        ap.misplaced(argv)
         args = ap.parse_args(argv)
         args.argv = argv  # what a group's launcher starts each rank with (console.distributed)
-        _apply_before(ap, args)
-        code = check.dispatch(args)  # --check, or its options refused without it
-        if code is not None:
-            return code
+        ap.apply_before(args)
         if not getattr(args, "func", None):
             return _console(args)
         return int(args.func(args))
-    except ProfileBusy as e:  # a check failed (the lock stayed held), not bad input
-        for line in str(e).splitlines():
+    except BlockwidthError as e:  # each says its exit code (a held profile lock: 1, a failed check)
+        for line in e.say(CLI_NAMES).splitlines():
             print(f"blockwidth: error: {line}", file=sys.stderr)
-        return ExitCode.CHECK_FAILED
-    except (InputError, WidthError, ProfileError) as e:
-        for line in str(e).splitlines():
-            print(f"blockwidth: error: {line}", file=sys.stderr)
-        return ExitCode.USAGE
+        return e.exit_code
     except KeyboardInterrupt:
         print("blockwidth: interrupted", file=sys.stderr)
         return 130

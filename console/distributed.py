@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from console.inputs import ExitCode, InputError
+from console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError
 
 # Set by the launcher (--ranks) for its ranks: where each writes how it ended, and the time bound.
 GROUP_DIR = "BLOCKWIDTH_GROUP_DIR"
@@ -141,10 +141,7 @@ def _as_rank(args: argparse.Namespace, command: Callable[[argparse.Namespace], i
     error = ""
     private = None
     try:
-        try:
-            rank = dist.init(args.group_backend, args.distributed)
-        except dist.DistributedError as e:
-            raise InputError(f"--distributed {args.distributed}: {e}") from None
+        rank = dist.init(args.group_backend, args.distributed)  # a DistributedError names --distributed
         if args.ranks is not None and args.ranks != rank.size:
             raise InputError(f"--ranks {args.ranks}: this group has {rank.size} ranks")
         if not rank.writer:
@@ -154,14 +151,15 @@ def _as_rank(args: argparse.Namespace, command: Callable[[argparse.Namespace], i
                            "blockwidth --ranks" if group_dir else "mlx.launch")
         try:
             code = int(command(args))
-        except dist.DistributedError as e:
-            error = str(e)
+        except dist.DistributedError as e:  # the ranks parted (1), or a target they cannot split (2)
+            error = e.say(CLI_NAMES)
             print(f"blockwidth: error: {error}", file=sys.stderr)
-            code = ExitCode.CHECK_FAILED
+            code = e.exit_code
         return code
     except BaseException as e:
         code = _code_of(e)
-        error = " ".join(str(e).split()) or type(e).__name__
+        said = e.say(CLI_NAMES) if isinstance(e, BlockwidthError) else str(e)
+        error = " ".join(said.split()) or type(e).__name__
         raise
     finally:
         _context = None
@@ -173,14 +171,8 @@ def _as_rank(args: argparse.Namespace, command: Callable[[argparse.Namespace], i
 
 
 def _code_of(e: BaseException) -> int:
-    from console.profile_file import ProfileBusy
-    from policy.profile import ProfileError
-    from policy.resolve import WidthError
-
-    if isinstance(e, ProfileBusy):
-        return ExitCode.CHECK_FAILED
-    if isinstance(e, (InputError, WidthError, ProfileError)):
-        return ExitCode.USAGE
+    if isinstance(e, BlockwidthError):  # each says its own (a held profile lock: 1)
+        return e.exit_code
     if isinstance(e, KeyboardInterrupt):
         return 130
     if isinstance(e, SystemExit):
@@ -232,10 +224,11 @@ def _follow(args: argparse.Namespace, private: str) -> None:
 
 def load(target, draft, kind, variant):
     """The pair with its target sharded over this rank's group (the drafter where --drafter-on
-    puts it). InputError for what cannot be loaded or split."""
-    from console.inputs import CLI_PAIR_NAMES, pair_paths
+    puts it). A PairError, or a DistributedError about the target, for what cannot be loaded or
+    split."""
+    from console.inputs import pair_paths
     from engine import distributed as dist
-    from engine.pair import PairError, load_pair
+    from engine.pair import load_pair
 
     ctx = _context
     assert ctx is not None
@@ -243,17 +236,8 @@ def load(target, draft, kind, variant):
     rank = ctx.rank
     draws = ctx.placement != dist.RANK0 or rank.writer
 
-    def shard(path: Path):
-        try:
-            return dist.load_target(path, rank)
-        except dist.DistributedError as e:
-            raise PairError(f"--target {e} (--distributed {rank.sharding.value}, {rank.size} ranks)") from None
-
-    try:
-        pair = load_pair(paths.target, paths.drafter, kind, names=CLI_PAIR_NAMES, target_loader=shard,
-                         drafter_model=draws)
-    except PairError as e:
-        raise InputError(str(e)) from None
+    pair = load_pair(paths.target, paths.drafter, kind, target_loader=lambda path: dist.load_target(path, rank),
+                     drafter_model=draws)
     pair.drafter_factory = dist.drafter_factory(pair, rank, ctx.placement)
     if ctx.agree == dist.AGREE_ROUND:
         ctx.target = pair.target = dist.CheckedTarget(pair.target, rank.group)
@@ -405,8 +389,11 @@ def run_group(cmd: list[str], env: dict, timeout: float) -> int | None:
             signal.signal(s, h)
 
 
-class _Stopped(Exception):
+class _Stopped(BlockwidthError):
+    """The launcher was told to stop (SIGTERM, SIGHUP): it ends with 128 + the signal."""
+
     def __init__(self, code: int) -> None:
+        super().__init__(f"stopped by signal {code - 128}", exit_code=code)
         self.code = code
 
 

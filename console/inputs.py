@@ -12,12 +12,12 @@ from pathlib import Path
 from typing import Mapping
 
 from engine import demo
-from engine.checkpoint import CheckpointError, pair_id
+from engine.checkpoint import pair_id
 from policy import files
 from policy import profile as profiles
-from policy.device import Device, DeviceSpecError, parse_device_spec
+from policy.device import Device, parse_device_spec
 from policy.drafter import DrafterInfo, DrafterKind, read_drafter
-from policy.errors import ExitCode  # noqa: F401 (the front ends take it from here)
+from policy.errors import BlockwidthError, ExitCode, InputError  # noqa: F401 (the front ends take them from here)
 from policy.config import ConfigError
 from policy.quantization import Quantization, read_quantization
 from policy.resolve import Resolution, Step, resolve
@@ -29,10 +29,6 @@ _USER_OFFLINE = os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "t
 
 # What a checkpoint needs: the configs and tokenizer files, and the weights when it is loaded.
 _HUB_FILES = ["*.json", "tokenizer*", "*.model", "*.tiktoken", "*.txt", "*.jinja"]
-
-
-class InputError(Exception):
-    """Bad input from the operator: one line naming the input and what is wrong."""
 
 
 def mlx_version() -> str | None:
@@ -47,10 +43,7 @@ def user_path(value: str | os.PathLike | None, what: str) -> Path | None:
     (an empty path must never fall back to a default)."""
     if value is None:
         return None
-    try:
-        return files.user_path(value, what)
-    except files.FileProblem as e:
-        raise InputError(str(e)) from None
+    return files.user_path(value, what)
 
 
 def looks_like_repo_id(value: str | os.PathLike) -> bool:
@@ -75,23 +68,23 @@ def hub_checkpoint(repo: str, what: str, weights: bool, download: bool = True) -
         if (path / "config.json").is_file() and (not weights or any(path.glob("*.safetensors"))):
             return path
     except HFValidationError as e:
-        raise InputError(f"{what} {repo}: no such folder, and not a Hugging Face repo id ({e})") from None
+        raise InputError(f"{repo}: no such folder, and not a Hugging Face repo id ({e})", what) from None
     except LocalEntryNotFoundError:
         pass
     if _USER_OFFLINE:
-        raise InputError(f"{what} {repo}: no such folder, and not in the Hugging Face cache "
-                         f"({constants.HF_HUB_CACHE}); HF_HUB_OFFLINE is set, so it is not downloaded")
+        raise InputError(f"{repo}: no such folder, and not in the Hugging Face cache "
+                         f"({constants.HF_HUB_CACHE}); HF_HUB_OFFLINE is set, so it is not downloaded", what)
     if not download:
-        raise InputError(f"{what} {repo}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
-                         f"`blockwidth --target {repo}` downloads it, with progress")
-    print(f"blockwidth: {what} {repo}: downloading {'the checkpoint' if weights else 'its configs'} "
+        raise InputError(f"{repo}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
+                         f"`blockwidth --target {repo}` downloads it, with progress", what)
+    print(f"blockwidth: {CLI_NAMES.get(what, what)} {repo}: downloading {'the checkpoint' if weights else 'its configs'} "
           f"from the Hugging Face Hub into {constants.HF_HUB_CACHE} (Ctrl-C cancels)", file=sys.stderr)
     offline, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, False  # named by the operator
     try:
         return Path(snapshot_download(repo, allow_patterns=patterns))
     except Exception as e:  # the hub raises many kinds: not found, gated, no network
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""  # the hub's are paragraphs
-        raise InputError(f"{what} {repo}: download failed ({type(e).__name__}: {first})") from None
+        raise InputError(f"{repo}: download failed ({type(e).__name__}: {first})", what) from None
     finally:
         constants.HF_HUB_OFFLINE = offline
 
@@ -104,9 +97,9 @@ def checkpoint_dir(value: str | os.PathLike, what: str, weights: bool = False,
     if not path.exists() and looks_like_repo_id(value):
         return hub_checkpoint(str(value), what, weights, download)
     if not path.exists():
-        raise InputError(f"{what} {path}: no such file or directory")
+        raise InputError(f"{path}: no such file or directory", what)
     if not path.is_dir():
-        raise InputError(f"{what} {path}: is a file, not a checkpoint folder")
+        raise InputError(f"{path}: is a file, not a checkpoint folder", what)
     return path
 
 
@@ -117,15 +110,12 @@ def target_quantization(path: Path) -> Quantization:
     try:
         return read_quantization(path)
     except ConfigError as e:
-        raise InputError(f"--target {e}") from None
+        raise e.about("target") from None
 
 
 def device_for(spec: str | None) -> Device:
     if spec:
-        try:
-            return parse_device_spec(spec)
-        except DeviceSpecError as e:
-            raise InputError(str(e)) from None
+        return parse_device_spec(spec)
     from engine.device import probe
 
     return probe()
@@ -133,19 +123,27 @@ def device_for(spec: str | None) -> Device:
 
 def load_profile(path: str | None, missing_ok: bool = False) -> profiles.Profile:
     """The profile to resolve with; a named one must exist unless ``missing_ok`` (a save creates it)."""
-    named = user_path(path, "--profile")
+    named = user_path(path, "profile")
     if named is not None:
         return profiles.load(named, missing_ok=missing_ok)
     return profiles.load(None, missing_ok=True)
 
 
-# How each front end names the pair's inputs in an error: the command line's flags, or the
-# console's open-pair fields.
-CLI_PAIR_NAMES: Mapping[str, str] = {"target": "--target", "draft": "--draft", "kind": "--kind"}
-CONSOLE_PAIR_NAMES: Mapping[str, str] = {"target": "target field", "draft": "drafter field",
-                                         "kind": "kind field"}
-
-
+# How each front end words an input's name, once: the command line as its flag, the console as
+# its field's label (a BlockwidthError names its input by these keys; ``say`` uses the words).
+CLI_NAMES: Mapping[str, str] = {
+    "target": "--target", "draft": "--draft", "kind": "--kind", "device": "--device",
+    "profile": "--profile", "record dir": "--record-dir", "widths": "--widths", "n": "-n",
+    "tokens": "--max-tokens", "prompt": "--prompt", "prompt file": "--prompt-file",
+    "max reps": "--max-reps", "max seconds": "--max-seconds", "rows": "--rows",
+    "distributed": "--distributed",
+}
+CONSOLE_NAMES: Mapping[str, str] = {
+    "target": "target field", "draft": "drafter field", "kind": "kind field",
+    **{k: f"{k} field" for k in ("widths", "n", "tokens", "prompt", "prompt file", "max reps", "max seconds")},
+    # the console takes these from its command line only: said as the flags they came from
+    "device": "--device", "profile": "--profile", "record dir": "--record-dir",
+}
 @dataclass(frozen=True)
 class PairPaths:
     target: Path
@@ -154,29 +152,27 @@ class PairPaths:
 
 
 def pair_paths(target: str | None, draft: str | None, variant: str = "bf16",
-               kind: str | None = None, weights: bool = False, download: bool = True,
-               names: Mapping[str, str] = CLI_PAIR_NAMES) -> PairPaths:
+               kind: str | None = None, weights: bool = False, download: bool = True) -> PairPaths:
     """The pair's folders; the demo pair without --target (the demo drafter of --kind, none for
     lookup).
     ``weights``: the pair will be loaded, so a hub id needs its weights too, not just configs."""
     if target is None:
         if draft is not None:
-            raise InputError(f"{names['draft']} given without {names['target']}: name the target too")
+            raise InputError("given without a target: name the target too", "draft")
         drafter = None if kind == DrafterKind.LOOKUP.value else demo.DRAFTERS.get(kind or "model")
         if kind is not None and kind != DrafterKind.LOOKUP.value and drafter is None:
-            flag = names.get("kind", "--kind")
-            raise InputError(f"{flag} {kind}: the demo pair has no {kind} drafter (it has "
-                             f"{', '.join(demo.DRAFTERS)} and lookup)")
+            raise InputError(f"{kind}: the demo pair has no {kind} drafter (it has "
+                             f"{', '.join(demo.DRAFTERS)} and lookup)", "kind")
         return PairPaths(demo.target(variant), drafter, True)
-    return PairPaths(checkpoint_dir(target, names["target"], weights, download),
-                     checkpoint_dir(draft, names["draft"], weights, download) if draft is not None else None,
+    return PairPaths(checkpoint_dir(target, "target", weights, download),
+                     checkpoint_dir(draft, "draft", weights, download) if draft is not None else None,
                      False)
 
 
 def drafter_info(paths: PairPaths, kind: str | None,
-                 names: Mapping[str, str] = CLI_PAIR_NAMES) -> DrafterInfo:
-    """``names``: as in ``pair_paths``, so a drafter opened in the console's fields is not
-    blamed on a ``--draft`` flag nobody gave."""
+                 names: Mapping[str, str] = CLI_NAMES) -> DrafterInfo:
+    """``names``: how the detail words the inputs (CLI_NAMES or CONSOLE_NAMES), so a drafter
+    opened in the console's fields is not described by a ``--draft`` flag nobody gave."""
     explicit = DrafterKind(kind) if kind else None
     if paths.drafter is None:
         k = explicit or DrafterKind.LOOKUP
@@ -185,7 +181,7 @@ def drafter_info(paths: PairPaths, kind: str | None,
     try:
         detected = read_drafter(paths.drafter)
     except ConfigError as e:
-        raise InputError(f"{names['draft']} {e}") from None
+        raise e.about("draft") from None
     if explicit and explicit is not detected.kind:
         return DrafterInfo(explicit, detected.declared_width,
                            f"{names['kind']} {explicit.value} given (detection said {detected.kind.value})")
@@ -196,19 +192,16 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str = "bf16",
                profile_missing_ok: bool = False, download: bool = True,
-               names: Mapping[str, str] = CLI_PAIR_NAMES, path: str = profiles.PATH_ENGINE,
+               names: Mapping[str, str] = CLI_NAMES, path: str = profiles.PATH_ENGINE,
                concurrency: int = 1) -> tuple[Resolution, PairPaths, DrafterInfo]:
     """The resolution every front end shows: ``path`` and ``concurrency`` are what it is for
     (``blockwidth serve`` resolves for mlx_lm.server under its load)."""
-    paths = pair_paths(target, draft, variant, kind, download=download, names=names)
+    paths = pair_paths(target, draft, variant, kind, download=download)
     info = drafter_info(paths, kind, names)
     quant = target_quantization(paths.target)
     dev = device_for(device)
     prof = load_profile(profile, profile_missing_ok)
-    try:
-        pid = pair_id(paths.target, paths.drafter)
-    except CheckpointError as e:
-        raise InputError(str(e)) from None
+    pid = pair_id(paths.target, paths.drafter)
     res = resolve(
         drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
         env=os.environ if env is None else env, profile=prof,

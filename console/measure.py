@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 from engine import attention, linear
-from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, mlx_version, pair_paths, user_path
-from console.render import arm_rows, bars, ratio_rows, request_table, speedup_lines
-from console.request import add_pair_args, integer, read_prompt, seconds, session_request
+from console.inputs import ExitCode, InputError, mlx_version, pair_paths, user_path
+from console.render import arm_rows, arm_table, bars, ratio_rows, request_table, speedup_lines
+from console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
+                             seconds, session_request)
 from console import distributed
 from console.save import save_session
 from policy import bounds
@@ -25,7 +26,7 @@ def record_dir(value: str | None) -> Path:
 
     from console import records
 
-    d = user_path(value, "--record-dir") or records.default_dir()
+    d = user_path(value, "record dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
     try:
         d.mkdir(parents=True, exist_ok=True)
@@ -42,7 +43,7 @@ def profile_for_save(value: str | None):
     """The profile a --save will write, validated before any model loads."""
     from console import profile_file
 
-    profile_file.check_writable(user_path(value, "--profile"))
+    profile_file.check_writable(user_path(value, "profile"))
 
 
 def _memory_bytes() -> int | None:
@@ -69,31 +70,13 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
         raise InputError(f"{what}: {detail} = {tokens} tokens {why}")
 
 
-def _rows(text: str) -> tuple[int, ...]:
-    import re
-
-    from engine import costcurve
-
-    # parse_rows uses int(), which also reads '1_0' and non-ASCII digits
-    if not re.fullmatch(r"[0-9,\- ]*", text):
-        raise InputError(f"--rows {text!r}: expected ASCII numbers and ranges like 1-16,24,32")
-    try:
-        return costcurve.parse_rows(text)
-    except ValueError as e:
-        raise InputError(str(e)) from None
-
-
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str):
     if distributed.active():  # a rank of a sharded target's group
         return distributed.load(target, draft, kind, variant)
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
-    from engine.pair import PairError, load_pair
+    from engine.pair import load_pair
 
-    try:
-        # named by the flags, as resolve and --check name them
-        return load_pair(paths.target, paths.drafter, kind, names=CLI_PAIR_NAMES)
-    except PairError as e:
-        raise InputError(str(e)) from None
+    return load_pair(paths.target, paths.drafter, kind)
 
 
 def read_workload(value: str | None, prompt: str | None, prompt_file: str | None):
@@ -101,26 +84,19 @@ def read_workload(value: str | None, prompt: str | None, prompt_file: str | None
     None without it. Refused beside --prompt or --prompt-file."""
     if value is None:
         return None
-    from policy.workload import WorkloadError, read
+    from policy.workload import read
 
     if prompt is not None or prompt_file is not None:
         raise InputError(f"give --workload or {'--prompt' if prompt is not None else '--prompt-file'}, not both")
-    try:
-        return read(value)
-    except WorkloadError as e:
-        raise InputError(str(e)) from None
+    return read(value)  # a WorkloadError is one line naming where and what
 
 
 def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int, ...]):
     """Every request rendered for this pair, each checked against the target's context as a
     single prompt is (the line and id of one that does not fit named)."""
     from engine.workload import prepare
-    from policy.workload import WorkloadError
 
-    try:
-        prepared = prepare(workload, pair.tokenizer, max_tokens)
-    except WorkloadError as e:
-        raise InputError(str(e)) from None
+    prepared = prepare(workload, pair.tokenizer, max_tokens)  # a WorkloadError names the request
     for p in prepared:
         extra = max(0, 7 - p.max_tokens)
         _context_bound(pair, f"sweep: request {p.id} (line {p.request.line})",
@@ -240,8 +216,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     try:
         session = run_session(pair, config, on_event=on_event, cancel=cancel, lockstep=distributed.lockstep())
-    except DecodeError as e:
-        raise InputError(str(e)) from None
     except KeyboardInterrupt:
         cancel.set()
         raise
@@ -291,13 +265,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print("\nper pass (one run of every request):")
         print(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
               f"{'identity':<16} verdict")
-        for arm in [session.classic, *session.arms]:
-            d, e = arm.decode_range(), arm.e2e_range()
-            acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
-            ident = "-" if arm.identity is None else (
-                "identical" if arm.identity.identical_ids else f"differs@{arm.identity.first_divergence}")
-            print(f"{arm.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {e.median:8.1f}  {acc:>6}  "
-                  f"{ident:<16} {arm.verdict.value}")
+        for row in arm_table(session):
+            d = row.decode
+            print(f"{row.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {row.e2e.median:8.1f}  "
+                  f"{row.acceptance:>6}  {row.identity:<16} {row.verdict.value}")
         print("\ndecode tok/s by width (= min, # median, - max):")
         print("\n".join(bars(arm_rows(session), "tok/s")))
         for line in speedup_lines(session):
@@ -345,7 +316,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     code = distributed.run(args, cmd_costcurve)  # --distributed: as a rank of a group, or its launcher
     if code is not None:
         return code
-    rows = _rows(args.rows)
+    rows = costcurve.parse_rows(args.rows)
     _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
@@ -364,7 +335,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
                                   attention=args.verify_attention, linear=args.verify_linear,
                                   on_progress=progress)
     except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
-        raise InputError(f"costcurve: {e}") from None
+        raise RewindError(f"costcurve: {e}") from None
     if not args.json:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -451,11 +422,11 @@ def register(sub) -> None:
                    help="with --save: the entry matches only this pair (by content fingerprint)")
     p.add_argument("--profile", metavar="FILE",
                    help="with --save: the profile TOML it writes (default: the user profile)")
-    attention.add_arg(p)
+    add_verify_attention(p)
     # Not given: "auto" on the engine path, the stock server on the served path (given there, it
     # runs mlx_lm.server in-process with the dispatcher in that mode).
     p.set_defaults(verify_attention=None)
-    linear.add_arg(p)
+    add_verify_linear(p)
     from console import served
 
     served.add_arguments(p)
@@ -472,8 +443,8 @@ def register(sub) -> None:
                                      "the target's context)")
     p.add_argument("--repeats", type=integer(1, 1000, "timed repeats"), default=7,
                    help="timed repeats per row count (median), 1..1000")
-    attention.add_arg(p)
-    linear.add_arg(p)
+    add_verify_attention(p)
+    add_verify_linear(p)
     distributed.add_arguments(p, drafter=False)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)

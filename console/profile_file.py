@@ -18,12 +18,16 @@ from typing import Iterator
 from console import atomic
 from policy import files
 from policy import profile as profiles
+from policy.errors import ExitCode
 
 LOCK_WAIT_S = 10.0  # a save waits this long for another writer, then says who holds the lock
 
 
 class ProfileBusy(profiles.ProfileError):
-    """Another process held the profile's lock for longer than a save waits."""
+    """Another process held the profile's lock for longer than a save waits: a check that
+    failed (the lock stayed held), not bad input."""
+
+    exit_code = ExitCode.CHECK_FAILED
 
 
 def real_path(path: Path | None) -> Path:

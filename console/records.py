@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from console import atomic
+from policy.integers import IntegerError, parse_int
 
 
 def default_dir() -> Path:
@@ -34,8 +35,10 @@ def clean_leftovers(directory: Path) -> list[Path]:
     removed = []
     for tmp in Path(directory).glob(".record.*.tmp"):
         parts = tmp.name.split(".")
-        pid = int(parts[2]) if len(parts) > 3 and parts[2].isascii() and parts[2].isdigit() \
-            and len(parts[2]) <= 10 else None
+        try:
+            pid = parse_int(parts[2], 1, signed=False) if len(parts) > 3 else None
+        except IntegerError:
+            pid = None
         if pid is not None and _alive(pid):
             continue
         if pid is None and time.time() - tmp.stat().st_mtime < 3600:

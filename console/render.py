@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 BAR = 40
 
 
@@ -30,6 +33,33 @@ def arm_rows(session) -> list[tuple[str, float, float, float, str]]:
             continue
         note = "" if a.verdict in (Verdict.CONTROL, Verdict.UNDECIDED) else a.verdict.value
         out.append((a.name, r.min, r.median, r.max, note))
+    return out
+
+
+@dataclass(frozen=True)
+class ArmRow:
+    """One row of the arms table: what the console's table and sweep's print both show."""
+
+    name: str
+    width: int | None
+    decode: Any  # policy.verdict.Range of decode tok/s
+    e2e: Any  # the same, end to end
+    acceptance: str  # "0.812", or "-" where nothing was drafted
+    identity: str  # "identical", "differs @ 5", or "-" (classic)
+    verdict: Any  # policy.verdict.Verdict
+
+
+def arm_table(session) -> list[ArmRow]:
+    """Every arm that ran, classic first, in the words both front ends use."""
+    out = []
+    for arm in [session.classic, *session.arms]:
+        d, e = arm.decode_range(), arm.e2e_range()
+        if d is None:
+            continue
+        acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
+        ident = "-" if arm.identity is None else (
+            "identical" if arm.identity.identical_ids else f"differs @ {arm.identity.first_divergence}")
+        out.append(ArmRow(arm.name, arm.width, d, e, acc, ident, arm.verdict))
     return out
 
 

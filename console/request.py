@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Mapping
 
-from console.inputs import InputError, user_path
+from console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError, user_path  # noqa: F401 (the field names)
+from policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
@@ -33,24 +34,19 @@ class Field(str, Enum):
     MAX_SECONDS = "max seconds"
 
 
-CLI_NAMES: Mapping[Field, str] = {
-    Field.WIDTHS: "--widths", Field.N: "-n", Field.TOKENS: "--max-tokens", Field.PROMPT: "--prompt",
-    Field.PROMPT_FILE: "--prompt-file", Field.MAX_REPS: "--max-reps", Field.MAX_SECONDS: "--max-seconds",
-}
-CONSOLE_NAMES: Mapping[Field, str] = {f: f"{f.value} field" for f in Field}
-
-
 class FieldError(InputError):
-    """One field is wrong. ``str()`` words it for the command line; ``say`` for another front end."""
+    """One field is wrong: its value and the problem; the front end words the field's name
+    (``say(CLI_NAMES)``: ``-n 0: must be at least 1``; ``say(CONSOLE_NAMES)``: ``n field 0: ...``)."""
 
     def __init__(self, field: Field, value: object, problem: str) -> None:
         self.field, self.value, self.problem = field, value, problem
-        super().__init__(self.say(CLI_NAMES))
+        v = value
+        self.shown = "" if v is None else f" {shorten(repr(v), 80)}" if field is Field.WIDTHS else f" {shorten(v, 80)}"
+        super().__init__(f"{self.shown}: {problem}".lstrip(), field.value)
 
-    def say(self, names: Mapping[Field, str]) -> str:
-        v = self.value
-        shown = "" if v is None else f" {v!r}" if self.field is Field.WIDTHS else f" {v}"
-        return f"{names[self.field]}{shown}: {self.problem}"
+    def say(self, names: Mapping[str, str] | None = None) -> str:
+        word = (names or {}).get(self.field.value) or self.field.value
+        return f"{word}{self.shown}: {self.problem}"  # the value between the name and the problem
 
 
 @dataclass(frozen=True)
@@ -127,24 +123,25 @@ def parse_widths(text: str) -> tuple[int, ...]:
         if not part:
             raise FieldError(Field.WIDTHS, text, "empty: give widths such as 2,4,8"
                              if not str(text).strip() else "an empty entry between commas")
-        if not part.isascii() or not part.isdigit():  # int() also reads '1_0' and '٤'
-            raise FieldError(Field.WIDTHS, text, f"{part!r} is not an integer")
-        w = int(part)
-        if not MIN_WIDTH <= w <= MAX_WIDTH:
-            raise FieldError(Field.WIDTHS, text,
-                             f"width {w} is out of range; each width is {MIN_WIDTH}..{MAX_WIDTH}")
+        try:
+            w = parse_int(part, MIN_WIDTH, MAX_WIDTH, signed=False)
+        except IntegerError as e:
+            if not e.out_of_range:
+                raise FieldError(Field.WIDTHS, text, f"{shorten(repr(part))} is not an integer") from None
+            raise FieldError(Field.WIDTHS, text, f"width {e.shown} is out of range; each width is "
+                                                 f"{MIN_WIDTH}..{MAX_WIDTH}") from None
         out.append(w)
     return tuple(dict.fromkeys(out))
 
 
 def _count(field: Field, value: str | int, least: int = 1) -> int:
-    t = str(value).strip()
-    if not t.isascii() or not t.isdigit():  # int() also reads '1_0' and non-ASCII digits
-        raise FieldError(field, value, "must be a whole number")
-    v = int(t)
-    if v < least:
-        raise FieldError(field, value, f"must be at least {least}")
-    return v
+    try:
+        return parse_int(value, least, signed=False)
+    except IntegerError as e:
+        if not e.out_of_range:
+            raise FieldError(field, value, "must be a whole number") from None
+        raise FieldError(field, value, f"must be at least {least}" if e.value is not None
+                         else f"must be a whole number of at most {MAX_DIGITS} digits") from None
 
 
 def session_request(*, widths: str, n: str | int, tokens: str | int, prompt: str,
@@ -180,11 +177,11 @@ def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
     if prompt is not None and prompt_file is not None:
         raise InputError("give --prompt or --prompt-file, not both")
     if prompt_file is not None:
-        p = user_path(prompt_file, "--prompt-file")
+        p = user_path(prompt_file, Field.PROMPT_FILE.value)
         try:
             return files.read_text(p, MAX_PROMPT_BYTES)
         except files.FileProblem as e:
-            raise InputError(f"--prompt-file {e}") from None
+            raise e.about(Field.PROMPT_FILE.value) from None
     return prompt if prompt is not None else DEFAULT_PROMPT
 
 
@@ -197,18 +194,47 @@ def add_pair_args(p: argparse.ArgumentParser, draft_required: bool = False) -> N
                    help="which demo target when --target is not given (default bf16)")
 
 
+def add_verify_attention(p: argparse.ArgumentParser, *, served: bool = False) -> None:
+    """``--verify-attention``, as every command and lab tool that decodes declares it: one default,
+    one help, and the choices checked as the arguments are parsed, so a bad name stops before any
+    model loads (the modes are engine.attention's). ``served``: for ``serve``, where not giving it
+    means the stock mlx_lm.server and giving it runs the server in-process with the dispatcher."""
+    from engine.attention import CHOICES, VerifyAttention
+
+    if served:
+        p.add_argument("--verify-attention", choices=CHOICES, default=None,
+                       help="run mlx_lm.server in-process with blockwidth's verify-attention dispatcher "
+                            "in this mode (auto: plain on CUDA; on CPU and Metal a no-op route); "
+                            "default: the stock mlx_lm.server")
+        return
+    p.add_argument("--verify-attention", choices=CHOICES, default=VerifyAttention.AUTO.value,
+                   help="attention of verify forwards (2..64 rows against the KV cache): auto = "
+                        "plain on CUDA (no per-length cuDNN plan), fused elsewhere")
+
+
+def add_verify_linear(p: argparse.ArgumentParser) -> None:
+    """``--verify-linear``, declared once as ``--verify-attention`` is (engine.linear's modes)."""
+    from engine.linear import CHOICES, VerifyLinear
+
+    p.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
+                   help="projections of verify forwards: auto = stock (or qmv where a committed "
+                        "measurement has it winning); gather keeps 2..64-row 16-bit projections "
+                        "off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads the "
+                        "weights once for all rows, qmv 2..8-row affine 4- and 8-bit ones (CUDA; "
+                        "engine/linear.py)")
+
+
 def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
     """An argparse type: ASCII digits only (int() also reads '1_0' and Arabic-Indic digits),
     within [lo, hi]; ``why`` says where the bound comes from."""
     def parse(text: str) -> int:
-        t = text.strip()
-        digits = t[1:] if t[:1] in "+-" else t
-        if not digits or not digits.isascii() or not digits.isdigit():
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (ASCII digits only)")
-        v = int(t)
-        if not lo <= v <= hi:
-            raise argparse.ArgumentTypeError(f"{v} is out of range {lo}..{hi}" + (f" ({why})" if why else ""))
-        return v
+        try:
+            return parse_int(text, lo, hi)
+        except IntegerError as e:
+            if not e.out_of_range:
+                raise argparse.ArgumentTypeError(f"{shorten(repr(text))} is not an integer (ASCII digits only)") from None
+            raise argparse.ArgumentTypeError(f"{e.shown} is out of range {lo}..{hi}"
+                                             + (f" ({why})" if why else "")) from None
     return parse
 
 

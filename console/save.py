@@ -29,7 +29,7 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
                           path=path, concurrency=concurrency, server=server)
     if isinstance(entry, Refusal):
         return None, entry.say(front or Front.CLI)
-    path = user_path(profile_path, "--profile") if profile_path is not None else None
+    path = user_path(profile_path, "profile") if profile_path is not None else None
     prof = profile_file.save(path, entry)
     what = f"width {entry.width}" if entry.width is not None else "decline (no width beat classic)"
     return f"{what} for {entry.describe_keys()} in {prof.path}", None

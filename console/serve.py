@@ -97,10 +97,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     extra = list(getattr(args, "server_args", []) or [])
     host, port, rest = _split_serve_args(extra)
-    try:
-        rest = list(check_server_args(rest, "serve"))
-    except ServedError as e:
-        raise InputError(str(e)) from None
+    rest = list(check_server_args(rest, "serve"))  # a ServedError names what is wrong
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
                                   variant=args.demo_target, path="mlx-lm-server",
@@ -134,7 +131,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 server.start()
                 server.wait_ready(time.monotonic() + timeout)
             except ServedError as e:
-                raise InputError(f"serve: {e}") from None
+                raise ServedError(f"serve: {e}") from None
             print(f"blockwidth serve: ready at {server.url} (pid {server.pid}, {server.ready_s:.1f} s)",
                   file=sys.stderr, flush=True)
             code = server.proc.wait()
@@ -177,8 +174,8 @@ class _interruptible:
 
 
 def register(sub, resolution_args, pair_args) -> None:
+    from console.request import add_verify_attention
     from console.served import _ready_timeout
-    from engine.attention import CHOICES
 
     p = sub.add_parser("serve", help=SERVE_HELP, allow_abbrev=False,
                        description=SERVE_HELP + ". Any option not listed here is mlx_lm.server's "
@@ -188,10 +185,7 @@ def register(sub, resolution_args, pair_args) -> None:
     p.add_argument("--concurrency", type=_concurrency, default=1, metavar="N",
                    help="the load it will serve: picks the profile entry measured at N concurrent "
                         "requests (else the nearest level below)")
-    p.add_argument("--verify-attention", choices=CHOICES, default=None,
-                   help="run mlx_lm.server in-process with blockwidth's verify-attention dispatcher "
-                        "in this mode (auto: plain on CUDA; on CPU and Metal a no-op route); "
-                        "default: the stock mlx_lm.server")
+    add_verify_attention(p, served=True)
     p.add_argument("--ready-timeout", type=_ready_timeout, default=None, metavar="S",
                    help="seconds mlx_lm.server may take to load and answer (default 180)")
     p.set_defaults(func=cmd_serve)

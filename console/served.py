@@ -13,7 +13,7 @@ import shlex
 import sys
 from typing import Any
 
-from console.inputs import CLI_PAIR_NAMES, ExitCode, InputError, pair_paths
+from console.inputs import ExitCode, InputError, pair_paths
 
 PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or mlx-lm-server (the "
              "installed mlx_lm.server on loopback: one process with the draft model, one without, "
@@ -77,14 +77,13 @@ def served_only(args: argparse.Namespace) -> None:
 
 
 def server_args(text: str) -> tuple[str, ...]:
-    from engine.served import ServedError, check_server_args
+    from engine.served import check_server_args
 
     try:
-        return check_server_args(shlex.split(text or ""))
+        words = shlex.split(text or "")
     except ValueError as e:  # shlex: an unclosed quote
         raise InputError(f"--server-args {text!r}: {e}") from None
-    except ServedError as e:
-        raise InputError(str(e)) from None
+    return check_server_args(words)  # a ServedError names what is wrong
 
 
 def cmd_sweep_served(args: argparse.Namespace) -> int:
@@ -95,7 +94,6 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     from console.request import read_prompt, session_request
     from engine import host
     from engine.ab import AbConfig
-    from engine.pair import PairError
     from engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
     from policy.drafter import DrafterKind
 
@@ -126,10 +124,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     if args.save:
         profile_for_save(args.profile)
     paths = pair_paths(args.target, args.draft, args.demo_target, "model", weights=True)
-    try:
-        pair = served_pair(paths.target, paths.drafter, CLI_PAIR_NAMES)
-    except PairError as e:
-        raise InputError(str(e)) from None
+    pair = served_pair(paths.target, paths.drafter)
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
@@ -173,7 +168,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         saved = refusal = None
         if args.save:
             from console.save import save_session
-            from policy.profile import ProfileBusy
+            from console.profile_file import ProfileBusy
 
             srv = {"mlx_lm": rec["server"]["mlx_lm"], "args": list(extra),
                    "verify_attention": args.verify_attention}
@@ -191,7 +186,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         session = run_served(pair, config, on_event=on_event, on_server=on_server, on_level=on_level,
                              cancel=cancel)
     except ServedError as e:
-        raise InputError(str(e) + _kept(written)) from None
+        raise ServedError(str(e) + _kept(written)) from None
     except KeyboardInterrupt:
         cancel.set()
         if written:

@@ -442,8 +442,8 @@ class Session:
     def rollback_line(self) -> str:
         """How the target's cache went back to the kept rows each round, and what it cost."""
         runs = [r for a in self.arms for r in a.runs]
-        if not runs:
-            return ""
+        if not runs or not hasattr(runs[0], "rollback"):
+            return ""  # a served run: the server's cache is its own, not timed from here
         info = runs[0].rollback or {}
         method = info.get("method") or "trim"
         how = ("KV rows trimmed" if method == "trim" else

@@ -36,7 +36,6 @@ and only in the thread that entered it.
 
 from __future__ import annotations
 
-import argparse
 import struct
 import threading
 from contextlib import contextmanager
@@ -76,15 +75,6 @@ def parse_mode(kind: type[Enum], value, label: str):
     except ValueError:
         choices = ", ".join(m.value for m in kind)
         raise ValueError(f"{label} {value!r}: expected one of {choices}") from None
-
-
-def add_arg(parser: argparse.ArgumentParser) -> None:
-    """``--verify-attention``, as every command and tool that decodes declares it: one default, one
-    help, and the choices checked as the arguments are parsed, so a bad name stops before any
-    model loads."""
-    parser.add_argument("--verify-attention", choices=CHOICES, default=VerifyAttention.AUTO.value,
-                        help="attention of verify forwards (2..64 rows against the KV cache): auto = "
-                             "plain on CUDA (no per-length cuDNN plan), fused elsewhere")
 
 
 def parse(value: str | VerifyAttention | None) -> VerifyAttention:

@@ -10,10 +10,12 @@ import struct
 from pathlib import Path
 from typing import Any
 
+from policy.errors import BlockwidthError
+
 _SAMPLE = 1 << 16
 
 
-class CheckpointError(Exception):
+class CheckpointError(BlockwidthError):
     """A weights file that is missing or unreadable; the message names the file."""
 
 

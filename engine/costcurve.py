@@ -22,6 +22,10 @@ from typing import Callable, Sequence
 
 import mlx.core as mx
 
+from policy.errors import InputError
+from policy.integers import IntegerError, parse_int, shorten
+
+MAX_ROWS = 512  # row counts a cost curve takes
 DEFAULT_ROWS = tuple(range(1, 17)) + (24, 32)
 
 
@@ -90,20 +94,23 @@ def context_ids(n: int) -> list[int]:
 
 
 def parse_rows(text: str) -> tuple[int, ...]:
-    """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts >= 1."""
+    """``1-16``, ``1,2,4,8``, ``1-8,16,32`` -> sorted unique row counts >= 1; InputError (rows)."""
+    shown = shorten(repr(text))
     out: set[int] = set()
     try:
         for part in text.split(","):
             part = part.strip()
-            if "-" in part:
-                a, b = (int(x) for x in part.split("-", 1))
+            if "-" in part:  # each bound within 1..512 before a range is built from it
+                a, b = (parse_int(x, 1, MAX_ROWS, signed=False) for x in part.split("-", 1))
                 out.update(range(a, b + 1))
             elif part:
-                out.add(int(part))
-    except ValueError:
-        raise ValueError(f"--rows {text!r}: expected numbers and ranges like 1-16,24,32") from None
-    if not out or min(out) < 1 or max(out) > 512:
-        raise ValueError(f"--rows {text!r}: row counts must be 1..512")
+                out.add(parse_int(part, 1, MAX_ROWS, signed=False))
+    except IntegerError as e:
+        if e.out_of_range:
+            raise InputError(f"{shown}: row counts must be 1..{MAX_ROWS}", "rows") from None
+        raise InputError(f"{shown}: expected ASCII numbers and ranges like 1-16,24,32", "rows") from None
+    if not out:
+        raise InputError(f"{shown}: row counts must be 1..{MAX_ROWS}", "rows")
     return tuple(sorted(out))
 
 

@@ -18,9 +18,10 @@ from engine.attention import VerifyAttention, verify_attention
 from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
 from engine.linear import VerifyLinear, prepare, verify_linear
+from policy.errors import BlockwidthError
 
 
-class DecodeError(ValueError):
+class DecodeError(BlockwidthError, ValueError):
     """Bad decode input: the message names it."""
 
 

@@ -11,6 +11,7 @@ import warnings
 from typing import Any, Iterator, Mapping
 
 from policy.device import Backend, Device, Group, sm_of, visible_device
+from policy.integers import IntegerError, parse_int
 
 _group: Group | None = None  # the group this process is a rank of (engine.distributed.join)
 
@@ -90,10 +91,14 @@ def nvml_handle(lib: Any, env: Mapping[str, str] | None = None) -> Any:
     first = visible_device(os.environ if env is None else env)
     if first is None:
         return lib.nvmlDeviceGetHandleByIndex(0)
-    if first.isdigit():
+    try:
+        index = parse_int(first, 0, signed=False)
+    except IntegerError:
+        index = None
+    if index is not None:
         # CUDA orders by speed unless CUDA_DEVICE_ORDER=PCI_BUS_ID; NVML by bus. probe()
         # cross-checks the name with MLX's own when they could differ.
-        return lib.nvmlDeviceGetHandleByIndex(int(first))
+        return lib.nvmlDeviceGetHandleByIndex(index)
     if first.upper().startswith(("GPU-", "MIG-")):
         return lib.nvmlDeviceGetHandleByUUID(first)
     raise LookupError(f"CUDA_VISIBLE_DEVICES={first!r} names no GPU NVML can find")

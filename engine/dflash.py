@@ -33,11 +33,12 @@ from engine import hidden
 from policy.config import ConfigError, size
 from policy.config import read_config as config_file
 from policy.drafter import DrafterKind
+from policy.errors import BlockwidthError
 
 ARCHITECTURE = "DFlashDraftModel"
 
 
-class DrafterFormatError(ValueError):
+class DrafterFormatError(BlockwidthError, ValueError):
     """A drafter checkpoint this engine refuses; the message is one line naming what is wrong."""
 
 

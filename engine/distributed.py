@@ -30,10 +30,16 @@ import mlx.core as mx
 
 from policy.device import GROUP_BACKENDS, Device, Group, Member, Sharding
 from policy.drafter import DrafterKind
+from policy.errors import BlockwidthError, ExitCode
 
 
-class DistributedError(Exception):
-    """A group that cannot be formed or used, or ranks that disagree; one line that says which."""
+class DistributedError(BlockwidthError):
+    """A group that cannot be formed or used, or ranks that disagree; one line that says which.
+    Ranks that part mid-session end the command with 1 (a failed measurement); a group or a
+    target that cannot be used is bad input (2, and the input it is about: ``distributed``,
+    ``target``)."""
+
+    exit_code = ExitCode.CHECK_FAILED
 
 
 # Where a model drafter runs: on every rank (replicated: each proposes the same tokens, nothing
@@ -106,6 +112,11 @@ class Rank:
                                                 for i, (h, d) in enumerate(zip(self.hosts, self.devices))]}
 
 
+def _refused(sharding: Sharding, why: str) -> DistributedError:
+    """A group that cannot be joined, said of --distributed and its sharding."""
+    return DistributedError(f"{sharding.value}: {why}", "distributed", ExitCode.USAGE)
+
+
 def init(backend: str | None, sharding: Sharding | str) -> Rank:
     """Join the group this process was launched into (``backend`` None: the one the launcher's
     variables name), read every rank's device, and make the probe answer with the group."""
@@ -116,20 +127,20 @@ def init(backend: str | None, sharding: Sharding | str) -> Rank:
     sharding = Sharding(sharding)
     backend = backend or launched_backend(os.environ)
     if backend is None:
-        raise DistributedError("no group to join: this process was not started by mlx.launch (or "
-                               "mpirun); run under mlx.launch, or give --ranks N")
+        raise _refused(sharding, "no group to join: this process was not started by mlx.launch (or "
+                                 "mpirun); run under mlx.launch, or give --ranks N")
     if backend not in GROUP_BACKENDS:
-        raise DistributedError(f"backend {backend!r}: MLX's are {', '.join(GROUP_BACKENDS)}")
+        raise _refused(sharding, f"backend {backend!r}: MLX's are {', '.join(GROUP_BACKENDS)}")
     if not mx.distributed.is_available(backend):
-        raise DistributedError(f"backend {backend}: not available in this MLX build "
-                               f"(mx.distributed.is_available({backend!r}) is False)")
+        raise _refused(sharding, f"backend {backend}: not available in this MLX build "
+                                 f"(mx.distributed.is_available({backend!r}) is False)")
     try:
         group = mx.distributed.init(strict=True, backend=backend)
     except RuntimeError as e:
-        raise DistributedError(f"backend {backend}: the group cannot be formed ({' '.join(str(e).split())})") from None
+        raise _refused(sharding, f"backend {backend}: the group cannot be formed ({' '.join(str(e).split())})") from None
     if group.size() < 2:
-        raise DistributedError(f"backend {backend}: a group of {group.size()}: nothing is sharded "
-                               "over one process")
+        raise _refused(sharding, f"backend {backend}: a group of {group.size()}: nothing is sharded "
+                                 "over one process")
     here = probe_door.probe_alone()
     mine = json.dumps({"device": here.to_dict(), "host": platform.node()}).encode()
     every = [json.loads(b) for b in gather_bytes(group, mine)]
@@ -193,10 +204,16 @@ def _staged(path: Path) -> tempfile.TemporaryDirectory | None:
     return tmp
 
 
+def _unsplit(rank: Rank, why: str) -> DistributedError:
+    """A target this group cannot split, said of --target with the group it was split for."""
+    return DistributedError(f"{why} ({rank.sharding.value}-sharded over {rank.size} ranks)", "target",
+                            ExitCode.USAGE)
+
+
 def load_target(path: Path, rank: Rank):
     """The target's shard on this rank, loaded with mlx-lm's ``sharded_load`` (its model's
     ``shard(group)`` for tensor, ``model.pipeline(group)`` for pipeline). Raises
-    DistributedError naming what mlx-lm cannot split."""
+    DistributedError about the target naming what mlx-lm cannot split."""
     from mlx_lm.utils import load_model, sharded_load
 
     from policy.quantization import read_config
@@ -204,15 +221,15 @@ def load_target(path: Path, rank: Rank):
     path = Path(path)
     why = shard_problem(read_config(path), rank.sharding, rank.size)
     if why:
-        raise DistributedError(f"{path}: {why}")
+        raise _unsplit(rank, f"{path}: {why}")
     lazy, _ = load_model(path, lazy=True, strict=False, trust_remote_code=False)
     inner = getattr(lazy, "model", None)
     if rank.sharding is Sharding.PIPELINE and not hasattr(inner, "pipeline"):
-        raise DistributedError(f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
-                               "pipeline split (model.pipeline(group)); try --distributed tensor")
+        raise _unsplit(rank, f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
+                             "pipeline split (model.pipeline(group)); try --distributed tensor")
     if rank.sharding is Sharding.TENSOR and not hasattr(lazy, "shard"):
-        raise DistributedError(f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
-                               "tensor-parallel split (model.shard(group)); try --distributed pipeline")
+        raise _unsplit(rank, f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
+                             "tensor-parallel split (model.shard(group)); try --distributed pipeline")
     del lazy, inner
     staged = _staged(path) if rank.sharding is Sharding.PIPELINE else None
     where = Path(staged.name) if staged else path
@@ -222,7 +239,7 @@ def load_target(path: Path, rank: Rank):
         model, _ = sharded_load(str(where), pipeline, tensor, trust_remote_code=False,
                                 tokenizer_config={"trust_remote_code": False})
     except (ValueError, OSError) as e:
-        raise DistributedError(f"{path}: mlx-lm cannot shard it ({' '.join(str(e).split())})") from None
+        raise _unsplit(rank, f"{path}: mlx-lm cannot shard it ({' '.join(str(e).split())})") from None
     finally:
         if staged is not None:
             staged.cleanup()  # the weights are read: the links can go

@@ -15,13 +15,15 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
+from policy.errors import BlockwidthError
+
 FINAL = -1  # capture key of the final-normed hidden state (what the LM head reads)
 
 _SUBCLASSES: dict[type, type] = {}
 _SINKS: dict[int, list[mx.array]] = {}
 
 
-class TargetShapeError(ValueError):
+class TargetShapeError(BlockwidthError, ValueError):
     """The target's module tree is not one this engine knows how to tap."""
 
 

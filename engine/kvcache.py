@@ -29,12 +29,14 @@ from typing import Any, Iterator
 
 import mlx.core as mx
 
+from policy.errors import BlockwidthError
 
-class RewindError(ValueError):
+
+class RewindError(BlockwidthError, ValueError):
     """The cache cannot drop the rows it was asked to; the message says which model and cache."""
 
 
-class CacheKindError(ValueError):
+class CacheKindError(BlockwidthError, ValueError):
     """A layer's cache kind that no rewind here handles: refused at load, the message names it."""
 
 
@@ -613,6 +615,8 @@ def plan_config(config: dict) -> CachePlan:
 
     from mlx_lm.utils import _get_classes
 
+    if not config.get("model_type"):
+        raise CacheKindError("config.json names no model_type: mlx-lm cannot build it")
     try:
         model_class, args_class = _get_classes(config)
         model = model_class(args_class.from_dict(json.loads(json.dumps(config))))

@@ -43,7 +43,6 @@ sorted, the same call takes a CUTLASS grouped GEMM, which the probe measured at
 
 from __future__ import annotations
 
-import argparse
 import functools
 import threading
 from contextlib import contextmanager
@@ -115,18 +114,6 @@ def rows_won(passes: list[dict[int, tuple[float, float]]], margin: float = MARGI
 
 
 CHOICES = tuple(m.value for m in VerifyLinear)
-
-
-def add_arg(parser: argparse.ArgumentParser) -> None:
-    """``--verify-linear``, as every command and tool that decodes declares it: one default, one
-    help, and the choices checked as the arguments are parsed, so a bad name stops before any
-    model loads."""
-    parser.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
-                        help="projections of verify forwards: auto = stock (or qmv where a committed "
-                             "measurement has it winning); gather keeps 2..64-row 16-bit projections "
-                             "off cuBLAS on CUDA; gemv sends 2..8-row ones to a kernel that reads the "
-                             "weights once for all rows, qmv 2..8-row affine 4- and 8-bit ones (CUDA; "
-                             "engine/linear.py)")
 
 
 def parse(value: str | VerifyLinear | None) -> VerifyLinear:

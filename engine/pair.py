@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -19,6 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from engine.checkpoint import CheckpointError, fingerprint, pair_key, read_header, weight_files  # noqa: E402
 from policy.config import size  # noqa: E402
 from policy.drafter import DrafterKind, detect_drafter  # noqa: E402
+from policy.errors import BlockwidthError  # noqa: E402
 from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
@@ -32,13 +33,9 @@ _SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
               "num_attention_heads", "num_key_value_heads", "head_dim", "max_position_embeddings")
 
 
-class PairError(Exception):
-    """A pair that cannot be loaded; the message names the input and what is wrong."""
-
-
-# How an error names the two inputs: these words, or a front end's own (the command line's
-# --target and --draft), so that a broken file reads the same in every command that meets it.
-ROLE_WORDS: Mapping[str, str] = {"target": "target", "draft": "drafter"}
+class PairError(BlockwidthError):
+    """A pair that cannot be loaded: what is wrong, and which input (``target`` or ``draft``),
+    which each front end words its way (the command line's --target, the console's field)."""
 
 
 @dataclass
@@ -85,28 +82,28 @@ def _check_folder(path: Path, what: str) -> dict:
     try:
         config = read_config(path)
     except ConfigError as e:
-        raise PairError(f"{what} {e}") from None
+        raise PairError(e.message, what) from None
     for key in _SIZE_KEYS:
         v = size(config, key)
         # None is a stated "not set" (some configs write head_dim: null); bool is not a size
         if v is not None and (not isinstance(v, int) or isinstance(v, bool) or v < 1):
-            raise PairError(f"{what} {path / 'config.json'}: {key} = {v!r}: expected a positive integer")
+            raise PairError(f"{path / 'config.json'}: {key} = {v!r}: expected a positive integer", what)
     # mlx-lm and transformers open these without asking what they are: a FIFO would block
     # the load forever, /dev/zero would never end.
     for f in sorted(path.iterdir()):
         if f.suffix in _READ_BY_LOADERS and not f.is_file():
-            raise PairError(f"{what} {f}: is not a regular file")
+            raise PairError(f"{f}: is not a regular file", what)
     try:
         files = weight_files(path)
     except CheckpointError as e:
-        raise PairError(f"{what} {e}") from None
+        raise PairError(e.message, what) from None
     if not files:
-        raise PairError(f"{what} {path}: no *.safetensors weights")
+        raise PairError(f"{path}: no *.safetensors weights", what)
     for f in files:
         try:
             read_header(f)
         except CheckpointError as e:
-            raise PairError(f"{what} {e}") from None
+            raise PairError(e.message, what) from None
     return config
 
 
@@ -122,10 +119,10 @@ def _load_model(path: Path, what: str):
     try:
         model, _ = load_model(path, lazy=False, trust_remote_code=False)
     except KeyError as e:  # a key mlx-lm reads from config.json is missing
-        raise PairError(f"{what} {path}: mlx-lm cannot load it: a key it reads is missing "
-                        f"({e.args[0]!r}, in config.json or the weights)") from None
+        raise PairError(f"{path}: mlx-lm cannot load it: a key it reads is missing "
+                        f"({e.args[0]!r}, in config.json or the weights)", what) from None
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
-        raise PairError(f"{what} {path}: mlx-lm cannot load it ({_one_line(e)})") from None
+        raise PairError(f"{path}: mlx-lm cannot load it ({_one_line(e)})", what) from None
     return model
 
 
@@ -146,7 +143,7 @@ def _load_tokenizer(path: Path, what: str, config: dict):
         return load_tokenizer(path, tokenizer_config_extra={"trust_remote_code": False},
                               eos_token_ids=size(config, "eos_token_id"))
     except Exception as e:
-        raise PairError(f"{what} {path}: tokenizer cannot be loaded ({_one_line(e)})") from None
+        raise PairError(f"{path}: tokenizer cannot be loaded ({_one_line(e)})", what) from None
 
 
 def _vocab(tokenizer) -> dict:
@@ -157,15 +154,14 @@ def _vocab(tokenizer) -> dict:
 
 
 def load_pair(target: Path | str, drafter: Path | str | None = None,
-              kind: DrafterKind | str | None = None, names: Mapping[str, str] = ROLE_WORDS, *,
+              kind: DrafterKind | str | None = None, *,
               target_loader: Callable[[Path], Any] | None = None, drafter_model: bool = True) -> Pair:
-    """Load a pair. ``drafter=None`` means the lookup drafter. ``names``: what errors call the
-    target and the drafter (keys ``target`` and ``draft``). ``target_loader``: loads the target's
-    model instead of mlx-lm's ``load_model`` (a shard of it: engine.distributed); with
-    ``drafter_model=False`` a model drafter is checked but its weights are not loaded (a rank
-    that does not draft)."""
+    """Load a pair. ``drafter=None`` means the lookup drafter. A PairError names the input it
+    is about (``target`` or ``draft``). ``target_loader``: loads the target's model instead of
+    mlx-lm's ``load_model`` (a shard of it: engine.distributed); with ``drafter_model=False`` a
+    model drafter is checked but its weights are not loaded (a rank that does not draft)."""
     target = Path(target)
-    tname, dname = names["target"], names["draft"]
+    tname, dname = "target", "draft"
     tconfig = _check_folder(target, tname)
     if kind is not None:
         kind = DrafterKind(kind)
@@ -180,9 +176,9 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
                         f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
                         f"resolves a width for {kind.value}")
     if kind in (DrafterKind.MODEL, DrafterKind.DFLASH) and drafter is None:
-        raise PairError(f"drafter kind {kind.value} needs --draft (a drafter checkpoint folder)")
+        raise PairError(f"missing: drafter kind {kind.value} needs a drafter checkpoint folder", "draft")
     if kind is DrafterKind.LOOKUP and drafter is not None:
-        raise PairError(f"--draft {drafter} given with --kind lookup: prompt lookup uses no checkpoint")
+        raise PairError(f"{drafter} given with drafter kind lookup: prompt lookup uses no checkpoint", "draft")
 
     model = target_loader(target) if target_loader is not None else _load_model(target, tname)
     tokenizer = _load_tokenizer(target, tname, tconfig)
@@ -192,14 +188,14 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         tv = size(tconfig, "vocab_size")
         dv = size(dconfig, "vocab_size")
         if tv != dv:
-            raise PairError(f"{dname} {drafter}: vocabulary of {dv} tokens differs from target "
-                            f"{target}'s {tv}; a model drafter must share the target's tokenizer")
+            raise PairError(f"{drafter}: vocabulary of {dv} tokens differs from target "
+                            f"{target}'s {tv}; a model drafter must share the target's tokenizer", dname)
         if any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
             dtok = _load_tokenizer(drafter, dname, dconfig)
             a, b = _vocab(tokenizer), _vocab(dtok)
             if a and b and a != b:
-                raise PairError(f"{dname} {drafter}: tokenizer of {len(b)} tokens differs from target "
-                                f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
+                raise PairError(f"{drafter}: tokenizer of {len(b)} tokens differs from target "
+                                f"{target}'s {len(a)}; a model drafter must share the target's tokenizer", dname)
         if drafter_model:  # a rank that does not draft checks the drafter but holds none
             pair.drafter = _load_model(drafter, dname)
             pair.drafter_caches = _cache_plan(pair.drafter, drafter, dname)

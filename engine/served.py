@@ -38,6 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from policy.errors import BlockwidthError
 from policy.profile import MAX_CONCURRENCY, PATH_SERVER
 
 HOST = "127.0.0.1"
@@ -53,7 +54,7 @@ DISPATCH_COMMAND = ("-m", "engine.mlxserver")
 OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--port")
 
 
-class ServedError(Exception):
+class ServedError(BlockwidthError):
     """The served path cannot go on: one line naming the server and what happened."""
 
 
@@ -673,21 +674,22 @@ class ServedPair:
                 f"(model), served by mlx_lm.server {server_version()}")
 
 
-def served_pair(target: Path, drafter: Path, names: dict[str, str]) -> ServedPair:
+def served_pair(target: Path, drafter: Path) -> ServedPair:
     """Check the pair as the engine path checks it (configs, weights' headers, one tokenizer),
-    without loading weights: the server loads them. Raises engine.pair.PairError."""
+    without loading weights: the server loads them. Raises engine.pair.PairError, naming its
+    input (``target`` or ``draft``)."""
     from engine.checkpoint import fingerprint
     from engine.pair import PairError, _check_folder, _load_tokenizer
     from policy.drafter import DrafterKind
     from policy.quantization import classify, read_sidecar
 
-    tconfig = _check_folder(target, names["target"])
-    dconfig = _check_folder(drafter, names["draft"])
+    tconfig = _check_folder(target, "target")
+    dconfig = _check_folder(drafter, "draft")
     if tconfig.get("vocab_size") != dconfig.get("vocab_size"):
-        raise PairError(f"{names['draft']} {drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
+        raise PairError(f"{drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
                         f"differs from target {target}'s {tconfig.get('vocab_size')}; a draft model "
-                        f"must share the target's tokenizer")
-    tokenizer = _load_tokenizer(target, names["target"], tconfig)
+                        f"must share the target's tokenizer", "draft")
+    tokenizer = _load_tokenizer(target, "target", tconfig)
     return ServedPair(Path(target), Path(drafter), classify(tconfig, read_sidecar(target)),
                       {"target": fingerprint(target), "drafter": fingerprint(drafter)}, tconfig,
                       tokenizer, DrafterKind.MODEL)

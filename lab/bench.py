@@ -26,8 +26,7 @@ import time
 import mlx.core as mx
 
 # Checked when the arguments are parsed: a bad name stops the tool before any model loads.
-from engine.attention import add_arg as add_attention_arg
-from engine.linear import add_arg as add_linear_arg
+from console.request import add_verify_attention, add_verify_linear  # the product's declarations
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,8 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prompts-file", help="JSON list of prompts (default: the demo prompts)")
     ap.add_argument("--fresh", action="store_true",
                     help="a new prompt for every repetition; the first prompt only warms up")
-    add_attention_arg(ap)
-    add_linear_arg(ap)
+    add_verify_attention(ap)
+    add_verify_linear(ap)
     ap.add_argument("--json-out", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
     from engine.demo.prompts import DEMO_PROMPTS, PromptsFileError, read_prompts

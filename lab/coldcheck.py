@@ -21,8 +21,7 @@ import time
 from pathlib import Path
 
 # Checked when the arguments are parsed: a bad name stops the tool before any model loads.
-from engine.attention import add_arg as add_attention_arg
-from engine.linear import add_arg as add_linear_arg
+from console.request import add_verify_attention, add_verify_linear  # the product's declarations
 
 TOLERANCE = 0.10
 
@@ -96,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-tokens", type=int, default=128)
     ap.add_argument("--prompt-file")
     ap.add_argument("--prompt-index", type=int, default=0)
-    add_attention_arg(ap)
-    add_linear_arg(ap)
+    add_verify_attention(ap)
+    add_verify_linear(ap)
     ap.add_argument("--fresh-runs", type=int, default=1, help="fresh processes per arm (median)")
     ap.add_argument("--out", type=Path)
     ap.add_argument("--one", help=argparse.SUPPRESS)

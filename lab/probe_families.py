@@ -61,7 +61,7 @@ def config(shape: str) -> dict:
 def write_target(out: Path, shape: str, quant: str, seed: int = 0) -> Path:
     from mlx_lm.utils import quantize_model
 
-    from lab import families
+    from tests import families
 
     cfg = config(shape)
     model = families.build(cfg, seed=seed, dtype="bfloat16")
@@ -129,7 +129,7 @@ def _margin(pair, ids, ref, run, width: int, method, max_abs_diff: float) -> dic
     length, so every round has its shape); engine.identity's rule calls it a near-tie or real."""
     from engine.decode import classic, speculative
     from engine.identity import classify_margin
-    from lab.families import AgreeingDrafter
+    from tests.families import AgreeingDrafter
 
     import mlx.core as mx
 
@@ -166,7 +166,7 @@ def decode_table(pair, width: int, tokens: int) -> dict:
     from engine.decode import classic, speculative
     from engine.identity import probe
     from engine.kvcache import Method
-    from lab.families import AgreeingDrafter
+    from tests.families import AgreeingDrafter
 
     ids = pair.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4)
     ref = classic(pair, ids, tokens)

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from console.request import add_verify_attention
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -142,7 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("-n", type=int, default=3)
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--concurrency", default="1,4", help="the stock step's levels")
-    ap.add_argument("--verify-attention", default="auto", help="the dispatch and engine steps' mode")
+    add_verify_attention(ap)  # the dispatch and engine steps' mode (the product's declaration)
     ap.add_argument("--prompt-file", default=None, help="default: the pair's prompts.json first prompt")
     ap.add_argument("--step-timeout", type=float, default=50.0,
                     help="seconds a step may take (stock, with two levels: twice); 4 steps fit 4 minutes")

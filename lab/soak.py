@@ -18,8 +18,7 @@ import sys
 import time
 
 # Checked when the arguments are parsed: a bad name stops the tool before any model loads.
-from engine.attention import add_arg as add_attention_arg
-from engine.linear import add_arg as add_linear_arg
+from console.request import add_verify_attention, add_verify_linear  # the product's declarations
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -28,8 +27,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--draft")
     ap.add_argument("--rounds", type=int, default=2000)
     ap.add_argument("--width", type=int, default=2)
-    add_attention_arg(ap)
-    add_linear_arg(ap)
+    add_verify_attention(ap)
+    add_verify_linear(ap)
     ap.add_argument("--prompt", default="def main(argv=None):\n    parser = argparse.ArgumentParser(")
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)

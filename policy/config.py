@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
+from policy.errors import BlockwidthError
 
 
 def size(config: Any, key: str, default: Any = None) -> Any:
@@ -39,7 +40,7 @@ def text(config: Any) -> Mapping:
 
 # ---- reading the file ------------------------------------------------------------------------
 
-class ConfigError(Exception):
+class ConfigError(BlockwidthError):
     """A checkpoint folder whose config.json is missing or unreadable, or that asks to run
     its own code."""
 

@@ -14,6 +14,8 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Mapping
 
+from policy.errors import BlockwidthError
+
 
 class Backend(str, Enum):
     CUDA = "cuda"
@@ -149,8 +151,8 @@ class Group:
         return None
 
 
-class GroupSpecError(ValueError):
-    pass
+class GroupSpecError(BlockwidthError, ValueError):
+    """A group table or a group spec (``nccl:2:tensor``) that is wrong: the message names it."""
 
 
 def group_from_dict(d: Mapping[str, Any]) -> Group:
@@ -257,8 +259,8 @@ def mismatch(device: Device, backend: Backend, compute_capability: str | None = 
 _SPEC = re.compile(r"^(cuda|metal|cpu|gpu)(?::(\d+)\.(\d+))?$")
 
 
-class DeviceSpecError(ValueError):
-    pass
+class DeviceSpecError(BlockwidthError, ValueError):
+    """A --device that names no device this tool knows."""
 
 
 def sm_of(cc: str) -> str:
@@ -274,21 +276,21 @@ def parse_device_spec(spec: str) -> Device:
         try:
             return parse_group_spec(group, parse_device_spec(head))
         except GroupSpecError as e:
-            raise DeviceSpecError(f"--device {spec!r}: after @ {str(e).split(': ', 1)[1]}") from None
+            raise DeviceSpecError(f"{spec!r}: after @ {str(e).split(': ', 1)[1]}", "device") from None
     m = _SPEC.match(spec.strip().lower())
     if not m:
         raise DeviceSpecError(
-            f"--device {spec!r}: expected cuda:MAJOR.MINOR (e.g. cuda:9.0, cuda:12.1), metal or cpu, "
-            f"and for a group @BACKEND:RANKS:SHARDING (cuda:9.0@nccl:2:tensor)")
+            f"{spec!r}: expected cuda:MAJOR.MINOR (e.g. cuda:9.0, cuda:12.1), metal or cpu, "
+            f"and for a group @BACKEND:RANKS:SHARDING (cuda:9.0@nccl:2:tensor)", "device")
     kind, major, minor = m.groups()
     if kind in ("cuda", "gpu"):
         if major is None:
             raise DeviceSpecError(
-                f"--device {spec!r}: a CUDA device needs its compute capability, e.g. cuda:9.0")
+                f"{spec!r}: a CUDA device needs its compute capability, e.g. cuda:9.0", "device")
         cc = f"{int(major)}.{int(minor)}"
         return Device(Backend.CUDA, name="", architecture=sm_of(cc), compute_capability=cc)
     if major is not None:
-        raise DeviceSpecError(f"--device {spec!r}: only cuda takes a compute capability")
+        raise DeviceSpecError(f"{spec!r}: only cuda takes a compute capability", "device")
     return Device(Backend(kind))
 
 

@@ -16,12 +16,14 @@ import stat
 from pathlib import Path
 from typing import Any
 
+from policy.errors import BlockwidthError
+
 MiB = 1 << 20
 MAX_JSON_BYTES = 64 * MiB  # configs and tokenizer configs; tokenizer.json is not read here
 MAX_NESTING = 200  # deeper JSON than any real config; deeper TOML than any real profile
 
 
-class FileProblem(ValueError):
+class FileProblem(BlockwidthError, ValueError):
     """A file that cannot be read as asked; str() is '<path>: <what is wrong>'."""
 
 
@@ -126,10 +128,10 @@ def user_path(value: str | os.PathLike, what: str) -> Path:
     """An operator-given path: never empty, ``~`` expanded; FileProblem names the option."""
     text = os.fspath(value)
     if not str(text).strip():
-        raise FileProblem(f"{what} {text!r}: an empty path; name a file or leave the option out")
+        raise FileProblem(f"{text!r}: an empty path; name a file or leave the option out", what)
     if "\0" in str(text):
-        raise FileProblem(f"{what} {text!r}: a path cannot contain a NUL byte")
+        raise FileProblem(f"{text!r}: a path cannot contain a NUL byte", what)
     try:
         return Path(text).expanduser()
     except RuntimeError:  # ~nouser: no such user, or no home directory
-        raise FileProblem(f"{what} {text}: cannot expand '~' (no such user or no home directory)") from None
+        raise FileProblem(f"{text}: cannot expand '~' (no such user or no home directory)", what) from None

@@ -20,6 +20,8 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from policy import files
+from policy.errors import BlockwidthError
+from policy.integers import shorten
 from policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
@@ -206,7 +208,7 @@ class Profile:
         return max(found, key=rank)
 
 
-class ProfileError(Exception):
+class ProfileError(BlockwidthError):
     """A profile that does not parse, validate or cannot be written; str() is located lines,
     at most SHOW_PROBLEMS of them and a count of the rest."""
 
@@ -237,6 +239,8 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ProfileError(path, [f"not valid TOML: {e}"]) from None
+    except ValueError as e:  # tomllib's int() past 4,300 digits: not a TOMLDecodeError
+        raise ProfileError(path, [f"not valid TOML: {shorten(str(e), 120)}"]) from None
     except RecursionError:
         raise ProfileError(path, ["nested too deeply to parse; not a profile"]) from None
     problems: list[str] = []

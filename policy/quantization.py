@@ -16,6 +16,7 @@ from typing import Any, Mapping
 
 from policy.config import ConfigError, read_config, read_sidecar, remote_code  # noqa: F401 (their home)
 from policy.config import text as text_config
+from policy.integers import IntegerError, parse_int
 
 
 class Scheme(str, Enum):
@@ -94,6 +95,14 @@ _NAMED = {
     "awq": (Scheme.AWQ, None, None), "hqq": (Scheme.HQQ, None, None),
     "bitsandbytes": (Scheme.BITSANDBYTES, None, None),
 }
+
+
+def _bits(text: str) -> int | None:
+    """The bits in a name like quanto's ``int4`` (None where they are not a number)."""
+    try:
+        return parse_int(text, 1, 64, signed=False)
+    except IntegerError:
+        return None
 
 
 def _int(v: Any) -> int | None:
@@ -399,7 +408,7 @@ def _quantization_config(qc: Any, dtype: str | None, where: str,
         if w.startswith("float8"):
             return Quantization(Scheme.FP8, 8, None, dtype, detail)
         if w.startswith("int"):
-            return Quantization(Scheme.INT, _int(w[3:]) if w[3:].isdigit() else None, None, dtype, detail)
+            return Quantization(Scheme.INT, _bits(w[3:]), None, dtype, detail)
     if method == "eetq":
         return Quantization(Scheme.INT, 8, None, dtype, detail)
     return Quantization(Scheme.UNKNOWN, bits, group, dtype, f"{detail} is not one this tool knows")

@@ -16,8 +16,10 @@ from enum import Enum
 from typing import Any, Mapping
 
 from policy import table
+from policy.integers import IntegerError, parse_int, shorten
 from policy.device import Backend, Device
 from policy.drafter import DrafterKind
+from policy.errors import BlockwidthError
 from policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
 from policy.quantization import Quantization
 
@@ -45,7 +47,7 @@ def label(source: Source) -> str:
     return _LABEL[source]
 
 
-class WidthError(ValueError):
+class WidthError(BlockwidthError, ValueError):
     """An operator override that is not a valid width. Never a silent fallback."""
 
 
@@ -101,18 +103,15 @@ class Resolution:
 
 def parse_width(value: Any, origin: str) -> int:
     """A width from an operator: an integer MIN_WIDTH..MAX_WIDTH, else WidthError."""
-    text = str(value).strip()
     rng = f"an integer from {MIN_WIDTH} to {MAX_WIDTH} (rows per verify: drafted tokens + 1)"
-    digits = text[1:] if text[:1] in "+-" else text
-    # int() also reads '1_0' and non-ASCII digits ('٤'): an operator typo, not a width.
-    if not digits or not digits.isascii() or not digits.isdigit():
-        shown = repr(value) if len(repr(value)) <= 40 else repr(value)[:37] + "..."
-        raise WidthError(f"{origin} = {shown} is not an integer; expected {rng}")
-    width = int(text)
-    if not MIN_WIDTH <= width <= MAX_WIDTH:
-        why = " (width 1 is classic decoding)" if width in (0, 1) else ""
-        raise WidthError(f"{origin} = {width} is out of range{why}; expected {rng}")
-    return width
+    try:
+        # '1_0' and non-ASCII digits ('٤') are an operator's typo, not a width (policy.integers).
+        return parse_int(value, MIN_WIDTH, MAX_WIDTH)
+    except IntegerError as e:
+        if not e.out_of_range:
+            raise WidthError(f"{origin} = {shorten(repr(value))} is not an integer; expected {rng}") from None
+        why = " (width 1 is classic decoding)" if e.value in (0, 1) else ""
+        raise WidthError(f"{origin} = {e.shown} is out of range{why}; expected {rng}") from None
 
 
 def keyed_on(device: Device, quant: Quantization) -> str:

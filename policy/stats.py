@@ -16,6 +16,8 @@ import random
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
 
+from policy.errors import BlockwidthError
+
 K = TypeVar("K", bound=Hashable)
 
 Sample = tuple[float, float]  # (new tokens, decode seconds) of one run
@@ -28,7 +30,7 @@ EXACT_LIMIT = 100_000  # arrangements enumerated exactly (n = 9 a side with clas
 PERMUTATIONS = 9_999  # Monte Carlo relabellings above the limit: p is at least 1 / 10,000
 
 
-class StatsError(ValueError):
+class StatsError(BlockwidthError, ValueError):
     """Samples the statistics cannot be computed from (none, no time, unequal requests)."""
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from policy import files
+from policy.errors import BlockwidthError
 
 MAX_WORKLOAD_BYTES = 4 * files.MiB
 MAX_REQUESTS = 512  # lines with a request; a session runs every arm on every one of them
@@ -27,7 +28,7 @@ KEYS = ("prompt", "messages", "max_tokens", "id")
 BUILTIN = ("mixed",)  # names --workload takes besides a file
 
 
-class WorkloadError(ValueError):
+class WorkloadError(BlockwidthError, ValueError):
     """A workload that cannot be used; str() is the one line to show (where, what is wrong)."""
 
 

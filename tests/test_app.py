@@ -424,12 +424,12 @@ def test_the_console_runs_and_shows_the_verify_attention_it_was_given(tmp_path):
 
 
 def test_verify_attention_is_a_console_option_and_a_bad_one_is_refused():
-    from console.cli import _apply_before, build_parser
+    from console.cli import build_parser
     from tests.conftest import run_cli
 
     ap = build_parser()
     args = ap.parse_args(["--verify-attention", "bucketed"])
-    _apply_before(ap, args)
+    ap.apply_before(args)
     assert args.command is None and args.verify_attention == "bucketed"  # the console takes it
     out = run_cli("--verify-attention", "cudnn", "resolve")
     assert out.returncode == 2 and "cudnn" in out.stderr and len(out.stderr.strip().splitlines()) == 1

@@ -271,36 +271,6 @@ def test_rows_fits_only_what_its_kernel_assumes():
         assert not attention.rows_fits(*a), why
 
 
-def test_probe_rows_says_why_it_cannot_run_here(capsys):
-    from lab import probe_rows
-
-    assert probe_rows.main(["--rows", "1,4"]) == 2
-    assert "--rows '1,4'" in capsys.readouterr().err
-    assert probe_rows.main(["--modes", "plain,cudnn"]) == 2
-    assert "--modes" in capsys.readouterr().err
-    assert probe_rows.main(["--shape", "70b"]) == 2
-    assert "--shape '70b'" in capsys.readouterr().err
-    assert probe_rows.main([]) == 2  # this CPU: the kernel is CUDA source
-    assert "CUDA source" in capsys.readouterr().err
-
-
-def test_probe_rows_parity_cases_reach_the_kernels_edges():
-    """probe_rows's parity grid: the 1080 cases of the H200 run (batch 1, head sizes 64-128,
-    2-16 rows) never reached what the kernel's source varies with at its limits: a head size
-    of 32 (one value a lane) or 256 (eight, and the largest shared output), a batch stride, 64
-    rows. Each case is one rows_fits takes (a case it refused would only count as failed)."""
-    from lab import probe_rows
-
-    cases = probe_rows.cases()
-    assert len(cases) == 1108 and all(c[1] == 1 and 64 <= c[2] <= 128 and c[5] <= 16 for c in cases[:1080])
-    assert {c[2] for c in cases} >= {32, 256} and any(c[1] == 2 for c in cases)
-    assert any(c[5] == 64 == c[6] for c in cases) and any(c[5] == 64 < c[6] for c in cases)
-    for name, B, D, n_q, n_kv, L, S, causal in cases:
-        dt = (getattr(mx, name),) * 3
-        assert attention.rows_fits((B, n_q, L, D), (B, n_kv, S, D), (B, n_kv, S, D), dt,
-                                   "causal" if causal else None, None, D ** -0.5)
-
-
 def _rows_emulated(q, k, v, scale, causal):
     """The rows kernel's algorithm in numpy, step for step, with the two lines that decide which
     keys a row sees and which KV head a query head reads taken from the CUDA source itself:
@@ -359,17 +329,3 @@ def test_the_rows_kernels_algorithm_matches_attention_with_bottom_right_causal_r
             ref = np.einsum("bhls,bhsd->bhld", w / w.sum(-1, keepdims=True), vv)
             got = _rows_emulated(q, k, v, scale, causal)
             assert np.allclose(got, ref, atol=1e-4), (B, n_q, n_kv, L, S, D, causal)
-
-
-def test_probe_rows_times_every_mode_on_a_cpu_through_probe_overlaps_loop():
-    """probe_rows' timing (the part that needs no CUDA kernel) on a tiny random model: each row
-    count has a median for every mode and that mode's routing, through probe_overlap's verify loop
-    (plain routes every layer's verify call; fused routes none)."""
-    from lab import probe_rows
-
-    out = probe_rows.timing("tiny", [2, 3], 7, ["plain", "fused"])
-    assert set(out) == {"rows2", "rows3"}
-    for per in out.values():
-        assert per["plain"] > 0 and per["fused"] > 0
-        assert per["plain_routing"]["routed_calls"] == 7 * 2  # 7 steps, 2 layers (first pass)
-        assert per["fused_routing"]["routed_calls"] == 0

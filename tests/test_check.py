@@ -198,12 +198,48 @@ def test_default_profile_missing_is_exit_2():
     assert r.returncode == 2 and "no such file" in r.stderr and "give --profile FILE" in r.stderr
 
 
+def test_check_is_a_subcommand_and_dash_dash_check_its_alias(tmp_path, capsys):
+    """``blockwidth check`` and ``blockwidth --check`` are one command: the same document, the
+    same exit code, options before ``check`` honoured as for every subcommand."""
+    p = write_profile(tmp_path, CPU_4BIT + f'width = 3\nmlx = "{MLX}"\n')
+    runs = [["check", "--profile", str(p), "--device", "cpu", "--json"],
+            ["--check", "--profile", str(p), "--device", "cpu", "--json"],
+            ["--profile", str(p), "--device", "cpu", "check", "--json"],
+            ["--profile", str(p), "--device", "cpu", "--json", "--check"]]
+    docs = []
+    for argv in runs:
+        code = cli.main(argv)
+        docs.append((code, json.loads(capsys.readouterr().out)))
+    assert all(d == docs[0] for d in docs) and docs[0][0] == ExitCode.OK, docs
+    assert docs[0][1]["profile"] == str(p) and docs[0][1]["device"].startswith("cpu")
+
+
+def test_the_cli_takes_no_surgery_on_argparse_and_check_does_not_import_the_cli():
+    """The options-before-the-subcommand rule reads what the CLI declared (Parser.declared),
+    not argparse's private lists; console.check no longer imports console.cli (cli -> app ->
+    check -> cli was a cycle kept alive by a function-local import)."""
+    import re
+    import subprocess
+    import sys
+
+    text = (ROOT / "console" / "cli.py").read_text(encoding="utf-8")
+    assert not re.search(r"\._actions|argparse\._|\._option_string_actions|\.choices\[", text)
+    code = ("import sys, console.check, console.measure, console.inputs, console.request; "
+            "assert 'console.cli' not in sys.modules, 'console.cli imported'")
+    subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+    for p in (ROOT / "console").rglob("*.py"):
+        if p.name != "cli.py":
+            assert "console.cli" not in p.read_text(encoding="utf-8"), p
+
+
 @pytest.mark.parametrize("argv,needle", [
-    (["--strict", "resolve", "--device", "cpu"], "--strict given before 'resolve', which does not take it"),
-    (["--junit", "x.xml", "resolve"], "--junit given before 'resolve'"),
-    (["--check", "resolve"], "--check given before 'resolve'"),
-    (["--measure", "--device", "cpu"], "--measure: only with --check"),  # the console takes none
-    (["-n", "3", "--strict"], "--strict, -n: only with --check"),
+    (["--strict", "resolve", "--device", "cpu"], "--strict is an option of check: put it after the command"),
+    (["--junit", "x.xml", "resolve"], "--junit is an option of check"),
+    (["--check", "resolve"], "--check is the check command's alias: it takes no other COMMAND (got 'resolve')"),
+    (["--measure", "--device", "cpu"], "--measure is an option of check"),  # the console takes none
+    (["-n", "3", "--strict"], "-n is an option of check and sweep"),
+    (["check", "--strict", "resolve"], "unrecognized arguments: resolve"),
+    (["--profile", "p.toml", "resolve", "--check"], "takes no other COMMAND (got 'resolve')"),
 ])
 def test_check_options_are_never_ignored(argv, needle, capsys):
     try:

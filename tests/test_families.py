@@ -1,5 +1,5 @@
 """Speculative decoding on every model family mlx-lm ships: tiny random checkpoints built with
-mlx-lm's own classes (lab.families), on this CPU.
+mlx-lm's own classes (tests/families.py), on this CPU.
 
 For the families the product is measured on (recurrent state, sliding windows of 16 that a run
 leaves, MoE): classic equals mlx-lm's own greedy tokens (generate_step), and widths 2, 4 and 8
@@ -18,7 +18,7 @@ import pytest
 from engine.decode import classic, speculative
 from engine.kvcache import CacheKindError, Method, WindowCache, plan, rewind
 from engine.pair import PairError, load_pair
-from lab import families as F
+from tests import families as F
 
 PROMPT = "The quick brown fox jumps over the lazy dog, and the dog sleeps under the old tree."
 TOKENS = 32
@@ -174,7 +174,7 @@ def _qwen35_with_mtp() -> dict:
 def qwen35_seeds(checkpoint, tmp_path_factory):
     """A Qwen 3.5-layout target carrying its own MTP layer, and a DFlash drafter reading its
     layers 0-2 (gated-delta, attention, gated-delta)."""
-    from lab import build_drafters as bd
+    from tests import checkpoints as bd
 
     cfg = _qwen35_with_mtp()
     mx.random.seed(5)
@@ -205,13 +205,38 @@ def test_dflash_and_mtp_on_a_qwen35_target_equal_classic(qwen35_seeds, kind):
     assert accepted
 
 
+@pytest.mark.parametrize("family", ["gemma3_text", "gemma4_text"])
+def test_a_model_drafter_on_a_gemma_target_equals_classic_at_widths_2_to_8(checkpoint, family):
+    """A draft model that is the target with its weights perturbed by 2 %: it agrees part of the
+    time, so its own windowed cache goes back to the step after the last accepted draft in rounds
+    that accept and in rounds that reject."""
+    from mlx.utils import tree_map
+
+    model = F.build(F.tiny_config(family), seed=1)
+    mx.random.seed(7)
+    model.update(tree_map(lambda p: (p * (1 + 0.02 * mx.random.normal(p.shape))).astype(p.dtype)
+                          if mx.issubdtype(p.dtype, mx.floating) else p, model.parameters()))
+    near = checkpoint(family, 1, tag="-near", model=model)
+    pair = load_pair(checkpoint(family, 1), near, "model")
+    assert pair.drafter_caches.window == F.WINDOW
+    ids = pair.tokenizer.encode(PROMPT)
+    ref = classic(pair, ids, 20)
+    accepted = rejected = 0
+    for w in range(2, 9):
+        run = speculative(pair, ids, 20, w)
+        assert run.tokens == ref.tokens, (family, w)
+        accepted += run.accepted
+        rejected += sum(1 for r in run.rounds if r.accepted < r.drafted)
+    assert accepted and rejected
+
+
 def test_mtp_norms_of_a_published_qwen35_checkpoint_are_shifted(checkpoint, tmp_path):
     """A Qwen 3.5 checkpoint in its published layout stores RMSNorm weights as w - 1 (mlx-lm adds
     1 to the target's when it converts them): the MTP head read from it gets the same."""
     import shutil
 
     from engine import mtp
-    from lab import build_drafters as bd
+    from tests import checkpoints as bd
 
     cfg = _qwen35_with_mtp()
     mx.random.seed(5)

@@ -13,10 +13,10 @@ import pytest
 
 from engine import costcurve, demo, hidden
 from engine.decode import classic, speculative
-from lab import build_drafters as bd
 from engine.demo.prompts import DEMO_PROMPTS
 from engine.pair import PairError, load_pair
 from policy.drafter import DrafterKind, read_drafter
+from tests import checkpoints as bd
 from tests.conftest import run_cli
 
 TOKENS = 40

@@ -335,6 +335,37 @@ def test_careless_arguments_are_one_line_exit_2(tmp_path, args, needle):
     assert needle in one_line_exit(p)
 
 
+BIG = "9" * 5000  # past int()'s 4,300-digit limit, where int() raises ValueError with a traceback
+
+
+def test_integers_past_python_s_digit_limit_are_refused_in_one_short_line(tmp_path):
+    """Every integer an operator or a file gives goes through policy.integers.parse_int: a
+    5,000-digit one is out of range in one line of bounded length, never a traceback."""
+    from console.request import FieldError, session_request
+    from engine.costcurve import parse_rows
+    from policy.errors import BlockwidthError
+    from policy.resolve import WidthError, parse_width
+
+    prof = tmp_path / "p.toml"
+    prof.write_text(f'schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = {BIG}\n')
+    for args, env, needle in ((("resolve", "--draft-block-size", BIG), None, "is out of range"),
+                              (("resolve",), {"BLOCKWIDTH_DRAFT_BLOCK_SIZE": BIG}, "is out of range"),
+                              (("resolve", "--profile", str(prof)), None, "not valid TOML"),
+                              (("sweep", "-n", BIG), None, "(5,000 digits) is out of range 1..100"),
+                              (("sweep", "--widths", f"2,{BIG}"), None, "is out of range"),
+                              (("costcurve", "--rows", f"1-{BIG}"), None, "row counts must be 1..512")):
+        err = one_line_exit(run_cli(*args, *(("--device", "cpu") if args[0] == "resolve" else ()), env=env))
+        assert needle in err and len(err) < 400, err[:400]
+    for field in ("widths", "n", "tokens"):
+        with pytest.raises(FieldError) as e:
+            session_request(**{"widths": "2", "n": 3, "tokens": 8, "prompt": "x", field: BIG})
+        assert len(str(e.value)) < 200
+    with pytest.raises(WidthError):
+        parse_width("0" * 5000 + "1", "--draft-block-size")  # 1, with leading zeros int() counts
+    with pytest.raises(BlockwidthError, match="1..512"):
+        parse_rows("1-100000000000000000")  # refused before a range of 10**17 rows is built
+
+
 def test_sweep_without_save_refuses_a_profile_it_would_ignore(tmp_path):
     # A sweep without --save reads no profile, so a corrupt one named on the command line would
     # otherwise pass with exit 0 and a full session.

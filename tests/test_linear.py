@@ -249,14 +249,8 @@ def test_the_routed_nothing_warning_says_why_on_cuda_and_names_the_arms_left_sto
     assert "float32" in _linear_session("gather", "cpu", {4: 0})[0]
 
 
-@pytest.mark.parametrize("flag, home, said", [
-    ("--verify-linear", "engine/linear.py", "auto = stock"),
-    ("--verify-attention", "engine/attention.py", "auto = plain on CUDA"),
-])
-def test_verify_choices_are_one_declaration_everywhere(flag, home, said):
-    """bench, soak and coldcheck each declared --verify-linear, with defaults None and "auto" and
-    one help among three, and --verify-attention with no choices (a bad name reached the engine);
-    every command and tool now takes engine.linear's and engine.attention's add_arg."""
+def help_of(flag: str, *module_args: str) -> str:
+    """``flag``'s entry in ``python -m MODULE ... --help``, one line."""
     import os
     import re
     import subprocess
@@ -264,17 +258,33 @@ def test_verify_choices_are_one_declaration_everywhere(flag, home, said):
 
     from tests.conftest import ROOT
 
-    def entry(*module_args: str) -> str:
-        env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
-        out = subprocess.run([sys.executable, "-m", *module_args, "--help"], capture_output=True,
-                             text=True, env=env, cwd=ROOT, timeout=300).stdout
-        m = re.search(rf"^ +{flag} \{{.*?(?=^ +-|\Z)", out, re.S | re.M)
-        assert m, out
-        return " ".join(m.group(0).split())
+    env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="100")
+    out = subprocess.run([sys.executable, "-m", *module_args, "--help"], capture_output=True,
+                         text=True, env=env, cwd=ROOT, timeout=300).stdout
+    m = re.search(rf"^ +{flag} \{{.*?(?=^ +-|\Z)", out, re.S | re.M)
+    assert m, out
+    return " ".join(m.group(0).split())
 
-    helps = {args: entry(*args) for args in [("lab.bench",), ("lab.soak",), ("lab.coldcheck",),
-                                             ("console.cli", "sweep"), ("console.cli", "costcurve")]}
-    assert len(set(helps.values())) == 1 and said in helps[("lab.soak",)], helps
-    declared = [p.relative_to(ROOT) for d in ("engine", "console") for p in (ROOT / d).rglob("*.py")
-                if re.search(rf'add_argument\(\s*"{flag}"', p.read_text(encoding="utf-8"))]
-    assert declared == [Path(home)], declared
+
+@pytest.mark.parametrize("flag, said", [("--verify-linear", "auto = stock"),
+                                        ("--verify-attention", "auto = plain on CUDA")])
+def test_verify_choices_are_one_declaration_in_the_front_end(flag, said):
+    """bench, soak and coldcheck each declared --verify-linear once (three helps, defaults None
+    and "auto"), and the engine declared both flags; now console/request.py declares each once,
+    every command takes it from there (the lab's tools too: lab/tests/test_tool_flags.py), and
+    the engine declares no flag at all."""
+    import re
+
+    from tests.conftest import ROOT
+
+    helps = {args: help_of(flag, *args) for args in [("console.cli", "sweep"), ("console.cli", "costcurve")]}
+    assert len(set(helps.values())) == 1 and said in helps[("console.cli", "sweep")], helps
+    # engine/mlxserver.py is not a command of blockwidth's: it is the process engine.served spawns
+    # (mlx_lm.server's own main with the dispatcher), told its mode on its argv by engine.served.
+    spawned = ROOT / "engine" / "mlxserver.py"
+    declared = [p.relative_to(ROOT) for d in ("engine", "console", "lab") for p in (ROOT / d).rglob("*.py")
+                if p != spawned and re.search(rf'add_argument\(\s*"{flag}"', p.read_text(encoding="utf-8"))]
+    assert declared == [Path("console/request.py")], declared
+    engine = [p.name for p in (ROOT / "engine").rglob("*.py") if p != spawned and
+              re.search(r"^\s*(import argparse|[\w.]+\.add_argument\()", p.read_text(encoding="utf-8"), re.M)]
+    assert engine == []  # the engine declares no flag of blockwidth's command line

@@ -162,3 +162,10 @@ def test_mixed_precision_is_classified_by_what_stores_most_weights():
     q = classify({"quantization_config": {"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION",
                                           "quantized_layers": layers}})
     assert q.scheme.value == "fp8" and "modules counted" in q.detail
+
+
+def test_quanto_names_its_integer_bits():
+    """quanto writes weights = "int4": the bits were read as None (a str never passed _int)."""
+    q = classify({"quantization_config": {"quant_method": "quanto", "weights": "int4"}})
+    assert (q.scheme, q.bits) == (Scheme.INT, 4)
+    assert classify({"quantization_config": {"quant_method": "quanto", "weights": "int\u0664"}}).bits is None

@@ -19,7 +19,7 @@ from textual.widgets import Button, Checkbox, DataTable, Input, Label, ProgressB
 
 from console.inputs import InputError, chain_lines
 from console.outcome import headline
-from console.render import arm_rows, bars, ratio_rows, request_table, speedup_lines
+from console.render import arm_rows, arm_table, bars, ratio_rows, request_table, speedup_lines
 from console.request import SessionRequest, session_request
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
@@ -88,17 +88,12 @@ class Stage(Horizontal):
 def arm_table_rows(session: Session, width_in_effect: int | None) -> list[tuple[str, tuple]]:
     """The arms table: (row key, cells) for every arm with runs; ``*`` marks the width in effect."""
     rows = []
-    for arm in [session.classic, *session.arms]:
-        d, e = arm.decode_range(), arm.e2e_range()
-        if d is None:
-            continue
-        acc = f"{arm.acceptance:.3f}" if arm.acceptance is not None else "-"
-        ident = "-" if arm.identity is None else (
-            "identical" if arm.identity.identical_ids else f"differs @ {arm.identity.first_divergence}")
-        verdict = "(cancelled)" if session.cancelled and arm.width is not None else arm.verdict.value
-        name = arm.name + (" *" if width_in_effect is not None and arm.width == width_in_effect else "")
-        rows.append((arm.name, (name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{e.median:.1f}",
-                                acc, ident, Text(verdict, style=_VERDICT_STYLE.get(verdict, "")))))
+    for row in arm_table(session):  # the same rows as sweep prints
+        d = row.decode
+        verdict = "(cancelled)" if session.cancelled and row.width is not None else row.verdict.value
+        name = row.name + (" *" if width_in_effect is not None and row.width == width_in_effect else "")
+        rows.append((row.name, (name, f"{d.min:.1f}", f"{d.median:.1f}", f"{d.max:.1f}", f"{row.e2e.median:.1f}",
+                                row.acceptance, row.identity, Text(verdict, style=_VERDICT_STYLE.get(verdict, "")))))
     return rows
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 
 from policy import files
+from policy.errors import BlockwidthError
 
 DEMO_PROMPTS: tuple[str, ...] = (
     'class Stack:\n    """A last-in, first-out container."""\n\n    def __init__(self):\n        self',
@@ -43,7 +44,7 @@ PRESETS: tuple[tuple[str, str], ...] = (
 )
 
 
-class PromptsFileError(ValueError):
+class PromptsFileError(BlockwidthError, ValueError):
     """A prompts file that cannot be used; str() is the one line to show: flag, path, what."""
 
     @classmethod
