@@ -369,7 +369,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ap.check_alias(argv)
         ap.misplaced(argv)
         args = ap.parse_args(argv)
-        args.argv = argv  # what a group's launcher starts each rank with (console.distributed)
+        # how a group's launcher (console.distributed) starts each rank: this command again
+        args.rank_command = [sys.executable, "-m", "console.cli", *argv]
         ap.apply_before(args)
         if not getattr(args, "func", None):
             return _console(args)

@@ -332,11 +332,12 @@ def _free_ports(count: int) -> int:
     raise InputError("--ranks: no free ports on 127.0.0.1 for the group")
 
 
-def launch_command(argv: list[str], ranks: int, backend: str, port: int) -> list[str]:
-    """mlx.launch for ``ranks`` processes on 127.0.0.1 running ``blockwidth argv`` each."""
+def launch_command(command: list[str], ranks: int, backend: str, port: int) -> list[str]:
+    """mlx.launch for ``ranks`` processes on 127.0.0.1 each running ``command`` (the CLI's own
+    command line again, which the CLI sets as args.rank_command)."""
     where = ["--starting-port", str(port)] if backend == "ring" else ["--nccl-port", str(port)]
     return [sys.executable, "-c", LAUNCH, "--hosts", "127.0.0.1", "-n", str(ranks), "--backend", backend,
-            *where, "--", sys.executable, "-m", "console.cli", *argv]
+            *where, "--", *command]
 
 
 def _default_backend() -> str:
@@ -348,14 +349,14 @@ def _default_backend() -> str:
 def launch(args: argparse.Namespace) -> int:
     """Start the group (mlx.launch, N local processes), wait for it within --group-timeout,
     stop every process it started however this ends, and end as rank 0 ended."""
-    argv = getattr(args, "argv", None)
-    if argv is None:
+    command = getattr(args, "rank_command", None)
+    if command is None:
         raise InputError("--ranks: the command line to start the ranks with is not known here")
     backend = args.group_backend or _default_backend()
     port = _free_ports(args.ranks if backend == "ring" else 1)
     with tempfile.TemporaryDirectory(prefix="blockwidth-group-") as group_dir:
         env = dict(os.environ, **{GROUP_DIR: group_dir, GROUP_TIMEOUT: str(args.group_timeout)})
-        code = run_group(launch_command(list(argv), args.ranks, backend, port), env, args.group_timeout)
+        code = run_group(launch_command(list(command), args.ranks, backend, port), env, args.group_timeout)
         return _outcome(group_dir, args.ranks, code)
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # CPU evidence for docs/distributed.md: the demo pair alone against its target sharded over two
 # ranks (ring, 127.0.0.1), the drafter replicated against on rank 0, and the cost curves of one
-# device, a tensor-sharded and a pipeline-split target (the qwen2 form, lab/qwen2_form.py) with
+# device, a tensor-sharded and a pipeline-split target (the qwen2 form, tests/qwen2_form.py) with
 # the communication apart. Run from the repository root:  OUT=dir bash lab/sharded_cpu.sh
 # Every command is bounded (timeout, --group-timeout); ~15 minutes on a 2-core host.
 set -uo pipefail
@@ -26,7 +26,7 @@ curve() {
     echo "rc $?" >> "$OUT/costcurve-$name.txt"
 }
 Q=$(mktemp -d)/target-qwen2
-${PYTHON:-.venv/bin/python} -m lab.qwen2_form engine/demo/pair/target-bf16 "$Q" > /dev/null
+${PYTHON:-.venv/bin/python} -m tests.qwen2_form engine/demo/pair/target-bf16 "$Q" > /dev/null
 G="--ranks 2 --group-backend ring --group-timeout 880"
 sweep alone
 sweep tensor-replicated --distributed tensor $G --drafter-on replicated

@@ -48,7 +48,7 @@ sweeps)
     echo "rc $?" >> "$R/check-one.txt" ;;
 curves)
     Q=$WORK/target-qwen2
-    [ -f "$Q/config.json" ] || ${PYTHON:-python3} -m lab.qwen2_form "$P/target-bf16" "$Q" > /dev/null
+    [ -f "$Q/config.json" ] || ${PYTHON:-python3} -m tests.qwen2_form "$P/target-bf16" "$Q" > /dev/null
     rows=${ROWS:-1,2,3,4,5,6,8,12,16}
     log "costcurve, one GPU"
     one timeout 120 $BW costcurve --target "$P/target-bf16" --rows "$rows" --context 512 --repeats 5 \

@@ -36,7 +36,7 @@ def qwen2_target(tmp_path_factory) -> Path:
     has ``pipeline(group)``; a single weights file, as the demo's (blockwidth writes the index
     mlx-lm's pipeline loader reads)."""
     from engine.demo import target
-    from lab.qwen2_form import write
+    from tests.qwen2_form import write
 
     return write(target("bf16"), tmp_path_factory.mktemp("qwen2") / "target-qwen2")
 

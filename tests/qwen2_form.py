@@ -8,7 +8,7 @@ pipeline split of that target. The weights are linked or copied as they are, plu
 biases; the tokenizer files are copied (transformers then reads the folder with its Qwen2
 tokenizer class: the same vocabulary, but a prompt may split into other tokens).
 
-    python -m lab.qwen2_form SRC DST
+    python -m tests.qwen2_form SRC DST
 """
 
 from __future__ import annotations
