@@ -10,6 +10,7 @@
 #                                    # communication apart; the drafter on rank 0 (~6 min)
 # NVLink multicast stays off (NCCL_NVLS_ENABLE=0: KINDS.md); every rank inherits it.
 # On a CPU (lab/tests): P=<pair dir> BACKEND=ring ONE= WIDTHS=2 N=1 TOKENS=8 bash lab/sharded_gpu.sh sweeps
+# (and ROWS=1,2 CONTEXT=16 REPEATS=1 for curves: the stage's shape, not its measurement)
 set -uo pipefail
 stage=${1:?stage: build | sweeps | curves}
 WORK=${WORK:-/root/bw}
@@ -50,14 +51,16 @@ curves)
     Q=$WORK/target-qwen2
     [ -f "$Q/config.json" ] || ${PYTHON:-python3} -m tests.qwen2_form "$P/target-bf16" "$Q" > /dev/null
     rows=${ROWS:-1,2,3,4,5,6,8,12,16}
+    ctx=${CONTEXT:-512}
+    reps=${REPEATS:-5}
     log "costcurve, one GPU"
-    one timeout 120 $BW costcurve --target "$P/target-bf16" --rows "$rows" --context 512 --repeats 5 \
+    one timeout 120 $BW costcurve --target "$P/target-bf16" --rows "$rows" --context "$ctx" --repeats "$reps" \
         --json > "$R/costcurve-one.json" 2> "$R/costcurve-one.err"
     for s in tensor pipeline; do
         t=$P/target-bf16
         [ $s = pipeline ] && t=$Q
         log "costcurve, 2 GPUs $s"
-        timeout 150 $BW costcurve --target "$t" --rows "$rows" --context 512 --repeats 5 \
+        timeout 150 $BW costcurve --target "$t" --rows "$rows" --context "$ctx" --repeats "$reps" \
             --distributed $s --ranks 2 --group-backend "$BACKEND" --group-timeout 140 --json \
             > "$R/costcurve-$s.json" 2> "$R/costcurve-$s.err"
     done

@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _stage(stage: str, tmp_path: Path) -> Path:
     env = dict(os.environ, OUT=str(tmp_path / "out"), WORK=str(tmp_path / "work"),
                P=str(ROOT / "engine/demo/pair"), BACKEND="ring", ONE="", WIDTHS="2", N="1", TOKENS="8",
-               ROWS="1,2", PYTHON=sys.executable, PYTHONPATH=str(ROOT), GROUP_T="400", SWEEP_T="450",
+               ROWS="1,2", CONTEXT="16", REPEATS="1", PYTHON=sys.executable, PYTHONPATH=str(ROOT), GROUP_T="400", SWEEP_T="450",
                XDG_CONFIG_HOME=str(tmp_path / "config"), XDG_DATA_HOME=str(tmp_path / "data"))
     r = subprocess.run(["bash", "lab/sharded_gpu.sh", stage], cwd=ROOT, env=env, capture_output=True,
                        text=True, timeout=1200)
