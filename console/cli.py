@@ -159,7 +159,8 @@ def _resolution_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--draft-block-size", metavar="N", dest="flag",
                    help=f"operator override: the width, {MIN_WIDTH}..{MAX_WIDTH}")
     p.add_argument("--device", metavar="SPEC",
-                   help="resolve for another device: cuda:9.0, cuda:12.1, metal, cpu")
+                   help="resolve for another device: cuda:9.0, cuda:12.1, metal, cpu; for a "
+                        "sharded target's group add @BACKEND:RANKS:SHARDING (cuda:9.0@nccl:2:tensor)")
     p.add_argument("--profile", metavar="FILE", help="profile TOML (default: the user profile)")
 
 
@@ -396,6 +397,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv = ap.check_alias(argv)
         ap.misplaced(argv)
         args = ap.parse_args(argv)
+        # how a group's launcher (console.distributed) starts each rank: this command again
+        args.rank_command = [sys.executable, "-m", "console.cli", *argv]
         ap.apply_before(args)
         if getattr(args, "func", None):
             outputs.guard_stdout()  # headless: a stdout that fails is named, not a traceback

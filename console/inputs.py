@@ -150,6 +150,7 @@ CLI_NAMES: Mapping[str, str] = {
     "tokens": "--max-tokens", "prompt": "--prompt", "prompt file": "--prompt-file",
     "max reps": "--max-reps", "max seconds": "--max-seconds", "rows": "--rows",
     "demo target": "--demo-target",
+    "distributed": "--distributed",
 }
 CONSOLE_NAMES: Mapping[str, str] = {
     "target": "target field", "draft": "drafter field", "kind": "kind field",

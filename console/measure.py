@@ -14,6 +14,7 @@ from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, re
 from console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)
 from console import outputs
+from console import distributed
 from console.save import save_session
 from policy import bounds, files
 from policy.text import error_lines, shown
@@ -77,6 +78,8 @@ def _widest(widths, auto_max: int | None) -> int:
 
 
 def _load(target: str | None, draft: str | None, kind: str | None, variant: str | None):
+    if distributed.active():  # a rank of a sharded target's group
+        return distributed.load(target, draft, kind, variant)
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
     from engine.pair import load_pair
 
@@ -248,6 +251,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     from console import served
 
+    code = distributed.run(args, cmd_sweep)  # --distributed: as a rank of a group, or its launcher
+    if code is not None:
+        return code
     if args.path == "mlx-lm-server":
         if args.workload is not None:  # not yet: the served session runs one prompt
             raise InputError("--workload runs on the engine path only (--path engine); the served "
@@ -349,9 +355,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     # Ctrl-C stops the session after the forward under way; the cancelled session's record is
     # written, as any other (a measured result is never lost). A DecodeError is a BlockwidthError:
     # it reaches the front end as it is.
-    session, _ = run_interruptibly(lambda: run_session(pair, config, on_event=on_event, cancel=cancel),
+    session, _ = run_interruptibly(lambda: run_session(pair, config, on_event=on_event, cancel=cancel,
+                                                       lockstep=distributed.lockstep()),
                                    cancel, "the session")
     rec = record.build(session, pair, host.identity(), gate.to_dict())
+    distributed.annotate(rec, pair, session)  # the group, when sharded (every rank, collective)
     # The measurement is done: a write that fails now (a full disk, a file-size limit, a profile
     # made read-only or rewritten as bad TOML meanwhile) is reported after the results, in one
     # line that names what was kept, and exits 2; it never throws the results away.
@@ -405,6 +413,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(shown(line))
 
         say(f"pair   {pair.describe()}")
+        if distributed.active():
+            say(distributed.describe_line())
         if session.single:
             say(f"prompt {len(session.prompt_ids)} tokens, {config.max_tokens} new, n={config.n}, "
                 f"reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention {session.attention}"
@@ -485,6 +495,9 @@ def _sweep_exit(session, refusal: str | None, late: list[str]) -> int:
 def cmd_costcurve(args: argparse.Namespace) -> int:
     from engine import costcurve
 
+    code = distributed.run(args, cmd_costcurve)  # --distributed: as a rank of a group, or its launcher
+    if code is not None:
+        return code
     rows = costcurve.parse_rows(args.rows)
     _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
@@ -523,6 +536,9 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
             "mlx": mlx_version(), **curve.to_dict()}
+    comm = distributed.communication(pair, rows) if distributed.active() else None
+    if comm is not None:
+        data["group"] = {**distributed.active().rank.to_dict(), "communication": comm.to_dict()}
     if args.json:
         print(files.dumps_json(data, indent=1))
         return ExitCode.OK
@@ -557,6 +573,9 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
                 "plans are on CUDA; on a busy host it can also be noise)")
     for line in curve.boundary_lines():  # boundaries only where the repeats agree
         print(line)
+    if comm is not None:
+        print(distributed.describe_line(drafter=False))
+        print("\n".join(distributed.comm_lines(comm, curve.ms)))
     if curve.cancelled:
         print(f"cancelled: {curve.repeats} of {args.repeats} repeats per row count were measured "
               f"(the figures above are theirs)")
@@ -613,6 +632,7 @@ def register(sub) -> None:
     from console import served
 
     served.add_arguments(p)
+    distributed.add_arguments(p)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_sweep)
 
@@ -628,6 +648,7 @@ def register(sub) -> None:
                    help="timed repeats per row count (median), 1..1000")
     add_verify_attention(p)
     add_verify_linear(p)
+    distributed.add_arguments(p, drafter=False)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)
 

@@ -192,7 +192,7 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         quant_scheme=q.scheme.value, quant_bits=q.bits,
         quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
         mlx=mlx, measured_at=measured_at, byte_identical=identical, evidence=evidence,
-        path=path, concurrency=concurrency, server=server,
+        path=path, concurrency=concurrency, server=server, group=device.group,
     )
 
 

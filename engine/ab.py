@@ -611,14 +611,15 @@ def _add_pass(session: Session, widths: list[int | None]) -> None:
 
 
 def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,
-               emit: Callable[[Event], None], t_start: float) -> None:
+               emit: Callable[[Event], None], t_start: float, lockstep=None) -> None:
     """The session's schedule, whatever runs an arm: a discarded warm-up of every arm (on the
     first request), n passes, each every request with its arms interleaved (classic first, the
     widths rotated request by request), more in sequential mode while an arm is undecided and
     the budget lasts, and the closing classic pass. ``one(arm, rep, keep=True, closing=False)``
     runs one request's arm once and records it (``keep=False``: the warm-up); a workload's own
     arms get each finished pass (``pass_run``). The engine's decode loop and the served path
-    (engine.served) both run through here."""
+    (engine.served) both run through here. ``lockstep`` (the ranks of a sharded target,
+    engine.distributed): the seconds budget is rank 0's clock's."""
     config = session.config
     requests = session.per_request
     many = len(requests) > 1
@@ -636,6 +637,12 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
         if time.monotonic() - t_start >= config.max_seconds:
             return Budget.SECONDS
         return None
+
+    if lockstep is not None:
+        local = budget_out
+
+        def budget_out() -> Budget | None:  # noqa: F811 (every rank stops where rank 0 does)
+            return lockstep.agree(local(), Budget)
 
     def one_pass(rep: int, active: list[int]) -> None:
         for k, req in enumerate(requests):
@@ -718,8 +725,10 @@ def _controller(pair, session: Session, config: AbConfig, reach: int, shortest: 
 
 
 def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | None = None,
-                cancel: threading.Event | None = None) -> Session:
-    """Run an A/B session on a loaded pair. Raises DecodeError for bad input."""
+                cancel: threading.Event | None = None, lockstep=None) -> Session:
+    """Run an A/B session on a loaded pair. Raises DecodeError for bad input. ``lockstep``: this
+    process is one rank of a sharded target's group (engine.distributed.Lockstep), whose ranks
+    compare tokens and take rank 0's timings after every run."""
     emit = on_event or (lambda e: None)
     cancel = cancel or threading.Event()
     widths = tuple(dict.fromkeys(config.widths))
@@ -744,7 +753,10 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     else:
         classic, arms = requests[0].classic, requests[0].arms
     ids = list(prepared[0].ids)
-    session = Session(config, ids, classic, arms, requests=requests, seed=seed_of(config))
+    seed = seed_of(config)
+    if lockstep is not None:
+        seed = lockstep.agree(seed)  # the verdicts' bootstrap: rank 0's seed on every rank
+    session = Session(config, ids, classic, arms, requests=requests, seed=seed)
     session.backend = attention.current_backend()
     session.attention = attention.effective(config.verify_attention, session.backend).value
     # The verify projections of every speculative forward this session runs: the arms, and the
@@ -788,6 +800,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
         run.host = host.host_delta(host_before, host.host_reading())
         if before is not None:
             run.clocks = {"before": before, "after": clocks.read()}
+        if lockstep is not None:
+            lockstep.run(run)
         if keep and not cancel.is_set():
             arm.runs.append(run)
             session.order.append(f"{req.id}/{arm.name}" if many else arm.name)
@@ -798,7 +812,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     # NVML (opened by the watch) is shut down however the runs end: a decode error or an
     # exception from on_event mid-session must not leave it initialised in the process.
     try:
-        interleave(session, one, cancel=cancel, emit=emit, t_start=t_start)
+        interleave(session, one, cancel=cancel, emit=emit, t_start=t_start, lockstep=lockstep)
     finally:
         clocks.close()
 

@@ -1,6 +1,8 @@
 """The device probe: this machine's default MLX device as a ``policy.device.Device``, read
 from MLX's ``device_info()`` and, on NVIDIA, pynvml. The one door from the policy's device
-value to the hardware (the host gate reads NVML through ``nvml`` too)."""
+value to the hardware (the host gate reads NVML through ``nvml`` too). In a rank of a group
+(``engine.distributed``) the probe answers with the group joined, so every record, profile
+entry and match made in that process names the group."""
 
 from __future__ import annotations
 
@@ -8,11 +10,27 @@ import contextlib
 import warnings
 from typing import Any, Iterator, Mapping
 
-from policy.device import Backend, Device, sm_of, visible_device
+from policy.device import Backend, Device, Group, sm_of, visible_device
 from policy.integers import IntegerError, parse_int
+
+_group: Group | None = None  # the group this process is a rank of (engine.distributed.join)
+
+
+def join(group: Group | None) -> None:
+    """From now on this process runs as a rank of ``group`` (None: alone again)."""
+    global _group
+    _group = group
 
 
 def probe() -> Device:
+    """This process's device: the default MLX device, with the group it is a rank of, if any."""
+    import dataclasses
+
+    dev = probe_alone()
+    return dataclasses.replace(dev, group=_group) if _group is not None else dev
+
+
+def probe_alone() -> Device:
     """Read this machine's default MLX device. Never raises for missing NVIDIA parts."""
     import mlx.core as mx
 

@@ -144,6 +144,9 @@ def watching(drafter: Drafter, model: Any) -> AbstractContextManager:
 
 def make_drafter(pair, width: int = 16) -> Drafter:
     """The pair's drafter for a session whose widest verify is ``width`` rows."""
+    factory = getattr(pair, "drafter_factory", None)
+    if factory is not None:  # the pair's own (engine.distributed: a drafter on rank 0 only)
+        return factory(width)
     if pair.kind is DrafterKind.MODEL:
         return ModelDrafter(pair.drafter, width=width)
     if pair.kind is DrafterKind.LOOKUP:

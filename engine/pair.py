@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
@@ -61,6 +61,9 @@ class Pair:
         ids = list(self.tokenizer.encode(text))
         shapes.check_ids(ids, self.token_rows, f"target {self.target_path}", what)
         return ids
+    # builds the drafter (given the widest verify) instead of engine.drafters.make_drafter: a
+    # drafter on rank 0 of a group (engine.distributed)
+    drafter_factory: Callable[[int], Any] | None = None
 
     @property
     def pair_id(self) -> str:
@@ -259,9 +262,12 @@ def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights:
 
 
 def load_pair(target: Path | str, drafter: Path | str | None = None,
-              kind: DrafterKind | str | None = None) -> Pair:
+              kind: DrafterKind | str | None = None, *,
+              target_loader: Callable[[Path], Any] | None = None, drafter_model: bool = True) -> Pair:
     """Load a pair. ``drafter=None`` means the lookup drafter. A PairError names the input it
-    is about (``target`` or ``draft``)."""
+    is about (``target`` or ``draft``). ``target_loader``: loads the target's model instead of
+    mlx-lm's ``load_model`` (a shard of it: engine.distributed); with ``drafter_model=False`` a
+    model drafter is checked but its weights are not loaded (a rank that does not draft)."""
     target = Path(target)
     tname, dname = "target", "draft"
     tconfig, tweights = _check_folder(target, tname)
@@ -300,14 +306,15 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
                                   target_tokenizer=tokenizer)
         if why:
             raise PairError(why, dname)
-    model = _load_model(target, tname)
+    model = target_loader(target) if target_loader is not None else _load_model(target, tname)
     rows = token_rows(tokenizer, target, tweights, own, tname, dname, model)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, sidecar), kind,
                 fingerprints={"target": fingerprint(target)}, caches=_cache_plan(model, target, tname),
                 token_rows=rows)
     if kind is DrafterKind.MODEL:
-        pair.drafter = _load_model(drafter, dname)
-        pair.drafter_caches = _cache_plan(pair.drafter, drafter, dname)
+        if drafter_model:  # a rank that does not draft checks the drafter but holds none
+            pair.drafter = _load_model(drafter, dname)
+            pair.drafter_caches = _cache_plan(pair.drafter, drafter, dname)
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):

@@ -292,6 +292,19 @@ def _path_line(record: dict) -> str:
             f"concurrency {record.get('concurrency', 1)}")
 
 
+def _group_line(g: dict) -> str:
+    """The group a sharded target ran on, as its record names it."""
+    from policy.device import GroupSpecError, group_from_dict
+
+    try:
+        head = group_from_dict({k: g[k] for k in ("backend", "sharding", "size", "members") if k in g}).describe()
+    except (GroupSpecError, KeyError, TypeError, ValueError):
+        head = f"{g.get('size')} ranks over {g.get('backend')}, {g.get('sharding')}-sharded"
+    agree = g.get("agreement") or {}
+    return (f"{head}; drafter {g.get('drafter')}; launched by {g.get('launcher')}; ranks agreed on "
+            f"{agree.get('runs_compared')} runs (compared every {agree.get('every')})")
+
+
 def markdown(record: dict) -> str:
     host, pair, dec = record["host"], record["pair"], record["decision"]
     dev = host.get("device", {})
@@ -307,6 +320,8 @@ def markdown(record: dict) -> str:
         f"- verify attention: {record.get('verify_attention') or 'fused'}",
         f"- path: {_path_line(record)}",
     ]
+    if record.get("group"):  # a sharded target's group (engine.distributed)
+        lines.append(f"- group: {_group_line(record['group'])}")
     from engine.linear import named
 
     lin = named(record.get("config", {}).get("verify_linear"))

@@ -259,4 +259,4 @@ def measured_status(e: Override, session: Any) -> tuple[Status, str]:
 def device_agrees(named: Device, probed: Device) -> bool:
     """A --device that describes this machine (so measuring here is measuring it): a named
     device has no name, and only a CUDA one a compute capability."""
-    return mismatch(probed, named.backend, named.compute_capability) is None
+    return mismatch(probed, named.backend, named.compute_capability, group=named.group) is None

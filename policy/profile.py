@@ -23,7 +23,8 @@ from typing import Any, Mapping
 from policy import files
 from policy.auto import AUTO, AutoError, Plan
 from policy.errors import BlockwidthError
-from policy.device import Backend, Device, mismatch
+from policy.integers import shorten
+from policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
 from policy.drafter import DrafterKind
 from policy.quantization import Quantization, Scheme
 
@@ -72,6 +73,8 @@ class Override:
     # An ``auto`` entry (width = "auto"): the controller's plan, the curve it was built on
     # (policy.auto.Plan); ``width`` then holds the fixed width a consumer that cannot adapt takes.
     auto: Plan | None = field(default=None, compare=False, hash=False)
+    # measured on a sharded target's group (issue 29); None: on one device, and only there
+    group: Group | None = None
 
     @property
     def load(self) -> int:
@@ -91,7 +94,8 @@ class Override:
                 # the served path and each load are their own situations (issue 27); the engine
                 # path at concurrency 1 is what an entry naming neither means
                 ("path", None if self.path == PATH_ENGINE else self.path),
-                ("concurrency", None if self.load == 1 else self.load))
+                ("concurrency", None if self.load == 1 else self.load),
+                ("group", self.group.key(case_blind=case_blind) if self.group else None))
         return tuple((k, v) for k, v in keys if v is not None)
 
     def matches(self, device: Device, quant: Quantization, kind: DrafterKind,
@@ -112,7 +116,7 @@ class Override:
 
     def device_mismatch(self, device: Device) -> str | None:
         """Why this entry is for another device (policy.device.mismatch), or None."""
-        return mismatch(device, self.backend, self.compute_capability, self.device_name)
+        return mismatch(device, self.backend, self.compute_capability, self.device_name, self.group)
 
     def match_note(self, device: Device) -> str | None:
         """Why a match may not carry over, for a CUDA entry matched without comparing GPU names:
@@ -129,7 +133,7 @@ class Override:
         return None
 
     def specificity(self) -> tuple[int, ...]:
-        return (self.pair is not None, self.device_name is not None,
+        return (self.pair is not None, bool(self.group and self.group.members), self.device_name is not None,
                 self.compute_capability is not None, self.quant_scheme is not None,
                 self.quant_bits is not None, self.quant_group_size is not None)
 
@@ -151,7 +155,8 @@ class Override:
             served = ", served by mlx_lm.server"
         if self.concurrency is not None:
             served += f", concurrency {self.concurrency}"
-        return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}{served}"
+        group = f", {self.group.describe()}" if self.group else ""
+        return f"{dev}, {q} target, {self.drafter_kind.value} drafter{pair}{served}{group}"
 
     def measured_on(self, pair: str | None = None) -> str:
         """The pair and the prompt (or workload) this entry was measured on, from its evidence,
@@ -223,6 +228,8 @@ class Override:
             d["server"] = {k: v for k, v in self.server.items() if v is not None}
         if self.auto is not None:
             d["auto"] = self.auto.to_dict()
+        if self.group:
+            d["group"] = self.group.to_dict()
         if self.evidence:
             d["evidence"] = {k: v for k, v in self.evidence.items() if v is not None}
         return d
@@ -289,7 +296,7 @@ def _override_lines(text: str) -> list[int]:
 
 _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capability", "device_name",
                "target_quantization", "pair", "mlx", "measured_at", "byte_identical", "evidence",
-               "note", "path", "concurrency", "server", "auto"}
+               "note", "path", "concurrency", "server", "auto", "group"}
 
 
 def parse(text: str, path: Path) -> tuple[Override, ...]:
@@ -465,6 +472,16 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
                     errs.append(f"server.{key} = {_short(server[key])}: expected a string")
             if path != PATH_SERVER:
                 errs.append(f"server is only for path = \"{PATH_SERVER}\"")
+    on_group = None
+    if item.get("group") is not None:
+        gerrs = group_problems(item["group"])
+        errs.extend(gerrs)
+        if not gerrs:
+            on_group = group_from_dict(item["group"])
+            if on_group.members and backend is not None \
+                    and on_group.members[0].backend is not backend:
+                errs.append(f"group.members[0].backend = {on_group.members[0].backend.value!r}: rank 0 "
+                            f"is the entry's own device, backend = {backend.value!r}")
     if errs or backend is None or kind is None:
         return None, errs
     return Override(
@@ -472,7 +489,7 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
         compute_capability=cc, device_name=item.get("device_name"), quant_scheme=scheme,
         quant_bits=bits, quant_group_size=group, pair=item.get("pair"), mlx=item.get("mlx"),
         measured_at=measured, byte_identical=ident, evidence=evidence, note=item.get("note"),
-        line=line, path=path, concurrency=conc, server=server, auto=plan,
+        line=line, path=path, concurrency=conc, server=server, auto=plan, group=on_group,
     ), []
 
 
@@ -503,6 +520,19 @@ def _table(entry: Override) -> Any:
                 else:
                     ev[k] = v
             t[key] = ev
+        elif key == "group":
+            g = tomlkit.table()
+            for k, v in value.items():
+                if k == "members":  # one inline table a rank: the list reads as the group
+                    arr = tomlkit.array()
+                    for m in v:
+                        it = tomlkit.inline_table()
+                        it.update(m)
+                        arr.append(it)
+                    g[k] = arr
+                else:
+                    g[k] = v
+            t[key] = g
         else:
             t[key] = value
     return t

@@ -135,6 +135,9 @@ def keyed_on(device: Device, quant: Quantization) -> str:
     dev = device.backend.value
     if device.backend is Backend.CUDA:
         dev += f" {device.architecture or 'unknown architecture'}"
+    if device.group is not None:
+        g = device.group
+        dev += f" x{g.size} over {g.backend} ({g.sharding.value}-sharded)"
     q = quant.describe()
     article = "an" if q[:1] in "aeiou" else "a"
     return f"{dev} with {article} {q} target"
