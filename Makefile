@@ -18,12 +18,17 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/blockwidth $(ARGS)
 
+# The suite on up to 4 workers (CI has 2 cores): one test file a worker, so a file's fixtures
+# (checkpoints, a served sweep) are built once. JOBS=0 runs it in this process.
+JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
+XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadfile)
+
 test: $(STAMP)
-	$(BIN)/python -m pytest -q $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # The lab's own tests (GPU build scripts, probes and pipelines, run on this CPU): not the product's.
 lab-test: $(STAMP)
-	$(BIN)/python -m pytest -q lab/tests $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -q $(XDIST) lab/tests $(PYTEST_ARGS)
 
 bench: $(STAMP)
 	$(BIN)/python -m lab.bench $(ARGS)
