@@ -77,22 +77,24 @@ TABLE: tuple[MeasuredDefault, ...] = (
         "prompt 0 (records-rows-bf16): width 8 887-1003, 12 1085-1128 vs classic 215-381",
         byte_identical=True,
     ),
-    # 4-bit: below 8 rows the quantized matmul is qmv, whose cost grows with every row, and
-    # widths 2-7 lost to classic; from 8 rows it is qmm and 8, 12 and 16 won.
+    # 4-bit: under stock MLX a 2-7-row verify runs the per-row qmv kernel, whose cost grows with
+    # every row, and widths 2-7 lost to classic (2026-11-30g: 0.79-0.83x; 8-16 won under qmm).
+    # With engine/qmv.py's multi-row kernel, which --verify-linear auto routes 2-8-row 4-bit
+    # group-64 projections to on cc 9.0 (engine.linear.QMV_WINS), every width 2-8 won on the
+    # 2026-12-02 build's pair, and 8 was the fastest (16, back on qmm, ran below it).
     MeasuredDefault(
         drafter_kind=DrafterKind.MODEL,
         backend=Backend.CUDA,
         compute_capability="9.0",
         scheme=Scheme.AFFINE,
         bits=4,
-        width=16,
+        width=8,
         mlx="0.32.4",
-        record="lab/evidence/h200-2026-11-30g/sweeps/records-model-4bit/"
-        "session-20261130T122848Z-4f4ed87b-8368.json",
-        evidence="prompt 0: width 16 795-800 tok/s vs classic 304-319 (8: 675-687, 12: 780-789; "
-        "2-7: 241-266, slower)",
+        record="lab/evidence/h200-2026-12-02/records-qmv-4bit-p0/"
+        "session-20261202T022616Z-4f4ed87b-1032.json",
+        evidence="prompt 0, verify linear qmv: width 8 1301-1357 tok/s vs classic 319-320 (2: 488-508, "
+        "4: 774-816, 16: 1119-1125); stock's 2-7 lost on 2026-11-30g's pair (241-266 vs 304-319)",
         byte_identical=True,
-        slower=(2, 3, 4, 5, 6, 7),
     ),
     # The CPU sweeps of docs/dflash-mtp.md ("The seeds' scenario, on the demo pair"): the demo
     # DFlash drafter, which declares block_size 16, on the 2-core CPU, widths 2-8, 10-16, n = 1.

@@ -23,7 +23,7 @@ EVIDENCE = ROOT / "lab" / "evidence"
 # (scheme, bits) -> the record folders (under lab/evidence) of the cuda 9.0 row of the model drafter
 ROW_SOURCES = {
     ("none", None): ("h200-2026-11-30g/sweeps/records-rows-bf16", "h200-2026-11-30g/sweeps/records-rows-bf16-p6"),
-    ("affine", 4): ("h200-2026-11-30g/sweeps/records-model-4bit",),
+    ("affine", 4): ("h200-2026-12-02/records-qmv-4bit-p0",),
 }
 
 
