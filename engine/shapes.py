@@ -38,11 +38,17 @@ def _word(key: str) -> str:
     return WORDS.get(key, key)
 
 
-# Token embeddings and output heads, as HF checkpoints of mlx-lm's families name them (the
-# leaf module); anything of a vision, audio or position table is not a token table.
-_EMBED = re.compile(r"(?:^|\.)(?:embed_tokens|wte|embed_in|word_embeddings|tok_embeddings)\.weight$")
+# Token embeddings and output heads, as checkpoints of mlx-lm's families name them (the leaf
+# module: llama's embed_tokens, gpt2's wte, mamba's and nemotron_h's embeddings, afm7's
+# embedding, openelm's token_embeddings, talkie's embed, rwkv's emb, ...). Anything of a vision,
+# audio or position table (gpt2's wpe) is not a token table, nor one that is not indexed by the ids
+# themselves (gemma3n's embed_tokens_per_layer masks ids past its rows; longcat's n-gram
+# embedders hash them).
+_EMBED_LEAF = (r"(?:embed_tokens|wte|embed_in|word_embeddings|tok_embeddings|token_embeddings"
+               r"|embeddings|embedding|embed|emb)")
+_EMBED = re.compile(rf"(?:^|\.){_EMBED_LEAF}\.weight$")
 _HEAD = re.compile(r"(?:^|\.)(?:lm_head|embed_out)\.weight$|^(?:model\.)?output\.weight$")
-_NOT_TOKENS = re.compile(r"vision|visual|audio|image|pos", re.IGNORECASE)
+_NOT_TOKENS = re.compile(r"vision|visual|audio|image|pos|wpe|per_layer|embedders", re.IGNORECASE)
 _LAYER = re.compile(r"(?:^|\.)(?:layers|h|blocks|block)\.(\d+)\.")
 _PACKED = {"U32", "I32", "U8", "I8", "U16", "I16"}  # integer storage of packed quantized weights
 
@@ -264,14 +270,18 @@ def pair_tables(target: Weights, drafter: Weights | None, tname: str,
 
 
 def module_tables(model: Any, what: str, key: str | None = None) -> list[Table]:
-    """The loaded model's token embeddings, named as mlx-lm names them: where the headers name
-    their tables in a way ``Weights.embedding`` does not know, the built model still does."""
-    leaf = re.compile(r"(?:^|\.)(?:embed_tokens|wte|embed_in|word_embeddings|tok_embeddings)$")
+    """The built model's token embeddings, whatever the family calls them: every
+    ``nn.Embedding`` / ``nn.QuantizedEmbedding`` module (and any module named like one above, for
+    a family's own embedding class), less the tables that are not indexed by token ids. A
+    quantized table packs its columns, not its rows: its rows are ``weight.shape[0]``."""
+    import mlx.nn as nn
+
+    leaf = re.compile(rf"(?:^|\.){_EMBED_LEAF}$")
     out = []
     for name, module in model.named_modules():
-        weight = getattr(module, "weight", None)
-        shape = getattr(weight, "shape", None)
-        if leaf.search(name) and not _NOT_TOKENS.search(name) and shape:
+        shape = getattr(getattr(module, "weight", None), "shape", None)
+        table = isinstance(module, (nn.Embedding, nn.QuantizedEmbedding)) or leaf.search(name)
+        if table and shape and not _NOT_TOKENS.search(name):
             out.append(Table(what, name, int(shape[0]), key))
     return out
 

@@ -281,6 +281,69 @@ def test_a_cache_kind_without_a_rewind_is_refused_at_load_in_one_line(checkpoint
     assert "LayerCache" in out.stderr and "Traceback" not in out.stderr
 
 
+# The token table each family names its own way (mamba's backbone.embeddings, openelm's
+# transformer.token_embeddings, talkie's model.embed, ...): found in the headers and in the built
+# model, and every tokenizer id checked against it before any forward.
+OWN_EMBEDDING = {"nemotron_h": "backbone.embeddings", "openelm": "transformer.token_embeddings",
+                 "talkie": "model.embed"}
+
+
+@pytest.mark.parametrize("family", sorted(OWN_EMBEDDING))
+def test_a_family_with_its_own_embedding_name_loads_and_its_table_bounds_the_ids(checkpoint, tmp_path,
+                                                                                 family):
+    import shutil
+
+    from engine import shapes
+
+    name = OWN_EMBEDDING[family]
+    path = checkpoint(family, 1, dtype="float32")
+    assert shapes.read_weights(path).embedding() == (f"{name}.weight", F.VOCAB)  # the served path's
+    pair = load_pair(path)
+    assert pair.token_rows == F.VOCAB
+    assert [(t.name, t.rows) for t in shapes.module_tables(pair.target, "target")] == [(name, F.VOCAB)]
+    hostile = shutil.copytree(path, tmp_path / family)
+    tok = json.loads((hostile / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab.update({k: v + 40 for k, v in vocab.items() if v >= F.VOCAB - 40})  # ids past the table
+    (hostile / "tokenizer.json").write_text(json.dumps(tok))
+    with pytest.raises(PairError) as e:
+        load_pair(hostile)
+    msg = str(e.value)
+    assert "\n" not in msg and "token id 2,087" in msg and f"{name}.weight has 2,048 rows" in msg, msg
+
+
+def test_a_quantized_table_counts_its_rows_and_position_tables_are_not_token_tables():
+    """A QuantizedEmbedding packs its columns: its rows are weight.shape[0]. gpt2's wpe (positions)
+    and gemma3n's per-layer table (ids past it are masked) do not bound the token ids."""
+    import mlx.nn as nn
+
+    from engine import shapes
+
+    model = F.build(F.tiny_config("mamba"), seed=1, dtype="float32")
+    nn.quantize(model, group_size=32, bits=4, class_predicate=lambda _, m: isinstance(m, nn.Embedding))
+    assert isinstance(model.backbone.embeddings, nn.QuantizedEmbedding)
+    assert model.backbone.embeddings.weight.shape[1] < F.tiny_config("mamba")["hidden_size"]
+    assert [(t.name, t.rows) for t in shapes.module_tables(model, "m")] == [("backbone.embeddings", F.VOCAB)]
+    for family, table in (("gpt2", "model.wte"), ("gemma3n", "model.language_model.embed_tokens")):
+        model = F.build(F.tiny_config(family), seed=1)
+        assert [t.name for t in shapes.module_tables(model, "m")] == [table]
+
+
+def test_a_model_with_no_token_embedding_at_all_is_refused_in_one_line(checkpoint):
+    import mlx.nn as nn
+
+    from engine import shapes
+    from engine.pair import token_rows
+
+    path = checkpoint("llama", 1)
+    tokenizer = load_pair(path).tokenizer
+    headless = shapes.Weights(path, {"lm_head.weight": (F.VOCAB, 64)})
+    with pytest.raises(PairError) as e:
+        token_rows(tokenizer, path, headless, None, "target", "draft", nn.Sequential(nn.Linear(64, 64)))
+    msg = str(e.value)
+    assert "\n" not in msg and "no token embedding found (in the weights or the built model)" in msg
+
+
 def test_the_session_fits_a_short_context_and_skips_the_curve_with_a_reason(checkpoint, tmp_path):
     from engine.ab import AbConfig, run_session
 
