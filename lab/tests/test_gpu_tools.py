@@ -322,7 +322,9 @@ def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
                 won.add((r["pair"]["drafter_kind"], dev["compute_capability"],
                          r["pair"]["target_quantization"]["scheme"]))
             if not disjoint:
-                assert arm["verdict"] in ("undecided", "slower", "not measured"), (path.name, arm["arm"])
+                # anything but a win ("below min gain": the workloads' verdict, decided and not worth it)
+                assert arm["verdict"] in ("undecided", "slower", "not measured", "below min gain",
+                                          "faster, output differs"), (path.name, arm["arm"])
     for row in TABLE:
         if row.backend is Backend.CUDA and row.compute_capability == "9.0":
             assert (row.drafter_kind.value, "9.0", row.scheme.value) in won, row
