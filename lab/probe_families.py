@@ -202,9 +202,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, help="where the target is written (default: a temp dir)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
+    from policy.errors import BlockwidthError
+
     try:
         widths = _parse_ints(args.widths)
-    except ValueError as e:
+    except (ValueError, BlockwidthError) as e:  # parse_rows' InputError since the house's parsers
         print(e, file=sys.stderr)
         return 2
     if min(widths) < 2 or args.rows < 2:
