@@ -509,7 +509,8 @@ def test_console_prompt_field_runs_a_workload_and_folds_its_requests_at_80x24(tm
             await pilot.press("enter")
             await _settle(app, pilot)
             err = _text(app, "#error")
-            assert f"prompt field @{bad}: " in err and "line 3: not valid JSON" in err and "--" not in err
+            assert f"prompt field @{bad}: line 3: not valid JSON" in err and "--" not in err
+            assert err.count("bad.jsonl") == 1  # the path once, whole, however long tmp_path is
             assert app.query_one("#prompt", Input).has_class("-bad") and app.session is None
             app.query_one("#prompt", Input).value = f"@{wl}"
             await _type_fields(pilot, "2", "1", "6")
