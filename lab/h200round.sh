@@ -29,7 +29,9 @@ BW="python3 -m console.cli"
 TOKENS=${TOKENS:-128}
 VA=${VA:-rows}
 mkdir -p "$R"
-log() { echo "[$(date +%T)] $*" | tee -a "$R/round.log"; }
+# to round.log and stderr, never stdout: a step's stdout is its JSON (the 2026-12-02 lease's two
+# JSON files began and ended with a log line)
+log() { echo "[$(date +%T)] $*" | tee -a "$R/round.log" >&2; }
 want() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
 t0=$(date +%s)
 left() { echo $(( ${DEADLINE:-840} - ($(date +%s) - t0) )); }

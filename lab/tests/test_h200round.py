@@ -58,6 +58,8 @@ def test_every_step_runs_in_its_order_with_its_flags(tmp_path):
     r = tmp_path / "w" / "round"
     assert (r / "done").is_file() and (r / "build" / "build.json").is_file()
     assert (r / "prompt-last.txt").read_text() == "the last prompt"
+    # a step's stdout is its JSON alone: the log lines go to round.log and stderr
+    assert (r / "qmv-4bit-p0.json").read_text() == "{}\n"
 
 
 def test_a_step_that_would_pass_the_deadline_is_skipped_and_said(tmp_path):
