@@ -245,6 +245,20 @@ def load(target, draft, kind, variant):
     return pair
 
 
+def agreed(value):
+    """Rank 0's ``value`` (JSON) on every rank of the group, ``value`` itself when alone: for a
+    choice that leads to a collective (a forward of the sharded target), which every rank must
+    make as rank 0 does; a follower's arguments differ from rank 0's (_follow: --json, no
+    profile). Collective in a group: every rank calls it at the same point."""
+    if _context is None:
+        return value
+    import json
+
+    from engine.distributed import broadcast_bytes
+
+    return json.loads(broadcast_bytes(_context.rank.group, json.dumps(value).encode()))
+
+
 def lockstep():
     """The session's lockstep in a rank (engine.ab.run_session(lockstep=...)), else None."""
     return _context.lockstep if _context is not None else None

@@ -138,12 +138,16 @@ LONG_FORWARD_S = 2.0
 def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel, lower_only: bool = False) -> None:
     """Before a long measurement starts, time one 1-row forward and say what it implies: at
     least len(forwards) of those, and up to rows x that for a many-row forward on a CPU (where
-    every row costs). Silent when it is short."""
+    every row costs). Silent when it is short. On a sharded target the timed forward is a
+    collective: every rank of the group runs it or none does, as rank 0 decides (a follower is
+    always quiet: it times the forward with rank 0 and says nothing)."""
     from engine import costcurve
 
-    if quiet or cancel.is_set():
+    if not distributed.agreed(not quiet and not cancel.is_set()):
         return
     one = costcurve.forward_seconds(model)
+    if quiet:
+        return
     least = one * len(forwards)
     biggest = max(forwards)
     if least < LONG_TOTAL_S and one * biggest < LONG_FORWARD_S * 5 and one < LONG_FORWARD_S:

@@ -21,6 +21,7 @@ from policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
 from policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
+PATH_MAX = 4096  # Linux's longest path: a workload's path (@FILE) is shown whole up to it
 
 KINDS = ("model", "lookup", "dflash", "mtp", "eagle")
 
@@ -39,10 +40,11 @@ class FieldError(InputError):
     """One field is wrong: its value and the problem; the front end words the field's name
     (``say(CLI_NAMES)``: ``-n 0: must be at least 1``; ``say(CONSOLE_NAMES)``: ``n field 0: ...``)."""
 
-    def __init__(self, field: Field, value: object, problem: str) -> None:
+    def __init__(self, field: Field, value: object, problem: str, limit: int = 80) -> None:
         self.field, self.value, self.problem = field, value, problem
         v = value
-        self.shown = "" if v is None else f" {shorten(repr(v), 80)}" if field is Field.WIDTHS else f" {shorten(v, 80)}"
+        self.shown = ("" if v is None else f" {shorten(repr(v), limit)}" if field is Field.WIDTHS
+                      else f" {shorten(v, limit)}")
         super().__init__(f"{self.shown}: {problem}".lstrip(), field.value)
 
     def say(self, names: Mapping[str, str] | None = None) -> str:
@@ -94,10 +96,12 @@ def read_workload(req: SessionRequest, pair):
         raise FieldError(Field.PROMPT, req.prompt, "name a workload after @: @mixed, or @FILE (JSONL)")
     try:
         w = read(ref, flag="@")
-        prepared = prepare(w, pair.tokenizer, req.tokens, where=shown if w.builtin else w.source)
+        prepared = prepare(w, pair.tokenizer, req.tokens, where=shown)
     except WorkloadError as e:
-        text = str(e)
-        raise FieldError(Field.PROMPT, shown, text[2:] if text.startswith("@ ") else text) from None
+        # The field's value names the workload, whole where it can name a file (a path's file
+        # name is at its end); the reader's message names it too: said once, not twice.
+        raise FieldError(Field.PROMPT, shown, _unnamed(str(e), ref, shown),
+                         limit=PATH_MAX if len(shown) <= PATH_MAX else 80) from None
     ctx = pair.context_length
     # what the tokens field may be: the longest request that takes it bounds it
     most = min((ctx - len(p.ids) for p in prepared if p.request.max_tokens is None), default=0) if ctx else 0
@@ -110,6 +114,22 @@ def read_workload(req: SessionRequest, pair):
                                                            f"request of it")
             raise FieldError(Field.PROMPT, shown, said + " (its own max_tokens)")
     return w
+
+
+def _unnamed(said: str, ref: str, shown: str) -> str:
+    """A workload reader's message (``@ PATH: problem``; prepare's ``@REF: problem``) without
+    the name it starts with."""
+    from policy.files import FileProblem, user_path
+
+    names = [shown, f"@ {ref}"]
+    try:
+        names.append(f"@ {user_path(ref, '@')}")
+    except FileProblem:
+        pass
+    for name in names:
+        if said.startswith(f"{name}: "):
+            return said[len(name) + 2:]
+    return said[2:] if said.startswith("@ ") else said
 
 
 def literal_prompt(prompt: str) -> str:

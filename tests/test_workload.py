@@ -168,6 +168,7 @@ def test_sweep_workload_end_to_end(tmp_path):
     templated tokenizer: every arm runs every request, interleaved with the arms rotated per
     request, classic closing with a pass; identity per request; each width's ratio, interval and
     p-value in --json; the record reproduces its intervals from its own samples and seed."""
+    from console.inputs import resolution
     from engine import record
     from policy import stats
 
@@ -185,17 +186,26 @@ def test_sweep_workload_end_to_end(tmp_path):
     assert d["workload"]["requests"] == 3 and d["workload"]["sha256"] == workload.read(str(wl)).sha256
     assert [r["id"] for r in d["requests"]] == ["a", "b", "c"]
     assert [r["rendered"] for r in d["requests"]] == ["prompt", "prompt", "chat template"]
+    # the widths given, then the width in effect for this pair when it is not among them (issue
+    # 25: the answer an operator gets is always measured)
+    in_effect = resolution(target=str(target), draft=str(DEMO / "drafter"), kind=None, flag=None,
+                           device=None, profile=None, profile_missing_ok=True)[0].engine_width
+    widths = [2, 3] + ([in_effect] if in_effect not in (None, 2, 3) else [])
+    assert [a["width"] for a in d["arms"][1:]] == widths
+    names = [f"w{w}" for w in widths]
     # interleaved: every request in each pass, the widths' order rotated request by request,
     # and a closing classic pass
-    assert d["order"] == ["a/classic", "a/w2", "a/w3", "b/classic", "b/w3", "b/w2", "c/classic", "c/w2", "c/w3"] * 2 \
-        + ["a/classic", "b/classic", "c/classic"]
+    one_pass = [f"{rid}/{arm}" for k, rid in enumerate("abc")
+                for arm in ["classic", *names[k % len(names):], *names[:k % len(names)]]]
+    assert one_pass[:3] == ["a/classic", "a/w2", "a/w3"] and one_pass[len(names) + 2] == "b/w3"
+    assert d["order"] == one_pass * 2 + ["a/classic", "b/classic", "c/classic"]
     for r in d["requests"]:
         counts = {a["arm"]: len(a["samples"]) for a in r["arms"]}
-        assert counts == {"classic": 3, "w2": 2, "w3": 2}
+        assert counts == {"classic": 3, **{n: 2 for n in names}}
         assert all(s["tokens"] == (8 if r["id"] == "b" else 12) for a in r["arms"] for s in a["samples"])
         assert all(a["identity"]["identical_ids"] for a in r["arms"][1:])  # CPU: bitwise exact
     # the session's arms are per pass: every request's tokens in one sample
-    assert [len(a["samples"]) for a in d["arms"]] == [3, 2, 2]
+    assert [len(a["samples"]) for a in d["arms"]] == [3] + [2] * len(widths)
     assert all(s["tokens"] == 12 + 8 + 12 for a in d["arms"] for s in a["samples"])
     assert d["stats"]["seed"] == 7 and d["stats"]["min_gain"] == 0.03
     rec = record.load(Path(d["record_path"]))
@@ -499,7 +509,8 @@ def test_console_prompt_field_runs_a_workload_and_folds_its_requests_at_80x24(tm
             await pilot.press("enter")
             await _settle(app, pilot)
             err = _text(app, "#error")
-            assert f"prompt field @{bad}: " in err and "line 3: not valid JSON" in err and "--" not in err
+            assert f"prompt field @{bad}: line 3: not valid JSON" in err and "--" not in err
+            assert err.count("bad.jsonl") == 1  # the path once, whole, however long tmp_path is
             assert app.query_one("#prompt", Input).has_class("-bad") and app.session is None
             app.query_one("#prompt", Input).value = f"@{wl}"
             await _type_fields(pilot, "2", "1", "6")
