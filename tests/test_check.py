@@ -455,7 +455,9 @@ def test_the_example_profiles_h200_entry_is_real_on_an_h200_runner(capsys):
     assert checks["entry 3: record"]["status"] == "pass"
     assert "written on cuda NVIDIA H200" in checks["entry 3: record"]["detail"]
     got = checks["resolve: target-4bit + drafter"]
-    assert got["status"] == "pass" and "measured default" in got["detail"] and "h200-2026-11-30g" in got["detail"]
+    # the row's record: the qmv kernel's sweep of the 10th build (width 8; stock's was 16)
+    assert got["status"] == "pass" and "measured default" in got["detail"] and "h200-2026-12-02" in got["detail"]
+    assert got["detail"].startswith("8 ")
 
 
 def test_measure_refuses_a_record_dir_that_is_a_file_before_measuring(tmp_path, capsys):
