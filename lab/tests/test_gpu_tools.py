@@ -201,7 +201,8 @@ def _samplers(work: Path) -> list[int]:
     found = []
     for proc in Path("/proc").iterdir():
         try:
-            if not proc.name.isdigit() or "h200pipe.sh\0sampler" not in (proc / "cmdline").read_text():
+            # bytes: another test's process may hold an argument that is not UTF-8 (xdist runs them side by side)
+            if not proc.name.isdigit() or b"h200pipe.sh\0sampler" not in (proc / "cmdline").read_bytes():
                 continue
             if f"WORK={work}\0".encode() not in (proc / "environ").read_bytes():
                 continue
