@@ -185,9 +185,11 @@ def _same_tokenizer_files(a: Path, b: Path) -> bool:
 
 
 def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = None,
-                        dconfig: dict | None = None, target_tokenizer: Any = None) -> str | None:
+                        dconfig: dict | None = None, target_tokenizer: Any = None,
+                        sizes_only: bool = False) -> str | None:
     """Why a model drafter cannot draft for this target (it must share the target's tokenizer),
-    or None (``target_tokenizer=False``: the configs' sizes only); the reason is about the ``draft`` input (``PairError(why, "draft")``). The one rule
+    or None (``sizes_only``: the configs' vocab sizes alone); the reason is about the ``draft``
+    input (``PairError(why, "draft")``). The one rule
     for the pair load and for ``resolve``, which loads no model: the configs' vocab sizes first,
     then the tokenizers themselves, loaded only when their files differ. A config or tokenizer
     that cannot be read raises PairError naming its input."""
@@ -206,7 +208,7 @@ def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = N
     if tv != dv:
         return (f"{drafter}: vocabulary of {dv} tokens differs from target "
                 f"{target}'s {tv}; a model drafter must share the target's tokenizer")
-    if target_tokenizer is False:  # the sizes only (the pair load, before it loads anything)
+    if sizes_only:  # the pair load, before it loads anything
         return None
     if not any(p.name.startswith("tokenizer") for p in drafter.iterdir()):
         return None
@@ -290,7 +292,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
 
     if kind is DrafterKind.MODEL:  # the configs' sizes first: nothing is loaded for a refusal
         why = vocabulary_mismatch(target, drafter, tconfig=tconfig, dconfig=dconfig,
-                                  target_tokenizer=False)
+                                  sizes_only=True)
         if why:
             raise PairError(why, dname)
     try:
