@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The tenth round's GPU evidence on one H200, in one lease of about 15 minutes (the session's device
 # budget after the first lease's probes): a 5B pair built on short budgets, then, most needed first,
-#   1. the 4-bit target at widths 2-8 with the verify's projections on the qmv kernel (issue 26),
-#   2. a workload session of the bf16 target over the built-in mixed workload, with the auto arm
-#      (issues 23 and 28: per-request best widths, intervals, auto against the oracle),
-#   3. the served path: stock mlx_lm.server, without cuDNN attention, and with the dispatcher,
-#      beside the engine path (issue 27; lab/served_gpu.py),
-#   4. the 4-bit target at widths 2, 4, 8 on stock projections (the kernel's control),
-#   5. with time left, the qmv sweep on the pair's last held-out prompt.
+#   1. the served path: stock mlx_lm.server, without cuDNN attention, and with the dispatcher,
+#      beside the engine path (issue 27; lab/served_gpu.py; the 2026-12-02 lease's 40 s steps
+#      were too short for a 5B server's start, so the step limit is a setting, SERVED_STEP),
+#   2. the 4-bit target at widths 2, 4, 8 on stock projections (the kernel's control), then
+#   3. the same target at widths 2-8 with the verify's projections on the qmv kernel (issue 26),
+#      side by side in one lease,
+#   4. with time left, the qmv sweep on the pair's last held-out prompt,
+#   5. a workload session of the bf16 target over the built-in mixed workload, with the auto arm
+#      (issues 23 and 28: per-request best widths, intervals, auto against the oracle).
 # Every step has its own time limit, so a slow step costs itself and not the ones after it.
 # Detached, since a device call lasts 10 minutes at most; from the repository root, after MLX is
 # installed (lab/devwheels3.sh):
@@ -15,7 +17,7 @@
 #   bash lab/h200round.sh wait S      # up to S seconds for the run to finish; then $OUT/round.tgz
 #                                     # holds what $R has so far (call again and again)
 # SHAPE, TS/GS/DS (the build's target, generation and drafter seconds), STEPS (default all:
-# build,qmv,workload,served,stock,qmv6) and DEADLINE (seconds from the start after which no step
+# build,served,stock,qmv,qmv6,workload) and DEADLINE (seconds from the start after which no step
 # starts, default 840) are settings; on this CPU the lab test runs it with SHAPE=tiny.
 set -uo pipefail
 verb=${1:?verb: run | wait}
@@ -23,7 +25,7 @@ W=${WORK:-/root/bw}
 P=${PAIR:-$W/gpupair}
 R=${RESULTS:-$W/round}
 SHAPE=${SHAPE:-5b}
-STEPS=${STEPS:-build,qmv,workload,served,stock,qmv6}
+STEPS=${STEPS:-build,served,stock,qmv,qmv6,workload}
 export PYTHONUNBUFFERED=1 BLOCKWIDTH_QMV_CALL=${BLOCKWIDTH_QMV_CALL:-compile}
 BW="python3 -m console.cli"
 TOKENS=${TOKENS:-128}
@@ -72,16 +74,17 @@ run)
     fi
     python3 -c "import sys; from engine.demo.prompts import read_prompts
 print(read_prompts(sys.argv[1])[-1], end='')" "$P/prompts.json" > "$R/prompt-last.txt" 2>> "$R/round.log"
-    want qmv && sweep4 qmv-4bit-p0 2,3,4,5,6,7,8 qmv "$P/prompt.txt" "${QMV_LIMIT:-150}"
-    want workload && step workload-bf16 "${WORKLOAD_LIMIT:-210}" $BW sweep --target "$P/target-bf16" \
-        --draft "$P/drafter" --workload mixed --widths auto,4,8,12 -n 2 --max-tokens "$TOKENS" \
-        --verify-attention "$VA" --seed 23 --record-dir "$R/records-workload-bf16" --json \
-        > "$R/workload-bf16.json" 2> "$R/workload-bf16.err"
+    # most needed first: the served path (issue 27), then the stock/qmv pair of sweeps (26)
     want served && step served "${SERVED_LIMIT:-230}" python3 -m lab.served_gpu --pair "$P" \
         --out "$R/served" --widths 4,8 -n 3 --tokens 64 --step-timeout "${SERVED_STEP:-45}" \
         > "$R/served.txt" 2>&1
     want stock && sweep4 stock-4bit-p0 2,4,8 stock "$P/prompt.txt" "${STOCK_LIMIT:-100}"
+    want qmv && sweep4 qmv-4bit-p0 2,3,4,5,6,7,8 qmv "$P/prompt.txt" "${QMV_LIMIT:-150}"
     want qmv6 && sweep4 qmv-4bit-plast 2,3,4,6,8 qmv "$R/prompt-last.txt" "${QMV6_LIMIT:-120}"
+    want workload && step workload-bf16 "${WORKLOAD_LIMIT:-210}" $BW sweep --target "$P/target-bf16" \
+        --draft "$P/drafter" --workload mixed --widths auto,4,8,12 -n 2 --max-tokens "$TOKENS" \
+        --verify-attention "$VA" --seed 23 --record-dir "$R/records-workload-bf16" --json \
+        > "$R/workload-bf16.json" 2> "$R/workload-bf16.err"
     log "round done"
     touch "$R/done" ;;
 wait)
