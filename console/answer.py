@@ -137,6 +137,10 @@ def _trust(res: Any) -> tuple[bool, str, str | None]:
         if path != SERVER_PATH:
             line += "; the served path (mlx_lm.server) was not measured"
         server = entry.server if isinstance(getattr(entry, "server", None), Mapping) else {}
+        env = entry.server_env if hasattr(entry, "server_env") else {}
+        if env:
+            line += (f"; measured with {' '.join(f'{k}={v}' for k, v in env.items())} in the server's "
+                     f"environment, which the command sets")
         if isinstance(server.get("verify_attention"), str):
             mode = shlex.quote(server["verify_attention"])  # a profile is input
             line += (f"; measured with blockwidth's verify attention {mode}: run it as blockwidth serve "
@@ -197,4 +201,7 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
         args = server.get("args")
         if isinstance(args, list) and all(isinstance(a, str) for a in args):
             line += "".join(f" {shlex.quote(a)}" for a in args)  # the arguments it was measured with
+        env = entry.server_env if hasattr(entry, "server_env") else {}
+        if env:  # the environment it was measured in: without it, another kernel runs
+            line = " ".join(f"{k}={v}" for k, v in env.items()) + " " + line
     return Answer(command=line, refusal=None, **base)
