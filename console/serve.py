@@ -136,6 +136,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       tuple(rest) + (("--num-draft-tokens", str(res.width - 1)) if drafter else ()),
                       args.verify_attention, port, host, tuple(env.items()))
     print(f"blockwidth serve: {provenance(res)}", flush=True)
+    from console.answer import answer
+
+    caution = answer(res, paths).caution if drafter is not None else None
+    if caution:  # an unmeasured speculative server on CUDA: what the one measurement there says
+        print(f"blockwidth serve: caution: {caution}", file=sys.stderr, flush=True)
     for k, v in measured_env.items():
         if k in os.environ and os.environ[k] != v:
             print(f"blockwidth serve: warning: {k}={shlex.quote(os.environ[k])} in this environment; the "

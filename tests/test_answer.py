@@ -181,3 +181,10 @@ def test_an_unmeasured_served_command_on_cuda_carries_the_h200_caution():
     assert _answer()[0].caution is None  # on the CPU nothing is known against the command
     p = run_cli("resolve", "--device", "cuda:9.0")
     assert "  caution  on CUDA" in p.stdout, p.stdout
+    import socket
+
+    with socket.socket() as held:  # serve says it at startup too (a port in use stops it there)
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        p = run_cli("serve", "--device", "cuda:9.0", "--port", str(held.getsockname()[1]))
+    assert p.returncode == 2 and "blockwidth serve: caution: on CUDA" in p.stderr, p.stderr
