@@ -171,13 +171,38 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return ExitCode.USAGE if code else ExitCode.OK
     except KeyboardInterrupt:
         print("blockwidth serve: stopping mlx_lm.server", file=sys.stderr)
-        server.stop(graceful=True)
+        with _shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
+            server.stop(graceful=True)
         return 130
     finally:
-        server.stop(graceful=True)
+        with _shielded():
+            server.stop(graceful=True)
         import shutil
 
         shutil.rmtree(log_dir, ignore_errors=True)
+
+
+class _shielded:
+    """SIGINT, SIGTERM and SIGHUP ignored while the server stops (bounded: stop's own timeout,
+    then a kill): outside _interruptible a second signal would end blockwidth at once and
+    leave mlx_lm.server, in its own session, running with nobody to stop it."""
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        self.old = {}
+        if threading.current_thread() is threading.main_thread():
+            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+                self.old[sig] = signal.signal(sig, signal.SIG_IGN)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+        return False
 
 
 class _interruptible:

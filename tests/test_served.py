@@ -342,6 +342,22 @@ def test_serve_prints_its_provenance_and_answers_a_completion(tmp_path):
     assert "--num-draft-tokens 3" in launched and "--max-tokens 8" in launched
 
 
+def test_a_second_sigterm_while_serve_stops_leaves_no_server(tmp_path):
+    """Two SIGTERMs (a supervisor's, then its impatient repeat): the second one arrives while
+    the server stops, and must not end blockwidth before it has stopped the server."""
+    p = Proc("serve", "--port", str(_free_port()))
+    try:
+        ready = p.wait_for("stderr", r"ready at")
+        p.proc.send_signal(signal.SIGTERM)
+        p.wait_for("stderr", r"stopping mlx_lm.server", timeout=15)
+        p.proc.send_signal(signal.SIGTERM)
+    finally:
+        code = p.finish()
+    pid = int(re.search(r"ready at \S+ \(pid (\d+)", ready)[1])
+    assert _gone([pid]), f"mlx_lm.server {pid} outlived blockwidth serve"
+    assert code == 130
+
+
 def test_serve_with_a_profile_decline_runs_classic_and_says_why(tmp_path):
     prof = tmp_path / "profile.toml"
     prof.write_text('schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\ndecline = true\n'
