@@ -840,6 +840,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 break
             block = reference[:w]
             emit(Event("phase", f"w{w}", run=i, runs=len(fixed), phase="exactness"))
+            if cancel.is_set():
+                break  # cancelled as the stage was shown: its probe does not start
             if len(block) == w:
                 session.exactness[w] = probe(pair.target, ids, block, session.attention, lin)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
@@ -866,6 +868,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 # a stage of its own on screen (the bar would sit at the probe's last width)
                 emit(Event("phase", f"{arm.name}" + (f" on {req.id}" if many else ""), run=len(fixed),
                            runs=len(fixed), phase="exactness", message="divergence margin"))
+                if cancel.is_set():
+                    break
                 differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity
                 margin = divergence_margin(pair, req_ids, arm.width, ref, differing.tokens,
                                            ident.first_divergence, ex.max_abs_diff if ex else 0.0,
