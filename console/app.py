@@ -13,6 +13,7 @@ a field: a run moves it to the results, Escape leaves a field, Enter in a field 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
@@ -427,8 +428,19 @@ class BlockwidthApp(App):
         from engine.ab import run_session
 
         gate = host.gate()
-        session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
-                              cancel=self._cancel)
+        last = [0.0]
+
+        def post(e: Any) -> None:
+            # Token ticks at most ten a second: at one a token they queued faster than a busy
+            # 2-core host drew them, and a c waited behind them (a pilot's wait timed out).
+            if e.kind == "progress" and e.tokens < e.total:
+                now = time.monotonic()
+                if now - last[0] < 0.1:
+                    return
+                last[0] = now
+            self.post_message(AbEvent(e))
+
+        session = run_session(self.pair, config, on_event=post, cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
         where = Path(self.options.record_dir) if self.options.record_dir else None
         try:
