@@ -41,6 +41,13 @@ _CANNOT = {
 }
 
 
+# A speculative mlx_lm.server on CUDA that nobody measured: what the one measurement there says.
+CUDA_SERVED = ("on CUDA, stock mlx_lm.server's draft path ran 0.22-0.43x classic with cuDNN's "
+               "attention and 2.4-4.0x with MLX_CUDA_USE_CUDNN_SDPA=0 (H200, 5B pair, "
+               "lab/evidence/h200-2026-12-02b); measure this command with blockwidth sweep --path "
+               "mlx-lm-server before serving it")
+
+
 @dataclass(frozen=True)
 class Answer:
     """What to run, or why there is nothing to run, and how far to trust the width."""
@@ -57,6 +64,7 @@ class Answer:
     # The engine's own setting for the same width: none for a decline (no width to set) or for
     # a pair that did not load (nothing of it runs anywhere).
     env: str | None = None
+    caution: str | None = None  # what is known of the command where it was not measured
 
     @property
     def num_draft_tokens(self) -> int | None:
@@ -81,6 +89,8 @@ class Answer:
             out.append(self.command)
         elif self.width is not None or self.decline:
             out.append(f"no mlx_lm.server command: {self.refusal}")
+        if self.caution:
+            out.append(f"caution: {self.caution}")
         if self.session:
             out.append(f"this session: {self.session}")
         return out
@@ -90,7 +100,7 @@ class Answer:
                 "serve_command": self.command, "serve_refusal": self.refusal,
                 "source": self.source, "measured": self.measured, "measured_path": self.path,
                 "trust": self.trust, "env": self.env, "decline": self.decline,
-                "session": self.session}
+                "caution": self.caution, "session": self.session}
 
 
 def _abs(path: Path) -> str:
@@ -137,6 +147,10 @@ def _trust(res: Any) -> tuple[bool, str, str | None]:
         if path != SERVER_PATH:
             line += "; the served path (mlx_lm.server) was not measured"
         server = entry.server if isinstance(getattr(entry, "server", None), Mapping) else {}
+        env = entry.server_env if hasattr(entry, "server_env") else {}
+        if env:
+            line += (f"; measured with {' '.join(f'{k}={v}' for k, v in env.items())} in the server's "
+                     f"environment, which the command sets")
         if isinstance(server.get("verify_attention"), str):
             mode = shlex.quote(server["verify_attention"])  # a profile is input
             line += (f"; measured with blockwidth's verify attention {mode}: run it as blockwidth serve "
@@ -197,4 +211,11 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
         args = server.get("args")
         if isinstance(args, list) and all(isinstance(a, str) for a in args):
             line += "".join(f" {shlex.quote(a)}" for a in args)  # the arguments it was measured with
-    return Answer(command=line, refusal=None, **base)
+        env = entry.server_env if hasattr(entry, "server_env") else {}
+        if env:  # the environment it was measured in: without it, another kernel runs
+            line = " ".join(f"{k}={v}" for k, v in env.items()) + " " + line
+    caution = None
+    device = getattr(res, "device", None)
+    if path != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
+        caution = CUDA_SERVED
+    return Answer(command=line, refusal=None, caution=caution, **base)

@@ -206,6 +206,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
             # path, and the mlx_lm.server command, or why there is none
             f"  answer   {said.head()}",
             f"  serve    {said.command or 'no mlx_lm.server command: ' + str(said.refusal)}",
+            *([f"  caution  {said.caution}"] if said.caution else []),
             # an auto entry: what the server gets instead (it cannot adapt per round)
             *([f"           {note}"] if note and d.get("auto") else []),
             "  chain:",

@@ -115,7 +115,8 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
             cmd += list((e.server or {}).get("args") or [])
             if len(levels) > 1:
                 lines.append(f"# for a load of about {e.load} concurrent requests")
-            lines.append(shlex.join(cmd))
+            env = e.server_env  # the MLX_* switches it was measured with (they pick the kernels)
+            lines.append(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(cmd)]))
     elif fmt == "vllm":
         if not widths:
             lines.append(f"vllm serve {q(target)}  # no speculative config: classic won")

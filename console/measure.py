@@ -291,6 +291,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     _qmv_call()
     in_effect = _width_in_effect(args)
     pair = _load(args.target, args.draft, args.kind, args.demo_target)
+    # In a group every rank runs the same arms: rank 0's width in effect (a follower has no
+    # profile, _follow), else a follower's session has one arm fewer and the ranks part ways.
+    in_effect = distributed.agreed(in_effect)
+    in_effect = tuple(in_effect) if in_effect is not None else None
     if in_effect is not None and in_effect[0] not in widths:
         # The width `resolve` gives is always among the measured ones, as in the console: a
         # sweep that skipped it could not say whether the answer an operator gets loses.

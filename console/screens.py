@@ -147,6 +147,8 @@ class AnswerScreen(ModalScreen[None]):
         else:
             parts += [("no mlx_lm.server command: ", "bold red"), a.refusal or "", "\n\n"]
         parts += [("the width: ", "bold"), a.head(), "\n"]
+        if a.caution:
+            parts += [("caution: ", "bold yellow"), a.caution, "\n"]
         if a.session:
             parts += [("this session: ", "bold"), a.session, "\n"]
         if a.env:

@@ -35,7 +35,10 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
     if entry is not None and entry.server:
         line += list(entry.server.get("args") or [])
     line += list(server_args)
-    server = {"argv": line, "line": shlex.join(line),
+    env = entry.server_env if entry is not None and hasattr(entry, "server_env") else {}
+    # the MLX_* switches it was measured with go before the command, as a shell sets them
+    server = {"argv": line, "env": env,
+              "line": " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(line)]),
               "measured": measured == "mlx-lm-server",
               "serve": shlex.join(["blockwidth", "serve", "--target", str(target)]
                                   + (["--draft", str(drafter)] if drafter is not None else []))}
@@ -122,11 +125,26 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise InputError(f"serve: mlx_lm.server drafts with a draft model only; --kind "
                          f"{info.kind.value} runs on blockwidth's engine")
     drafter = paths.drafter if res.width is not None else None
+    cmd = command_for(res, paths.target, drafter, rest)
+    # The entry's MLX_* switches, as it was measured; a variable the operator set already is
+    # theirs, and the startup line says that it differs from what was measured.
+    import os
+
+    measured_env = cmd["mlx-lm-server"]["env"]
+    env = {k: v for k, v in measured_env.items() if k not in os.environ}
     spec = ServerSpec("serve", paths.target, drafter,
                       tuple(rest) + (("--num-draft-tokens", str(res.width - 1)) if drafter else ()),
-                      args.verify_attention, port, host)
-    cmd = command_for(res, paths.target, drafter, rest)
+                      args.verify_attention, port, host, tuple(env.items()))
     print(f"blockwidth serve: {provenance(res)}", flush=True)
+    from console.answer import answer
+
+    caution = answer(res, paths).caution if drafter is not None else None
+    if caution:  # an unmeasured speculative server on CUDA: what the one measurement there says
+        print(f"blockwidth serve: caution: {caution}", file=sys.stderr, flush=True)
+    for k, v in measured_env.items():
+        if k in os.environ and os.environ[k] != v:
+            print(f"blockwidth serve: warning: {k}={shlex.quote(os.environ[k])} in this environment; the "
+                  f"entry was measured with {k}={v}", file=sys.stderr, flush=True)
     print(f"blockwidth serve: {cmd['mlx-lm-server']['line']} --host {host} --port {port}"
           + ("" if args.verify_attention is None else
              f"  (in-process, verify attention {args.verify_attention})"), file=sys.stderr, flush=True)

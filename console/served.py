@@ -192,6 +192,8 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
 
             srv = {"mlx_lm": rec["server"]["mlx_lm"], "args": list(extra),
                    "verify_attention": args.verify_attention}
+            if rec["server"].get("env"):  # the MLX_* switches it was measured with
+                srv["env"] = dict(rec["server"]["env"])
             try:
                 saved, refusal = save_session(lv.session, pair, path, args.profile,
                                               allow_nonidentical=args.allow_nonidentical,
@@ -252,7 +254,7 @@ def _kept(written) -> str:
 
 def _print(session, written, pair) -> None:
     from console.outcome import headline
-    from engine.served import level_warnings, server_version
+    from engine.served import env_words, level_warnings, server_env, server_version
 
     def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped
         print(shown(line), **kw)
@@ -261,8 +263,10 @@ def _print(session, written, pair) -> None:
     how = ("stock" if c.verify_attention is None else
            f"in-process with verify attention {c.verify_attention}")
     say(f"pair   {pair.describe()}")
+    env = server_env()
     say(f"path   mlx-lm-server: mlx_lm.server {server_version()} ({how})"
-        + (f", args {' '.join(c.server_args)}" if c.server_args else ""))
+        + (f", args {' '.join(c.server_args)}" if c.server_args else "")
+        + (f", environment {env_words(env)}" if env else ""))
     ref = session.reference
     say(f"prompt {ref.prompt_tokens} tokens, {c.ab.max_tokens} new (classic's first sending made "
         f"{ref.tokens}), n={c.ab.n}")

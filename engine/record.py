@@ -288,7 +288,9 @@ def _path_line(record: dict) -> str:
     args = " ".join(server.get("args") or [])
     how = ("stock" if server.get("verify_attention") is None
            else f"in-process, verify attention {server['verify_attention']}")
-    return (f"{path}: mlx_lm.server {server.get('mlx_lm')} ({how}{', ' + args if args else ''}), "
+    env = server.get("env") or {}
+    env = ", environment " + " ".join(f"{k}={v}" for k, v in env.items()) if isinstance(env, dict) and env else ""
+    return (f"{path}: mlx_lm.server {server.get('mlx_lm')} ({how}{', ' + args if args else ''}{env}), "
             f"concurrency {record.get('concurrency', 1)}")
 
 

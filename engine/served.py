@@ -36,10 +36,10 @@ from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Callable, Iterable, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from policy.errors import BlockwidthError
-from policy.profile import MAX_CONCURRENCY, PATH_SERVER
+from policy.profile import MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_env_problems
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -56,6 +56,21 @@ OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--por
 
 class ServedError(BlockwidthError):
     """The served path cannot go on: one line naming the server and what happened."""
+
+
+def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """MLX's own switches in the environment the servers inherit (policy.profile's
+    SERVER_ENV_PREFIX): what a served record and entry keep, since they pick the kernels the
+    measurement ran on; one that a profile could not hold is left out (and would not be valid
+    for MLX either)."""
+    environ = os.environ if environ is None else environ
+    out = {k: environ[k] for k in sorted(environ) if k.startswith(SERVER_ENV_PREFIX)}
+    return {k: v for k, v in out.items() if not server_env_problems({k: v})}
+
+
+def env_words(env: Mapping[str, str]) -> str:
+    """``MLX_CUDA_USE_CUDNN_SDPA=0 ...``: how a shell line sets them (values are plain)."""
+    return " ".join(f"{k}={v}" for k, v in env.items())
 
 
 def server_version() -> str | None:
@@ -742,6 +757,7 @@ class ServedSession:
         c = self.config
         return {"program": "mlx_lm.server", "mlx_lm": server_version(),
                 "args": list(c.server_args),
+                "env": server_env(),  # MLX_* switches the servers inherited (picks kernels)
                 "verify_attention": c.verify_attention,  # None: the stock server
                 "processes": self.servers,
                 "first_sending": "a third process with --prompt-cache-size 0 (no request there "

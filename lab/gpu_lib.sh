@@ -1,4 +1,5 @@
-# Shell helpers shared by the GPU evidence scripts (h200x2.sh, h200pipe.sh); sourced, not run.
+# Shell helpers shared by the GPU evidence scripts (h200x2.sh, h200pipe.sh, h200round.sh,
+# qmv_sweeps.sh); sourced, not run.
 
 wait_for() {  # until file $1 exists or $2 seconds have passed; succeeds when the file is there
     local t0
@@ -67,4 +68,11 @@ a, b = worse(sys.argv[1]), worse(sys.argv[2])
 pick = "B" if b is not None and (a is None or b > a) else "A"
 print(pick, f"worse-target acceptance A {a} B {b}")
 PY
+}
+
+pack_results() {  # $1 results folder, $2 tarball name in $OUT, $3 what to call it, $4 log file, $5
+                  # log lines: the folder as it is now into $OUT, then whether the run is done
+    tar -czf "$OUT/$2" -C "$(dirname "$1")" "$(basename "$1")"
+    if [ -f "$1/done" ]; then echo "$3: done"; else echo "$3: running"; fi
+    tail -"$5" "$4" 2>/dev/null
 }

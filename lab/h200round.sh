@@ -21,6 +21,7 @@
 # starts, default 840) are settings; on this CPU the lab test runs it with SHAPE=tiny.
 set -uo pipefail
 verb=${1:?verb: run | wait}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # pack_results
 W=${WORK:-/root/bw}
 P=${PAIR:-$W/gpupair}
 R=${RESULTS:-$W/round}
@@ -92,9 +93,7 @@ wait)
     s=${2:-500}
     t=$(date +%s)
     while [ ! -f "$R/done" ] && [ $(( $(date +%s) - t )) -lt "$s" ]; do sleep 5; done
-    tar -czf "$OUT/round.tgz" -C "$(dirname "$R")" "$(basename "$R")"
-    if [ -f "$R/done" ]; then echo "round: done"; else echo "round: running"; fi
-    tail -12 "$R/round.log" 2>/dev/null ;;
+    pack_results "$R" round.tgz round "$R/round.log" 12 ;;
 *)
     echo "h200round.sh: unknown verb $verb (run | wait)" >&2
     exit 2 ;;

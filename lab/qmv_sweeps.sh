@@ -20,6 +20,7 @@
 # linear summary and this log agree on what was measured.
 set -uo pipefail
 verb=${1:?verb: run | pack}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # pack_results
 W=${WORK:-/root/bw}
 P=${PAIR:-$W/gpupair}
 R=${RESULTS:-$W/qmv-results}
@@ -65,9 +66,7 @@ print(read_prompts(sys.argv[1])[6], end='')" "$P/prompts.json" > "$R/prompt6.txt
     touch "$R/done" ;;
 pack)
     OUT=${OUT:?OUT must be set}
-    tar -czf "$OUT/qmv-sweeps.tgz" -C "$(dirname "$R")" "$(basename "$R")"
-    if [ -f "$R/done" ]; then echo "qmv sweeps: done"; else echo "qmv sweeps: running"; fi
-    tail -3 "$R/qmv_sweeps.log" 2>/dev/null ;;
+    pack_results "$R" qmv-sweeps.tgz "qmv sweeps" "$R/qmv_sweeps.log" 3 ;;
 *)
     echo "qmv_sweeps.sh: unknown verb $verb (run | pack)" >&2
     exit 2 ;;

@@ -36,6 +36,30 @@ PATH_ENGINE = "engine"
 PATH_SERVER = "mlx-lm-server"
 PATHS = (PATH_ENGINE, PATH_SERVER)
 MAX_CONCURRENCY = 64  # concurrent requests a served entry may have been measured at
+# The environment variables a served measurement keeps (server.env) and a served command sets
+# again: MLX's own switches, which pick its kernels. On the H200 (2026-12-02) the same
+# mlx_lm.server command ran width 8 at 0.43x classic with cuDNN's attention and at 3.96x with
+# MLX_CUDA_USE_CUDNN_SDPA=0: a command without the variable is not the one that was measured.
+SERVER_ENV_PREFIX = "MLX_"
+_ENV_NAME = re.compile(r"MLX_[A-Z0-9_]{1,60}")
+_ENV_VALUE = re.compile(r"[A-Za-z0-9._:/+-]{0,200}")
+
+
+def server_env_problems(env: object) -> list[str]:
+    """What is wrong with a served entry's ``server.env``: a table of MLX_* names to plain
+    values (a value a shell line can carry unquoted), at most 32 of them."""
+    if not isinstance(env, dict):
+        return [f"server.env = {_short(env)}: expected a table of MLX_* variables, e.g. "
+                f"{{MLX_CUDA_USE_CUDNN_SDPA = \"0\"}}"]
+    errs = []
+    if len(env) > 32:
+        errs.append(f"server.env has {len(env)} variables: at most 32")
+    for k, v in list(env.items())[:33]:
+        if not isinstance(k, str) or not _ENV_NAME.fullmatch(k):
+            errs.append(f"server.env key {_short(k)}: expected an MLX_ variable name (MLX_ and A-Z, 0-9, _)")
+        elif not isinstance(v, str) or not _ENV_VALUE.fullmatch(v):
+            errs.append(f"server.env.{k} = {_short(v)}: expected a string of letters, digits and ._:/+-")
+    return errs
 MAX_BYTES = 16 * files.MiB  # far above any real profile; bounds a read of /dev/zero or a huge file
 SHOW_PROBLEMS = 10  # problems printed before "and N more"
 
@@ -68,13 +92,20 @@ class Override:
     line: int | None = field(default=None, compare=False, hash=False)  # where it was read
     path: str = PATH_ENGINE  # what was measured: the engine's loop or mlx_lm.server
     concurrency: int | None = None  # concurrent requests it was measured at (None: 1)
-    # the served path's server: {mlx_lm: version, args: [...], verify_attention: mode or absent}
+    # the served path's server: {mlx_lm: version, args: [...], env: {MLX_*: value},
+    # verify_attention: mode or absent}
     server: Mapping[str, Any] | None = field(default=None, compare=False, hash=False)
     # An ``auto`` entry (width = "auto"): the controller's plan, the curve it was built on
     # (policy.auto.Plan); ``width`` then holds the fixed width a consumer that cannot adapt takes.
     auto: Plan | None = field(default=None, compare=False, hash=False)
     # measured on a sharded target's group (issue 29); None: on one device, and only there
     group: Group | None = None
+
+    @property
+    def server_env(self) -> dict[str, str]:
+        """The MLX_* switches a served entry was measured with (server.env), or {}."""
+        env = self.server.get("env") if isinstance(self.server, Mapping) else None
+        return dict(env) if isinstance(env, dict) and env and not server_env_problems(env) else {}
 
     @property
     def load(self) -> int:
@@ -457,13 +488,15 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
     server = item.get("server")
     if server is not None:
         if not isinstance(server, dict):
-            errs.append("server must be a table {mlx_lm, args, verify_attention}")
+            errs.append("server must be a table {mlx_lm, args, env, verify_attention}")
             server = None
         else:
-            extra = set(server) - {"mlx_lm", "args", "verify_attention"}
+            extra = set(server) - {"mlx_lm", "args", "env", "verify_attention"}
             if extra:
                 errs.append(f"server has unknown keys {_short(sorted(extra), 160)} "
-                            f"(expected mlx_lm, args, verify_attention)")
+                            f"(expected mlx_lm, args, env, verify_attention)")
+            if "env" in server:
+                errs.extend(server_env_problems(server["env"]))
             args = server.get("args", [])
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
                 errs.append(f"server.args = {_short(args)}: expected a list of strings")

@@ -1,8 +1,10 @@
 """Regenerate the screenshots in this folder from the real commands on the demo pair.
 
-    .venv/bin/python screenshots/make.py [--console-only]
+    .venv/bin/python screenshots/make.py [--console-only] [--only NAME.svg]
 
-Each SVG is the terminal output of one `blockwidth` command, rendered by Rich.
+Each SVG is the terminal output of one `blockwidth` command, rendered by Rich. Commands print
+absolute paths (the answer's command works from any folder), so run it from a checkout at a
+neutral path (e.g. ~/blockwidth), never a helper's worktree.
 """
 
 from __future__ import annotations
@@ -64,13 +66,17 @@ def main() -> int:
 
     sys.path.insert(0, str(ROOT))
     os.environ["XDG_CONFIG_HOME"] = "/tmp/blockwidth-screenshot-config"
+    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else None
     for name, (state, size, tab) in CONSOLE_SHOTS.items():
-        asyncio.run(console_shot(name, state, size, tab))
+        if only in (None, name):
+            asyncio.run(console_shot(name, state, size, tab))
     if "--console-only" in sys.argv:
         return 0
     env = dict(os.environ, PYTHONPATH=str(ROOT), COLUMNS="120",
                XDG_CONFIG_HOME="/tmp/blockwidth-screenshot-config")
     for name, args in SHOTS.items():
+        if only not in (None, name):
+            continue
         p = subprocess.run([sys.executable, "-m", "console.cli", *args], capture_output=True,
                            text=True, env=env, cwd=ROOT)
         console = Console(record=True, width=118, file=open(os.devnull, "w"))

@@ -166,3 +166,25 @@ def test_ctrl_c_stops_costcurve_between_forwards_and_keeps_what_it_measured():
 
     kept = int(re.search(r"cancelled: (\d+) of 1000 repeats", out).group(1))
     assert kept < 1000  # it stopped where it was, not after the thousands of forwards left
+
+
+def test_an_unmeasured_served_command_on_cuda_carries_the_h200_caution():
+    """Resolved for an H200 from the table (measured on the engine path), the mlx_lm.server
+    command was never measured; stock mlx_lm.server's draft path lost there with cuDNN's
+    attention (lab/evidence/h200-2026-12-02b), and the answer says so beside the command."""
+    res, paths, _ = resolution(target=None, draft=None, kind=None, flag=None, device="cuda:9.0",
+                               profile=None, variant="bf16")
+    said = answer(res, paths)
+    assert said.command and said.caution and "MLX_CUDA_USE_CUDNN_SDPA=0" in said.caution
+    assert "h200-2026-12-02b" in said.caution and (ROOT / "lab" / "evidence" / "h200-2026-12-02b").is_dir()
+    assert said.lines()[2].startswith("caution: on CUDA, stock mlx_lm.server's draft path ran 0.22-0.43x")
+    assert _answer()[0].caution is None  # on the CPU nothing is known against the command
+    p = run_cli("resolve", "--device", "cuda:9.0")
+    assert "  caution  on CUDA" in p.stdout, p.stdout
+    import socket
+
+    with socket.socket() as held:  # serve says it at startup too (a port in use stops it there)
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        p = run_cli("serve", "--device", "cuda:9.0", "--port", str(held.getsockname()[1]))
+    assert p.returncode == 2 and "blockwidth serve: caution: on CUDA" in p.stderr, p.stderr

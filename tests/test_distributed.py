@@ -314,3 +314,25 @@ def test_resolve_for_a_group_named_with_device(tmp_path):
     assert grouped["device"]["group"]["size"] == 2
     alone = json.loads(run_cli("resolve", "--device", "cpu", "--profile", str(prof), "--json").stdout)
     assert alone["source"] != "profile" and alone["width"] != 3
+
+
+def test_every_rank_adds_rank_zeros_width_in_effect(tmp_path):
+    """sweep --save --profile P adds the width P gives for this group (3 here) to the arms.
+    Only rank 0 reads P (a follower runs without one), so every rank must take rank 0's width
+    in effect, or a follower runs one arm fewer and the group parts ways at its first run."""
+    prof = tmp_path / "profile.toml"
+    prof.write_text('schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 3\n'
+                    'target_quantization = {scheme = "none"}\n\n[override.group]\nbackend = "ring"\n'
+                    'sharding = "tensor"\nsize = 2\nmembers = [{backend = "cpu"}, {backend = "cpu"}]\n')
+    before = prof.read_text()
+    r = run_cli("sweep", "--distributed", "tensor", "--ranks", "2", "--group-backend", "ring",
+                "--widths", "2", "-n", "1", "--max-tokens", str(TOKENS), "--record-dir", str(tmp_path / "r"),
+                "--group-timeout", GROUP_TIMEOUT, "--save", "--profile", str(prof), "--json",
+                env={"XDG_CONFIG_HOME": str(tmp_path / "config")})
+    assert r.returncode in (0, 1), r.stderr[-3000:]  # 1: n = 1 decides nothing, so nothing is saved
+    out = json.loads(r.stdout)
+    record = json.loads(Path(out["record_path"]).read_text())
+    assert [a["arm"] for a in record["arms"]] == ["classic", "w2", "w3"]
+    assert record["group"]["agreement"]["agreed"]
+    if r.returncode == 1:
+        assert prof.read_text() == before

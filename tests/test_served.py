@@ -123,7 +123,8 @@ def served_sweep(tmp_path_factory):
     r = subprocess.run([sys.executable, "-m", "console.cli", "sweep", "--path", "mlx-lm-server",
                         "--widths", "2,4", "-n", "2", "--max-tokens", "12", "--concurrency", "1,2",
                         "--record-dir", str(records), "--json"],
-                       capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+                       capture_output=True, text=True, env=dict(_env(), MLX_CUDA_USE_CUDNN_SDPA="0"),
+                       cwd=ROOT, timeout=300)
     return r, records
 
 
@@ -142,6 +143,9 @@ def test_served_ab_writes_a_record_per_level_that_names_its_path(served_sweep):
         assert rec["server"]["program"] == "mlx_lm.server"
         assert rec["server"]["mlx_lm"] == metadata.version("mlx-lm")
         assert rec["server"]["verify_attention"] is None  # the stock server
+        # MLX's switches in the servers' environment are kept: they pick the kernels (H200,
+        # 2026-12-02: w8 0.43x classic with cuDNN's attention, 3.96x with this one set to 0)
+        assert rec["server"]["env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
         assert set(rec["server"]["processes"]) == {"classic", "draft", "first-sending"}
         assert "--draft-model" in rec["server"]["processes"]["draft"]["argv"]
         assert "--draft-model" not in rec["server"]["processes"]["classic"]["argv"]
@@ -449,6 +453,9 @@ def test_profile_entries_carry_path_concurrency_and_server(tmp_path):
     ('concurrency = 65', "concurrency = 65"),
     ('server = { mlx_lm = "0.32.2" }', 'server is only for path = "mlx-lm-server"'),
     ('path = "mlx-lm-server"\nserver = { args = "--x" }', "server.args"),
+    ('path = "mlx-lm-server"\nserver = { env = { PATH = "/x" } }', "server.env key 'PATH': expected an MLX_"),
+    ('path = "mlx-lm-server"\nserver = { env = { MLX_X = "0; rm" } }', "server.env.MLX_X = '0; rm'"),
+    ('path = "mlx-lm-server"\nserver = { env = "MLX_X=0" }', "server.env = 'MLX_X=0': expected a table"),
 ])
 def test_bad_served_profile_fields_are_located(tmp_path, text, problem):
     from policy import profile as profiles
@@ -516,3 +523,66 @@ def test_export_without_entries_for_this_device_is_one_line(tmp_path):
     p.write_text('schema = 1\n\n[[override]]\nbackend = "metal"\ndrafter_kind = "model"\nwidth = 6\n')
     r = run_cli("export", "--format", "vllm", "--profile", str(p), "--device", "cpu")
     assert r.returncode == 2 and "nothing to export" in _one_error(r.stderr)
+
+
+# ---------------------------------------------------------------- the server's environment
+
+
+def _env_profile(tmp_path: Path) -> Path:
+    p = tmp_path / "profile.toml"
+    p.write_text("""schema = 1
+
+[[override]]
+backend = "cpu"
+drafter_kind = "model"
+width = 8
+target_quantization = { scheme = "none" }
+path = "mlx-lm-server"
+concurrency = 1
+server = { mlx_lm = "0.32.2", args = [], env = { MLX_CUDA_USE_CUDNN_SDPA = "0" } }
+mlx = "0.32.4"
+evidence = { record = "served-env.json" }
+""")
+    return p
+
+
+def test_server_env_keeps_mlx_switches_only():
+    from engine.served import server_env
+
+    assert server_env({"MLX_CUDA_USE_CUDNN_SDPA": "0", "HOME": "/root", "MLX_BAD": "a b",
+                       "MLX_METAL_FAST_SYNCH": "1"}) == {"MLX_CUDA_USE_CUDNN_SDPA": "0",
+                                                         "MLX_METAL_FAST_SYNCH": "1"}
+
+
+def test_a_served_entry_measured_with_an_mlx_switch_gives_the_command_with_it(tmp_path):
+    prof = _env_profile(tmp_path)
+    d = json.loads(run_cli("resolve", "--profile", str(prof), "--path", "mlx-lm-server", "--json").stdout)
+    assert d["width"] == 8 and d["measured_path"] == "mlx-lm-server"
+    line = d["command"]["line"]
+    assert line.startswith("MLX_CUDA_USE_CUDNN_SDPA=0 mlx_lm.server --model "), line
+    assert line.endswith("--num-draft-tokens 7")
+    assert d["command"]["mlx-lm-server"]["env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
+    assert d["serve_command"].startswith("MLX_CUDA_USE_CUDNN_SDPA=0 mlx_lm.server "), d["serve_command"]
+    assert "measured with MLX_CUDA_USE_CUDNN_SDPA=0 in the server's environment" in json.dumps(d)
+    r = run_cli("export", "--format", "mlx-lm", "--profile", str(prof), "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "MLX_CUDA_USE_CUDNN_SDPA=0 mlx_lm.server --model" in r.stdout, r.stdout
+
+
+def test_serve_sets_the_entrys_switch_and_says_when_the_operator_set_another(tmp_path):
+    """The launch line carries the entry's environment; a port in use then stops it before
+    any server starts (one line, exit 2)."""
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen(1)
+        port = held.getsockname()[1]
+        r = run_cli("serve", "--profile", str(_env_profile(tmp_path)), "--port", str(port))
+        other = run_cli("serve", "--profile", str(_env_profile(tmp_path)), "--port", str(port),
+                        env={"MLX_CUDA_USE_CUDNN_SDPA": "1"})
+    assert r.returncode == 2 and "is in use" in _one_error(r.stderr)
+    assert re.search(r"blockwidth serve: MLX_CUDA_USE_CUDNN_SDPA=0 mlx_lm\.server --model \S+ --draft-model "
+                     r"\S+ --num-draft-tokens 7", r.stderr), r.stderr
+    assert "warning" not in r.stderr
+    assert other.returncode == 2
+    assert ("warning: MLX_CUDA_USE_CUDNN_SDPA=1 in this environment; the entry was measured with "
+            "MLX_CUDA_USE_CUDNN_SDPA=0") in other.stderr, other.stderr

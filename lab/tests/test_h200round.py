@@ -46,9 +46,10 @@ def test_every_step_runs_in_its_order_with_its_flags(tmp_path):
     p = _run(tmp_path, "run")
     assert p.returncode == 0, p.stderr
     calls = [c for c in _calls(tmp_path) if "-m" in c.split()]
-    assert [c.split()[1] for c in calls] == ["lab.build_gpu", "console.cli", "console.cli",
-                                             "lab.served_gpu", "console.cli", "console.cli"]
-    build, qmv, workload, served, stock, last = calls
+    # most needed first: the served path, then the 4-bit control beside the kernel (2026-12-02b)
+    assert [c.split()[1] for c in calls] == ["lab.build_gpu", "lab.served_gpu", "console.cli",
+                                             "console.cli", "console.cli", "console.cli"]
+    build, served, stock, qmv, last, workload = calls
     assert "--shape 5b" in build and "--target-seconds 90" in build
     assert "--widths 2,3,4,5,6,7,8" in qmv and "--verify-linear qmv" in qmv and "target-4bit" in qmv
     assert "--workload mixed" in workload and "--widths auto,4,8,12" in workload and "target-bf16" in workload
