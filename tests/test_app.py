@@ -540,7 +540,7 @@ def test_c_in_a_workload_sessions_measured_phase_starts_no_run_after_it(tmp_path
             while not (app.phase is Phase.RUNS and len(started) >= 8):  # 4 warm-ups, then rep 1
                 await pilot.pause(0.05)
             await pilot.press("c")
-            assert app.phase is Phase.CANCELLING
+            assert app.phase in (Phase.CANCELLING, Phase.CANCELLED)  # (the run in flight may be done)
             await _settle(app, pilot)
             assert app.phase is Phase.CANCELLED and app.session.cancelled
             s = app.session
