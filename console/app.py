@@ -13,6 +13,7 @@ a field: a run moves it to the results, Escape leaves a field, Enter in a field 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
@@ -31,7 +32,7 @@ from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed
 from console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
 from console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
-from console.widgets.ab import AbTab, Stage
+from console.widgets.ab import AbTab, Stage, sequential_stage
 from console.widgets.chain import ChainTab
 from console.widgets.identity import IdentityTab, IdentityViews
 from console.widgets.profile import ProfileTab
@@ -410,18 +411,14 @@ class BlockwidthApp(App):
         config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,
                           sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
                           verify_attention=self.options.verify_attention, workload=workload)
-        # the runs a sequential session would make if it spent its whole repetition budget
-        budget = replace(config, n=max(config.n, config.max_reps)).planned_runs if config.sequential else 0
-        self.begin(req, config.planned_runs, added, budget)
+        self.begin(req, config.planned_runs, added)
         self._cancel = threading.Event()
         self.run_ab(config)
 
-    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None,
-              budget_runs: int = 0) -> None:
+    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None) -> None:
         """Clear the last results and show a session starting (the worker's events follow)."""
         self._focus_results()  # before the buttons change: focus must not fall into a field
-        self.session_state = SessionView(req, planned=planned, added_width=added_width,
-                                         budget_runs=budget_runs)
+        self.session_state = SessionView(req, planned=planned, added_width=added_width)
         self._show_phase(Phase.WARMUP, f"stage 1/3 · run 0/{planned}", 0.0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
@@ -431,8 +428,19 @@ class BlockwidthApp(App):
         from engine.ab import run_session
 
         gate = host.gate()
-        session = run_session(self.pair, config, on_event=lambda e: self.post_message(AbEvent(e)),
-                              cancel=self._cancel)
+        last = [0.0]
+
+        def post(e: Any) -> None:
+            # Token ticks at most ten a second: at one a token they queued faster than a busy
+            # 2-core host drew them, and a c waited behind them (a pilot's wait timed out).
+            if e.kind == "progress" and e.tokens < e.total:
+                now = time.monotonic()
+                if now - last[0] < 0.1:
+                    return
+                last[0] = now
+            self.post_message(AbEvent(e))
+
+        session = run_session(self.pair, config, on_event=post, cancel=self._cancel)
         rec = record.build(session, self.pair, host.identity(), gate.to_dict())
         where = Path(self.options.record_dir) if self.options.record_dir else None
         try:
@@ -455,19 +463,14 @@ class BlockwidthApp(App):
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
             req = self.request
             if req is not None and req.sequential:
-                # A sequential session has no fixed total (it adds repetitions while undecided):
-                # the bar is its budget, repetitions or seconds, whichever is nearer its end.
-                reps = max(req.n, req.max_reps)
-                arms = len(req.widths) + 1 + (1 if self.session_state.added_width else 0)
-                # warm-ups, every repetition (of every request), the closing run
-                at_budget = self.session_state.budget_runs or arms * (reps + 1) + 1
-                part = e.tokens / e.total if e.kind == "progress" and e.total else 0.0
-                fraction = min(max((e.run + part) / at_budget, e.elapsed / req.max_seconds), 1.0)
-                rep = "warm-up" if e.rep == 0 and not e.closing else f"rep {e.rep} of ≤{reps}"
-                self._show_phase(phase, f"stage 1/3 · budget: {rep}, {e.elapsed:.0f} of {req.max_seconds:g} s"
-                                        f" · {where}{tokens}", fraction)
+                state = self.session_state
+                detail, fraction = sequential_stage(e, req, state.planned or e.runs)
+                self._show_phase(phase, f"stage 1/3 · {detail} · {where}{tokens}", fraction)
             else:
                 self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
+        elif e.kind == "phase" and e.message == "divergence margin":
+            # where a width's output first differs: a probe and two decodes, one per width and request
+            self._show_phase(Phase.EXACTNESS, f"stage 2/3 · divergence margin of {e.arm}")
         elif e.kind == "phase":
             phase = Phase.EXACTNESS if e.phase == "exactness" else Phase.COSTCURVE
             what = f"{e.arm} " if e.arm else ""
@@ -486,7 +489,8 @@ class BlockwidthApp(App):
         shown = self.session_state
         planned = shown.planned if shown is not None else 0
         s = session
-        runs = sum(len(a.runs) for a in [s.classic, *s.arms]) + len(s.warmup)
+        # every request's runs (a workload's own arms hold only its finished passes)
+        runs = sum(len(a.runs) for r in s.per_request for a in [r.classic, *r.arms]) + len(s.warmup)
         if s.cancelled:
             self._show_phase(Phase.CANCELLED, f"after {runs} of {planned or s.config.planned_runs} runs")
         else:

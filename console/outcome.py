@@ -7,6 +7,8 @@ The CLI and the console both ask these functions, so the words a session earns
 
 from __future__ import annotations
 
+import math
+import statistics
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -37,6 +39,16 @@ _REMEDY = {
 MAX_ADVISED_TOKENS = 512
 
 
+# How many repetitions the advice adds at least, and the most a reps field is advised to.
+MORE_REPS = 2
+
+
+def _round_up(seconds: float) -> int:
+    """A budget as an operator types it: whole tens of seconds (fives under a minute)."""
+    step = 10 if seconds >= 60 else 5
+    return int(math.ceil(seconds / step) * step)
+
+
 @dataclass(frozen=True)
 class MoreRuns:
     """What would decide an undecided session, from its facts: one piece of advice, worded
@@ -46,7 +58,11 @@ class MoreRuns:
     and more repetitions only widen both ranges: once they overlap, no budget parts them, so
     "more repetitions" is no advice there; longer runs (more tokens each) are, as they average
     out a busy host's noise, in a new session. More repetitions do settle classic's drift
-    against noise, and a verdict that waits on an interval rather than on the ranges."""
+    against noise, and a verdict that waits on an interval rather than on the ranges.
+
+    ``rep_s`` (what one more repetition of the arms still open cost here, from their runs) and
+    ``last_rep_at`` (seconds from the start to the end of the last repetition) make the amount
+    a measured one: the budget at which a new session runs ``more`` repetitions past these."""
 
     overlap: bool  # an undecided width's range overlaps classic's
     sequential: bool
@@ -55,6 +71,21 @@ class MoreRuns:
     max_seconds: float
     budget_out: Budget | None
     tokens: int
+    rep_s: float | None = None
+    last_rep_at: float | None = None
+
+    @property
+    def more(self) -> int:
+        """Repetitions to add: two, or half as many again as ran (a single prompt's are cheap)."""
+        return max(MORE_REPS, self.reps // 2)
+
+    def seconds_for_more(self) -> int | None:
+        """The seconds budget under which ``more`` repetitions follow the last one: a repetition
+        starts while the budget is not spent, so the last of them must start before it ends
+        (the budget sits half a repetition past that start, against the host's noise)."""
+        if self.rep_s is None or self.last_rep_at is None:
+            return None
+        return _round_up(self.last_rep_at + (self.more - 0.5) * self.rep_s)
 
     def say(self, front: Front) -> str:
         cli = front is Front.CLI
@@ -68,6 +99,20 @@ class MoreRuns:
         if not self.sequential:
             return ("add --sequential (it adds repetitions until decided)" if cli
                     else "turn on sequential (it adds repetitions until decided)")
+        secs = self.seconds_for_more()
+        if secs is not None and self.budget_out is not None:
+            # measured: how long a repetition of the open arms took, and the budget for more
+            reps = self.reps + self.more
+            raise_ = []
+            if self.budget_out is Budget.SECONDS or secs > self.max_seconds:
+                raise_.append(("--max-seconds", "secs", max(secs, _round_up(self.max_seconds + 1))))
+            if reps > self.max_reps:
+                raise_.append(("--max-reps", "reps", reps))
+            said = (" ".join(f"{flag} {v}" for flag, _, v in raise_) if cli
+                    else " and ".join(f"the {name} field to {v}" for _, name, v in raise_))
+            ran = ("it ran out of time" if self.budget_out is Budget.SECONDS else "it stopped")
+            return (f"{ran} after {self.reps} repetitions ({self.rep_s:.0f} s a repetition here): "
+                    + (f"rerun with {said}" if cli else f"raise {said}") + f" for {self.more} more")
         if self.budget_out is Budget.SECONDS:
             secs = f"{self.max_seconds * 2:g}"
             return (f"it ran out of time after {self.reps} repetitions: "
@@ -75,6 +120,20 @@ class MoreRuns:
         reps = max(self.max_reps, self.reps) * 2
         return (f"it stopped after {self.reps} repetitions: "
                 + (f"rerun with --max-reps {reps}" if cli else f"raise the reps field to {reps}"))
+
+
+def rep_seconds(session: Session) -> float | None:
+    """What one more repetition costs here: the median time (prefill and decode) of a run of
+    classic and of every arm still undecided (all arms when none is: drift that may be noise
+    sends them all again), from this session's own runs; a workload's arms hold its passes."""
+    open_ = [a for a in session.arms if a.verdict is Verdict.UNDECIDED and a.runs] or session.arms
+    total = 0.0
+    for arm in [session.classic, *open_]:
+        times = [getattr(r, "prefill_s", 0.0) + getattr(r, "decode_s", 0.0) for r in arm.runs]
+        if not times:
+            return None
+        total += statistics.median(times)
+    return total
 
 
 def more_runs(session: Session) -> MoreRuns:
@@ -96,8 +155,10 @@ def more_runs(session: Session) -> MoreRuns:
         est = estimates.get(arm.width)
         return est is None or est.ratio > bar
 
+    ends = getattr(session, "rep_ends", None) or []
     return MoreRuns(any(blocked(a) for a in open_), c.sequential, session.reps, c.max_reps,
-                    c.max_seconds, session.budget_out, c.max_tokens)
+                    c.max_seconds, session.budget_out, c.max_tokens,
+                    rep_seconds(session) if ends else None, ends[-1] if ends else None)
 
 
 def advice(session: Session, front: Front) -> str | None:
@@ -220,7 +281,8 @@ def headline(session: Session, planned_runs: int | None = None, front: Front = F
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms])
     if why is RefusalKind.CANCELLED:
-        done = sum(len(a.runs) for a in [session.classic, *session.arms])
+        # every request's runs: a workload's own arms hold only the passes it finished
+        done = sum(len(a.runs) for r in session.per_request for a in [r.classic, *r.arms])
         # ``planned_runs`` counts the discarded warm-ups too; these are measured runs only.
         warmups = len(session.arms) + 1 if session.config.warmup else 0
         of = f" of {planned_runs - warmups}" if planned_runs else ""

@@ -18,13 +18,17 @@ if TYPE_CHECKING:
     from policy.resolve import Resolution
 
 DEFAULT_WIDTHS = (2, 4, 8)
-# The console's default session is sequential with this budget (its reps and secs fields), so
-# a first run of one prompt on a 2-core CPU ends in a decision (or says which field to raise)
-# within about 90 s, probe and curve included. The default prompt field names the built-in
-# workload (16 requests), whose n passes always run in full: about 3 minutes on a quiet
-# 2-core CPU, under one on a GPU.
-BUDGET_REPS = 12
-BUDGET_S = 60
+# The console's first session: the built-in workload (the prompt field's @mixed, 16 requests),
+# n 2 and 32 tokens a request, sequential within 6 repetitions / 180 s. Every run prefills its
+# request whatever the tokens (2164 prompt tokens a pass; on a 2-core CPU about half of a
+# pass's ~70 s), so n and tokens are cut, not the workload. The n repetitions always run in
+# full (about 150 s there, warm-ups and the closing pass included); the seconds budget counts
+# from the start, so 180 s leaves room for a repetition or two of the widths still open, and
+# an undecided session says which field to raise, to what, from its own repetitions' times.
+FIRST_N = 2
+FIRST_TOKENS = 32
+BUDGET_REPS = 6
+BUDGET_S = 180
 
 
 @dataclass(frozen=True)
@@ -92,4 +96,3 @@ class SessionView:
     added_width: int | None = None  # the width in effect, added to a run that lacked it
     error: str | None = None
     saved: str | None = None  # what a save of this session stored (the profile entry, in words)
-    budget_runs: int = 0  # runs a sequential session makes if it spends its repetition budget

@@ -279,6 +279,9 @@ class Session:
     # Sequential mode only: which budget stopped it while it still wanted repetitions (None: it
     # did not stop on a budget), so a refusal can name the one to raise.
     budget_out: Budget | None = None
+    # Seconds from the start at which each repetition (a workload's pass) ended: with the runs'
+    # own times, what an undecided session's advice computes its budget from.
+    rep_ends: list[float] = field(default_factory=list)
     elapsed_s: float = 0.0
     cancelled: bool = False
     started_at: float = field(default_factory=time.time)
@@ -526,7 +529,9 @@ def decide(session: Session) -> None:
     classic, arms = session.stats_samples()
     c = session.config
     session.estimates = {}
-    if arms and all(classic):
+    # A cancelled session has no verdict to draw an interval for (and a workload's bootstrap
+    # takes seconds on a busy CPU, between the cancel and the screen saying it stopped).
+    if arms and all(classic) and not session.cancelled:
         session.estimates = stats.estimates(classic, arms, seed=session.seed, resamples=c.resamples)
     d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a, session) for a in session.arms],
                      # how to get more repetitions is each front end's to say (console.outcome.advice)
@@ -669,6 +674,7 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
             if many:
                 _add_pass(session, [None, *(a.width for a in active)])
             session.reps = rep
+            session.rep_ends.append(time.monotonic() - t_start)
             emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
         if cancel.is_set():
             break
@@ -778,6 +784,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     owner = {id(a): r for r in requests for a in [r.classic, *r.arms]}  # each arm's request
 
     def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun | None:
+        if cancel.is_set():
+            return None  # cancelled between runs (while a verdict was drawn): start nothing
         req = owner[id(arm)]
         index = started[0]
         started[0] += 1
@@ -832,6 +840,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 break
             block = reference[:w]
             emit(Event("phase", f"w{w}", run=i, runs=len(fixed), phase="exactness"))
+            if cancel.is_set():
+                break  # cancelled as the stage was shown: its probe does not start
             if len(block) == w:
                 session.exactness[w] = probe(pair.target, ids, block, session.attention, lin)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
@@ -841,6 +851,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             ref = req.classic.runs[0].tokens if req.classic.runs else None
             req_ids = list(req.prepared.ids)
             for arm in req.arms:
+                if cancel.is_set():
+                    break  # each margin is a probe and two decodes: a cancel stops between them
                 ident = arm.identity
                 if ident is None or ident.identical_ids or ident.first_divergence is None:
                     continue
@@ -853,6 +865,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                     block = ref[:arm.width] if ref else []
                     ex = (probe(pair.target, req_ids, block, session.attention, lin)
                           if len(block) == arm.width else None)
+                # a stage of its own on screen (the bar would sit at the probe's last width)
+                emit(Event("phase", f"{arm.name}" + (f" on {req.id}" if many else ""), run=len(fixed),
+                           runs=len(fixed), phase="exactness", message="divergence margin"))
+                if cancel.is_set():
+                    break
                 differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity
                 margin = divergence_margin(pair, req_ids, arm.width, ref, differing.tokens,
                                            ident.first_divergence, ex.max_abs_diff if ex else 0.0,

@@ -23,7 +23,10 @@ STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
           # bar, the cost-curve stage, a pair that did not load, a saved decline, and the y
           # dialog for each drafter kind, an undecided session, an unloaded pair and a decline
           "saved", "stale", "sequential", "costcurve", "unloaded", "decline",
-          "y-model", "y-lookup", "y-dflash", "y-mtp", "y-undecided", "y-unloaded", "y-decline")
+          "y-model", "y-lookup", "y-dflash", "y-mtp", "y-undecided", "y-unloaded", "y-decline",
+          # a sequential session's n repetitions (the bar counts their runs), the same with its
+          # seconds budget spent before they end, and an undecided end with measured advice
+          "sequential-n", "sequential-spent", "undecided")
 
 _PAIRS: dict = {}
 
@@ -164,8 +167,15 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
             await pilot.press("y")
         await pilot.pause()
         return
-    outcome = {"decline": "decline", "y-decline": "decline", "y-undecided": "undecided"}.get(state, "win")
+    outcome = {"decline": "decline", "y-decline": "decline", "y-undecided": "undecided",
+               "undecided": "undecided"}.get(state, "win")
     session = fixture_session(drift=state == "refused", cancelled=state == "cancelled", outcome=outcome)
+    if state == "undecided":
+        # the seconds budget ran out after three repetitions, the last ending past it: the advice
+        # is computed from the repetitions' own times
+        from policy.verdict import Budget
+
+        session.budget_out, session.rep_ends = Budget.SECONDS, [60.0, 121.0, 182.0]
     _fields(app, session)
     await pilot.pause()
     req = request_of(session)
@@ -176,6 +186,12 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
         # the sixth repetition of a sequential session, 31 s into its 60 s budget: the bar
         # is the budget, not a total that grows
         app.on_ab_event(_event(Event("progress", "w4", 6, 8, TOKENS, run=25, runs=26, elapsed=31.0)))
+    elif state == "sequential-n":
+        # the second of n 3 repetitions: the bar counts the planned runs (17), not the budget
+        app.on_ab_event(_event(Event("progress", "w4", 2, 8, TOKENS, run=9, runs=17, elapsed=20.0)))
+    elif state == "sequential-spent":
+        # the n repetitions outlast the seconds budget: said in words, the bar still on the runs
+        app.on_ab_event(_event(Event("progress", "w8", 3, 4, TOKENS, run=14, runs=17, elapsed=BUDGET_S + 8)))
     elif state == "costcurve":
         app.on_ab_event(_event(Event("phase", "w8", run=2, runs=3, phase="exactness")))
         app.on_ab_event(_event(Event("phase", run=0, runs=4, phase="costcurve")))

@@ -508,3 +508,46 @@ def test_the_identity_tab_names_its_keys_before_a_session(tmp_path):
             assert "[ and ] pick the width" in _text(app, "#identity-head")
 
     run(go())
+
+
+def test_c_in_a_workload_sessions_measured_phase_starts_no_run_after_it(tmp_path, monkeypatch):
+    """A c during a workload session's measured phase did not stop it within 20 s. From the
+    keyboard, on the demo pair and a three-request workload: no run starts once c is pressed
+    (counted at each decode's start: the real decode runs), the status counts every request's
+    runs (it said "after 4 of 148 runs": the warm-ups, as a workload's own arms hold only
+    finished passes), and the headline the same."""
+    import json
+
+    from engine import ab
+
+    wl = tmp_path / "three.jsonl"
+    wl.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["def f(x):", "class A:", "import os"]))
+    started: list[bool] = []  # for each run: was the cancel already set as it started
+    real = ab.decode
+
+    def counted(*args, **kw):
+        started.append(app._cancel.is_set())
+        return real(*args, **kw)
+
+    monkeypatch.setattr(ab, "decode", counted)
+
+    async def go():
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _settle(app, pilot)
+            app.query_one("#prompt").value = f"@{wl}"
+            await _type_fields(pilot, "2,4", "2", "8", sequential=True)
+            await pilot.press("enter")
+            while not (app.phase is Phase.RUNS and len(started) >= 8):  # 4 warm-ups, then rep 1
+                await pilot.pause(0.05)
+            await pilot.press("c")
+            assert app.phase in (Phase.CANCELLING, Phase.CANCELLED)  # (the run in flight may be done)
+            await _settle(app, pilot)
+            assert app.phase is Phase.CANCELLED and app.session.cancelled
+            s = app.session
+            measured = sum(len(a.runs) for r in s.per_request for a in [r.classic, *r.arms])
+            assert f"after {measured + len(s.warmup)} of {s.config.planned_runs} runs" in _text(app, "#status")
+            assert f"cancelled after {measured} of " in _text(app, "#headline")
+
+    app = _app(tmp_path)
+    run(go())
+    assert len(started) >= 8 and not any(started)  # not one run began after the c

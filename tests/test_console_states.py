@@ -180,31 +180,88 @@ def test_a_stale_session_is_not_offered_for_saving():
 
 
 def test_the_sequential_bar_is_the_budget_and_the_cost_curve_bar_starts_empty(tmp_path):
-    """In sequential mode the bar sat at "run 22/22" (a total that grows): it is now the budget,
-    repetitions or seconds, whichever is nearer its end; a new stage starts its bar at 0."""
+    """In sequential mode the bar sat at "run 22/22" (a total that grows), then at 100 % from the
+    first repetition (the seconds budget, spent before the n repetitions ended) while the status
+    read "368 of 60 s". During the n repetitions the bar counts their planned runs; after them it
+    is the budget, repetitions or seconds, whichever is nearer its end, and never full while a
+    run remains; a budget spent early is said in words; a new stage starts its bar at 0."""
     from engine.ab import Event
-    from tests.states import TOKENS, _event
+    from tests.states import BUDGET_S, TOKENS, _event
 
     async def go():
         app = make_app(tmp_path)
         async with app.run_test(size=(140, 40)) as pilot:
-            await enter(app, pilot, "sequential")
+            def status() -> str:
+                return str(app.query_one("#status").render())
+
             bar = app.query_one("#progress")
-            status = str(app.query_one("#status").render())
-            # rep 6 of at most 12, 31 of 60 s: seconds are nearer their end (31/60)
-            assert "budget: rep 6 of ≤12, 31 of 60 s" in status
-            assert bar.progress == round(31 / 60 * 1000)
-            # a later event with a bigger "runs" (sequential adds them) does not move the bar back
-            app.on_ab_event(_event(Event("progress", "w4", 7, 2, TOKENS, run=30, runs=34, elapsed=33.0)))
+            await enter(app, pilot, "sequential-n")
+            # run 10 of the 17 planned (4 arms x (3 repetitions + a warm-up) + the closing run)
+            assert "run 10/17 · 20 of 180 s" in status()
+            assert bar.progress == round((9 + 8 / TOKENS) / 17 * 1000)
+            # past the budget before the n repetitions end: words, not "188 of 180 s", and the
+            # bar stays on the runs (not 100 %)
+            app.on_ab_event(_event(Event("progress", "w8", 3, 4, TOKENS, run=14, runs=17, elapsed=BUDGET_S + 8)))
             await pilot.pause()
-            # 4 arms x (12 repetitions + a warm-up) + the closing run: 53 runs at the budget's end
-            assert bar.progress == round(max((30 + 2 / TOKENS) / 53, 33 / 60) * 1000)
+            assert "180 s budget spent: the n 3 repetitions finish, none is added" in status()
+            assert f"{BUDGET_S + 8:.0f} of" not in status()
+            assert bar.progress == round((14 + 4 / TOKENS) / 17 * 1000)
+            # the last token of the last planned run: not full, a repetition may follow
+            app.on_ab_event(_event(Event("progress", "classic", 4, TOKENS, TOKENS, run=16, runs=17,
+                                         closing=True, elapsed=40.0)))
+            await pilot.pause()
+            assert bar.progress < 1000
+
+            app2 = make_app(tmp_path)
+        async with app2.run_test(size=(140, 40)) as pilot:
+            app = app2
+            bar = app.query_one("#progress")
+            await enter(app, pilot, "sequential")
+            # rep 6 of at most 12, 31 of 180 s: repetitions are nearer their end (5 done of 12)
+            assert "budget: rep 6 of ≤12, 31 of 180 s" in str(app.query_one("#status").render())
+            assert bar.progress == round(5 / 12 * 1000)
+            app.on_ab_event(_event(Event("progress", "w4", 7, 2, TOKENS, run=30, runs=34, elapsed=150.0)))
+            await pilot.pause()
+            assert bar.progress == round(150 / 180 * 1000)  # seconds nearer their end now
+            # the budget spent during an added repetition: it is the last, and the bar is not full
+            app.on_ab_event(_event(Event("progress", "w4", 8, 2, TOKENS, run=36, runs=40, elapsed=200.0)))
+            await pilot.pause()
+            said = str(app.query_one("#status").render())
+            assert "180 s spent: the last repetition" in said and "200 of" not in said
+            assert bar.progress < 1000
+            app.on_ab_event(_event(Event("arm", "classic", 9, 0, TOKENS, run=38, runs=40, closing=True,
+                                         elapsed=205.0)))
+            await pilot.pause()
+            assert "8 of ≤12 repetitions done, 180 s spent: closing" in str(app.query_one("#status").render())
             app.on_ab_event(_event(Event("phase", "w8", run=2, runs=3, phase="exactness")))
             app.on_ab_event(_event(Event("phase", run=0, runs=40, phase="costcurve")))
             await pilot.pause()
             assert bar.progress == 0 and "0/40 forwards done" in str(app.query_one("#status").render())
             # "running with" while it runs
             assert str(app.query_one("#settings").render()).startswith("running with")
+
+    _run(go())
+
+
+def test_an_undecided_end_says_which_field_to_raise_and_by_how_much(tmp_path):
+    """The seconds budget ran out undecided: the headline names the console's field and an
+    amount computed from the session's own repetitions (where the last ended, what one more of
+    the arms still open costs), never a flag; the status says how many runs and repetitions."""
+    import statistics
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "undecided")
+            head = str(app.query_one("#headline").render())
+            s = app.session
+            # classic and the three open widths, a run each: what one more repetition costs
+            rep = sum(statistics.median(r.prefill_s + r.decode_s for r in a.runs) for a in (s.classic, *s.arms))
+            secs = -(-(182.0 + 1.5 * rep) // 10) * 10
+            assert f"it ran out of time after 3 repetitions ({rep:.0f} s a repetition here): " \
+                   f"raise the secs field to {secs:.0f} for 2 more" in head
+            assert "--" not in head and "s saves it" not in head
+            assert "13 runs, 3 repetitions" in str(app.query_one("#status").render())
 
     _run(go())
 

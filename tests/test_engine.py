@@ -479,3 +479,53 @@ def test_verify_overhead_and_cold_warmup_flags():
     s.warmup["w4"] = DecodeRun(4, [1, 2, 3], 5, 0.01, 0.5, [])
     assert s.cold_arms()["w4"] == pytest.approx(5.0)
     assert len(s.warnings()) == 1 and "warm-up" in s.warnings()[0]
+
+
+@pytest.mark.parametrize("where", ["measured", "between", "exactness", "costcurve"])
+def test_a_cancel_takes_effect_within_one_run_wherever_the_session_is(model_pair, where):
+    """A c in the console's measured phase did not stop a workload session within 20 s. Wherever
+    the cancel lands, nothing starts after it: no run (also when it lands between runs, while a
+    sequential verdict is drawn), no probe, margin or cost-curve forward; the run in flight stops
+    at its next token. Counted on a real session (events after the cancel), never timed."""
+    import threading
+
+    from engine import ab
+    from policy.workload import Request, Workload
+
+    reqs = tuple(Request(str(i), prompt=p, line=i) for i, p in enumerate(["def f(x):", "class A:", "import os"], 1))
+    wl = Workload("three", reqs, "0" * 64, "file")
+    cfg = AbConfig(widths=(2, 4), prompt="", n=2, max_tokens=8, sequential=True, max_reps=4, workload=wl,
+                   exactness=True, predict=True)
+    cancel = threading.Event()
+    after: list = []
+    real = ab._all_decided
+
+    def between(session):  # the sequential check between repetitions: a cancel lands here
+        got = real(session)
+        if where == "between":
+            cancel.set()
+        return got
+
+    def on_event(e):
+        if cancel.is_set():
+            after.append(e)
+            return
+        if ((where == "measured" and e.kind == "progress" and e.rep == 1 and e.request == "2" and e.tokens == 2)
+                or (where == "exactness" and e.kind == "phase" and e.phase == "exactness")
+                or (where == "costcurve" and e.kind == "phase" and e.phase == "costcurve" and e.run == 1)):
+            cancel.set()
+
+    ab_decided = ab._all_decided
+    ab._all_decided = between
+    try:
+        s = run_session(model_pair, cfg, on_event=on_event, cancel=cancel)
+    finally:
+        ab._all_decided = ab_decided
+    assert cancel.is_set() and s.cancelled
+    kinds = [e.kind for e in after]
+    assert "arm" not in kinds  # no run started after the cancel
+    assert kinds.count("progress") <= 1  # the run in flight: one more token at most
+    assert not [e for e in after if e.kind in ("phase", "exactness")]  # no probe, margin or curve stage
+    assert kinds[-1] == "cancelled"
+    if where == "exactness":
+        assert len(s.exactness) <= 1 and s.curve is None

@@ -6,7 +6,7 @@ from console.outcome import Front, PairFacts, Refusal, RefusalKind, Tone, headli
 from engine.ab import Budget, Verdict, decide
 from policy.device import parse_device_spec
 from policy.profile import Override
-from tests.states import demo_pair, fixture_session
+from tests.states import BUDGET_S, demo_pair, fixture_session
 
 CPU = parse_device_spec("cpu")
 
@@ -92,13 +92,14 @@ def test_an_undecided_session_gets_one_piece_of_advice_in_its_front_ends_words()
     ranges are never parted by more repetitions (a range only widens), so the advice there is
     longer runs; the headline and the save refusal say the same words, in each front end's own
     controls, and the session's why-line carries no front end's words at all."""
-    s = _undecided()  # sequential, as the console runs it: at most 12 repetitions, 60 s
+    s = _undecided()  # sequential, as the console runs it: at most 12 repetitions, BUDGET_S s
     assert s.config.sequential and s.reps == 3 and s.config.max_tokens == 16
     s.budget_out = Budget.SECONDS
     # every width at classic's speed: its interval may yet settle below the minimum gain, so
     # more repetitions can decide, and the budget that ended it is the advice
+    # (built by hand: no repetition times, so the budget doubled is the amount)
     assert _entry(s).say(Front.CONSOLE) == ("undecided: ranges overlap; it ran out of time after 3 "
-                                            "repetitions: raise the secs field to 120")
+                                            f"repetitions: raise the secs field to {2 * BUDGET_S}")
     # w4 now looks 1.4x faster, but one slow run leaves its range over classic's: no repetition
     # parts them, so the advice is longer runs
     w4 = s.arm(4)
@@ -164,3 +165,42 @@ def test_an_undecided_session_is_not_saveable_anywhere():
                                              "first_divergence": 3})
     decide(differs)
     assert not differs.saveable and record.refusal(record.build(differs, demo_pair(), host)) is Kind.DIFFERS
+
+
+def test_measured_advice_names_the_field_and_an_amount_from_the_repetitions_times():
+    """An undecided workload session that ran out of its seconds budget (the n repetitions spent
+    it) said "raise the secs field to 120" (the budget doubled), which on a 2-core CPU bought no
+    repetition at all. With the repetitions' times the amount is where the last repetition
+    ended plus what the next ones cost, so that two more start within it; a reps budget that
+    would stop them first is raised too. One piece of advice, in each front end's controls."""
+    from console.outcome import MoreRuns
+
+    runs = MoreRuns(overlap=False, sequential=True, reps=2, max_reps=6, max_seconds=60,
+                    budget_out=Budget.SECONDS, tokens=32, rep_s=41.0, last_rep_at=95.0)
+    # the second more starts before 95 + 41 = 136 s; half a repetition of room: 156.5 -> 160
+    assert runs.seconds_for_more() == 160
+    assert runs.say(Front.CONSOLE) == ("it ran out of time after 2 repetitions (41 s a repetition here): "
+                                       "raise the secs field to 160 for 2 more")
+    assert runs.say(Front.CLI).endswith("rerun with --max-seconds 160 for 2 more")
+    # the reps budget would stop them too: both, in one line
+    tight = dataclasses.replace(runs, max_reps=3)
+    assert tight.say(Front.CONSOLE).endswith("raise the secs field to 160 and the reps field to 4 for 2 more")
+    assert tight.say(Front.CLI).endswith("rerun with --max-seconds 160 --max-reps 4 for 2 more")
+    # a single prompt's repetitions are cheap: half as many again, within the seconds left
+    single = MoreRuns(overlap=False, sequential=True, reps=12, max_reps=12, max_seconds=180,
+                      budget_out=Budget.REPS, tokens=32, rep_s=1.2, last_rep_at=20.0)
+    assert single.say(Front.CONSOLE) == ("it stopped after 12 repetitions (1 s a repetition here): "
+                                         "raise the reps field to 18 for 6 more")
+
+
+def test_a_real_sequential_session_keeps_its_repetitions_times():
+    """The engine notes where each repetition ended, which the advice reads."""
+    from console.outcome import more_runs, rep_seconds
+    from engine.ab import AbConfig, run_session
+
+    cfg = AbConfig(widths=(2,), prompt="def f", n=2, max_tokens=8, sequential=True, max_reps=2,
+                   warmup=False, exactness=False, predict=False)
+    s = run_session(demo_pair(), cfg)
+    assert s.reps == 2 and len(s.rep_ends) == 2 and 0 < s.rep_ends[0] < s.rep_ends[1] <= s.elapsed_s
+    m = more_runs(s)
+    assert m.last_rep_at == s.rep_ends[-1] and m.rep_s == rep_seconds(s) > 0

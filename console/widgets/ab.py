@@ -21,13 +21,13 @@ from console.inputs import InputError, chain_lines
 from console.outcome import Front, headline
 from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from console.request import SessionRequest, session_request
-from console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, Phase, ResolutionView, SessionView
+from console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, FIRST_N, FIRST_TOKENS, Phase, ResolutionView, SessionView
 from console.widgets.common import TONE_STYLE
 from console.widgets.top import in_effect
 from policy.text import shown
 
 if TYPE_CHECKING:
-    from engine.ab import Session
+    from engine.ab import Event, Session
 
 _PHASE_STYLE = {Phase.FAILED: "bold red", Phase.LOAD_FAILED: "bold red", Phase.CANCELLED: "yellow",
                 Phase.CANCELLING: "yellow", Phase.DONE: "green"}
@@ -103,6 +103,33 @@ class Stage(Horizontal):
         self.query_one("#status", Static).update(status)
 
 
+def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, float]:
+    """The status words and the bar of a sequential session's run event. The warm-ups, the n
+    repetitions and their closing classic pass are ``planned`` runs, which always run in full:
+    the bar counts them. After them the session adds repetitions while undecided, and the bar is
+    the budget, repetitions or seconds, whichever is nearer its end; it reads full only once
+    every run is done. A seconds budget spent early is said in words, not as "368 of 60 s"."""
+    part = e.tokens / e.total if e.kind == "progress" and e.total else 0.0
+    secs, reps = req.max_seconds, max(req.n, req.max_reps)
+    spent = e.elapsed >= secs
+    if e.run < planned:
+        if spent:
+            said = f"{secs:g} s budget spent: the n {req.n} repetitions finish, none is added"
+        else:
+            said = f"{e.elapsed:.0f} of {secs:g} s"
+        return f"run {e.run + 1}/{planned} · {said}", min((e.run + part) / planned, 0.99)
+    # added repetitions (a closing pass after them counts those done)
+    done = e.rep - 1 if e.closing else e.rep
+    rep = f"{done} of ≤{reps} repetitions done" if e.closing else f"rep {e.rep} of ≤{reps}"
+    if spent:
+        said = f"{secs:g} s spent: " + ("closing" if e.closing else "the last repetition")
+        fraction = 0.99
+    else:
+        said = f"{e.elapsed:.0f} of {secs:g} s"
+        fraction = min(max((done - (0 if e.closing else 1)) / reps, e.elapsed / secs), 0.99)
+    return f"budget: {rep}, {said}", fraction
+
+
 def arm_table_rows(session: Session, width_in_effect: int | None) -> list[tuple[str, tuple]]:
     """The arms table: (row key, cells) for every arm with runs; ``*`` marks the width in effect."""
     rows = []
@@ -176,9 +203,9 @@ class AbTab(TabPane):
             yield Label("widths")
             yield Input(",".join(map(str, DEFAULT_WIDTHS)), id="widths", compact=True)
             yield Label("n")
-            yield Input("3", id="n", compact=True)
+            yield Input(str(FIRST_N), id="n", compact=True)
             yield Label("tokens")
-            yield Input("64", id="tokens", compact=True)
+            yield Input(str(FIRST_TOKENS), id="tokens", compact=True)
             yield MarkedCheckbox("sequential", True, id="sequential", compact=True,
                                  tooltip="add repetitions until decided, within the budget on its right")
             # The sequential budget: repetitions, then seconds (n repetitions always run in full).
