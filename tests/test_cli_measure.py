@@ -59,10 +59,15 @@ def test_sweep_save_saves_or_refuses_honestly(tmp_path):
                 "--max-tokens", "12", "--save", "--profile", str(prof), "--record-dir", str(tmp_path))
     # On a CPU a 4-bit verify costs every row (8 rows ~ 6x one row) and the demo drafter keeps
     # about half of 7 drafts: width 8 is far slower than classic, so the outcome is a decline.
+    # (The width in effect, 4, is added and measured too; on a loaded host a noisy n = 2 can let
+    # it win, and then that win is what is saved: the entry must be what the session decided.)
     if p.returncode == 0:
-        assert "slower" in p.stdout and "saved: decline" in p.stdout, p.stdout + p.stderr
         e = profile.load(prof).entries
-        assert len(e) == 1 and e[0].decline and e[0].quant_scheme == "affine" and e[0].quant_bits == 4
+        if "saved: decline" in p.stdout:
+            assert "slower" in p.stdout and e[0].decline, p.stdout + p.stderr
+        else:
+            assert "beats classic" in p.stdout and f"saved: width {e[0].width}" in p.stdout, p.stdout
+        assert len(e) == 1 and e[0].quant_scheme == "affine" and e[0].quant_bits == 4
         assert e[0].evidence["record"].startswith(str(tmp_path))
         assert e[0].device_name  # issue 7: the device it was measured on is recorded
     else:
