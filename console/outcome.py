@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any
 
 from engine.ab import Session
+from policy import stats
 from policy.auto import AUTO
 from policy.device import Device
 from policy.drafter import DrafterKind
@@ -73,6 +74,10 @@ class MoreRuns:
     tokens: int
     rep_s: float | None = None
     last_rep_at: float | None = None
+    # A workload's width whose requests disagree across the bar: (name, lowest and highest
+    # speed-up of one request), where the requests-only interval (policy.stats.request_spread)
+    # straddles it, so more repetitions cannot decide it.
+    spread: tuple[str, float, float] | None = None
 
     @property
     def more(self) -> int:
@@ -96,6 +101,12 @@ class MoreRuns:
                         "on this host")
             where = f"rerun with --max-tokens {to}" if cli else f"raise the tokens field to {to}"
             return f"more repetitions cannot part them; {where} (longer runs even out this host's noise)"
+        if self.spread is not None:
+            name, lo, hi = self.spread
+            other = "--workload FILE" if cli else "the prompt field (@FILE)"
+            return (f"{name}'s requests disagree ({lo:.2f}x to {hi:.2f}x by request), so more "
+                    f"repetitions narrow the run noise but not that spread and cannot decide it; the "
+                    f"workload's mix does: measure the traffic you serve ({other}, JSONL)")
         if not self.sequential:
             return ("add --sequential (it adds repetitions until decided)" if cli
                     else "turn on sequential (it adds repetitions until decided)")
@@ -158,7 +169,30 @@ def more_runs(session: Session) -> MoreRuns:
     ends = getattr(session, "rep_ends", None) or []
     return MoreRuns(any(blocked(a) for a in open_), c.sequential, session.reps, c.max_reps,
                     c.max_seconds, session.budget_out, c.max_tokens,
-                    rep_seconds(session) if ends else None, ends[-1] if ends else None)
+                    rep_seconds(session) if ends else None, ends[-1] if ends else None,
+                    _spread(session, open_, bar))
+
+
+def _spread(session: Session, open_, bar: float) -> tuple[str, float, float] | None:
+    """The first open width of a workload whose requests-only interval straddles the bar:
+    what its repetitions cannot settle (policy.stats.request_spread)."""
+    if getattr(session, "single", True) or not open_:
+        return None
+    try:
+        classic, arms = session.stats_samples()
+    except (AttributeError, TypeError):
+        return None
+    for arm in open_:
+        reqs = arms.get(arm.width)
+        if not reqs or not all(classic):
+            continue
+        try:
+            ci, lo, hi = stats.request_spread(classic, reqs, seed=session.seed)
+        except stats.StatsError:
+            continue
+        if ci.lo <= bar <= ci.hi:
+            return arm.name, lo, hi
+    return None
 
 
 def advice(session: Session, front: Front) -> str | None:

@@ -198,6 +198,31 @@ class Interval:
         return [round(self.lo, digits), round(self.hi, digits)]
 
 
+def request_spread(classic: Requests, arm: Requests, *, seed: int, resamples: int = RESAMPLES,
+                   level: float = LEVEL) -> tuple[Interval, float, float]:
+    """What more repetitions cannot narrow: the speed-up's interval when only the requests are
+    drawn (each request's runs all kept, as if its run-to-run noise were gone), and the lowest
+    and highest speed-up of one request. ``bootstrap`` draws the runs as well, so its interval
+    shrinks towards this one as repetitions are added, never below it: where this one straddles
+    a bar, no number of repetitions of this workload decides against that bar."""
+    if len(classic) != len(arm) or not classic:
+        raise StatsError("request_spread: the same requests on both sides, at least one")
+    rng = random.Random(seed)
+    tok_c = [sum(t for t, _ in runs) for runs in classic]
+    sec_c = [sum(s for _, s in runs) for runs in classic]
+    tok_a = [sum(t for t, _ in runs) for runs in arm]
+    sec_a = [sum(s for _, s in runs) for runs in arm]
+    n = len(classic)
+    reps = []
+    for _ in range(resamples):
+        picks = [_below(n, rng) for _ in range(n)]
+        c = sum(tok_c[j] for j in picks) / max(sum(sec_c[j] for j in picks), 1e-12)
+        a = sum(tok_a[j] for j in picks) / max(sum(sec_a[j] for j in picks), 1e-12)
+        reps.append(a / c)
+    per = [(tok_a[j] / sec_a[j]) / (tok_c[j] / sec_c[j]) for j in range(n) if sec_a[j] > 0 and sec_c[j] > 0]
+    return percentile_interval(reps, level), min(per), max(per)
+
+
 def percentile_interval(replicates: Sequence[float], level: float = LEVEL) -> Interval:
     tail = (1 - level) / 2
     return Interval(quantile(replicates, tail), quantile(replicates, 1 - tail))

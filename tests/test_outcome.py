@@ -204,3 +204,29 @@ def test_a_real_sequential_session_keeps_its_repetitions_times():
     assert s.reps == 2 and len(s.rep_ends) == 2 and 0 < s.rep_ends[0] < s.rep_ends[1] <= s.elapsed_s
     m = more_runs(s)
     assert m.last_rep_at == s.rep_ends[-1] and m.rep_s == rep_seconds(s) > 0
+
+
+def test_a_workload_whose_requests_disagree_is_not_advised_more_repetitions():
+    """On the CPU demo pair w2's requests ran 0.56x to 1.32x (the @mixed workload, 2026-12-02):
+    the interval resamples the requests, so more passes narrow the run noise but never that
+    spread, and "raise secs" would not decide it. Where the requests-only interval straddles
+    the bar, the advice says so and names what does decide: the traffic's own workload."""
+    from console.outcome import MoreRuns
+    from policy.stats import request_spread
+
+    def req(ratio):  # classic 10 tok/s; the width at ratio x that, two runs each
+        return [(10.0, 1.0), (10.0, 1.0)], [(10.0, 1.0 / ratio), (10.0, 1.0 / ratio)]
+
+    mixed = [req(r) for r in (0.56, 0.7, 0.9, 1.1, 1.25, 1.32)]
+    ci, lo, hi = request_spread([c for c, _ in mixed], [a for _, a in mixed], seed=1)
+    assert ci.lo < 1.03 < ci.hi and (round(lo, 2), round(hi, 2)) == (0.56, 1.32)
+    agree = [req(r) for r in (1.4, 1.45, 1.5, 1.5, 1.55, 1.6)]
+    ci, _, _ = request_spread([c for c, _ in agree], [a for _, a in agree], seed=1)
+    assert ci.lo > 1.03  # consistent requests: the spread is no obstacle
+
+    runs = MoreRuns(overlap=False, sequential=True, reps=2, max_reps=6, max_seconds=180,
+                    budget_out=Budget.SECONDS, tokens=32, rep_s=62.0, last_rep_at=299.0,
+                    spread=("w2", 0.56, 1.32))
+    said = runs.say(Front.CONSOLE)
+    assert said.startswith("w2's requests disagree (0.56x to 1.32x by request)") and "secs" not in said
+    assert "the prompt field (@FILE)" in said and "--workload FILE" in runs.say(Front.CLI)
