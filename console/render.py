@@ -69,7 +69,7 @@ def speedup_lines(session) -> list[str]:
         return []
     c = session.config
     drawn, unit = ("runs", "runs") if session.single else ("requests, then runs", "passes")
-    out = [f"\nspeed-up over classic (total new tokens / total decode time); 95 % bootstrap interval "
+    out = ["", f"speed-up over classic (total new tokens / total decode time); 95 % bootstrap interval "
            f"resampling {drawn}, seed {session.seed}; one-sided permutation p of the {unit}; a win's "
            f"interval clears {1 + c.min_gain:.2f}" + (" and its ranges are disjoint" if session.single else "")
            + ":"]

@@ -153,7 +153,7 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
         lines.append(Text(note[0] + " (* in the table)", style=TONE_STYLE[note[1]]))
     if not s.cancelled:
         lines.append(Text.assemble(("why: ", "bold"), s.why))
-        lines.extend(Text(line.strip("\n")) for line in speedup_lines(s))
+        lines.extend(Text(line) for line in speedup_lines(s) if line)  # no blank line here
         if not s.single:
             lines.extend(Text(line.strip("\n")) for line in request_table(s, fold=fold))
         if s.prediction:
