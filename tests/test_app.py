@@ -37,9 +37,17 @@ def _text(app, selector) -> str:
     return str(app.query_one(selector).render())
 
 
-async def _type_fields(pilot, widths: str, n: str, tokens: str, sequential: bool = False) -> None:
+# A single prompt for the tests whose subject is not the workload: the default prompt field,
+# @mixed, prefills 16 requests an arm (about 10 s an arm on this CPU) for every session.
+ONE_PROMPT = "def f(x):"
+
+
+async def _type_fields(pilot, widths: str, n: str, tokens: str, sequential: bool = False,
+                       prompt: str | None = None) -> None:
     """w goes to the widths field; each field's text is selected on entry, so typing replaces it.
-    Tab on to the sequential box (on by default) and space toggles it."""
+    Tab on to the sequential box (on by default) and space toggles it. ``prompt``: set first."""
+    if prompt is not None:
+        pilot.app.query_one("#prompt", Input).value = prompt
     await pilot.press("escape", "w", *widths, "tab", *n, "tab", *tokens, "tab")
     if pilot.app.query_one("#sequential").value != sequential:
         await pilot.press("space")
@@ -62,7 +70,7 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path):
             await _settle(app, pilot)
             assert app.phase is Phase.READY and not isinstance(app.focused, Input)
             assert "width 4" in _text(app, "#resolution") and "kind-default" in _text(app, "#resolution")
-            await _type_fields(pilot, "2,4", "1", "16")
+            await _type_fields(pilot, "2,4", "1", "16", prompt=ONE_PROMPT)
             assert isinstance(app.focused, Input)
             await pilot.press("enter")  # Enter in a field runs the A/B ...
             assert not isinstance(app.focused, Input)  # ... and focus leaves the field
@@ -410,7 +418,7 @@ def test_the_width_in_effect_is_always_measured(tmp_path):
         async with app.run_test(size=(140, 40)) as pilot:
             await _settle(app, pilot)
             assert app.query_one("#widths", Input).value == "2,4,6,8"  # the default widths gain it
-            await _type_fields(pilot, "2", "1", "8")
+            await _type_fields(pilot, "2", "1", "8", prompt=ONE_PROMPT)
             await pilot.press("enter")
             await _settle(app, pilot)
             assert [a.width for a in app.session.arms] == [2, 6]  # and a run adds it
@@ -427,7 +435,7 @@ def test_the_console_runs_and_shows_the_verify_attention_it_was_given(tmp_path):
                                     record_dir=str(tmp_path / "rec"), verify_attention="plain"))
         async with app.run_test(size=(140, 40)) as pilot:
             await _settle(app, pilot)
-            await _type_fields(pilot, "2", "1", "8")
+            await _type_fields(pilot, "2", "1", "8", prompt=ONE_PROMPT)
             await pilot.press("enter")
             await _settle(app, pilot)
             assert app.session.attention == "plain"

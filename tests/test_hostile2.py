@@ -454,6 +454,7 @@ def test_the_console_shows_a_session_whose_record_cannot_be_written(tmp_path):
             await pilot.pause()
             rec.rmdir() if rec.is_dir() else None
             rec.write_text("not a folder")
+            app.query_one("#prompt").value = "def f(x):"  # one prompt: the record is the subject
             await pilot.press("escape", "w", *"2", "tab", *"1", "tab", *"8", "tab")
             if app.query_one("#sequential").value:
                 await pilot.press("space")
