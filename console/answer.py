@@ -65,6 +65,10 @@ class Answer:
     # a pair that did not load (nothing of it runs anywhere).
     env: str | None = None
     caution: str | None = None  # what is known of the command where it was not measured
+    # The session on screen measured classic faster than every width it ran: the command without
+    # a draft model is what this machine just measured (``session_why``: saved or why not).
+    session_command: str | None = None
+    session_why: str | None = None
 
     @property
     def num_draft_tokens(self) -> int | None:
@@ -91,6 +95,9 @@ class Answer:
             out.append(f"no mlx_lm.server command: {self.refusal}")
         if self.caution:
             out.append(f"caution: {self.caution}")
+        if self.session_command:
+            out.append(f"this session measured classic faster than every width ({self.session_why}): "
+                       f"{self.session_command}")
         if self.session:
             out.append(f"this session: {self.session}")
         return out
@@ -100,7 +107,8 @@ class Answer:
                 "serve_command": self.command, "serve_refusal": self.refusal,
                 "source": self.source, "measured": self.measured, "measured_path": self.path,
                 "trust": self.trust, "env": self.env, "decline": self.decline,
-                "caution": self.caution, "session": self.session}
+                "caution": self.caution, "session": self.session,
+                "session_command": self.session_command, "session_why": self.session_why}
 
 
 def _abs(path: Path) -> str:
@@ -179,7 +187,7 @@ def _trust(res: Any) -> tuple[bool, str, str | None]:
 
 
 def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error: str | None = None,
-           session: str | None = None) -> Answer:
+           session: str | None = None, session_decline: str | None = None) -> Answer:
     """The answer for a resolution (``res``, a policy.resolve.Resolution) and the pair's folders
     (``paths``: target and drafter). ``load_error``: why the pair did not load (then there is
     no command for it); ``session``: what the session on screen says about the width in effect."""
@@ -218,4 +226,8 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
     device = getattr(res, "device", None)
     if path != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
         caution = CUDA_SERVED
-    return Answer(command=line, refusal=None, caution=caution, **base)
+    # ``session_decline``: the session on screen found every width it ran slower than classic
+    # (or short of the minimum gain), saved or not (the words say which): its command is classic's
+    extra = ({"session_command": f"mlx_lm.server --model {target}", "session_why": session_decline}
+             if session_decline else {})
+    return Answer(command=line, refusal=None, caution=caution, **extra, **base)

@@ -492,7 +492,7 @@ class BlockwidthApp(App):
         # every request's runs (a workload's own arms hold only its finished passes)
         runs = sum(len(a.runs) for r in s.per_request for a in [r.classic, *r.arms]) + len(s.warmup)
         if s.cancelled:
-            self._show_phase(Phase.CANCELLED, f"after {runs} of {planned or s.config.planned_runs} runs")
+            self._show_phase(Phase.CANCELLED, f"after {runs} of {planned or s.config.planned_runs} runs, warm-ups included")
         else:
             reps = f"{s.reps} repetition" + ("" if s.reps == 1 else "s")
             self._show_phase(Phase.DONE, f"{runs} runs, {reps}, {s.elapsed_s:.0f} s")
@@ -656,14 +656,35 @@ class BlockwidthApp(App):
         note = in_effect(self.session_state, view)
         return answer(self.res, self.paths, load_error=self.load_error,
                       resolve_error=view.error if view is not None else None,
-                      session=note[0] if note else None)
+                      session=note[0] if note else None, session_decline=self._session_decline())
+
+    def _session_decline(self) -> str | None:
+        """Whether the session on screen (current, finished) measured every width it ran slower
+        than classic or short of the minimum gain, and what became of that: s saves it as a
+        decline, it was not saveable (why), or it is in the profile."""
+        from engine.ab import Verdict
+        from policy.verdict import refusal
+
+        s = self.session
+        if s is None or s.cancelled or self.query_one(AbTab).stale or s.recommendation is not None:
+            return None
+        ran = [a for a in s.arms if a.runs]
+        if not ran or not all(a.verdict in (Verdict.SLOWER, Verdict.NO_GAIN) for a in ran):
+            return None
+        if s.saveable:
+            return "a decline: s saves it"
+        why = refusal(cancelled=s.cancelled, drifted=s.drift, recommendation=s.recommendation,
+                      verdicts=[a.verdict for a in s.arms])
+        words = {"drift": "classic drift or noise, too few runs to tell"}
+        return f"not saveable: {words.get(getattr(why, 'value', ''), getattr(why, 'value', 'see the headline'))}"
 
     def action_copy_command(self) -> None:
         said = self.answer()
         self._clear_refusal()
-        if said.command is not None:
-            self.copy_to_clipboard(said.command)
-        self.push_screen(AnswerScreen(said, copied=said.command is not None))
+        copy = said.session_command or said.command  # what this machine just measured first
+        if copy is not None:
+            self.copy_to_clipboard(copy)
+        self.push_screen(AnswerScreen(said, copied=copy is not None))
 
     def action_copy_env(self) -> None:
         said = self.answer()

@@ -140,7 +140,14 @@ class AnswerScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         a = self.answer
         parts: list = []
-        if a.command is not None:
+        if a.session_command:  # what this machine just measured comes first
+            parts += [("this session measured classic faster than every width it ran (" + (a.session_why or "")
+                       + "); its command, no draft model" + (", copied" if self.copied else "") + ":\n", "bold"),
+                      "  ", (a.session_command, "green"), "\n\n",
+                      ("the resolved width's command (the session measured that width no faster):\n", "bold")]
+            if a.command is not None:
+                parts += ["  ", a.command, "\n\n"]
+        elif a.command is not None:
             parts += [("the mlx_lm.server command" + (", copied to the clipboard (where the terminal "
                                                       "allows it)" if self.copied else "") + ":\n", "bold"),
                       "  ", (a.command, "green"), "\n\n"]
@@ -160,7 +167,10 @@ class AnswerScreen(ModalScreen[None]):
         yield VerticalScroll(Static(Text.assemble(*parts)), id="answer")
 
     def action_copy_command(self) -> None:
-        if self.answer.command:
+        if self.answer.session_command:
+            self.app.copy_to_clipboard(self.answer.session_command)
+            self.app.notify("copied the command without a draft model (this session's measurement)", timeout=4)
+        elif self.answer.command:
             self.app.copy_to_clipboard(self.answer.command)
             self.app.notify("copied the mlx_lm.server command", timeout=4)
         else:

@@ -14,7 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # A test run started in the background by a non-interactive shell (`make test &`) inherits SIGINT
 # ignored, and so does every blockwidth the tests start; Python installs no KeyboardInterrupt
 # for an ignored SIGINT, so the Ctrl-C tests (costcurve, serve, the served sweep) saw it lost.
-# Handled here, it is back to the default in each child at exec. (The lab's tests import this.)
+# Handled here, it is back to the default in each child at exec (every worker of a session that
+# collects tests/, the lab's tests too when they run in the same session, as CI runs them).
 if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 

@@ -203,7 +203,7 @@ def test_the_sequential_bar_is_the_budget_and_the_cost_curve_bar_starts_empty(tm
             # bar stays on the runs (not 100 %)
             app.on_ab_event(_event(Event("progress", "w8", 3, 4, TOKENS, run=14, runs=17, elapsed=BUDGET_S + 8)))
             await pilot.pause()
-            assert "180 s budget spent: the n 3 repetitions finish, none is added" in status()
+            assert "180 s spent: n 3 finish, none added" in status()
             assert f"{BUDGET_S + 8:.0f} of" not in status()
             assert bar.progress == round((14 + 4 / TOKENS) / 17 * 1000)
             # the last token of the last planned run: not full, a repetition may follow
@@ -301,3 +301,44 @@ def test_the_y_dialog_for_each_case(state, says):
 
     _run(go())
     shutil.rmtree(where)
+
+
+def test_y_after_a_session_that_found_every_width_slower_hands_the_command_without_a_draft_model(tmp_path):
+    """A new user's tryout: the session had just measured width 4 slower than classic, and `y`
+    still copied `--num-draft-tokens 3` (the unmeasured per-kind width). What this machine just
+    measured comes first now: the command without a draft model, copied, with whether it is saved."""
+    import asyncio
+    import os
+    from pathlib import Path
+
+    from tests import states
+
+    async def go():
+        app = states.make_app(tmp_path)
+        async with app.run_test(size=(120, 36)) as pilot:
+            await states._resolve(app, pilot, None, linked=True)
+            app.set_pair(states.demo_pair(None))
+            await pilot.pause()
+            session = states.fixture_session(outcome="decline")
+            states._fields(app, session)
+            await pilot.pause()
+            req = states.request_of(session)
+            app.begin(req, session.config.planned_runs)
+            app.show_session(session, Path("session-fixture.json"), [], request=req)
+            await pilot.pause()
+            said = app.answer()
+            target = os.path.abspath(app.paths.target)
+            assert said.session_command == f"mlx_lm.server --model {target}"
+            assert said.session_why == "a decline: s saves it"
+            assert said.command.endswith("--num-draft-tokens 3")  # the resolved width's, still shown
+            await pilot.press("y")
+            await pilot.pause()
+            shown = str(app.screen.query_one("#answer Static").render())
+            assert "this session measured classic faster than every width it ran (a decline: s saves it)" in shown
+            assert shown.index(said.session_command) < shown.index("--num-draft-tokens 3")
+            app.query_one("#n").value = "5"  # a field changed: the session no longer speaks for them
+            await pilot.press("escape")
+            await pilot.pause()
+            assert app.answer().session_command is None
+
+    asyncio.run(go())

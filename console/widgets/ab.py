@@ -114,7 +114,7 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
     spent = e.elapsed >= secs
     if e.run < planned:
         if spent:
-            said = f"{secs:g} s budget spent: the n {req.n} repetitions finish, none is added"
+            said = f"{secs:g} s spent: n {req.n} finish, none added"  # short: 80 columns cut it
         else:
             said = f"{e.elapsed:.0f} of {secs:g} s"
         return f"run {e.run + 1}/{planned} · {said}", min((e.run + part) / planned, 0.99)
