@@ -25,6 +25,7 @@ from typing import Any, Mapping
 from policy.drafter import DrafterKind
 from policy.profile import PATH_ENGINE as ENGINE_PATH  # blockwidth's own decode loop
 from policy.profile import PATH_SERVER as SERVER_PATH  # the real mlx_lm.server (the served path)
+from policy.profile import env_words
 from policy.resolve import Source, label
 
 # Why mlx_lm.server cannot draft with a kind, said where the command would be.
@@ -46,6 +47,15 @@ CUDA_SERVED = ("on CUDA, stock mlx_lm.server's draft path ran 0.22-0.43x classic
                "attention and 2.4-4.0x with MLX_CUDA_USE_CUDNN_SDPA=0 (H200, 5B pair, "
                "lab/evidence/h200-2026-12-02b); measure this command with blockwidth sweep --path "
                "mlx-lm-server before serving it")
+
+
+def caution(res: Any, path: str | None) -> str | None:
+    """CUDA_SERVED where a speculative mlx_lm.server command on CUDA was not measured on the
+    served path (``path``: the path the width was measured on), else None."""
+    device = getattr(res, "device", None)
+    if path != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
+        return CUDA_SERVED
+    return None
 
 
 @dataclass(frozen=True)
@@ -155,10 +165,9 @@ def _trust(res: Any) -> tuple[bool, str, str | None]:
         if path != SERVER_PATH:
             line += "; the served path (mlx_lm.server) was not measured"
         server = entry.server if isinstance(getattr(entry, "server", None), Mapping) else {}
-        env = entry.server_env if hasattr(entry, "server_env") else {}
-        if env:
-            line += (f"; measured with {' '.join(f'{k}={v}' for k, v in env.items())} in the server's "
-                     f"environment, which the command sets")
+        if entry.server_env:
+            line += (f"; measured with {env_words(entry.server_env)} in the server's environment, "
+                     f"which the command sets")
         if isinstance(server.get("verify_attention"), str):
             mode = shlex.quote(server["verify_attention"])  # a profile is input
             line += (f"; measured with blockwidth's verify attention {mode}: run it as blockwidth serve "
@@ -219,15 +228,10 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
         args = server.get("args")
         if isinstance(args, list) and all(isinstance(a, str) for a in args):
             line += "".join(f" {shlex.quote(a)}" for a in args)  # the arguments it was measured with
-        env = entry.server_env if hasattr(entry, "server_env") else {}
-        if env:  # the environment it was measured in: without it, another kernel runs
-            line = " ".join(f"{k}={v}" for k, v in env.items()) + " " + line
-    caution = None
-    device = getattr(res, "device", None)
-    if path != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
-        caution = CUDA_SERVED
+        if entry.server_env:  # the environment it was measured in: without it, another kernel runs
+            line = f"{env_words(entry.server_env)} {line}"
     # ``session_decline``: the session on screen found every width it ran slower than classic
     # (or short of the minimum gain), saved or not (the words say which): its command is classic's
     extra = ({"session_command": f"mlx_lm.server --model {target}", "session_why": session_decline}
              if session_decline else {})
-    return Answer(command=line, refusal=None, caution=caution, **extra, **base)
+    return Answer(command=line, refusal=None, caution=caution(res, path), **extra, **base)

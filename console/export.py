@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from console.inputs import ExitCode, InputError
+from policy.profile import env_words
 
 FORMATS = ("mlx-lm", "vllm", "sglang", "llama.cpp", "trtllm")
 
@@ -116,7 +117,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
             if len(levels) > 1:
                 lines.append(f"# for a load of about {e.load} concurrent requests")
             env = e.server_env  # the MLX_* switches it was measured with (they pick the kernels)
-            lines.append(" ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(cmd)]))
+            lines.append(" ".join(filter(None, [env_words(env), shlex.join(cmd)])))
     elif fmt == "vllm":
         if not widths:
             lines.append(f"vllm serve {q(target)}  # no speculative config: classic won")

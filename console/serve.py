@@ -18,6 +18,7 @@ import time
 from typing import Any, Sequence
 
 from console.inputs import ExitCode, InputError
+from policy.profile import env_words
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "
               "why); other arguments go to mlx_lm.server")
@@ -35,10 +36,9 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
     if entry is not None and entry.server:
         line += list(entry.server.get("args") or [])
     line += list(server_args)
-    env = entry.server_env if entry is not None and hasattr(entry, "server_env") else {}
+    env = entry.server_env if entry is not None else {}
     # the MLX_* switches it was measured with go before the command, as a shell sets them
-    server = {"argv": line, "env": env,
-              "line": " ".join([*(f"{k}={v}" for k, v in env.items()), shlex.join(line)]),
+    server = {"argv": line, "env": env, "line": " ".join(filter(None, [env_words(env), shlex.join(line)])),
               "measured": measured == "mlx-lm-server",
               "serve": shlex.join(["blockwidth", "serve", "--target", str(target)]
                                   + (["--draft", str(drafter)] if drafter is not None else []))}
@@ -136,11 +136,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       tuple(rest) + (("--num-draft-tokens", str(res.width - 1)) if drafter else ()),
                       args.verify_attention, port, host, tuple(env.items()))
     print(f"blockwidth serve: {provenance(res)}", flush=True)
-    from console.answer import answer
+    from console.answer import caution
 
-    caution = answer(res, paths).caution if drafter is not None else None
-    if caution:  # an unmeasured speculative server on CUDA: what the one measurement there says
-        print(f"blockwidth serve: caution: {caution}", file=sys.stderr, flush=True)
+    said = caution(res, res.measured_path) if drafter is not None else None
+    if said:  # an unmeasured speculative server on CUDA: what the one measurement there says
+        print(f"blockwidth serve: caution: {said}", file=sys.stderr, flush=True)
     for k, v in measured_env.items():
         if k in os.environ and os.environ[k] != v:
             print(f"blockwidth serve: warning: {k}={shlex.quote(os.environ[k])} in this environment; the "
@@ -182,51 +182,48 @@ def cmd_serve(args: argparse.Namespace) -> int:
         shutil.rmtree(log_dir, ignore_errors=True)
 
 
-class _shielded:
+class _signals:
+    """``handler`` for ``sigs`` inside the block (the main thread's alone: only it may set
+    them), the old handlers back after it."""
+
+    def __init__(self, handler, *sigs) -> None:
+        self.handler, self.sigs, self.old = handler, sigs, {}
+
+    def __enter__(self):
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.sigs:
+                self.old[sig] = signal.signal(sig, self.handler)
+        return self
+
+    def __exit__(self, *exc):
+        import signal
+
+        for sig, h in self.old.items():
+            signal.signal(sig, h)
+        return False
+
+
+def _raise_interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _interruptible() -> _signals:
+    """SIGTERM and SIGHUP to blockwidth serve stop the server as Ctrl-C does."""
+    import signal
+
+    return _signals(_raise_interrupt, signal.SIGTERM, signal.SIGHUP)
+
+
+def _shielded() -> _signals:
     """SIGINT, SIGTERM and SIGHUP ignored while the server stops (bounded: stop's own timeout,
     then a kill): outside _interruptible a second signal would end blockwidth at once and
     leave mlx_lm.server, in its own session, running with nobody to stop it."""
+    import signal
 
-    def __enter__(self):
-        import signal
-        import threading
-
-        self.old = {}
-        if threading.current_thread() is threading.main_thread():
-            for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
-                self.old[sig] = signal.signal(sig, signal.SIG_IGN)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        for sig, h in self.old.items():
-            signal.signal(sig, h)
-        return False
-
-
-class _interruptible:
-    """SIGTERM and SIGHUP to blockwidth serve stop the server as Ctrl-C does."""
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        self.old = {}
-        if threading.current_thread() is threading.main_thread():
-            def interrupt(signum, frame):
-                raise KeyboardInterrupt
-
-            for sig in (signal.SIGTERM, signal.SIGHUP):
-                self.old[sig] = signal.signal(sig, interrupt)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        for sig, h in self.old.items():
-            signal.signal(sig, h)
-        return False
+    return _signals(signal.SIG_IGN, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def register(sub, resolution_args, pair_args) -> None:

@@ -254,7 +254,8 @@ def _kept(written) -> str:
 
 def _print(session, written, pair) -> None:
     from console.outcome import headline
-    from engine.served import env_words, level_warnings, server_env, server_version
+    from engine.served import level_warnings, server_env, server_version
+    from policy.profile import env_words
 
     def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped
         print(shown(line), **kw)

@@ -15,6 +15,7 @@ from typing import Any
 
 from engine.decode import ROUND_COLUMNS
 from policy import files, stats
+from policy.profile import env_words
 
 RECORD_SCHEMA = 1
 
@@ -289,7 +290,7 @@ def _path_line(record: dict) -> str:
     how = ("stock" if server.get("verify_attention") is None
            else f"in-process, verify attention {server['verify_attention']}")
     env = server.get("env") or {}
-    env = ", environment " + " ".join(f"{k}={v}" for k, v in env.items()) if isinstance(env, dict) and env else ""
+    env = ", environment " + env_words(env) if isinstance(env, dict) and env else ""
     return (f"{path}: mlx_lm.server {server.get('mlx_lm')} ({how}{', ' + args if args else ''}{env}), "
             f"concurrency {record.get('concurrency', 1)}")
 

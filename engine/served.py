@@ -68,11 +68,6 @@ def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     return {k: v for k, v in out.items() if not server_env_problems({k: v})}
 
 
-def env_words(env: Mapping[str, str]) -> str:
-    """``MLX_CUDA_USE_CUDNN_SDPA=0 ...``: how a shell line sets them (values are plain)."""
-    return " ".join(f"{k}={v}" for k, v in env.items())
-
-
 def server_version() -> str | None:
     try:
         return metadata.version("mlx-lm")

@@ -45,6 +45,12 @@ _ENV_NAME = re.compile(r"MLX_[A-Z0-9_]{1,60}")
 _ENV_VALUE = re.compile(r"[A-Za-z0-9._:/+-]{0,200}")
 
 
+def env_words(env: Mapping[str, str]) -> str:
+    """``MLX_CUDA_USE_CUDNN_SDPA=0 ...``: how a shell line sets them (values are plain, so no
+    quoting: server_env_problems refuses any other)."""
+    return " ".join(f"{k}={v}" for k, v in env.items())
+
+
 def server_env_problems(env: object) -> list[str]:
     """What is wrong with a served entry's ``server.env``: a table of MLX_* names to plain
     values (a value a shell line can carry unquoted), at most 32 of them."""
