@@ -178,10 +178,7 @@ def _spread(session: Session, open_, bar: float) -> tuple[str, float, float] | N
     what its repetitions cannot settle (policy.stats.request_spread)."""
     if getattr(session, "single", True) or not open_:
         return None
-    try:
-        classic, arms = session.stats_samples()
-    except (AttributeError, TypeError):
-        return None
+    classic, arms = session.stats_samples()
     for arm in open_:
         reqs = arms.get(arm.width)
         if not reqs or not all(classic):

@@ -205,8 +205,7 @@ def request_spread(classic: Requests, arm: Requests, *, seed: int, resamples: in
     and highest speed-up of one request. ``bootstrap`` draws the runs as well, so its interval
     shrinks towards this one as repetitions are added, never below it: where this one straddles
     a bar, no number of repetitions of this workload decides against that bar."""
-    if len(classic) != len(arm) or not classic:
-        raise StatsError("request_spread: the same requests on both sides, at least one")
+    _check_shape(classic, {"arm": arm})
     rng = random.Random(seed)
     tok_c = [sum(t for t, _ in runs) for runs in classic]
     sec_c = [sum(s for _, s in runs) for runs in classic]
@@ -220,6 +219,8 @@ def request_spread(classic: Requests, arm: Requests, *, seed: int, resamples: in
         a = sum(tok_a[j] for j in picks) / max(sum(sec_a[j] for j in picks), 1e-12)
         reps.append(a / c)
     per = [(tok_a[j] / sec_a[j]) / (tok_c[j] / sec_c[j]) for j in range(n) if sec_a[j] > 0 and sec_c[j] > 0]
+    if not per:
+        raise StatsError("request_spread: no request took any decode time")
     return percentile_interval(reps, level), min(per), max(per)
 
 
