@@ -661,9 +661,10 @@ class BlockwidthApp(App):
     def _session_decline(self) -> str | None:
         """Whether the session on screen (current, finished) measured every width it ran slower
         than classic or short of the minimum gain, and what became of that: s saves it as a
-        decline, it was not saveable (why), or it is in the profile."""
+        decline, or it is not saveable (why). None otherwise (once saved, the resolution is the
+        decline and the answer says so itself)."""
         from engine.ab import Verdict
-        from policy.verdict import refusal
+        from policy.verdict import RefusalKind, refusal
 
         s = self.session
         if s is None or s.cancelled or self.query_one(AbTab).stale or s.recommendation is not None:
@@ -674,9 +675,11 @@ class BlockwidthApp(App):
         if s.saveable:
             return "a decline: s saves it"
         why = refusal(cancelled=s.cancelled, drifted=s.drift, recommendation=s.recommendation,
-                      verdicts=[a.verdict for a in s.arms])
-        words = {"drift": "classic drift or noise, too few runs to tell"}
-        return f"not saveable: {words.get(getattr(why, 'value', ''), getattr(why, 'value', 'see the headline'))}"
+                      verdicts=[a.verdict for a in s.arms])  # not None: the session is not saveable
+        if why is RefusalKind.DRIFT:  # as the headline words it
+            return ("not saveable: classic drift or noise, too few runs to tell" if s.drift_could_be_noise
+                    else "not saveable: classic drifted")
+        return f"not saveable: {why.value}"
 
     def action_copy_command(self) -> None:
         said = self.answer()
