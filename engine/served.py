@@ -46,6 +46,7 @@ READY_TIMEOUT_S = 180.0
 STOP_TIMEOUT_S = 10.0
 REQUEST_TIMEOUT_S = 600.0  # one socket read; a healthy stream sends a chunk per token
 LOG_TAIL_BYTES = 64 << 10
+CRASH_WAIT_S = 2.0  # a failed request: how long its server may take to exit before it is named
 # The stock server, as its own deprecation note asks to be run; and the same server in a
 # process with blockwidth's verify-attention dispatcher active in its generation thread.
 STOCK_COMMAND = ("-m", "mlx_lm", "server")
@@ -312,9 +313,16 @@ class Server:
         if self.exit_code is None:
             self.exit_code = proc.returncode
 
-    def crashed(self) -> ServedError | None:
-        """A ServedError naming this server and the end of its log, if it is no longer running."""
-        if self.proc is None or self.proc.poll() is None:
+    def crashed(self, wait_s: float = 0.0) -> ServedError | None:
+        """A ServedError naming this server and the end of its log, if it is no longer running.
+        ``wait_s``: how long a server that is going may take to be gone (a request it reset can
+        arrive before its process has exited)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None and wait_s > 0:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(timeout=wait_s)
+        if self.proc.poll() is None:
             return None
         self.exit_code = self.proc.returncode
         return ServedError(f"{self.name} exited (code {self.exit_code}) while serving: "
@@ -493,7 +501,7 @@ def complete(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int
             detail = json.loads(detail).get("error", detail)
         raise ServedError(f"{server.name} refused the request (HTTP {e.code}): {_bounded(detail)}") from None
     except (OSError, ValueError) as e:
-        crash = server.crashed()
+        crash = server.crashed(wait_s=CRASH_WAIT_S)  # a reset connection: the process may be going
         if crash is not None:
             raise crash from None
         if cancel is not None and cancel.is_set():
