@@ -22,11 +22,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from policy.drafter import DrafterKind
-from policy.profile import PATH_ENGINE as ENGINE_PATH  # blockwidth's own decode loop
-from policy.profile import PATH_SERVER as SERVER_PATH  # the real mlx_lm.server (the served path)
-from policy.profile import env_words
-from policy.resolve import Source, label
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.profile import PATH_ENGINE as ENGINE_PATH  # blockwidth's own decode loop
+from blockwidth.policy.profile import PATH_SERVER as SERVER_PATH  # the real mlx_lm.server (the served path)
+from blockwidth.policy.profile import env_words
+from blockwidth.policy.resolve import Source, label
 
 # Why mlx_lm.server cannot draft with a kind, said where the command would be.
 _CANNOT = {

@@ -27,20 +27,20 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from console.inputs import CLI_NAMES, CONSOLE_NAMES
-from console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
-from console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
-from console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
-from console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
-from console.widgets.ab import AbTab, Stage, sequential_stage
-from console.widgets.chain import ChainTab
-from console.widgets.identity import IdentityTab, IdentityViews
-from console.widgets.profile import ProfileTab
-from console.widgets.records import RecordsTab
-from console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
-from policy.errors import BlockwidthError
-from policy.profile import ProfileError
-from policy.text import shown
+from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES
+from blockwidth.console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
+from blockwidth.console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
+from blockwidth.console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
+from blockwidth.console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
+from blockwidth.console.widgets.ab import AbTab, Stage, sequential_stage
+from blockwidth.console.widgets.chain import ChainTab
+from blockwidth.console.widgets.identity import IdentityTab, IdentityViews
+from blockwidth.console.widgets.profile import ProfileTab
+from blockwidth.console.widgets.records import RecordsTab
+from blockwidth.console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
+from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.profile import ProfileError
+from blockwidth.policy.text import shown
 
 # Kept importable from here: the CLI, the tests and the screenshot script name them so.
 __all__ = ["AbEvent", "BUDGET_S", "DEFAULT_WIDTHS", "BlockwidthApp", "Options", "Phase",
@@ -146,7 +146,7 @@ class BlockwidthApp(App):
 
     # ---- layout
     def compose(self) -> ComposeResult:
-        from engine.demo.prompts import PRESETS
+        from blockwidth.engine.demo.prompts import PRESETS
 
         app = BlockwidthApp
         yield Header()
@@ -271,7 +271,7 @@ class BlockwidthApp(App):
     # ---- resolution (a worker: it probes the device and fingerprints checkpoints)
     @work(thread=True, exclusive=True, exit_on_error=False, group="resolve", name="resolve")
     def resolve_in_background(self) -> None:
-        from console.inputs import resolution
+        from blockwidth.console.inputs import resolution
 
         o = self.options
         try:
@@ -297,15 +297,15 @@ class BlockwidthApp(App):
             self._error("")
 
     def _profile_path(self) -> Path:
-        from policy import profile as profiles
+        from blockwidth.policy import profile as profiles
 
         return Path(self.options.profile).expanduser() if self.options.profile else profiles.default_path()
 
     # ---- the pair (a worker)
     @work(thread=True, exclusive=True, exit_on_error=False, group="pair", name="load pair")
     def load_pair(self) -> None:
-        from console.inputs import pair_paths
-        from engine.pair import load_pair
+        from blockwidth.console.inputs import pair_paths
+        from blockwidth.engine.pair import load_pair
 
         o = self.options
         # No download from inside the console (its progress would have nowhere to go).
@@ -337,13 +337,13 @@ class BlockwidthApp(App):
     def _open_pair(self, values: tuple[str, str, str] | None) -> None:
         if values is None:
             return
-        from console.request import KINDS
+        from blockwidth.console.request import KINDS
 
         target, draft, kind = values
         if kind and kind not in KINDS:
             self._reopen_pair(values, f"kind {kind!r}: one of {', '.join(KINDS)}")
             return
-        from console.inputs import pair_paths
+        from blockwidth.console.inputs import pair_paths
 
         try:
             # Folder checks only (no model load): a wrong path must not cost the loaded pair.
@@ -369,7 +369,7 @@ class BlockwidthApp(App):
         self.action_start_ab()
 
     def action_next_prompt(self) -> None:
-        from engine.demo.prompts import PRESETS
+        from blockwidth.engine.demo.prompts import PRESETS
 
         self._prompt_index = (self._prompt_index + 1) % len(PRESETS)
         name, text = PRESETS[self._prompt_index]
@@ -406,7 +406,7 @@ class BlockwidthApp(App):
         w = self.res.engine_width if self.res is not None else None
         if w is not None and w not in widths:
             widths, added = (*widths, w), w
-        from engine.ab import AbConfig
+        from blockwidth.engine.ab import AbConfig
 
         config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,
                           sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
@@ -423,9 +423,9 @@ class BlockwidthApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
-        from console import records
-        from engine import host, record
-        from engine.ab import run_session
+        from blockwidth.console import records
+        from blockwidth.engine import host, record
+        from blockwidth.engine.ab import run_session
 
         gate = host.gate()
         last = [0.0]
@@ -504,7 +504,7 @@ class BlockwidthApp(App):
             self.show_identity(pick)
 
     def session_failed(self, err: BaseException) -> None:
-        from engine.decode import DecodeError
+        from blockwidth.engine.decode import DecodeError
 
         what = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
         self._error(f"the A/B session failed: {what}")
@@ -569,7 +569,7 @@ class BlockwidthApp(App):
                         "names its record; run it again once the record directory can be written",
                         refusal=True)
             return
-        from console.outcome import headline
+        from blockwidth.console.outcome import headline
 
         s = self.session
         h = headline(s)
@@ -594,8 +594,8 @@ class BlockwidthApp(App):
     @work(thread=True, exclusive=True, exit_on_error=False, group="save", name="save")
     def save_in_background(self, session: Any, record_path: Path | None, pair_specific: bool = False) -> None:
         """The device probe and the locked profile write stay off the UI thread."""
-        from console.outcome import Front
-        from console.save import save_session
+        from blockwidth.console.outcome import Front
+        from blockwidth.console.save import save_session
 
         try:
             saved, refusal = save_session(session, self.pair, record_path, self.options.profile,
@@ -631,7 +631,7 @@ class BlockwidthApp(App):
                                        f"from {self._profile_path()}?"), answer)
 
     def _delete(self, entry: Any) -> None:
-        from console import profile_file
+        from blockwidth.console import profile_file
 
         try:
             profile_file.delete(self._profile_path(), entry)
@@ -649,8 +649,8 @@ class BlockwidthApp(App):
     def answer(self) -> Any:
         """The answer (console.answer) for what is on screen: the resolution, the pair's load,
         and the shown session's word on the width in effect."""
-        from console.answer import answer
-        from console.widgets.top import in_effect
+        from blockwidth.console.answer import answer
+        from blockwidth.console.widgets.top import in_effect
 
         view = self.resolution
         note = in_effect(self.session_state, view)
@@ -663,8 +663,8 @@ class BlockwidthApp(App):
         than classic or short of the minimum gain, and what became of that: s saves it as a
         decline, or it is not saveable (why). None otherwise (once saved, the resolution is the
         decline and the answer says so itself)."""
-        from engine.ab import Verdict
-        from policy.verdict import RefusalKind, refusal
+        from blockwidth.engine.ab import Verdict
+        from blockwidth.policy.verdict import RefusalKind, refusal
 
         s = self.session
         if s is None or s.cancelled or self.query_one(AbTab).stale or s.recommendation is not None:
@@ -701,7 +701,7 @@ class BlockwidthApp(App):
 
     # ---- records
     def _record_dir(self) -> Path:
-        from console import records
+        from blockwidth.console import records
 
         return Path(self.options.record_dir).expanduser() if self.options.record_dir else records.default_dir()
 
@@ -722,8 +722,8 @@ class BlockwidthApp(App):
     @work(thread=True, exit_on_error=False, group="export", name="export Markdown")
     def export_in_background(self, path: Path) -> None:
         """A record can hold every round of every run: read and render it off the UI thread."""
-        from console.outputs import OutputError, write_output
-        from engine import record
+        from blockwidth.console.outputs import OutputError, write_output
+        from blockwidth.engine import record
 
         out = path.with_suffix(".md")
         try:
@@ -762,7 +762,7 @@ class BlockwidthApp(App):
 
 
 def run_app(options: Options) -> int:
-    from console.inputs import note_mlx_thread
+    from blockwidth.console.inputs import note_mlx_thread
 
     note_mlx_thread()  # sessions run in workers: the exit must skip MLX's teardown (cli.entry)
     BlockwidthApp(options).run()

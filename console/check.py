@@ -17,15 +17,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from console.inputs import ExitCode
-from policy import files
-from policy.checks import (Category, Check, EntryMark, Mark, Status, device_agrees,  # noqa: F401
+from blockwidth.console.inputs import ExitCode
+from blockwidth.policy import files
+from blockwidth.policy.checks import (Category, Check, EntryMark, Mark, Status, device_agrees,  # noqa: F401
                            duplicate_checks, entry_label, exit_code, for_device, marks,
                            measured_status, outcome, shadow_checks, stale_check)
-from policy.device import Device
-from policy.text import error_lines, shown
-from policy.profile import Override, Profile
-from policy.resolve import Resolution, Source
+from blockwidth.policy.device import Device
+from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.resolve import Resolution, Source
 
 
 # ---- the entries, read statically -------------------------------------------------------------
@@ -106,9 +106,9 @@ def configure_pair(*, target: str | None, draft: str | None, kind: str | None, v
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
                    origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
     """Resolve one pair against the loaded profile and device. Raises a BlockwidthError."""
-    from console.inputs import drafter_info, pair_paths, target_quantization
-    from engine.checkpoint import pair_id
-    from policy.resolve import resolve
+    from blockwidth.console.inputs import drafter_info, pair_paths, target_quantization
+    from blockwidth.engine.checkpoint import pair_id
+    from blockwidth.policy.resolve import resolve
 
     paths = pair_paths(target, draft, variant, kind)
     info = drafter_info(paths, kind)
@@ -179,7 +179,7 @@ def static_checks(profile: Profile, device: Device, mlx: str | None,
 def profile_marks(profile: Profile, device: Device, mlx: str | None = None) -> list[EntryMark]:
     """The Profile tab's column: each entry's mark for this device, from the static checks."""
     if mlx is None:
-        from console.inputs import mlx_version
+        from blockwidth.console.inputs import mlx_version
 
         mlx = mlx_version()
     return marks(static_checks(profile, device, mlx), len(profile.entries))
@@ -218,7 +218,7 @@ def _prompt_for(e: Override) -> tuple[str, str]:
     """The demo prompt the entry was measured on, when its hash names one; else the default."""
     import hashlib
 
-    from engine.demo.prompts import DEFAULT_PROMPT, DEMO_PROMPTS
+    from blockwidth.engine.demo.prompts import DEFAULT_PROMPT, DEMO_PROMPTS
 
     want = e.evidence.get("prompt_sha256") if isinstance(e.evidence, Mapping) else None
     for p in DEMO_PROMPTS:
@@ -231,7 +231,7 @@ def _prompt_for(e: Override) -> tuple[str, str]:
 def _workload_for(e: Override) -> tuple[Any, str]:
     """The workload the entry was decided on, when its evidence names one that is here with the
     same content: (workload, where it came from); else (None, why not, or "" when it names none)."""
-    from policy import workload
+    from blockwidth.policy import workload
 
     wl = e.evidence.get("workload") if isinstance(e.evidence, Mapping) else None
     if not isinstance(wl, Mapping):
@@ -248,12 +248,12 @@ def _workload_for(e: Override) -> tuple[Any, str]:
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
-    from console import records
-    from engine import host, record
-    from engine.ab import AbConfig, run_session
-    from engine.decode import DecodeError
-    from engine.pair import RUNNABLE, load_pair
-    from policy.drafter import DrafterKind
+    from blockwidth.console import records
+    from blockwidth.engine import host, record
+    from blockwidth.engine.ab import AbConfig, run_session
+    from blockwidth.engine.decode import DecodeError
+    from blockwidth.engine.pair import RUNNABLE, load_pair
+    from blockwidth.policy.drafter import DrafterKind
 
     name = f"measure: {p.label}"
     if p.entry is None:
@@ -298,7 +298,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     record_error = None
     try:
         rec_path = records.write(rec, options.record_dir)
-        from console import outputs
+        from blockwidth.console import outputs
 
         outputs.keep("record", rec_path)
     except OSError as err:  # the measurement stands; run() reports the write after the results
@@ -331,7 +331,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
 
 def add_arguments(p: Any) -> None:
     """The check command's own options (``blockwidth check``, or its alias ``--check``)."""
-    from console.request import integer
+    from blockwidth.console.request import integer
 
     p.add_argument("--measure", action="store_true",
                    help="a short A/B of each matching entry's width (or declined widths)")
@@ -356,7 +356,7 @@ def _inputs(profile_path: Path | None, profile: Profile | None) -> list[tuple[st
 
 
 def _validate_output(path_text: str, inputs: list[tuple[str, Path | None]]) -> tuple[Path | None, str | None]:
-    from console.outputs import OutputError, check_output
+    from blockwidth.console.outputs import OutputError, check_output
 
     try:
         return check_output(path_text, "--junit", inputs), None
@@ -369,11 +369,11 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     before anything is checked or measured; the profile is only read."""
     import sys
 
-    from console import check_report
-    from console.inputs import CLI_NAMES, device_for, mlx_version
-    from engine.device import probe
-    from policy import profile as profiles
-    from policy.errors import BlockwidthError
+    from blockwidth.console import check_report
+    from blockwidth.console.inputs import CLI_NAMES, device_for, mlx_version
+    from blockwidth.engine.device import probe
+    from blockwidth.policy import profile as profiles
+    from blockwidth.policy.errors import BlockwidthError
 
     out = out or sys.stdout
     err = err or sys.stderr
@@ -419,7 +419,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         problems.append("--record-dir is for --check --measure (where its session records go)")
     record_dir = None
     if measure:  # where the sessions' records go, checked (and created) before anything runs
-        from console.measure import record_dir as checked_record_dir
+        from blockwidth.console.measure import record_dir as checked_record_dir
 
         try:
             record_dir = checked_record_dir(args.record_dir)
@@ -436,7 +436,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     mlx = mlx_version()
     pairs: list[ConfiguredPair] = []
     if prof is None or device is None:  # the pair's paths are still worth a line of their own
-        from console.inputs import pair_paths
+        from blockwidth.console.inputs import pair_paths
 
         try:
             pair_paths(args.target, args.draft, args.demo_target, args.kind)
@@ -512,7 +512,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         print(check_report.text(checks, meta), file=out)
     if hasattr(out, "flush"):
         out.flush()
-    from console.outputs import kept_note
+    from blockwidth.console.outputs import kept_note
 
     for line in late:
         print(f"blockwidth: error: {shown(line)}{kept_note()}", file=err)
@@ -521,7 +521,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
 
 def _write_junit(path: Path, data: bytes, inputs: list[tuple[str, Path | None]]) -> str | None:
     """Write the JUnit report (checked again, atomically); the one-line reason when it fails."""
-    from console.outputs import OutputError, keep, write_output
+    from blockwidth.console.outputs import OutputError, keep, write_output
 
     try:
         keep("JUnit report", write_output(path, data, "--junit", inputs))

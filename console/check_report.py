@@ -6,8 +6,8 @@ import xml.etree.ElementTree as ET
 from collections import Counter
 from typing import Any, Mapping, Sequence
 
-from policy.checks import Check, Status
-from policy.text import shown
+from blockwidth.policy.checks import Check, Status
+from blockwidth.policy.text import shown
 
 
 def counts(checks: Sequence[Check]) -> dict[str, int]:

@@ -18,7 +18,10 @@ def _interrupted_while_starting(signum: int, frame: object) -> None:
     os._exit(130)
 
 
-_PROGRAM = __name__ == "__main__" or os.path.basename(sys.argv[0] if sys.argv else "") == "blockwidth"
+_ARGV0 = (sys.argv[0] if sys.argv else "").replace(os.sep, "/")
+# the console script, or `python -m blockwidth` (whose argv[0] is the package's __main__.py)
+_PROGRAM = __name__ == "__main__" or os.path.basename(_ARGV0) == "blockwidth" \
+    or _ARGV0.endswith("blockwidth/__main__.py")
 if _PROGRAM and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
     signal.signal(signal.SIGINT, _interrupted_while_starting)
 
@@ -26,14 +29,14 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 from typing import Any, Callable, Mapping, NoReturn, Sequence  # noqa: E402
 
-from console import check  # noqa: E402
-from console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa: E402
-from policy import files  # noqa: E402
-from policy.errors import BlockwidthError  # noqa: E402
-from policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
-from policy.text import error_lines, shown  # noqa: E402
+from blockwidth.console import check  # noqa: E402
+from blockwidth.console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa: E402
+from blockwidth.policy import files  # noqa: E402
+from blockwidth.policy.errors import BlockwidthError  # noqa: E402
+from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
+from blockwidth.policy.text import error_lines, shown  # noqa: E402
 
-from console.request import KINDS, add_pair_args, add_verify_attention, integer, seconds  # noqa: E402,F401 (one home: request.py)
+from blockwidth.console.request import KINDS, add_pair_args, add_verify_attention, integer, seconds  # noqa: E402,F401 (one home: request.py)
 
 _pair_args = add_pair_args
 
@@ -74,7 +77,7 @@ class TopParser(Parser):
         super().__init__(*args, **kw)
 
     def add_argument(self, *args: Any, **kw: Any) -> argparse.Action:
-        if args and str(args[0]).startswith("-") and kw.get("action") != "help":
+        if args and str(args[0]).startswith("-") and kw.get("action") not in ("help", "version"):
             dest = kw.get("dest") or next((a for a in args if a.startswith("--")), args[0]).lstrip("-").replace("-", "_")
             self.plain[dest], self.flags[dest] = kw.get("default"), args[-1]
             if "metavar" not in kw and "choices" not in kw and kw.get("action") not in ("store_true", "store_false"):
@@ -165,13 +168,13 @@ def _resolution_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_resolve(args: argparse.Namespace) -> int:
-    from console.serve import command_for
+    from blockwidth.console.serve import command_for
 
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
                                   variant=args.demo_target, path=args.path,
                                   concurrency=args.concurrency)
-    from console.answer import answer
+    from blockwidth.console.answer import answer
 
     said = answer(res, paths)
     data = res.to_dict()
@@ -221,13 +224,13 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 def _caches_refused(target) -> str | None:
     """Why the engine would refuse ``target``'s caches at load (engine.kvcache.plan_config on its
     config.json: the model is built with its weights unevaluated), or None."""
-    from policy.config import ConfigError, read_config
+    from blockwidth.policy.config import ConfigError, read_config
 
     try:
         config = read_config(target)
     except ConfigError:
         return None  # the resolution above has read it already; nothing more to say here
-    from engine.kvcache import CacheKindError, plan_config
+    from blockwidth.engine.kvcache import CacheKindError, plan_config
 
     try:
         plan_config(config)
@@ -237,12 +240,12 @@ def _caches_refused(target) -> str | None:
 
 
 def cmd_inspect(args: argparse.Namespace) -> int:
-    from console.inputs import checkpoint_dir
-    from engine.checkpoint import CheckpointError, parameter_count
-    from policy.config import size
-    from policy.drafter import DrafterKind, detect_drafter
-    from policy.config import ConfigError, read_config, read_sidecar
-    from policy.quantization import classify
+    from blockwidth.console.inputs import checkpoint_dir
+    from blockwidth.engine.checkpoint import CheckpointError, parameter_count
+    from blockwidth.policy.config import size
+    from blockwidth.policy.drafter import DrafterKind, detect_drafter
+    from blockwidth.policy.config import ConfigError, read_config, read_sidecar
+    from blockwidth.policy.quantization import classify
 
     path = checkpoint_dir(args.path, "inspect")
     try:
@@ -284,7 +287,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         data["parameters_note"] = params_note
     caches_line = None
     if info.kind in (DrafterKind.MODEL, DrafterKind.LOOKUP):  # an mlx-lm model, not a head
-        from engine.kvcache import CacheKindError, DEFAULT_METHOD, plan_config
+        from blockwidth.engine.kvcache import CacheKindError, DEFAULT_METHOD, plan_config
 
         try:
             plan = plan_config(config)
@@ -321,8 +324,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 
 def _console(args: argparse.Namespace) -> int:
     """The Textual console. Bad input is checked first, so it fails like the headless commands."""
-    from console.inputs import pair_paths, resolution
-    from policy.drafter import pairing_problem
+    from blockwidth.console.inputs import pair_paths, resolution
+    from blockwidth.policy.drafter import pairing_problem
 
     # A hub id is fetched here, with progress on the terminal, before the console takes it over.
     paths = pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
@@ -332,10 +335,10 @@ def _console(args: argparse.Namespace) -> int:
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)
-    from console.measure import record_dir
+    from blockwidth.console.measure import record_dir
 
     record_dir(args.record_dir)  # where sessions will be written: checked before it opens
-    from console.app import Options, run_app  # Textual loads only here
+    from blockwidth.console.app import Options, run_app  # Textual loads only here
 
     return run_app(Options(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                            device=args.device, profile=args.profile, variant=args.demo_target,
@@ -348,6 +351,9 @@ def build_parser() -> TopParser:
         description="Operator console for the draft block width of speculative decoding on MLX. "
                     "With no COMMAND it opens the console (on the demo pair unless --target).",
     )
+    from blockwidth import __version__
+
+    ap.add_argument("--version", action="version", version=f"blockwidth {__version__}")
     _pair_args(ap)
     _resolution_args(ap)
     ap.add_argument("--record-dir", help="where A/B session records go (default: user data dir)")
@@ -357,7 +363,7 @@ def build_parser() -> TopParser:
     p = sub.add_parser("resolve", help="the width this pair would use, its source and why")
     _pair_args(p)
     _resolution_args(p)
-    from console import serve
+    from blockwidth.console import serve
 
     serve.add_resolve_arguments(p)
     p.add_argument("--json", action="store_true")
@@ -376,11 +382,11 @@ def build_parser() -> TopParser:
     check.add_arguments(p)
     p.set_defaults(func=check.run)
 
-    from console import measure  # engine-backed: sweep, costcurve (MLX loads only when they run)
+    from blockwidth.console import measure  # engine-backed: sweep, costcurve (MLX loads only when they run)
 
     measure.register(sub)
     serve.register(sub, _resolution_args, _pair_args)
-    from console import export
+    from blockwidth.console import export
 
     export.register(sub)
     return ap
@@ -389,7 +395,7 @@ def build_parser() -> TopParser:
 def main(argv: Sequence[str] | None = None) -> int:
     if signal.getsignal(signal.SIGINT) is _interrupted_while_starting:
         signal.signal(signal.SIGINT, signal.default_int_handler)
-    from console import outputs
+    from blockwidth.console import outputs
 
     outputs.forget_kept()
     try:
@@ -399,7 +405,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.misplaced(argv)
         args = ap.parse_args(argv)
         # how a group's launcher (console.distributed) starts each rank: this command again
-        args.rank_command = [sys.executable, "-m", "console.cli", *argv]
+        args.rank_command = [sys.executable, "-m", "blockwidth", *argv]
         ap.apply_before(args)
         if getattr(args, "func", None):
             outputs.guard_stdout()  # headless: a stdout that fails is named, not a traceback
@@ -436,7 +442,7 @@ def entry() -> None:
     turning a finished command's exit code into 134: everything is written and flushed by
     then, so the process leaves without running that teardown."""
     code = main()
-    from console.inputs import mlx_ran_in_thread
+    from blockwidth.console.inputs import mlx_ran_in_thread
 
     if mlx_ran_in_thread():
         sys.stdout.flush()

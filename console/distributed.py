@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-from console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError
+from blockwidth.console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError
 
 # Set by the launcher (--ranks) for its ranks: where each writes how it ended, and the time bound.
 GROUP_DIR = "BLOCKWIDTH_GROUP_DIR"
@@ -36,7 +36,7 @@ LAUNCH = "import sys; from mlx._distributed_utils.launch import main; sys.argv[0
 
 
 def add_arguments(p: argparse.ArgumentParser, *, drafter: bool = True) -> None:
-    from console.request import integer, seconds
+    from blockwidth.console.request import integer, seconds
 
     g = p.add_argument_group("sharded target (MLX distributed; docs/distributed.md)")
     g.add_argument("--distributed", choices=("tensor", "pipeline"),
@@ -100,7 +100,7 @@ def _given(args: argparse.Namespace) -> list[str]:
 def run(args: argparse.Namespace, command: Callable[[argparse.Namespace], int]) -> int | None:
     """``command`` on a sharded target, or None where --distributed is not given (the caller
     runs alone). Outside a group: start one (--ranks), or say how to. Inside: run as a rank."""
-    from engine import distributed as dist
+    from blockwidth.engine import distributed as dist
 
     if _context is not None:
         return None  # already a rank: the command runs on
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace, command: Callable[[argparse.Namespace], int]) 
 
 def _as_rank(args: argparse.Namespace, command: Callable[[argparse.Namespace], int]) -> int:
     global _context
-    from engine import distributed as dist
+    from blockwidth.engine import distributed as dist
 
     group_dir = os.environ.get(GROUP_DIR)
     timeout = float(os.environ.get(GROUP_TIMEOUT) or args.group_timeout)
@@ -226,9 +226,9 @@ def load(target, draft, kind, variant):
     """The pair with its target sharded over this rank's group (the drafter where --drafter-on
     puts it). A PairError, or a DistributedError about the target, for what cannot be loaded or
     split."""
-    from console.inputs import pair_paths
-    from engine import distributed as dist
-    from engine.pair import load_pair
+    from blockwidth.console.inputs import pair_paths
+    from blockwidth.engine import distributed as dist
+    from blockwidth.engine.pair import load_pair
 
     ctx = _context
     assert ctx is not None
@@ -254,7 +254,7 @@ def agreed(value):
         return value
     import json
 
-    from engine.distributed import broadcast_bytes
+    from blockwidth.engine.distributed import broadcast_bytes
 
     return json.loads(broadcast_bytes(_context.rank.group, json.dumps(value).encode()))
 
@@ -268,7 +268,7 @@ def annotate(record: dict, pair, session) -> None:
     """The record's ``group`` section: the group (every rank's device and host), how it was
     launched, where the drafter ran, how the ranks agreed, and the communication one verify
     forward pays at the session's widths. Collective: every rank calls it at the same point."""
-    from engine import distributed as dist
+    from blockwidth.engine import distributed as dist
 
     ctx = _context
     if ctx is None:
@@ -289,7 +289,7 @@ def annotate(record: dict, pair, session) -> None:
 
 
 def communication(pair, rows):
-    from engine import distributed as dist
+    from blockwidth.engine import distributed as dist
 
     ctx = _context
     assert ctx is not None
@@ -309,7 +309,7 @@ def describe_line(drafter: bool = True) -> str | None:
 
 def comm_lines(curve, verify: Callable[[int], float | None]) -> list[str]:
     """The communication by rows beside the verify forward's time, and what was not measurable."""
-    from engine import distributed as dist
+    from blockwidth.engine import distributed as dist
 
     out = [f"communication of one forward, alone ({curve.what}):"]
     for p in curve.points:

@@ -19,8 +19,8 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-from console.inputs import ExitCode, InputError
-from policy.profile import env_words
+from blockwidth.console.inputs import ExitCode, InputError
+from blockwidth.policy.profile import env_words
 
 FORMATS = ("mlx-lm", "vllm", "sglang", "llama.cpp", "trtllm")
 
@@ -39,7 +39,7 @@ def _situation(e) -> tuple:
 
 def _record_pair(entry, profile_path: Path) -> tuple[str | None, str | None]:
     """The target and drafter folders the entry's record names (None where it cannot be read)."""
-    from policy import files
+    from blockwidth.policy import files
 
     rec = (entry.evidence or {}).get("record")
     if not isinstance(rec, str):
@@ -170,7 +170,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
-    from console.inputs import device_for, load_profile
+    from blockwidth.console.inputs import device_for, load_profile
 
     prof = load_profile(args.profile)
     device = device_for(args.device)

@@ -11,16 +11,16 @@ from importlib import metadata
 from pathlib import Path
 from typing import Mapping
 
-from engine import demo
-from engine.checkpoint import pair_id
-from policy import files
-from policy import profile as profiles
-from policy.device import Device, parse_device_spec
-from policy.drafter import DrafterInfo, DrafterKind, read_drafter
-from policy.errors import BlockwidthError, ExitCode, InputError  # noqa: F401 (the front ends take them from here)
-from policy.config import ConfigError
-from policy.quantization import Quantization, read_quantization
-from policy.resolve import Resolution, Step, resolve
+from blockwidth.engine import demo
+from blockwidth.engine.checkpoint import pair_id
+from blockwidth.policy import files
+from blockwidth.policy import profile as profiles
+from blockwidth.policy.device import Device, parse_device_spec
+from blockwidth.policy.drafter import DrafterInfo, DrafterKind, read_drafter
+from blockwidth.policy.errors import BlockwidthError, ExitCode, InputError  # noqa: F401 (the front ends take them from here)
+from blockwidth.policy.config import ConfigError
+from blockwidth.policy.quantization import Quantization, read_quantization
+from blockwidth.policy.resolve import Resolution, Step, resolve
 
 
 # The operator's own offline setting, read before engine.pair switches the hub off for
@@ -129,7 +129,7 @@ def target_quantization(path: Path) -> Quantization:
 def device_for(spec: str | None) -> Device:
     if spec:
         return parse_device_spec(spec)
-    from engine.device import probe
+    from blockwidth.engine.device import probe
 
     return probe()
 
@@ -220,7 +220,7 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
     info = drafter_info(paths, kind, names)
     if info.kind is DrafterKind.MODEL and paths.drafter is not None:
         # The pair the console refuses to load, resolve refuses too: one rule (engine.pair).
-        from engine.pair import PairError, vocabulary_mismatch
+        from blockwidth.engine.pair import PairError, vocabulary_mismatch
 
         why = vocabulary_mismatch(paths.target, paths.drafter)  # a PairError names its input
         if why:

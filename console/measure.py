@@ -8,16 +8,16 @@ import os
 import sys
 from pathlib import Path
 
-from engine import attention, linear
-from console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
-from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
-from console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
+from blockwidth.engine import attention, linear
+from blockwidth.console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
+from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
+from blockwidth.console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)
-from console import outputs
-from console import distributed
-from console.save import save_session
-from policy import bounds, files
-from policy.text import error_lines, shown
+from blockwidth.console import outputs
+from blockwidth.console import distributed
+from blockwidth.console.save import save_session
+from blockwidth.policy import bounds, files
+from blockwidth.policy.text import error_lines, shown
 
 
 def record_dir(value: str | None) -> Path:
@@ -25,7 +25,7 @@ def record_dir(value: str | None) -> Path:
     file can be written in it. Raises InputError naming it."""
     import tempfile
 
-    from console import records
+    from blockwidth.console import records
 
     d = user_path(value, "record dir") or records.default_dir()
     what = f"--record-dir {d}" if value is not None else f"record directory {d}"
@@ -43,8 +43,8 @@ def record_dir(value: str | None) -> Path:
 def profile_for_save(value: str | None, inputs: list[tuple[str, Path | None]] = ()):
     """The profile a --save will write, validated before any model loads: a profile that can be
     written, and none of the run's other inputs under another name (``inputs``)."""
-    from console import profile_file
-    from policy import profile as profiles
+    from blockwidth.console import profile_file
+    from blockwidth.policy import profile as profiles
 
     path = user_path(value, "profile")
     profile_file.check_writable(path)
@@ -52,7 +52,7 @@ def profile_for_save(value: str | None, inputs: list[tuple[str, Path | None]] = 
 
 
 def _memory_bytes() -> int | None:
-    from engine.shapes import device_memory  # one definition: the pair's load bounds by it too
+    from blockwidth.engine.shapes import device_memory  # one definition: the pair's load bounds by it too
 
     return device_memory()
 
@@ -70,7 +70,7 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
 
 def _widest(widths, auto_max: int | None) -> int:
     """The widest verify a sweep may run: its fixed widths and, with auto, auto's widest."""
-    from policy.auto import AUTO, MAX_WIDTH
+    from blockwidth.policy.auto import AUTO, MAX_WIDTH
 
     fixed = [w for w in widths if w != AUTO]
     cap = (auto_max or max(fixed, default=MAX_WIDTH)) if AUTO in widths else 0
@@ -81,7 +81,7 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str 
     if distributed.active():  # a rank of a sharded target's group
         return distributed.load(target, draft, kind, variant)
     paths = pair_paths(target, draft, variant, kind, weights=True)  # a hub id: weights too
-    from engine.pair import load_pair
+    from blockwidth.engine.pair import load_pair
 
     return load_pair(paths.target, paths.drafter, kind)
 
@@ -105,7 +105,7 @@ def run_interruptibly(work, cancel, what: str):
         finally:
             finished.set()
 
-    from console.inputs import note_mlx_thread
+    from blockwidth.console.inputs import note_mlx_thread
 
     note_mlx_thread()
     thread = threading.Thread(target=run, name=what, daemon=True)
@@ -141,7 +141,7 @@ def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel,
     every row costs). Silent when it is short. On a sharded target the timed forward is a
     collective: every rank of the group runs it or none does, as rank 0 decides (a follower is
     always quiet: it times the forward with rank 0 and says nothing)."""
-    from engine import costcurve
+    from blockwidth.engine import costcurve
 
     if not distributed.agreed(not quiet and not cancel.is_set()):
         return
@@ -165,8 +165,8 @@ def _dur(s: float) -> str:
 def _width_in_effect(args: argparse.Namespace) -> tuple[int | str, str] | None:
     """The width ``resolve`` gives for this pair (and its reason), or None: a decline, or a
     resolution that fails (a broken profile is --save's to report, not a reason to stop)."""
-    from console.inputs import resolution
-    from policy.resolve import label
+    from blockwidth.console.inputs import resolution
+    from blockwidth.policy.resolve import label
 
     try:
         res, _, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
@@ -182,9 +182,9 @@ def _width_in_effect(args: argparse.Namespace) -> tuple[int | str, str] | None:
 def answer_after(args: argparse.Namespace, session, path: str = "engine"):
     """The answer as ``resolve`` now gives it (after the save) for ``path``, with this session's
     word on it."""
-    from console.answer import answer
-    from console.inputs import resolution
-    from console.outcome import in_effect_note
+    from blockwidth.console.answer import answer
+    from blockwidth.console.inputs import resolution
+    from blockwidth.console.outcome import in_effect_note
 
     try:
         res, paths, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
@@ -201,7 +201,7 @@ def read_workload(value: str | None, prompt: str | None, prompt_file: str | None
     None without it. Refused beside --prompt or --prompt-file."""
     if value is None:
         return None
-    from policy.workload import read
+    from blockwidth.policy.workload import read
 
     if prompt is not None or prompt_file is not None:
         raise InputError(f"give --workload or {'--prompt' if prompt is not None else '--prompt-file'}, not both")
@@ -212,8 +212,8 @@ def prepare_workload(pair, workload, max_tokens: int, widths: tuple[int | str, .
                      auto_max: int | None = None):
     """Every request rendered for this pair, each checked against the target's context as a
     single prompt is (the line and id of one that does not fit named)."""
-    from engine.shapes import check_ids
-    from engine.workload import prepare
+    from blockwidth.engine.shapes import check_ids
+    from blockwidth.engine.workload import prepare
 
     prepared = prepare(workload, pair.tokenizer, max_tokens)  # a WorkloadError names the request
     widest = _widest(widths, auto_max)
@@ -249,11 +249,11 @@ def gain(text: str) -> float:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
-    from console import records as record_files
-    from engine import host, record
-    from engine.ab import AbConfig, run_session
+    from blockwidth.console import records as record_files
+    from blockwidth.engine import host, record
+    from blockwidth.engine.ab import AbConfig, run_session
 
-    from console import served
+    from blockwidth.console import served
 
     code = distributed.run(args, cmd_sweep)  # --distributed: as a rank of a group, or its launcher
     if code is not None:
@@ -383,8 +383,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if args.save and path is None:
         late.append("--save: nothing saved (a profile entry names its record, which was not written)")
     elif args.save:
-        from console.profile_file import ProfileBusy
-        from policy.profile import ProfileError
+        from blockwidth.console.profile_file import ProfileBusy
+        from blockwidth.policy.profile import ProfileError
 
         try:
             saved, refusal = save_session(session, pair, path, args.profile,
@@ -396,7 +396,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             late.append("; ".join(error_lines(e)) + " (nothing saved)")
         else:
             if saved:
-                from policy import profile as profiles
+                from blockwidth.policy import profile as profiles
 
                 outputs.keep("profile entry", user_path(args.profile, "profile") or profiles.default_path())
 
@@ -474,7 +474,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say(session.rollback_line())
         for warning in session.warnings():
             say(f"warning: {warning}")
-        from console.outcome import headline
+        from blockwidth.console.outcome import headline
 
         say(f"verdict: {headline(session).text}")  # the same words as the console's headline
         say(f"decision: {session.decision} — {session.why}")
@@ -501,7 +501,7 @@ def _sweep_exit(session, refusal: str | None, late: list[str]) -> int:
 
 
 def cmd_costcurve(args: argparse.Namespace) -> int:
-    from engine import costcurve
+    from blockwidth.engine import costcurve
 
     code = distributed.run(args, cmd_costcurve)  # --distributed: as a rank of a group, or its launcher
     if code is not None:
@@ -530,7 +530,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     forwards = costcurve.curve_forwards(rows, args.context, args.repeats)
     _say_how_long(pair.target, forwards, "costcurve", quiet=args.json, cancel=cancel)
-    from engine.kvcache import RewindError
+    from blockwidth.engine.kvcache import RewindError
 
     try:
         curve, _ = run_interruptibly(
@@ -637,7 +637,7 @@ def register(sub) -> None:
     # runs mlx_lm.server in-process with the dispatcher in that mode).
     p.set_defaults(verify_attention=None)
     add_verify_linear(p)
-    from console import served
+    from blockwidth.console import served
 
     served.add_arguments(p)
     distributed.add_arguments(p)
@@ -664,7 +664,7 @@ def register(sub) -> None:
 def _qmv_call() -> None:
     """A bad BLOCKWIDTH_QMV_CALL is bad input, named before any model loads (it chooses how the
     qmv kernel is called: engine.qmv.call_strategy)."""
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     try:
         qmv.call_strategy()

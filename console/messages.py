@@ -12,11 +12,11 @@ from typing import TYPE_CHECKING
 from textual.message import Message
 
 if TYPE_CHECKING:
-    from console.inputs import PairPaths
-    from engine.ab import Event, Session
-    from engine.pair import Pair
-    from policy.drafter import DrafterInfo
-    from policy.resolve import Resolution
+    from blockwidth.console.inputs import PairPaths
+    from blockwidth.engine.ab import Event, Session
+    from blockwidth.engine.pair import Pair
+    from blockwidth.policy.drafter import DrafterInfo
+    from blockwidth.policy.resolve import Resolution
 
 
 @dataclass

@@ -13,14 +13,14 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from engine.ab import Session
-from policy import stats
-from policy.auto import AUTO
-from policy.device import Device
-from policy.drafter import DrafterKind
-from policy.profile import Override
-from policy.quantization import Quantization
-from policy.verdict import Budget, RefusalKind, Verdict, refusal
+from blockwidth.engine.ab import Session
+from blockwidth.policy import stats
+from blockwidth.policy.auto import AUTO
+from blockwidth.policy.device import Device
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.profile import Override
+from blockwidth.policy.quantization import Quantization
+from blockwidth.policy.verdict import Budget, RefusalKind, Verdict, refusal
 
 
 class Front(str, Enum):

@@ -22,10 +22,10 @@ import sys
 from pathlib import Path
 from typing import Iterable, TextIO
 
-from console.inputs import InputError
-from policy import files
-from policy.errors import BlockwidthError
-from policy.text import shown
+from blockwidth.console.inputs import InputError
+from blockwidth.policy import files
+from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.text import shown
 
 
 class OutputError(InputError):
@@ -87,7 +87,7 @@ def write_output(path: Path, data: bytes, what: str,
                  inputs: Iterable[tuple[str, Path | None]] = ()) -> Path:
     """Check ``path`` again (it may have changed since) and write ``data`` (UTF-8 text) with the
     one atomic writer; OutputError, one line, when it cannot be written."""
-    from console import atomic
+    from blockwidth.console import atomic
 
     real = check_output(path, what, inputs)
     try:

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Iterator
 
-from console import atomic
-from policy import files
-from policy import profile as profiles
-from policy.errors import ExitCode
+from blockwidth.console import atomic
+from blockwidth.policy import files
+from blockwidth.policy import profile as profiles
+from blockwidth.policy.errors import ExitCode
 
 LOCK_WAIT_S = 10.0  # a save waits this long for another writer, then says who holds the lock
 

@@ -8,9 +8,9 @@ import os
 import time
 from pathlib import Path
 
-from console import atomic
-from policy import files
-from policy.integers import IntegerError, parse_int
+from blockwidth.console import atomic
+from blockwidth.policy import files
+from blockwidth.policy.integers import IntegerError, parse_int
 
 
 def default_dir() -> Path:

@@ -24,7 +24,7 @@ def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: in
 
 def arm_rows(session) -> list[tuple[str, float, float, float, str]]:
     """Plot rows for a session: every arm with runs, its decode tok/s range and verdict."""
-    from policy.verdict import Verdict
+    from blockwidth.policy.verdict import Verdict
 
     out = []
     for a in [session.classic, *session.arms]:

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Callable, Mapping
 
-from console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError, user_path  # noqa: F401 (the field names)
-from policy.auto import AUTO
-from policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
-from policy.profile import MAX_WIDTH, MIN_WIDTH
+from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError, user_path  # noqa: F401 (the field names)
+from blockwidth.policy.auto import AUTO
+from blockwidth.policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
+from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
 PATH_MAX = 4096  # Linux's longest path: a workload's path (@FILE) is shown whole up to it
@@ -87,8 +87,8 @@ def workload_ref(prompt: str) -> str | None:
 def read_workload(req: SessionRequest, pair):
     """The workload the console's prompt field names, read, rendered for ``pair`` and checked
     against its context; FieldError (the prompt field) names what is wrong."""
-    from engine.workload import prepare
-    from policy.workload import WorkloadError, read
+    from blockwidth.engine.workload import prepare
+    from blockwidth.policy.workload import WorkloadError, read
 
     ref = req.workload
     shown = f"@{ref}"
@@ -119,7 +119,7 @@ def read_workload(req: SessionRequest, pair):
 def _unnamed(said: str, ref: str, shown: str) -> str:
     """A workload reader's message (``@ PATH: problem``; prepare's ``@REF: problem``) without
     the name it starts with."""
-    from policy.files import FileProblem, user_path
+    from blockwidth.policy.files import FileProblem, user_path
 
     names = [shown, f"@ {ref}"]
     try:
@@ -197,8 +197,8 @@ def check_fits(req: SessionRequest, prompt_tokens: int, context: int | None) -> 
 
 def read_prompt(prompt: str | None, prompt_file: str | None) -> str:
     """``--prompt`` or ``--prompt-file`` (not both, read bounded); the demo prompt without either."""
-    from engine.demo.prompts import DEFAULT_PROMPT
-    from policy import files
+    from blockwidth.engine.demo.prompts import DEFAULT_PROMPT
+    from blockwidth.policy import files
 
     if prompt is not None and prompt_file is not None:
         raise InputError("give --prompt or --prompt-file, not both")
@@ -235,7 +235,7 @@ def add_verify_attention(p: argparse.ArgumentParser, *, served: bool = False) ->
     one help, and the choices checked as the arguments are parsed, so a bad name stops before any
     model loads (the modes are engine.attention's). ``served``: for ``serve``, where not giving it
     means the stock mlx_lm.server and giving it runs the server in-process with the dispatcher."""
-    from engine.attention import CHOICES, VerifyAttention
+    from blockwidth.engine.attention import CHOICES, VerifyAttention
 
     if served:
         p.add_argument("--verify-attention", choices=CHOICES, default=None,
@@ -250,7 +250,7 @@ def add_verify_attention(p: argparse.ArgumentParser, *, served: bool = False) ->
 
 def add_verify_linear(p: argparse.ArgumentParser) -> None:
     """``--verify-linear``, declared once as ``--verify-attention`` is (engine.linear's modes)."""
-    from engine.linear import CHOICES, VerifyLinear
+    from blockwidth.engine.linear import CHOICES, VerifyLinear
 
     p.add_argument("--verify-linear", choices=CHOICES, default=VerifyLinear.AUTO.value,
                    help="projections of verify forwards: auto = stock (or qmv where a committed "

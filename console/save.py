@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.inputs import mlx_version, user_path
+from blockwidth.console.inputs import mlx_version, user_path
 
 
 def save_session(session, pair, record_path: Path, profile_path: str | Path | None, *,
@@ -18,9 +18,9 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
                  front=None, path: str = "engine", concurrency: int | None = None,
                  server: dict | None = None) -> tuple[str | None, str | None]:
     """Store a session's outcome in the profile: (what was saved, None) or (None, why not)."""
-    from console import profile_file
-    from console.outcome import Front, PairFacts, Refusal, profile_entry
-    from engine.device import probe
+    from blockwidth.console import profile_file
+    from blockwidth.console.outcome import Front, PairFacts, Refusal, profile_entry
+    from blockwidth.engine.device import probe
 
     drafter = pair.drafter_path.name if pair.drafter_path else (
         "the target's own MTP layers" if pair.kind.value == "mtp" else "prompt lookup")

@@ -17,8 +17,8 @@ import sys
 import time
 from typing import Any, Sequence
 
-from console.inputs import ExitCode, InputError
-from policy.profile import env_words
+from blockwidth.console.inputs import ExitCode, InputError
+from blockwidth.policy.profile import env_words
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "
               "why); other arguments go to mlx_lm.server")
@@ -67,7 +67,7 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
 
 def provenance(res) -> str:
     """The startup line: ``block_size=4, block_size_from=profile: ...`` (the seed's words)."""
-    from policy.resolve import label
+    from blockwidth.policy.resolve import label
 
     w = "classic" if res.width is None else str(res.width)
     head = f"{w} ({label(res.source)}: "
@@ -107,9 +107,9 @@ def _split_serve_args(argv: list[str]) -> tuple[str, int, list[str]]:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    from console.inputs import resolution
-    from engine.served import READY_TIMEOUT_S, Server, ServedError, ServerSpec, check_server_args, port_free
-    from policy.drafter import DrafterKind
+    from blockwidth.console.inputs import resolution
+    from blockwidth.engine.served import READY_TIMEOUT_S, Server, ServedError, ServerSpec, check_server_args, port_free
+    from blockwidth.policy.drafter import DrafterKind
 
     extra = list(getattr(args, "server_args", []) or [])
     host, port, rest = _split_serve_args(extra)
@@ -136,7 +136,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                       tuple(rest) + (("--num-draft-tokens", str(res.width - 1)) if drafter else ()),
                       args.verify_attention, port, host, tuple(env.items()))
     print(f"blockwidth serve: {provenance(res)}", flush=True)
-    from console.answer import caution
+    from blockwidth.console.answer import caution
 
     said = caution(res, res.measured_path) if drafter is not None else None
     if said:  # an unmeasured speculative server on CUDA: what the one measurement there says
@@ -227,8 +227,8 @@ def _shielded() -> _signals:
 
 
 def register(sub, resolution_args, pair_args) -> None:
-    from console.request import add_verify_attention
-    from console.served import _ready_timeout
+    from blockwidth.console.request import add_verify_attention
+    from blockwidth.console.served import _ready_timeout
 
     p = sub.add_parser("serve", help=SERVE_HELP, allow_abbrev=False,
                        description=SERVE_HELP + ". Any option not listed here is mlx_lm.server's "
@@ -254,7 +254,7 @@ def register(sub, resolution_args, pair_args) -> None:
 
 
 def _concurrency(text: str) -> int:
-    from console.served import concurrency_levels
+    from blockwidth.console.served import concurrency_levels
 
     levels = concurrency_levels(text)
     if len(levels) != 1:

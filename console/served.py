@@ -12,10 +12,10 @@ import shlex
 import sys
 from typing import Any
 
-from console import outputs
-from console.inputs import ExitCode, InputError, pair_paths, user_path
-from policy import files
-from policy.text import error_lines, shown
+from blockwidth.console import outputs
+from blockwidth.console.inputs import ExitCode, InputError, pair_paths, user_path
+from blockwidth.policy import files
+from blockwidth.policy.text import error_lines, shown
 
 PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or mlx-lm-server (the "
              "installed mlx_lm.server on loopback: one process with the draft model, one without, "
@@ -24,7 +24,7 @@ PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or ml
 
 def concurrency_levels(text: str) -> tuple[int, ...]:
     """``--concurrency 1,4,16``: an argparse type, each level 1..MAX_CONCURRENCY."""
-    from policy.profile import MAX_CONCURRENCY
+    from blockwidth.policy.profile import MAX_CONCURRENCY
 
     out = []
     for part in str(text).split(","):
@@ -64,7 +64,7 @@ def _port(text: str) -> int:
 
 
 def _ready_timeout(text: str) -> float:
-    from console.request import seconds
+    from blockwidth.console.request import seconds
 
     return seconds(0, 3600, open_low=True)(text)
 
@@ -79,7 +79,7 @@ def served_only(args: argparse.Namespace) -> None:
 
 
 def server_args(text: str) -> tuple[str, ...]:
-    from engine.served import check_server_args
+    from blockwidth.engine.served import check_server_args
 
     try:
         words = shlex.split(text or "")
@@ -91,13 +91,13 @@ def server_args(text: str) -> tuple[str, ...]:
 def cmd_sweep_served(args: argparse.Namespace) -> int:
     import threading
 
-    from console import records as record_files
-    from console.measure import profile_for_save, record_dir
-    from console.request import read_prompt, session_request
-    from engine import host
-    from engine.ab import AbConfig
-    from engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
-    from policy.drafter import DrafterKind
+    from blockwidth.console import records as record_files
+    from blockwidth.console.measure import profile_for_save, record_dir
+    from blockwidth.console.request import read_prompt, session_request
+    from blockwidth.engine import host
+    from blockwidth.engine.ab import AbConfig
+    from blockwidth.engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
+    from blockwidth.policy.drafter import DrafterKind
 
     if args.kind not in (None, DrafterKind.MODEL.value):
         raise InputError(f"--kind {args.kind}: mlx_lm.server drafts with a draft model only (--kind "
@@ -132,7 +132,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         profile_for_save(args.profile, [("--prompt-file", user_path(args.prompt_file, "prompt file"))])
     paths = pair_paths(args.target, args.draft, args.demo_target, "model", weights=True)
     pair = served_pair(paths.target, paths.drafter)  # a PairError names its input
-    from engine.shapes import check_ids
+    from blockwidth.engine.shapes import check_ids
 
     # the prompt's own ids, as the engine path checks them (Pair.encode) before the server sees it
     check_ids(pair.tokenizer.encode(req.prompt), pair.token_rows, f"target {pair.target_path}", "prompt")
@@ -186,9 +186,9 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
             late.append(f"--save: nothing saved for concurrency {lv.concurrency} (a profile entry names "
                         f"its record, which was not written)")
         elif args.save:
-            from console.profile_file import ProfileBusy
-            from console.save import save_session
-            from policy.profile import ProfileError
+            from blockwidth.console.profile_file import ProfileBusy
+            from blockwidth.console.save import save_session
+            from blockwidth.policy.profile import ProfileError
 
             srv = {"mlx_lm": rec["server"]["mlx_lm"], "args": list(extra),
                    "verify_attention": args.verify_attention}
@@ -216,7 +216,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         if written:
             print(f"blockwidth: records kept: {', '.join(str(w[2]) for w in written)}", file=sys.stderr)
         raise
-    from console.measure import answer_after
+    from blockwidth.console.measure import answer_after
 
     # the answer as resolve now gives it for serving, with the first level's word on it
     said = answer_after(args, written[0][0].session, path="mlx-lm-server") if args.save and written else None
@@ -253,9 +253,9 @@ def _kept(written) -> str:
 
 
 def _print(session, written, pair) -> None:
-    from console.outcome import headline
-    from engine.served import level_warnings, server_env, server_version
-    from policy.profile import env_words
+    from blockwidth.console.outcome import headline
+    from blockwidth.engine.served import level_warnings, server_env, server_version
+    from blockwidth.policy.profile import env_words
 
     def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped
         print(shown(line), **kw)

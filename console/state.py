@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from console.inputs import PairPaths
-    from console.request import SessionRequest
-    from engine.ab import Session
-    from policy.drafter import DrafterInfo
-    from policy.resolve import Resolution
+    from blockwidth.console.inputs import PairPaths
+    from blockwidth.console.request import SessionRequest
+    from blockwidth.engine.ab import Session
+    from blockwidth.policy.drafter import DrafterInfo
+    from blockwidth.policy.resolve import Resolution
 
 DEFAULT_WIDTHS = (2, 4, 8)
 # The console's first session: the built-in workload (the prompt field's @mixed, 16 requests),

@@ -30,17 +30,17 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from engine import attention, costcurve, host, kvcache, linear
-from engine import auto as auto_width
-from engine.decode import DecodeError, DecodeRun, decode
-from engine.kvcache import RewindError
-from engine.identity import Exactness, Identity, compare, divergence_margin, probe
-from engine.workload import PROMPT, Prepared, prepare
-from policy import oracle as hindsight, stats
-from policy import verdict as rules
-from policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
-from policy.workload import Request, Workload, WorkloadError
-from policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
+from blockwidth.engine import attention, costcurve, host, kvcache, linear
+from blockwidth.engine import auto as auto_width
+from blockwidth.engine.decode import DecodeError, DecodeRun, decode
+from blockwidth.engine.kvcache import RewindError
+from blockwidth.engine.identity import Exactness, Identity, compare, divergence_margin, probe
+from blockwidth.engine.workload import PROMPT, Prepared, prepare
+from blockwidth.policy import oracle as hindsight, stats
+from blockwidth.policy import verdict as rules
+from blockwidth.policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
+from blockwidth.policy.workload import Request, Workload, WorkloadError
+from blockwidth.policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
 REPLAY_FACTOR = 1.5  # first run at a position this much slower than repeats: replay-flattered
@@ -337,7 +337,7 @@ class Session:
 
     @property
     def saveable(self) -> bool:
-        """policy.verdict.saveable: not cancelled, not drifted, and a win or a decline."""
+        """blockwidth.policy.verdict.saveable: not cancelled, not drifted, and a win or a decline."""
         return rules.saveable(cancelled=self.cancelled, drifted=self.drift,
                               recommendation=self.recommendation,
                               verdicts=[a.verdict for a in self.arms])
@@ -577,7 +577,7 @@ def seed_of(config: AbConfig) -> int:
 def _prepare(pair, config: AbConfig) -> list[Prepared]:
     """The session's requests, every id of each checked against the pair's embedding tables
     (engine.shapes) before any forward."""
-    from engine.shapes import ShapeError, check_ids
+    from blockwidth.engine.shapes import ShapeError, check_ids
 
     rows, where = getattr(pair, "token_rows", None), f"target {getattr(pair, 'target_path', '')}"
     if config.workload is None:

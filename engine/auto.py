@@ -15,8 +15,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from policy import auto as rule
-from policy.auto import AUTO, MAX_WIDTH, Costs, Observation, Params, State  # noqa: F401 (re-exported)
+from blockwidth.policy import auto as rule
+from blockwidth.policy.auto import AUTO, MAX_WIDTH, Costs, Observation, Params, State  # noqa: F401 (re-exported)
 
 
 def _ms(seconds: float) -> float:
@@ -45,7 +45,7 @@ def calibrate(pair, *, max_width: int = MAX_WIDTH, context: int = 128, attention
     """Measure this pair's costs once: the target's verify forward at 1..max_width rows (cold, as
     decoding meets them) and, for a draft model, its one-row step (the draft cost per token; the
     other kinds' drafting is learnt from the first timed rounds). Returns (costs, the curve)."""
-    from engine import costcurve
+    from blockwidth.engine import costcurve
 
     rows = tuple(range(1, max_width + 1))
     curve = costcurve.measure(pair.target, rows, context=context, repeats=repeats, warm=False,
@@ -162,7 +162,7 @@ _SHARED_LOCK = threading.Lock()
 
 def key(pair, attention: str | None, linear: str | None, max_width: int,
         rollback: str | None = None) -> tuple:
-    from engine.kvcache import DEFAULT_METHOD
+    from blockwidth.engine.kvcache import DEFAULT_METHOD
 
     method = getattr(rollback, "value", rollback) or DEFAULT_METHOD.value  # None: the default method
     return (pair.pair_id, pair.kind.value, attention or "auto", linear or "auto", max_width, method)

@@ -10,7 +10,7 @@ import struct
 from pathlib import Path
 from typing import Any
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 _SAMPLE = 1 << 16
 
@@ -63,7 +63,7 @@ def _tensor_problem(name: str, meta: Any) -> str | None:
 def read_header(file: Path) -> dict[str, Any]:
     """The safetensors header, checked: every tensor has a shape of sizes, a known dtype and
     offsets inside the file (a truncated file is an error, not a smaller model)."""
-    from policy import files as _files
+    from blockwidth.policy import files as _files
 
     try:
         with open(file, "rb") as fh:
@@ -129,7 +129,7 @@ def fingerprint(path: Path) -> str:
     h = hashlib.sha256()
     cfg = path / "config.json"
     if cfg.is_file():
-        from policy import files as _files
+        from blockwidth.policy import files as _files
 
         try:
             h.update(_files.read_bytes(cfg, _files.MAX_JSON_BYTES))

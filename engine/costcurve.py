@@ -24,8 +24,8 @@ from typing import Callable, Sequence
 
 import mlx.core as mx
 
-from policy.errors import InputError
-from policy.integers import IntegerError, parse_int, shorten
+from blockwidth.policy.errors import InputError
+from blockwidth.policy.integers import IntegerError, parse_int, shorten
 
 MAX_ROWS = 512  # row counts a cost curve takes
 DEFAULT_ROWS = tuple(range(1, 17)) + (24, 32)
@@ -214,9 +214,9 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     ``prefill_step``: the prefix in forwards of at most that many tokens (None: one), untimed
     (lab/probe_qmv.py keeps a fresh CUDA host from JIT-compiling a kernel only a long prefill
     would use)."""
-    from engine.attention import verify_attention
-    from engine.kvcache import DEFAULT_METHOD, Rollback, _is_state, make_cache, mark, restore
-    from engine.linear import VerifyLinear, prepare, verify_linear
+    from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.kvcache import DEFAULT_METHOD, Rollback, _is_state, make_cache, mark, restore
+    from blockwidth.engine.linear import VerifyLinear, prepare, verify_linear
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
@@ -332,7 +332,7 @@ def curve_forwards(rows: Sequence[int], context: int, repeats: int, warmup: int 
 
 # One home for the model of a round (policy.auto, which the auto width decides with): the same
 # E(K) and drafting model predict a sweep's best width here.
-from policy.auto import DraftCost, draft_cost, expected_tokens  # noqa: E402,F401 (re-exported)
+from blockwidth.policy.auto import DraftCost, draft_cost, expected_tokens  # noqa: E402,F401 (re-exported)
 
 
 @dataclass(frozen=True)

@@ -14,12 +14,12 @@ from typing import Callable, Protocol
 
 import mlx.core as mx
 
-from engine.attention import VerifyAttention, verify_attention
-from engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
-from engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
-from engine.linear import VerifyLinear, prepare, verify_linear
-from policy.auto import AUTO
-from policy.errors import BlockwidthError
+from blockwidth.engine.attention import VerifyAttention, verify_attention
+from blockwidth.engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
+from blockwidth.engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
+from blockwidth.engine.linear import VerifyLinear, prepare, verify_linear
+from blockwidth.policy.auto import AUTO
+from blockwidth.policy.errors import BlockwidthError
 
 
 class DecodeError(BlockwidthError, ValueError):

@@ -10,8 +10,8 @@ import contextlib
 import warnings
 from typing import Any, Iterator, Mapping
 
-from policy.device import Backend, Device, Group, sm_of, visible_device
-from policy.integers import IntegerError, parse_int
+from blockwidth.policy.device import Backend, Device, Group, sm_of, visible_device
+from blockwidth.policy.integers import IntegerError, parse_int
 
 _group: Group | None = None  # the group this process is a rank of (engine.distributed.join)
 

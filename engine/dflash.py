@@ -29,11 +29,11 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine import hidden
-from policy.config import ConfigError, size
-from policy.config import read_config as config_file
-from policy.drafter import DrafterKind
-from policy.errors import BlockwidthError
+from blockwidth.engine import hidden
+from blockwidth.policy.config import ConfigError, size
+from blockwidth.policy.config import read_config as config_file
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.errors import BlockwidthError
 
 ARCHITECTURE = "DFlashDraftModel"
 

@@ -28,9 +28,9 @@ from typing import Any, Callable, Mapping, Sequence
 
 import mlx.core as mx
 
-from policy.device import GROUP_BACKENDS, Device, Group, Member, Sharding
-from policy.drafter import DrafterKind
-from policy.errors import BlockwidthError, ExitCode
+from blockwidth.policy.device import GROUP_BACKENDS, Device, Group, Member, Sharding
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.errors import BlockwidthError, ExitCode
 
 
 class DistributedError(BlockwidthError):
@@ -122,7 +122,7 @@ def init(backend: str | None, sharding: Sharding | str) -> Rank:
     variables name), read every rank's device, and make the probe answer with the group."""
     import platform
 
-    from engine import device as probe_door
+    from blockwidth.engine import device as probe_door
 
     sharding = Sharding(sharding)
     backend = backend or launched_backend(os.environ)
@@ -152,7 +152,7 @@ def init(backend: str | None, sharding: Sharding | str) -> Rank:
 
 
 def _device(d: Mapping[str, Any]) -> Device:
-    from policy.device import Backend
+    from blockwidth.policy.device import Backend
 
     return Device(Backend(d["backend"]), d.get("name") or "", d.get("architecture"),
                   d.get("compute_capability"))
@@ -160,7 +160,7 @@ def _device(d: Mapping[str, Any]) -> Device:
 
 def leave() -> None:
     """The probe answers for this process alone again (tests that run ranks in-process)."""
-    from engine import device as probe_door
+    from blockwidth.engine import device as probe_door
 
     probe_door.join(None)
 
@@ -188,7 +188,7 @@ def _staged(path: Path) -> tempfile.TemporaryDirectory | None:
     """mlx-lm's pipeline loader picks each stage's files from ``model.safetensors.index.json``,
     which a single-file checkpoint does not ship: a folder beside it of links to its files and
     that index, written from the weights' own headers; None where the index is there."""
-    from engine.checkpoint import read_header, weight_files
+    from blockwidth.engine.checkpoint import read_header, weight_files
 
     if (path / "model.safetensors.index.json").is_file():
         return None
@@ -216,7 +216,7 @@ def load_target(path: Path, rank: Rank):
     DistributedError about the target naming what mlx-lm cannot split."""
     from mlx_lm.utils import load_model, sharded_load
 
-    from policy.quantization import read_config
+    from blockwidth.policy.quantization import read_config
 
     path = Path(path)
     why = shard_problem(read_config(path), rank.sharding, rank.size)
@@ -280,7 +280,7 @@ def drafter_factory(pair, rank: Rank, placement: str) -> Callable[[int], Any] | 
     replicated drafter (every rank builds its own, as alone)."""
     if placement != RANK0 or pair.kind is not DrafterKind.MODEL:
         return None
-    from engine.drafters import ModelDrafter
+    from blockwidth.engine.drafters import ModelDrafter
 
     def build(width: int):
         inner = ModelDrafter(pair.drafter, width=width) if pair.drafter is not None else None

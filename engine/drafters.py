@@ -15,7 +15,7 @@ from typing import Any, Protocol
 
 import mlx.core as mx
 
-from policy.drafter import DrafterKind
+from blockwidth.policy.drafter import DrafterKind
 
 
 class Drafter(Protocol):
@@ -58,7 +58,7 @@ class ModelDrafter:
     kind = DrafterKind.MODEL
 
     def __init__(self, model, prefill_step: int = 512, width: int = 16):
-        from engine.kvcache import _leaves, make_cache
+        from blockwidth.engine.kvcache import _leaves, make_cache
 
         self.model = model
         self.cache = make_cache(model, slack=width)
@@ -71,7 +71,7 @@ class ModelDrafter:
         self.pending = prefill_cache(self.model, self.cache, prompt, self.prefill_step)
 
     def propose(self, n: int) -> mx.array:
-        from engine.kvcache import mark
+        from blockwidth.engine.kvcache import mark
 
         y, ys = self.pending, []
         self.marks = []
@@ -84,7 +84,7 @@ class ModelDrafter:
         return mx.concatenate(ys) if ys else mx.array([], mx.uint32)
 
     def commit(self, drafted: list[int], accepted: int, next_token: int) -> None:
-        from engine.kvcache import restore
+        from blockwidth.engine.kvcache import restore
 
         k = len(drafted)
         if not k:
@@ -152,11 +152,11 @@ def make_drafter(pair, width: int = 16) -> Drafter:
     if pair.kind is DrafterKind.LOOKUP:
         return LookupDrafter()
     if pair.kind is DrafterKind.DFLASH:
-        from engine.dflash import DFlashDrafter
+        from blockwidth.engine.dflash import DFlashDrafter
 
         return DFlashDrafter(pair.drafter, pair.target)
     if pair.kind is DrafterKind.MTP:
-        from engine.mtp import MTPDrafter
+        from blockwidth.engine.mtp import MTPDrafter
 
         return MTPDrafter(pair.drafter, pair.target)
     raise ValueError(f"drafter kind {pair.kind.value} is not runnable here")

@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import mlx.core as mx
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 FINAL = -1  # capture key of the final-normed hidden state (what the LM head reads)
 

@@ -25,7 +25,7 @@ def _version(dist: str) -> str | None:
 
 
 def identity() -> dict:
-    from engine.device import probe
+    from blockwidth.engine.device import probe
 
     dev = probe()
     return {
@@ -58,7 +58,7 @@ class GateReport:
 
 
 def _gpu_state() -> dict:
-    from engine.device import nvml, nvml_handle
+    from blockwidth.engine.device import nvml, nvml_handle
 
     with nvml() as lib:
         if lib is None:
@@ -120,7 +120,7 @@ class ClockWatch:
     reading is None and nothing is recorded."""
 
     def __init__(self) -> None:
-        from engine.device import nvml, nvml_handle
+        from blockwidth.engine.device import nvml, nvml_handle
 
         self._stack = ExitStack()
         self._lib = self._stack.enter_context(nvml())

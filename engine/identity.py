@@ -115,7 +115,7 @@ def divergence_margin(pair, prompt: list[int], width: int, classic_tokens: list[
     until ``position``, their first divergence, and read the two tokens' logits there from
     classic's 1-row step and from the verify row that emitted the width's token (with the
     session's verify ``attention`` and ``linear``, engine.linear)."""
-    from engine.decode import classic, speculative
+    from blockwidth.engine.decode import classic, speculative
 
     c, w = classic_tokens[position], width_tokens[position]
     seen: dict[str, mx.array] = {}
@@ -168,9 +168,9 @@ def probe(model, prefix: list[int], block: list[int], attention=None, linear=Non
     ``linear``: engine.linear) against ``len(block)`` single-row steps, both after ``prefix``."""
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.attention import verify_attention
-    from engine.drafters import prefill_cache
-    from engine.linear import verify_linear
+    from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.drafters import prefill_cache
+    from blockwidth.engine.linear import verify_linear
 
     if not prefix or not block:
         raise ValueError("the exactness probe needs a non-empty prefix and block")

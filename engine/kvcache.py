@@ -29,7 +29,7 @@ from typing import Any, Iterator
 
 import mlx.core as mx
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 
 class RewindError(BlockwidthError, ValueError):

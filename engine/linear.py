@@ -54,8 +54,8 @@ from typing import Iterator
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine import qmv
-from engine.attention import current_backend, parse_mode
+from blockwidth.engine import qmv
+from blockwidth.engine.attention import current_backend, parse_mode
 
 MIN_ROWS = 2
 MAX_ROWS = 64

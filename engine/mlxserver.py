@@ -21,7 +21,7 @@ from typing import Sequence
 def _generator_class(mode: str):
     from mlx_lm import server
 
-    from engine.attention import verify_attention
+    from blockwidth.engine.attention import verify_attention
 
     class DispatchingResponseGenerator(server.ResponseGenerator):
         """mlx_lm.server's generator, whose generation thread runs with the dispatcher active
@@ -42,7 +42,7 @@ def _generator_class(mode: str):
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from engine.attention import CHOICES, current_backend, effective
+    from blockwidth.engine.attention import CHOICES, current_backend, effective
 
     ap = argparse.ArgumentParser(prog="python -m engine.mlxserver", add_help=False)
     ap.add_argument("--verify-attention", choices=CHOICES, required=True)

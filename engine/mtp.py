@@ -40,11 +40,11 @@ from typing import Any
 import mlx.core as mx
 import mlx.nn as nn
 
-from engine import hidden
-from engine import dflash
-from engine.dflash import DrafterFormatError
-from policy.config import size, text
-from policy.drafter import DrafterKind
+from blockwidth.engine import hidden
+from blockwidth.engine import dflash
+from blockwidth.engine.dflash import DrafterFormatError
+from blockwidth.policy.config import size, text
+from blockwidth.policy.drafter import DrafterKind
 
 # Target families whose decoder block this engine can build for a head (mlx-lm's TransformerBlock),
 # and the hybrid ones whose head is one of their full-attention decoder layers (mlx-lm's class).
@@ -140,7 +140,7 @@ def build_block(target_config: dict, where: str) -> nn.Module:
 def _published_norms(source: Path) -> bool:
     """Whether a Qwen 3.5-family checkpoint is in its published layout (conv1d weights not yet
     converted by mlx-lm: (C, 1, K)), whose norms are stored as weight - 1."""
-    from engine.checkpoint import read_header
+    from blockwidth.engine.checkpoint import read_header
 
     for f in sorted(Path(source).glob("*.safetensors")):
         for k, meta in read_header(f).items():
@@ -210,7 +210,7 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
     n_layers = size(target_config, "num_hidden_layers") or hidden.depth(target)
     keys = set()
     for f in sorted(source.glob("*.safetensors")):
-        from engine.checkpoint import read_header
+        from blockwidth.engine.checkpoint import read_header
 
         keys.update(k for k in read_header(f) if k != "__metadata__")
     layout = _detect(keys, n_layers)

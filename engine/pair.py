@@ -16,12 +16,12 @@ from typing import Any, Callable
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-from engine import shapes  # noqa: E402
-from engine.checkpoint import CheckpointError, fingerprint, pair_key  # noqa: E402
-from policy.config import size  # noqa: E402
-from policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
-from policy.errors import BlockwidthError  # noqa: E402
-from policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
+from blockwidth.engine import shapes  # noqa: E402
+from blockwidth.engine.checkpoint import CheckpointError, fingerprint, pair_key  # noqa: E402
+from blockwidth.policy.config import size  # noqa: E402
+from blockwidth.policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
+from blockwidth.policy.errors import BlockwidthError  # noqa: E402
+from blockwidth.policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
 _READ_BY_LOADERS = {".json", ".model", ".jinja", ".txt", ".tiktoken", ".jsonl", ".safetensors"}
@@ -136,7 +136,7 @@ def _load_model(path: Path, what: str):
 
 
 def _cache_plan(model, path: Path, what: str):
-    from engine.kvcache import CacheKindError, plan
+    from blockwidth.engine.kvcache import CacheKindError, plan
 
     try:
         return plan(model, f"{what} {path}")
@@ -320,8 +320,8 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         pair.drafter_path = drafter
         pair.fingerprints["drafter"] = fingerprint(drafter)
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):
-        from engine import dflash, mtp
-        from engine.hidden import TargetShapeError
+        from blockwidth.engine import dflash, mtp
+        from blockwidth.engine.hidden import TargetShapeError
 
         try:
             if kind is DrafterKind.DFLASH:

@@ -657,7 +657,7 @@ def instances_for(model) -> dict[tuple, set]:
     instance)."""
     import mlx.nn as nn
 
-    from engine.attention import current_backend
+    from blockwidth.engine.attention import current_backend
 
     backend = current_backend()
     out: dict[tuple, set] = {}
@@ -705,7 +705,7 @@ def prepare(model, rows: tuple[int, ...] = tuple(range(2, MAX_ROWS + 1)),
 
 def available() -> bool:
     """Whether this process can run the kernel (an MLX with a CUDA device)."""
-    from engine.attention import current_backend
+    from blockwidth.engine.attention import current_backend
 
     return current_backend() == "cuda"
 

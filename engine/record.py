@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine.decode import ROUND_COLUMNS
-from policy import files, stats
-from policy.profile import env_words
+from blockwidth.engine.decode import ROUND_COLUMNS
+from blockwidth.policy import files, stats
+from blockwidth.policy.profile import env_words
 
 RECORD_SCHEMA = 1
 
@@ -127,7 +127,7 @@ def auto_section(session) -> dict[str, Any] | None:
     c = getattr(session, "auto", None)
     if c is None:
         return None
-    out = {**c.to_dict(), "replay": "engine.auto.replay(costs, params, sample.auto.start, "
+    out = {**c.to_dict(), "replay": "blockwidth.engine.auto.replay(costs, params, sample.auto.start, "
                                     "sample.rounds_detail) gives sample.widths"}
     shares = getattr(session, "oracle", None)
     out["oracle"] = shares.to_dict() if shares is not None else None
@@ -156,7 +156,7 @@ def reproduce(record: dict) -> dict[int, stats.Estimate]:
 def reproduce_oracle(record: dict):
     """The auto arm's shares of the oracle and the best fixed arm (policy.oracle.Shares),
     recomputed from the record's own samples and seed; None when it swept no auto arm."""
-    from policy import oracle
+    from blockwidth.policy import oracle
 
     got = (record.get("auto") or {}).get("oracle")
     if not got:
@@ -175,7 +175,7 @@ def refusal(record: dict):
     """Why a stored session cannot be saved (a ``policy.verdict.RefusalKind``), or None: the
     rule ``decision.saveable`` was written with, read from the record's own verdicts, so a
     record written before that rule was one reads as its session would today."""
-    from policy.verdict import Verdict, refusal as why_not, verdict_of
+    from blockwidth.policy.verdict import Verdict, refusal as why_not, verdict_of
 
     def get(d, k):
         return d.get(k) if isinstance(d, dict) else None
@@ -196,7 +196,7 @@ def _r(v: list | None) -> str:
 def _quantization(q: dict) -> str:
     """The target's quantization in the words the console and sweep use (``unquantized
     bfloat16``, ``affine 4-bit g64``); a scheme this version does not know, as stored."""
-    from policy.quantization import Quantization
+    from blockwidth.policy.quantization import Quantization
 
     try:
         return Quantization.from_dict(q).describe()
@@ -297,7 +297,7 @@ def _path_line(record: dict) -> str:
 
 def _group_line(g: dict) -> str:
     """The group a sharded target ran on, as its record names it."""
-    from policy.device import GroupSpecError, group_from_dict
+    from blockwidth.policy.device import GroupSpecError, group_from_dict
 
     try:
         head = group_from_dict({k: g[k] for k in ("backend", "sharding", "size", "members") if k in g}).describe()
@@ -325,7 +325,7 @@ def markdown(record: dict) -> str:
     ]
     if record.get("group"):  # a sharded target's group (engine.distributed)
         lines.append(f"- group: {_group_line(record['group'])}")
-    from engine.linear import named
+    from blockwidth.engine.linear import named
 
     lin = named(record.get("config", {}).get("verify_linear"))
     if lin:  # as sweep's header: named only when not stock

@@ -38,8 +38,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from policy.errors import BlockwidthError
-from policy.profile import MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_env_problems
+from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.profile import MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_env_problems
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -50,7 +50,7 @@ CRASH_WAIT_S = 2.0  # a failed request: how long its server may take to exit bef
 # The stock server, as its own deprecation note asks to be run; and the same server in a
 # process with blockwidth's verify-attention dispatcher active in its generation thread.
 STOCK_COMMAND = ("-m", "mlx_lm", "server")
-DISPATCH_COMMAND = ("-m", "engine.mlxserver")
+DISPATCH_COMMAND = ("-m", "blockwidth.engine.mlxserver")
 # Arguments blockwidth sets itself: the operator's pass-through arguments may not set them.
 OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--port")
 
@@ -679,7 +679,7 @@ class ServedPair:
 
     @property
     def pair_id(self) -> str:
-        from engine.checkpoint import pair_key
+        from blockwidth.engine.checkpoint import pair_key
 
         return pair_key(self.fingerprints["target"], self.fingerprints.get("drafter"))
 
@@ -697,11 +697,11 @@ def served_pair(target: Path, drafter: Path) -> ServedPair:
     """Check the pair as the engine path checks it (configs, weights' headers, one tokenizer),
     without loading weights: the server loads them. Raises engine.pair.PairError, naming its
     input (``target`` or ``draft``)."""
-    from engine.checkpoint import fingerprint
-    from engine.pair import PairError, _check_folder, _load_tokenizer, check_shapes, token_rows
-    from policy.config import ConfigError
-    from policy.drafter import DrafterKind
-    from policy.quantization import classify, read_sidecar
+    from blockwidth.engine.checkpoint import fingerprint
+    from blockwidth.engine.pair import PairError, _check_folder, _load_tokenizer, check_shapes, token_rows
+    from blockwidth.policy.config import ConfigError
+    from blockwidth.policy.drafter import DrafterKind
+    from blockwidth.policy.quantization import classify, read_sidecar
 
     tconfig, tweights = _check_folder(target, "target")
     dconfig, dweights = _check_folder(drafter, "draft")
@@ -792,8 +792,8 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
     ``on_level`` at once (so a record is written before the next level can fail). Raises
     ServedError when a server cannot start, load its model, or dies; KeyboardInterrupt passes
     through after every server has stopped."""
-    from engine import ab
-    from engine.attention import current_backend, effective
+    from blockwidth.engine import ab
+    from blockwidth.engine.attention import current_backend, effective
 
     emit = on_event or (lambda e: None)
     cancel = cancel or threading.Event()
@@ -859,7 +859,7 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
 def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
                session: ServedSession, warm_prompt: str, shift: int, attention: str, backend: str,
                emit, cancel: threading.Event) -> ServedLevel:
-    from engine import ab
+    from blockwidth.engine import ab
 
     abc = config.ab
     ids = pair.tokenizer.encode(abc.prompt)
@@ -958,7 +958,7 @@ def level_warnings(session: ServedSession, lv: ServedLevel) -> list[str]:
 
 def level_record(session: ServedSession, lv: ServedLevel, host: dict, gate: dict | None) -> dict:
     """The engine path's record of this level's session, with what the served path adds."""
-    from engine import record
+    from blockwidth.engine import record
 
     rec = record.build(lv.session, session.pair, host, gate, path=PATH_SERVER)
     rec["concurrency"] = lv.concurrency

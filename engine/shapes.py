@@ -24,8 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
-from engine.checkpoint import CheckpointError, read_header, weight_files
-from policy.errors import WORDS, BlockwidthError
+from blockwidth.engine.checkpoint import CheckpointError, read_header, weight_files
+from blockwidth.policy.errors import WORDS, BlockwidthError
 
 
 class ShapeError(BlockwidthError, ValueError):
@@ -108,7 +108,7 @@ def read_weights(path: Path) -> Weights:
 
 def device_memory() -> int | None:
     """What the device can hold: its own memory where MLX reports it, else physical RAM."""
-    from engine.device import probe
+    from blockwidth.engine.device import probe
 
     mem = probe().memory_bytes
     if mem:
@@ -122,7 +122,7 @@ def device_memory() -> int | None:
 def _sizes(config: Mapping[str, Any]) -> Mapping[str, Any]:
     """The block that states the decoder's sizes (``text_config`` for multimodal configs): the
     one rule every size reader follows (policy.config)."""
-    from policy.config import text
+    from blockwidth.policy.config import text
 
     return text(config)
 

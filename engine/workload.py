@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 
-from policy.workload import Request, Workload, WorkloadError
+from blockwidth.policy.workload import Request, Workload, WorkloadError
 
 PROMPT = "prompt"
 TEMPLATE = "chat template"

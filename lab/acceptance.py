@@ -15,7 +15,7 @@ import mlx.core as mx
 from mlx_lm import load
 from mlx_lm.generate import speculative_generate_step
 
-from engine.demo.prompts import DEMO_PROMPTS
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ import time
 import mlx.core as mx
 
 # Checked when the arguments are parsed: a bad name stops the tool before any model loads.
-from console.request import add_verify_attention, add_verify_linear  # the product's declarations
+from blockwidth.console.request import add_verify_attention, add_verify_linear  # the product's declarations
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     add_verify_linear(ap)
     ap.add_argument("--json-out", help="also write the figures as JSON here")
     args = ap.parse_args(argv)
-    from engine.demo.prompts import DEMO_PROMPTS, PromptsFileError, read_prompts
+    from blockwidth.engine.demo.prompts import DEMO_PROMPTS, PromptsFileError, read_prompts
 
     try:  # before any model loads: a bad file costs no minutes
         texts = read_prompts(args.prompts_file) if args.prompts_file is not None else list(DEMO_PROMPTS)
@@ -59,9 +59,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from mlx_lm.generate import generate_step, speculative_generate_step
 
-    from engine import demo
-    from engine.decode import classic, speculative
-    from engine.pair import load_pair
+    from blockwidth.engine import demo
+    from blockwidth.engine.decode import classic, speculative
+    from blockwidth.engine.pair import load_pair
 
     if args.target in ("bf16", "4bit"):
         pair = load_pair(demo.target(args.target), args.draft or demo.DRAFTER)

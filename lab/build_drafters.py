@@ -54,12 +54,12 @@ import mlx.nn as nn
 import numpy as np
 from mlx.utils import tree_flatten, tree_map
 
-from engine import hidden
+from blockwidth.engine import hidden
 from lab.build import (DRAFTER_CONFIG, batches, build_corpus, greedy_continuations, log,
                        make_model)
-from engine.demo.prompts import PromptsFileError, read_prompts
+from blockwidth.engine.demo.prompts import PromptsFileError, read_prompts
 
-from engine.demo import PAIR_DIR as PAIR  # noqa: E402  (the demo pair stays in the product)
+from blockwidth.engine.demo import PAIR_DIR as PAIR  # noqa: E402  (the demo pair stays in the product)
 # The writers of the published formats: the tests' tiny checkpoints and the trained drafters
 # are written by the same code, which lives with the tests (the product's tests need it).
 from tests.checkpoints import BLOCK, dflash_config, mtp_head, write_dflash, write_mtp  # noqa: E402
@@ -106,7 +106,7 @@ def train_dflash(targets, text: list[np.ndarray], steps: int, batch: int, blocks
     """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text; a batch pairs a
     target's hidden states with its own text, so every label is that target's argmax.
     ``init``: continue from that DFlash checkpoint (of this config) instead of random weights."""
-    from engine.dflash import DFlashModel, load_model, parse_spec
+    from blockwidth.engine.dflash import DFlashModel, load_model, parse_spec
 
     spec = parse_spec(config, "demo dflash")
     if init is not None:
@@ -194,7 +194,7 @@ def mtp_forward(head, embed, h: mx.array, rows: mx.array, depth: int) -> list[mx
     The attention is the engine's plain arithmetic (engine.attention), whatever the shape: the
     chain's boolean mask sent the fused call to cuDNN on CUDA, where the first H200 run of this
     training managed 5 steps in 60 s. On a CPU plain and fused are bitwise equal."""
-    from engine.attention import verify_attention
+    from blockwidth.engine.attention import verify_attention
 
     n = h.shape[1]
     caches = [_ChainCache(n) for _ in head.blocks]
@@ -411,9 +411,9 @@ def measure(pair: Path, kind: str, path: Path, variant: str, width: int = 4,
     this engine's loop,
     of the ``kind`` drafter at ``path`` against one demo target: pooled and per prompt, per length,
     and over all lengths ("all": accepted / drafted summed)."""
-    from engine.decode import speculative
-    from engine.demo.prompts import DEMO_PROMPTS
-    from engine.pair import load_pair
+    from blockwidth.engine.decode import speculative
+    from blockwidth.engine.demo.prompts import DEMO_PROMPTS
+    from blockwidth.engine.pair import load_pair
 
     p = load_pair(pair / f"target-{variant}", path, kind)
     out: dict = {}

@@ -287,9 +287,9 @@ def acceptance(target_dir: Path, drafter_dir: Path, prompts: list[str], width: i
     acceptance a of (1 - a^K) / (1 - a) (accepted / (accepted + rounds that rejected a
     draft); the engine's ``per_token_acceptance``). At width 4 the first is lower: a round
     drafts 3 and a rejection discards the rest of its block."""
-    from engine.ab import per_token_acceptance
-    from engine.decode import speculative
-    from engine.pair import load_pair
+    from blockwidth.engine.ab import per_token_acceptance
+    from blockwidth.engine.decode import speculative
+    from blockwidth.engine.pair import load_pair
 
     pair = load_pair(target_dir, drafter_dir)
     runs = [speculative(pair, pair.tokenizer.encode(p), tokens, width) for p in prompts]
@@ -307,7 +307,7 @@ def teacher_forced(pair, prompts: list[str], tokens: int) -> float:
     acceptance estimates, read without the draft loop (the two differ by estimator and sample:
     0.787 against 0.778 on 2026-11-30d's bf16 pair). A decode-time acceptance well under it would
     point at the engine's draft loop; one near it, at the drafter."""
-    from engine.decode import classic
+    from blockwidth.engine.decode import classic
 
     hit = n = 0
     for p in prompts:

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 # Checked when the arguments are parsed: a bad name stops the tool before any model loads.
-from console.request import add_verify_attention, add_verify_linear  # the product's declarations
+from blockwidth.console.request import add_verify_attention, add_verify_linear  # the product's declarations
 
 TOLERANCE = 0.10
 
@@ -29,8 +29,8 @@ TOLERANCE = 0.10
 def _prompt(args) -> str:
     """The session prompt: --prompt-file's text, or item --prompt-index of the JSON list in it
     (build_gpu's prompts.json); PromptsFileError, one line, when either is unusable."""
-    from engine.demo.prompts import DEFAULT_PROMPT, PromptsFileError, read_prompts
-    from policy import files
+    from blockwidth.engine.demo.prompts import DEFAULT_PROMPT, PromptsFileError, read_prompts
+    from blockwidth.policy import files
 
     if args.prompt_file is None:
         return DEFAULT_PROMPT
@@ -70,9 +70,9 @@ def _fresh(args, width: int | None) -> dict:
 
 def one(args) -> int:
     """In a fresh process: warm kernels elsewhere, then decode the session prompt once."""
-    from engine.ab import warmup_prompt
-    from engine.decode import decode
-    from engine.pair import load_pair
+    from blockwidth.engine.ab import warmup_prompt
+    from blockwidth.engine.decode import decode
+    from blockwidth.engine.pair import load_pair
 
     pair = load_pair(args.target, args.draft)
     ids = pair.tokenizer.encode(_prompt(args))
@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.one:
         return one(args)
-    from engine.demo.prompts import PromptsFileError
+    from blockwidth.engine.demo.prompts import PromptsFileError
 
     try:  # before any model loads: a bad file or index costs no minutes
         prompt = _prompt(args)
@@ -111,8 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         print(e, file=sys.stderr)
         return 2
 
-    from engine.ab import AbConfig, run_session
-    from engine.pair import load_pair
+    from blockwidth.engine.ab import AbConfig, run_session
+    from blockwidth.engine.pair import load_pair
 
     t0 = time.time()
     pair = load_pair(args.target, args.draft)

@@ -38,7 +38,7 @@ drafter)
 sweep)
     mkdir -p "$OUT/sweeps"
     for t in bf16 4bit; do
-        timeout 250 python3 -m console.cli sweep --demo-target $t --kind dflash \
+        timeout 250 python3 -m blockwidth sweep --demo-target $t --kind dflash \
             --widths 2,3,4,5,6,7,8,10,12,14,16 -n "${N:-3}" --max-tokens "${TOKENS:-128}" \
             --record-dir "$OUT/sweeps" 2>&1 | tee "$OUT/sweeps/sweep-dflash-$t.txt"
     done ;;

@@ -19,8 +19,8 @@ def survey(names: list[str], tokens: int = 16, widths: tuple[int, ...] = (3,)) -
 
     import mlx.core as mx
 
-    from engine.decode import classic, speculative
-    from engine.pair import PairError, load_pair
+    from blockwidth.engine.decode import classic, speculative
+    from blockwidth.engine.pair import PairError, load_pair
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:

@@ -38,7 +38,7 @@ R=$WORK/results
 P=$WORK/gpupair
 mkdir -p "$R"
 export PYTHONUNBUFFERED=1
-BW="python3 -m console.cli"
+BW="python3 -m blockwidth"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/pipeline.log"; }
 . "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # best_width, best_arm, wait_for(_any), better_build
 PB=$WORK/gpupair-b

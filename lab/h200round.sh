@@ -28,7 +28,7 @@ R=${RESULTS:-$W/round}
 SHAPE=${SHAPE:-5b}
 STEPS=${STEPS:-build,served,stock,qmv,qmv6,workload}
 export PYTHONUNBUFFERED=1 BLOCKWIDTH_QMV_CALL=${BLOCKWIDTH_QMV_CALL:-compile}
-BW="python3 -m console.cli"
+BW="python3 -m blockwidth"
 TOKENS=${TOKENS:-128}
 VA=${VA:-rows}
 mkdir -p "$R"

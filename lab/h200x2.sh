@@ -20,7 +20,7 @@ OUT=${OUT:?OUT must be set}
 R=$OUT/$stage
 mkdir -p "$R" "$WORK"
 export PYTHONUNBUFFERED=1
-BW="python3 -m console.cli"
+BW="python3 -m blockwidth"
 P=$WORK/gpupair
 t0=$(date +%s)
 log() { echo "[$(date +%T)] $*" | tee -a "$R/stage.log"; }

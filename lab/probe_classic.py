@@ -39,8 +39,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import mlx.core as mx
 
-    from engine import decode, host
-    from engine.costcurve import context_ids
+    from blockwidth.engine import decode, host
+    from blockwidth.engine.costcurve import context_ids
     from lab.probe_loop import _models, _Pair
 
     pair = _Pair(*_models(args.shape, False))

@@ -73,7 +73,7 @@ def write_target(out: Path, shape: str, quant: str, seed: int = 0) -> Path:
 
 
 def _parse_ints(text: str) -> list[int]:
-    from engine.costcurve import parse_rows
+    from blockwidth.engine.costcurve import parse_rows
 
     return list(parse_rows(text))
 
@@ -82,8 +82,8 @@ def methods_table(model, widths: list[int], context: int, reps: int) -> dict:
     """Per method, width and kept rows: median verify and rollback ms, repetitions interleaved."""
     import mlx.core as mx
 
-    from engine.costcurve import context_ids
-    from engine.kvcache import Method, Rollback, make_cache, mark, restore
+    from blockwidth.engine.costcurve import context_ids
+    from blockwidth.engine.kvcache import Method, Rollback, make_cache, mark, restore
 
     prefix = mx.array(context_ids(context), mx.uint32)
     setups = {}
@@ -127,8 +127,8 @@ def _margin(pair, ids, ref, run, width: int, method, max_abs_diff: float) -> dic
     """Where ``run`` first leaves classic, and the two tokens' logits there: classic's step and
     the verify row that emitted the width's token (the run replayed with the same drafter, at its
     length, so every round has its shape); engine.identity's rule calls it a near-tie or real."""
-    from engine.decode import classic, speculative
-    from engine.identity import classify_margin
+    from blockwidth.engine.decode import classic, speculative
+    from blockwidth.engine.identity import classify_margin
     from tests.families import AgreeingDrafter
 
     import mlx.core as mx
@@ -163,9 +163,9 @@ def decode_table(pair, width: int, tokens: int) -> dict:
     random weights, whose top logits nearly tie), the engine's exactness probe and the margin at
     the first divergence say whether that is rounding or a bug; the methods against each other
     say whether the rollback differs."""
-    from engine.decode import classic, speculative
-    from engine.identity import probe
-    from engine.kvcache import Method
+    from blockwidth.engine.decode import classic, speculative
+    from blockwidth.engine.identity import probe
+    from blockwidth.engine.kvcache import Method
     from tests.families import AgreeingDrafter
 
     ids = pair.tokenizer.encode("The quick brown fox jumps over the lazy dog. " * 4)
@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dir", type=Path, help="where the target is written (default: a temp dir)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
-    from policy.errors import BlockwidthError
+    from blockwidth.policy.errors import BlockwidthError
 
     try:
         widths = _parse_ints(args.widths)
@@ -215,8 +215,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import mlx.core as mx
 
-    from engine import costcurve, host
-    from engine.pair import load_pair
+    from blockwidth.engine import costcurve, host
+    from blockwidth.engine.pair import load_pair
 
     t_start = time.monotonic()
     with tempfile.TemporaryDirectory() as tmp:

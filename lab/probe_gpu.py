@@ -68,7 +68,7 @@ def linear(kind: str):
     """``stock``; ``gather``: gather_mm with sorted indices (CUTLASS grouped GEMM);
     ``gathermv``: the engine's route (engine.linear, unsorted: MLX's gather_mv kernel)."""
     if kind == "gathermv":
-        from engine.linear import verify_linear
+        from blockwidth.engine.linear import verify_linear
 
         with verify_linear("gather"):
             yield
@@ -86,10 +86,10 @@ def cold_forwards(model, rows: int, attention: str, stream, engine_like: bool, r
     """Median / min ms of ``repeats`` forwards at fresh lengths after ``context`` tokens."""
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.attention import verify_attention
-    from engine.costcurve import context_ids
-    from engine.drafters import greedy
-    from engine.kvcache import rewind
+    from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.costcurve import context_ids
+    from blockwidth.engine.drafters import greedy
+    from blockwidth.engine.kvcache import rewind
 
     cache = make_prompt_cache(model)
     prefix = mx.array(context_ids(context), mx.uint32)
@@ -190,7 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         del model
         mx.clear_cache()
     if not args.skip_8b:
-        from engine import costcurve
+        from blockwidth.engine import costcurve
 
         t0 = time.time()
         model = random_model(EIGHT_B, True)

@@ -55,7 +55,7 @@ class _Pair:  # what engine.decode reads of a pair
 
     @property
     def kind(self):
-        from policy.drafter import DrafterKind
+        from blockwidth.policy.drafter import DrafterKind
 
         return DrafterKind.MODEL
 
@@ -95,8 +95,8 @@ def one(shape: str, quant: bool, widths: list[int], tokens: int, reps: int,
     """The loop figures under this process's MLX settings."""
     import mlx.core as mx
 
-    from engine import decode
-    from engine.costcurve import context_ids
+    from blockwidth.engine import decode
+    from blockwidth.engine.costcurve import context_ids
 
     target, drafter = _models(shape, quant)
     pair = _Pair(target, drafter)

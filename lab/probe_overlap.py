@@ -33,9 +33,9 @@ def verify_laps(target, prompt, k: int, steps: int, attention: str) -> tuple[lis
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.attention import verify_attention
-    from engine.decode import greedy
-    from engine.kvcache import rewind
+    from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.decode import greedy
+    from blockwidth.engine.kvcache import rewind
 
     perf = time.perf_counter
     cache = make_prompt_cache(target)
@@ -57,7 +57,7 @@ def verify_laps(target, prompt, k: int, steps: int, attention: str) -> tuple[lis
 
 
 def main(argv: list[str] | None = None) -> int:
-    from engine.attention import CHOICES
+    from blockwidth.engine.attention import CHOICES
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--shape", default="1b")
@@ -72,8 +72,8 @@ def main(argv: list[str] | None = None) -> int:
     import mlx.core as mx
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.costcurve import context_ids
-    from engine.decode import greedy
+    from blockwidth.engine.costcurve import context_ids
+    from blockwidth.engine.decode import greedy
     from lab.probe_loop import _models
 
     target, _ = _models(args.shape, args.quant)

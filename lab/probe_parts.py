@@ -41,11 +41,11 @@ def main(argv: list[str] | None = None) -> int:
     from mlx_lm.models.base import create_attention_mask
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.attention import verify_attention
-    from engine.costcurve import context_ids
+    from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.costcurve import context_ids
     from lab.probe_loop import _models
-    from engine.kvcache import rewind
-    from engine.linear import verify_linear
+    from blockwidth.engine.kvcache import rewind
+    from blockwidth.engine.linear import verify_linear
 
     target, _ = _models(args.shape, args.quant)
     layers = target.model.layers

@@ -18,12 +18,12 @@ from pathlib import Path
 
 
 def _rank_main(a: argparse.Namespace) -> None:
-    from engine import distributed as dist
-    from engine.decode import speculative
-    from engine.demo import DRAFTER, target
-    from engine.demo.prompts import DEFAULT_PROMPT
-    from engine.drafters import ModelDrafter
-    from engine.pair import load_pair
+    from blockwidth.engine import distributed as dist
+    from blockwidth.engine.decode import speculative
+    from blockwidth.engine.demo import DRAFTER, target
+    from blockwidth.engine.demo.prompts import DEFAULT_PROMPT
+    from blockwidth.engine.drafters import ModelDrafter
+    from blockwidth.engine.pair import load_pair
 
     rank = dist.init(a.backend, a.sharding)
     pair = load_pair(a.target or target("bf16"), a.draft or DRAFTER, "model",
@@ -72,12 +72,12 @@ def main() -> int:
     ap.add_argument("--reps", type=int, default=10)
     ap.add_argument("--timeout", type=float, default=900)
     a = ap.parse_args()
-    from engine.distributed import launched_backend
+    from blockwidth.engine.distributed import launched_backend
 
     if launched_backend(os.environ) is not None:
         _rank_main(a)
         return 0
-    from console import distributed
+    from blockwidth.console import distributed
 
     port = distributed._free_ports(2)
     cmd = [sys.executable, "-c", distributed.LAUNCH, "--hosts", "127.0.0.1", "-n", "2", "--backend", a.backend,

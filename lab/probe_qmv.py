@@ -122,7 +122,7 @@ def generated_source(bits: int, group: int, dtype: str, u: int) -> tuple[str, st
     """(kernel name, source) as MLX 0.32's ``build_kernel`` (mlx/backend/cuda/custom_kernel.cpp)
     assembles them for engine.qmv's inputs: default header, header, the signature (x with its
     shape and rank, w with its shape, scales, biases, y), the instance's source."""
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     name = "custom_kernel_" + qmv.instance_name(bits, group, dtype, u)
     t = "__nv_bfloat16" if dtype == "bfloat16" else "__half"
@@ -139,7 +139,7 @@ def generated_source(bits: int, group: int, dtype: str, u: int) -> tuple[str, st
 
 
 def all_instances():
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     return list(itertools.product(qmv.BITS, qmv.GROUPS, qmv.DTYPES, (1, 2, 4, 8)))
 
@@ -158,7 +158,7 @@ def _quantized(n: int, k: int, bits: int, group: int, dtype: str, seed: int):
 def checked_call(x, wq, s, b, bits: int, group: int):
     """The kernel on ``x`` [rows, K] with its output filled with NaN first: an output the kernel
     never writes stays NaN (the product's call leaves it uninitialised)."""
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     rows, k = x.shape
     lc = qmv.launch(wq.shape[0], k, rows, bits, group)
@@ -199,7 +199,7 @@ def jit_modules() -> set[str]:
 # --- sections ---------------------------------------------------------------------------------
 def section_compile(log: Log, out: Path, cases, cuda: bool) -> dict:
     """Compile every instance the parity cases and the 8B projections need (each once)."""
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     need = set()
     for bits, group, n, k, dtype in cases:
@@ -243,7 +243,7 @@ def section_parity(log: Log, cases, cuda: bool, compiled: dict, budget: float = 
     import mlx.core as mx
     import numpy as np
 
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     results, all_ok, t0, skipped = [], True, time.time(), []
     for ci, (bits, group, n, k, dtype) in enumerate(cases):
@@ -322,7 +322,7 @@ def section_parity(log: Log, cases, cuda: bool, compiled: dict, budget: float = 
 def _impls(cuda: bool, bits: int = 4, group: int = 64):
     import mlx.core as mx
 
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     out = {"stock": lambda x, w, s, b: mx.quantized_matmul(x, w, s, b, transpose=True, group_size=group, bits=bits)}
     if cuda:
@@ -334,7 +334,7 @@ def _impls(cuda: bool, bits: int = 4, group: int = 64):
 def section_projections(log: Log, layer, cuda: bool, reps: int, budget: float, tiny: bool) -> dict:
     import mlx.core as mx
 
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     res = {}
     all_rows = (1, 2, 8) if tiny else tuple(range(1, 9))
@@ -395,7 +395,7 @@ PREFILL_STEP = 16
 
 
 def _curve(model, mode: str, strategy: str, rows, repeats: int):  # noqa: D103
-    from engine import costcurve
+    from blockwidth.engine import costcurve
 
     os.environ["BLOCKWIDTH_QMV_CALL"] = strategy
     c = costcurve.measure(model, rows, context=128, repeats=repeats, warmup=2, linear=mode,
@@ -410,9 +410,9 @@ def _logits_side_by_side(model, cuda: bool) -> dict:
     import numpy as np
     from mlx_lm.models.cache import make_prompt_cache
 
-    from engine.costcurve import context_ids
-    from engine.kvcache import rewind
-    from engine.linear import verify_linear
+    from blockwidth.engine.costcurve import context_ids
+    from blockwidth.engine.kvcache import rewind
+    from blockwidth.engine.linear import verify_linear
 
     out = {}
     if not cuda:
@@ -439,7 +439,7 @@ def section_curves(log: Log, shape: str, quant: str, cuda: bool, passes: int, re
                    strategies, budget: float, rows=CURVE_ROWS, save=lambda res: None) -> dict:
     import mlx.core as mx
 
-    from engine import qmv
+    from blockwidth.engine import qmv
     from lab import synthetic
 
     t1 = time.time()
@@ -482,7 +482,7 @@ def section_curves(log: Log, shape: str, quant: str, cuda: bool, passes: int, re
 def derive_auto(curves: dict, compute_capability: str | None) -> list[dict]:
     """Per qmv call strategy: the rows at which its verify forward beat stock by 10 % in every
     pass (engine.linear.rows_won, cold medians), as QMV_WINS entries would hold them."""
-    from engine.linear import rows_won
+    from blockwidth.engine.linear import rows_won
 
     q = (curves.get("quantization") or {})
     out = []
@@ -524,7 +524,7 @@ def env_info() -> dict:
 
 
 def run(args) -> int:
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -640,7 +640,7 @@ def ncu_workload(args) -> int:
     marker kernels, so the ncu log splits into calls (run under ncu with --cache-control all)."""
     import mlx.core as mx
 
-    from engine import qmv
+    from blockwidth.engine import qmv
 
     if not qmv.available():
         print("probe_qmv ncu: needs CUDA", file=sys.stderr)

@@ -59,7 +59,7 @@ def cases() -> list[tuple]:
 def parity() -> list[dict]:
     import mlx.core as mx
 
-    from engine.attention import plain_attention, rows_attention, rows_fits
+    from blockwidth.engine.attention import plain_attention, rows_attention, rows_fits
 
     mx.random.seed(1)
     results = []
@@ -87,7 +87,7 @@ def parity() -> list[dict]:
 def timing(shape: str, rows: list[int], steps: int, modes: list[str]) -> dict:
     import mlx.core as mx
 
-    from engine.costcurve import context_ids
+    from blockwidth.engine.costcurve import context_ids
     from lab.probe_loop import _models
     from lab.probe_overlap import verify_laps
 
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     import mlx.core as mx
 
-    from engine.attention import CHOICES, current_backend
+    from blockwidth.engine.attention import CHOICES, current_backend
     from lab.build_gpu import SHAPES
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

@@ -25,7 +25,7 @@ W=${WORK:-/root/bw}
 P=${PAIR:-$W/gpupair}
 R=${RESULTS:-$W/qmv-results}
 export PYTHONUNBUFFERED=1 BLOCKWIDTH_QMV_CALL=${BLOCKWIDTH_QMV_CALL:-compile}
-BW="python3 -m console.cli"
+BW="python3 -m blockwidth"
 SWEEP=(-n 5 --sequential --max-reps 10 --max-seconds "${SWEEP_S:-110}" --max-tokens 256 --verify-attention rows)
 mkdir -p "$R"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/qmv_sweeps.log"; }

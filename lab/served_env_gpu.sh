@@ -8,7 +8,7 @@
 set -uo pipefail
 R=${1:-${OUT:?OUT or a folder}}
 mkdir -p "$R"
-BW="python3 -m console.cli"
+BW="python3 -m blockwidth"
 export PYTHONUNBUFFERED=1
 # no prompt cache: mlx-lm 0.32.2's cached repeat can differ from classic (docs/served.md), which
 # would leave nothing saveable; SKIP_SWEEP=1 uses a p.toml already in the folder

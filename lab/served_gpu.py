@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from console.request import add_verify_attention
+from blockwidth.console.request import add_verify_attention
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,7 @@ def prompt_file(pair: Path, out: Path) -> str | None:
     src = pair / "prompts.json"
     if not src.is_file():
         return None
-    from engine.demo.prompts import read_prompts
+    from blockwidth.engine.demo.prompts import read_prompts
 
     prompts = read_prompts(src)
     dest = out / "prompt.txt"
@@ -73,7 +73,7 @@ def run(a: argparse.Namespace) -> int:
         if name not in a.only.split(","):
             continue
         rec = out / name
-        cmd = [sys.executable, "-m", "console.cli", *args, "--record-dir", str(rec)]
+        cmd = [sys.executable, "-m", "blockwidth", *args, "--record-dir", str(rec)]
         env = dict(os.environ, PYTHONUNBUFFERED="1", **env_add)
         env["PYTHONPATH"] = str(ROOT) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         t0 = time.monotonic()

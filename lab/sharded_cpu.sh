@@ -7,7 +7,7 @@
 set -uo pipefail
 OUT=${OUT:?OUT must be set}
 mkdir -p "$OUT/records"
-BW="${PYTHON:-.venv/bin/python} -m console.cli"
+BW="${PYTHON:-.venv/bin/python} -m blockwidth"
 W=${WIDTHS:-2,3,4}
 N=${N:-3}
 T=${TOKENS:-48}

@@ -18,7 +18,7 @@ OUT=${OUT:?OUT must be set}
 R=$OUT/$stage
 mkdir -p "$R" "$WORK"
 export PYTHONUNBUFFERED=1 NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-BW="${PYTHON:-python3} -m console.cli"
+BW="${PYTHON:-python3} -m blockwidth"
 P=${P:-$WORK/gpupair}
 BACKEND=${BACKEND:-nccl}
 ONE=${ONE-CUDA_VISIBLE_DEVICES=0}  # how a single-device run is pinned (empty on a CPU)

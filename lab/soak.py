@@ -18,7 +18,7 @@ import sys
 import time
 
 # Checked when the arguments are parsed: a bad name stops the tool before any model loads.
-from console.request import add_verify_attention, add_verify_linear  # the product's declarations
+from blockwidth.console.request import add_verify_attention, add_verify_linear  # the product's declarations
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -33,9 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
 
-    from engine.attention import effective
-    from engine.decode import speculative
-    from engine.pair import load_pair
+    from blockwidth.engine.attention import effective
+    from blockwidth.engine.decode import speculative
+    from blockwidth.engine.pair import load_pair
 
     pair = load_pair(args.target, args.draft)
     ids = pair.tokenizer.encode(args.prompt)

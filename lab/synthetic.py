@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     from mlx.utils import tree_flatten
     from mlx_lm.utils import save_config
 
-    from engine import demo
+    from blockwidth.engine import demo
 
     model, config = build(args.shape, args.quant)
     args.out.mkdir(parents=True, exist_ok=True)

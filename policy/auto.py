@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 from typing import Any, Iterable, Mapping, Sequence
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 AUTO = "auto"  # the arm, the sweep's width list and the profile entry say it so
 MAX_WIDTH = 16  # widest width the controller considers unless told otherwise

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from policy.config import text
+from blockwidth.policy.config import text
 
 UNKNOWN_CONTEXT = 32768  # the bound when a target's config states no max_position_embeddings
 

@@ -10,10 +10,10 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping, Sequence
 
-from policy.device import Device, mismatch
-from policy.errors import ExitCode
-from policy.profile import Override, Profile
-from policy.verdict import Verdict
+from blockwidth.policy.device import Device, mismatch
+from blockwidth.policy.errors import ExitCode
+from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.verdict import Verdict
 
 
 class Status(str, Enum):

@@ -11,8 +11,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping
 
-from policy import files
-from policy.errors import BlockwidthError
+from blockwidth.policy import files
+from blockwidth.policy.errors import BlockwidthError
 
 
 def size(config: Any, key: str, default: Any = None) -> Any:

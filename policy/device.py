@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass
 from enum import Enum
 from typing import Any, Mapping
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 
 class Backend(str, Enum):

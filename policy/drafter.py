@@ -7,7 +7,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 
 class DrafterKind(str, Enum):
@@ -112,6 +112,6 @@ def detect_drafter(config: Any) -> DrafterInfo:
 
 
 def read_drafter(path: Path) -> DrafterInfo:
-    from policy.config import read_config
+    from blockwidth.policy.config import read_config
 
     return detect_drafter(read_config(Path(path)))

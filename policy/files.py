@@ -17,7 +17,7 @@ import stat
 from pathlib import Path
 from typing import Any
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 MiB = 1 << 20
 MAX_JSON_BYTES = 64 * MiB  # configs and tokenizer configs; tokenizer.json is not read here

@@ -5,7 +5,7 @@ range of 10**17 rows is refused before anything is built from it."""
 
 from __future__ import annotations
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 MAX_DIGITS = 100  # far past any bound the tool takes; far below int()'s 4,300
 

@@ -18,8 +18,8 @@ import random
 from dataclasses import dataclass
 from typing import Hashable, Mapping, Sequence
 
-from policy import stats
-from policy.stats import Interval, Requests, StatsError
+from blockwidth.policy import stats
+from blockwidth.policy.stats import Interval, Requests, StatsError
 
 
 def _mean_time(runs) -> tuple[float, float]:

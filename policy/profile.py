@@ -20,13 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from policy import files
-from policy.auto import AUTO, AutoError, Plan
-from policy.errors import BlockwidthError
-from policy.integers import shorten
-from policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
-from policy.drafter import DrafterKind
-from policy.quantization import Quantization, Scheme
+from blockwidth.policy import files
+from blockwidth.policy.auto import AUTO, AutoError, Plan
+from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.integers import shorten
+from blockwidth.policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.quantization import Quantization, Scheme
 
 SCHEMA = 1
 MAX_WIDTH = 64

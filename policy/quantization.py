@@ -14,9 +14,9 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
 
-from policy.config import ConfigError, read_config, read_sidecar, remote_code  # noqa: F401 (their home)
-from policy.config import text as text_config
-from policy.integers import IntegerError, parse_int
+from blockwidth.policy.config import ConfigError, read_config, read_sidecar, remote_code  # noqa: F401 (their home)
+from blockwidth.policy.config import text as text_config
+from blockwidth.policy.integers import IntegerError, parse_int
 
 
 class Scheme(str, Enum):

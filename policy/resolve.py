@@ -15,14 +15,14 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any, Mapping
 
-from policy import table
-from policy.integers import IntegerError, parse_int, shorten
-from policy.device import Backend, Device
-from policy.drafter import DrafterKind
-from policy.auto import AUTO, Plan
-from policy.errors import BlockwidthError
-from policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
-from policy.quantization import Quantization
+from blockwidth.policy import table
+from blockwidth.policy.integers import IntegerError, parse_int, shorten
+from blockwidth.policy.device import Backend, Device
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.auto import AUTO, Plan
+from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
+from blockwidth.policy.quantization import Quantization
 
 ENV_VARS = ("BLOCKWIDTH_DRAFT_BLOCK_SIZE", "MLXCEL_DRAFT_BLOCK_SIZE")
 

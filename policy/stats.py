@@ -16,7 +16,7 @@ import random
 from dataclasses import dataclass
 from typing import Hashable, Iterable, Mapping, Sequence, TypeVar
 
-from policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError
 
 K = TypeVar("K", bound=Hashable)
 

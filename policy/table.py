@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from policy.device import Backend, Device, mismatch
-from policy.drafter import DrafterKind
-from policy.quantization import Quantization, Scheme
+from blockwidth.policy.device import Backend, Device, mismatch
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.quantization import Quantization, Scheme
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from enum import Enum
 from math import comb
 from typing import Iterable, Mapping, Sequence
 
-from policy import stats
+from blockwidth.policy import stats
 
 
 class Verdict(str, Enum):

@@ -17,8 +17,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from policy import files
-from policy.errors import BlockwidthError
+from blockwidth.policy import files
+from blockwidth.policy.errors import BlockwidthError
 
 MAX_WORKLOAD_BYTES = 4 * files.MiB
 MAX_REQUESTS = 512  # lines with a request; a session runs every arm on every one of them
@@ -177,7 +177,7 @@ def builtin(name: str) -> Workload:
     """A workload shipped with the package (package data: policy/workloads/NAME.jsonl)."""
     if name not in BUILTIN:
         raise WorkloadError(f"no built-in workload {name!r} (built in: {', '.join(BUILTIN)})")
-    data = (resources.files("policy") / "workloads" / f"{name}.jsonl").read_bytes()
+    data = (resources.files("blockwidth.policy") / "workloads" / f"{name}.jsonl").read_bytes()
     return parse(data, f"built-in workload {name}", name, "builtin")
 
 

@@ -29,7 +29,7 @@ SHOTS = {
 
 
 CONSOLE_SHOTS = {  # name: (state, size, tab)
-    "console.svg": ("done", (140, 40), "tab-ab"),
+    "blockwidth.console.svg": ("done", (140, 40), "tab-ab"),
     "console-80x24.svg": ("done", (80, 24), "tab-ab"),
     "console-200x50.svg": ("done", (200, 50), "tab-ab"),
     "console-running.svg": ("running", (100, 30), "tab-ab"),
@@ -77,7 +77,7 @@ def main() -> int:
     for name, args in SHOTS.items():
         if only not in (None, name):
             continue
-        p = subprocess.run([sys.executable, "-m", "console.cli", *args], capture_output=True,
+        p = subprocess.run([sys.executable, "-m", "blockwidth", *args], capture_output=True,
                            text=True, env=env, cwd=ROOT)
         console = Console(record=True, width=118, file=open(os.devnull, "w"))
         console.print(Text(f"$ blockwidth {' '.join(args)}", style="bold green"))

@@ -11,7 +11,7 @@ from pathlib import Path
 import mlx.core as mx
 from mlx.utils import tree_flatten
 
-from policy.config import size, text
+from blockwidth.policy.config import size, text
 
 BLOCK = 16
 DFLASH_LAYERS = (1, 3, 5)
@@ -39,7 +39,7 @@ def dflash_config(target_config: dict, *, layers: tuple[int, ...] = DFLASH_LAYER
 
 def write_dflash(out: Path, config: dict, model=None, seed: int = 0) -> Path:
     """Write a DFlash checkpoint (``model``'s weights, or random ones)."""
-    from engine.dflash import DFlashModel, parse_spec
+    from blockwidth.engine.dflash import DFlashModel, parse_spec
 
     if model is None:
         mx.random.seed(seed)
@@ -73,7 +73,7 @@ def mtp_names(layout: str, target_config: dict, head: int = 0) -> dict[str, str]
 
 
 def mtp_head(target_config: dict):
-    from engine.mtp import HYBRID_BLOCKS, Head, Layout, build_block
+    from blockwidth.engine.mtp import HYBRID_BLOCKS, Head, Layout, build_block
 
     layout = Layout.QWEN35 if target_config.get("model_type") in HYBRID_BLOCKS else Layout.DEEPSEEK
     return Head(size(target_config, "hidden_size"), float(size(target_config, "rms_norm_eps", 1e-6)),

@@ -36,5 +36,5 @@ def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
     full = dict(os.environ)
     full.update(env or {})
     full["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "console.cli", *args], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "blockwidth", *args], capture_output=True,
                           text=True, env=full, cwd=cwd or ROOT, timeout=600)

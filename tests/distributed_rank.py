@@ -10,9 +10,9 @@ from pathlib import Path
 
 import mlx.core as mx
 
-from engine import distributed as dist
-from engine.decode import DecodeRun, Round
-from policy.verdict import Budget
+from blockwidth.engine import distributed as dist
+from blockwidth.engine.decode import DecodeRun, Round
+from blockwidth.policy.verdict import Budget
 
 
 class Echo:

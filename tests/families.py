@@ -125,7 +125,7 @@ def write(out: Path, config: dict, seed: int = 0, dtype: str | None = None, mode
     import mlx.core as mx
     from mlx.utils import tree_flatten
 
-    from engine import demo
+    from blockwidth.engine import demo
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
@@ -393,7 +393,7 @@ class AgreeingDrafter:
                  inner=None):
         import random
 
-        from policy.drafter import DrafterKind
+        from blockwidth.policy.drafter import DrafterKind
 
         self.inner = inner
         self.kind = inner.kind if inner is not None else DrafterKind.MODEL

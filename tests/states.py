@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.app import BUDGET_S, BlockwidthApp, Options, Phase
-from console.request import SessionRequest
-from engine.ab import AbConfig, Arm, Event, Session, Verdict, decide
-from engine.decode import DecodeRun, Round
-from engine.demo.prompts import DEFAULT_PROMPT
-from engine.identity import Exactness, compare
+from blockwidth.console.app import BUDGET_S, BlockwidthApp, Options, Phase
+from blockwidth.console.request import SessionRequest
+from blockwidth.engine.ab import AbConfig, Arm, Event, Session, Verdict, decide
+from blockwidth.engine.decode import DecodeRun, Round
+from blockwidth.engine.demo.prompts import DEFAULT_PROMPT
+from blockwidth.engine.identity import Exactness, compare
 
 TOKENS = 16
 CONTINUATION = " = []\n\n    def push(self, item):\n        self.items.append(item)\n"
@@ -37,8 +37,8 @@ LOAD_ERROR = ("target {}: mlx-lm cannot load it (ValueError: Received 2 paramete
 
 def demo_pair(kind: str | None = None):
     if kind not in _PAIRS:
-        from console.inputs import pair_paths
-        from engine.pair import load_pair
+        from blockwidth.console.inputs import pair_paths
+        from blockwidth.engine.pair import load_pair
 
         paths = pair_paths(None, None, kind=kind)
         _PAIRS[kind] = load_pair(paths.target, paths.drafter, kind)
@@ -99,7 +99,7 @@ def _fields(app: BlockwidthApp, session: Session) -> None:
     app.query_one("#widths").value = ",".join(map(str, session.config.widths))
     app.query_one("#n").value = str(session.config.n)
     app.query_one("#tokens").value = str(session.config.max_tokens)
-    from console.widgets.ab import AbTab
+    from blockwidth.console.widgets.ab import AbTab
 
     app.query_one(AbTab).set_prompt(session.config.prompt)  # the fixture's one prompt, not the default workload
 
@@ -109,7 +109,7 @@ def demo_link() -> Path:
     paths, and a snapshot must not depend on where the checkout is."""
     import tempfile
 
-    from engine import demo
+    from blockwidth.engine import demo
 
     link = Path(tempfile.gettempdir()) / "blockwidth-demo-pair"
     real = demo.target("bf16").parent
@@ -121,7 +121,7 @@ def demo_link() -> Path:
 
 
 async def _resolve(app: BlockwidthApp, pilot, kind: str | None = None, linked: bool = False) -> None:
-    from console.inputs import resolution
+    from blockwidth.console.inputs import resolution
 
     o = app.options
     target = draft = None
@@ -173,7 +173,7 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
     if state == "undecided":
         # the seconds budget ran out after three repetitions, the last ending past it: the advice
         # is computed from the repetitions' own times
-        from policy.verdict import Budget
+        from blockwidth.policy.verdict import Budget
 
         session.budget_out, session.rep_ends = Budget.SECONDS, [60.0, 121.0, 182.0]
     _fields(app, session)
@@ -196,7 +196,7 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
         app.on_ab_event(_event(Event("phase", "w8", run=2, runs=3, phase="exactness")))
         app.on_ab_event(_event(Event("phase", run=0, runs=4, phase="costcurve")))
     elif state == "failed":
-        from engine.decode import DecodeError
+        from blockwidth.engine.decode import DecodeError
 
         app.session_failed(DecodeError("prompt of 30 tokens + 64 new tokens exceeds the target's context of 64"))
     else:
@@ -216,6 +216,6 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
 
 
 def _event(e: Event):
-    from console.app import AbEvent
+    from blockwidth.console.app import AbEvent
 
     return AbEvent(e)

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from console.answer import answer
-from console.inputs import PairPaths, resolution
+from blockwidth.console.answer import answer
+from blockwidth.console.inputs import PairPaths, resolution
 from tests.conftest import ROOT, run_cli
 
 
@@ -57,7 +57,7 @@ def test_the_refusal_for_dflash_and_mtp_is_what_mlx_lm_does_with_them():
     fail there as the refusal says (the first request died with this in the tryout)."""
     from mlx_lm.utils import load_model
 
-    from engine import demo
+    from blockwidth.engine import demo
 
     for kind in ("dflash", "mtp"):
         with pytest.raises(ValueError, match=r"Received \d+ parameters not in model"):
@@ -91,7 +91,7 @@ def test_resolve_says_num_draft_tokens_and_the_command_in_text_and_json():
 def test_resolve_refuses_the_pair_the_console_refuses(tmp_path):
     import shutil
 
-    from engine import demo
+    from blockwidth.engine import demo
 
     other = tmp_path / "other"
     shutil.copytree(demo.DRAFTER, other)
@@ -106,9 +106,9 @@ def test_resolve_refuses_the_pair_the_console_refuses(tmp_path):
 def test_a_generic_entry_names_the_pair_and_prompt_it_was_measured_on(tmp_path):
     """A lookup win saved as generic answered for an unrelated model with no word of where it
     came from: the reason now names the pair and the prompt, and that it was another pair."""
-    from policy.device import Backend
-    from policy.drafter import DrafterKind
-    from policy.profile import Override
+    from blockwidth.policy.device import Backend
+    from blockwidth.policy.drafter import DrafterKind
+    from blockwidth.policy.profile import Override
 
     entry = Override(backend=Backend.CPU, drafter_kind=DrafterKind.LOOKUP, width=8,
                      evidence={"measured_on": {"target": "target-bf16", "drafter": "prompt lookup",
@@ -145,7 +145,7 @@ def test_ctrl_c_stops_costcurve_between_forwards_and_keeps_what_it_measured():
     """costcurve ignored two Ctrl-C presses for 7 minutes: MLX does not return to Python inside
     a forward. It now measures in a thread and stops after the forward under way."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    p = subprocess.Popen([sys.executable, "-m", "console.cli", "costcurve", "--rows", "1-8", "--repeats",
+    p = subprocess.Popen([sys.executable, "-m", "blockwidth", "costcurve", "--rows", "1-8", "--repeats",
                           "1000", "--context", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env, cwd=ROOT)
     try:

@@ -5,9 +5,9 @@ import io
 
 from textual.widgets import Input
 
-from console.app import BlockwidthApp, Options, Phase
-from console.screens import AnswerScreen, ConfirmScreen, HelpScreen
-from policy import profile
+from blockwidth.console.app import BlockwidthApp, Options, Phase
+from blockwidth.console.screens import AnswerScreen, ConfirmScreen, HelpScreen
+from blockwidth.policy import profile
 
 
 def run(coro):
@@ -361,7 +361,7 @@ def test_palette_has_every_action(tmp_path):
 
 
 def test_open_another_pair_from_the_console(tmp_path):
-    from engine import demo
+    from blockwidth.engine import demo
 
     async def go():
         app = _app(tmp_path)
@@ -446,7 +446,7 @@ def test_the_console_runs_and_shows_the_verify_attention_it_was_given(tmp_path):
 
 
 def test_verify_attention_is_a_console_option_and_a_bad_one_is_refused():
-    from console.cli import build_parser
+    from blockwidth.console.cli import build_parser
     from tests.conftest import run_cli
 
     ap = build_parser()
@@ -489,7 +489,7 @@ def test_a_broken_drafter_opened_in_the_console_is_named_as_its_field(tmp_path):
 
     from textual.widgets._toast import Toast
 
-    from engine import demo
+    from blockwidth.engine import demo
 
     bad = tmp_path / "drafter"
     shutil.copytree(demo.target("bf16").parent / "drafter", bad)
@@ -526,7 +526,7 @@ def test_c_in_a_workload_sessions_measured_phase_starts_no_run_after_it(tmp_path
     finished passes), and the headline the same."""
     import json
 
-    from engine import ab
+    from blockwidth.engine import ab
 
     wl = tmp_path / "three.jsonl"
     wl.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in ["def f(x):", "class A:", "import os"]))

@@ -10,11 +10,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine import attention, costcurve, demo
-from engine.attention import VerifyAttention, plain_attention, verify_attention
-from engine.decode import classic, speculative
-from engine.demo.prompts import DEMO_PROMPTS
-from engine.pair import load_pair
+from blockwidth.engine import attention, costcurve, demo
+from blockwidth.engine.attention import VerifyAttention, plain_attention, verify_attention
+from blockwidth.engine.decode import classic, speculative
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS
+from blockwidth.engine.pair import load_pair
 
 MODES = ("fused", "plain", "bucketed")
 
@@ -187,7 +187,7 @@ def test_costcurve_reports_cold_and_warm():
 
 
 def test_divergence_margin_reads_both_paths_at_one_position(pair, ids):
-    from engine.identity import NEAR_TIE, NOT_REPRODUCED, REAL, classify_margin, divergence_margin
+    from blockwidth.engine.identity import NEAR_TIE, NOT_REPRODUCED, REAL, classify_margin, divergence_margin
 
     ref = classic(pair, ids, 24).tokens
     # Pretend the width chose classic's own token at 9: on a CPU both paths agree bitwise,
@@ -207,7 +207,7 @@ def test_divergence_margin_reads_both_paths_at_one_position(pair, ids):
 def test_a_cache_that_cannot_rewind_is_refused_not_silently_kept():
     from mlx_lm.models.cache import KVCache, RotatingKVCache
 
-    from engine.kvcache import RewindError, rewind
+    from blockwidth.engine.kvcache import RewindError, rewind
 
     rot = RotatingKVCache(max_size=4)
     k = mx.zeros((1, 1, 6, 8))

@@ -3,10 +3,10 @@
 import asyncio
 from pathlib import Path
 
-from console.render import trajectory, runs_of
-from engine import auto
-from engine.ab import AbConfig, run_session
-from engine.demo.prompts import DEMO_PROMPTS
+from blockwidth.console.render import trajectory, runs_of
+from blockwidth.engine import auto
+from blockwidth.engine.ab import AbConfig, run_session
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 from tests.states import demo_pair, enter, make_app, request_of
 
 

@@ -6,11 +6,11 @@ import json
 
 import pytest
 
-from engine import auto, demo
-from engine.decode import classic, speculative
-from engine.demo.prompts import DEMO_PROMPTS
-from engine.pair import load_pair
-from policy.auto import Costs, DraftCost, Params, State
+from blockwidth.engine import auto, demo
+from blockwidth.engine.decode import classic, speculative
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS
+from blockwidth.engine.pair import load_pair
+from blockwidth.policy.auto import Costs, DraftCost, Params, State
 
 TOKENS = 40
 
@@ -134,9 +134,9 @@ def test_the_process_wide_controller_is_one_per_pair_and_settings(pairs):
 
 
 def test_an_auto_arm_in_a_session_keeps_the_rules_and_its_record_replays(pairs, tmp_path):
-    from console import records
-    from engine import host, record
-    from engine.ab import AbConfig, Verdict, run_session
+    from blockwidth.console import records
+    from blockwidth.engine import host, record
+    from blockwidth.engine.ab import AbConfig, Verdict, run_session
 
     auto.forget()
     try:
@@ -175,7 +175,7 @@ WORKLOAD = [
 
 
 def test_sweep_over_a_workload_reports_auto_against_the_oracle_and_the_record_reproduces_it(tmp_path):
-    from engine import record
+    from blockwidth.engine import record
     from tests.conftest import run_cli
 
     wl = tmp_path / "three.jsonl"
@@ -221,7 +221,7 @@ def test_auto_options_it_cannot_honour_are_one_line(args, problem):
 def test_an_auto_arm_that_never_speculates_is_still_measured():
     # A cost curve where no width pays even at acceptance 1 (K rows cost K times one): the
     # controller stays at 1 and never probes; its rounds are its decisions, not declines
-    from engine.ab import Arm, _facts
+    from blockwidth.engine.ab import Arm, _facts
 
     cpu = Costs({k: 5.0 * k for k in range(1, 5)}, DraftCost.LINEAR, 1.0)
     c = auto.Controller(cpu, Params(max_width=4))
@@ -238,7 +238,7 @@ def test_the_gpu_command_runs_an_auto_arm_over_the_mixed_workload_on_the_demo_pa
     --verify-attention rows --seed --record-dir --json), at its smallest on the demo pair: the
     parser takes it, every request's auto runs are classic's output with their widths by round,
     and the oracle covers every request of the built-in workload."""
-    from policy import workload
+    from blockwidth.policy import workload
     from tests.conftest import run_cli
 
     r = run_cli("sweep", "--workload", "mixed", "--widths", "auto,4", "-n", "1", "--max-tokens", "4",

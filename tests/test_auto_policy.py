@@ -5,8 +5,8 @@ import random
 
 import pytest
 
-from policy import auto
-from policy.auto import AutoError, Costs, DraftCost, Observation, Params, State
+from blockwidth.policy import auto
+from blockwidth.policy.auto import AutoError, Costs, DraftCost, Observation, Params, State
 
 # The seed's H200 curve: a 4-bit Llama-8B-shaped target, qmv per row up to 7 rows, qmm from 8.
 H200 = {1: 8.7, 2: 13.3, 3: 17.5, 4: 21.8, 5: 26.0, 6: 30.2, 7: 34.5,

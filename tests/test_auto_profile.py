@@ -6,12 +6,12 @@ import socket
 
 import pytest
 
-from console import profile_file
-from policy import profile
-from policy.auto import Costs, DraftCost, Plan
-from policy.device import Backend
-from policy.drafter import DrafterKind
-from policy.profile import Override, ProfileError
+from blockwidth.console import profile_file
+from blockwidth.policy import profile
+from blockwidth.policy.auto import Costs, DraftCost, Plan
+from blockwidth.policy.device import Backend
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.profile import Override, ProfileError
 from tests.conftest import run_cli
 
 CURVE = {1: 45.7, 2: 62.4, 3: 50.9, 4: 59.7, 5: 70.2, 6: 171.6, 7: 163.7, 8: 114.5}

@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from console import cli
-from console.check import Mark, profile_marks
-from console.inputs import ExitCode, mlx_version
-from policy import profile
-from policy.device import parse_device_spec
+from blockwidth.console import cli
+from blockwidth.console.check import Mark, profile_marks
+from blockwidth.console.inputs import ExitCode, mlx_version
+from blockwidth.policy import profile
+from blockwidth.policy.device import parse_device_spec
 from tests.conftest import ROOT, run_cli
 
 MLX = mlx_version()
@@ -87,7 +87,7 @@ def test_stale_entry_warns_and_strict_fails(tmp_path, capsys):
 
 
 def test_duplicate_entries_are_invalid_naming_both(tmp_path, capsys):
-    """policy.profile refuses two entries in one slot: bad input, exit 2, the file untouched."""
+    """blockwidth.policy.profile refuses two entries in one slot: bad input, exit 2, the file untouched."""
     p = write_profile(tmp_path, CPU_4BIT + f'width = 3\nmlx = "{MLX}"\n',
                       CPU_4BIT + f'width = 5\nmlx = "{MLX}"\n')
     before = p.read_bytes()
@@ -225,11 +225,11 @@ def test_the_cli_takes_no_surgery_on_argparse_and_check_does_not_import_the_cli(
     text = (ROOT / "console" / "cli.py").read_text(encoding="utf-8")
     assert not re.search(r"\._actions|argparse\._|\._option_string_actions|\.choices\[", text)
     code = ("import sys, console.check, console.measure, console.inputs, console.request; "
-            "assert 'console.cli' not in sys.modules, 'console.cli imported'")
+            "assert 'blockwidth.console.cli' not in sys.modules, 'blockwidth.console.cli imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     for p in (ROOT / "console").rglob("*.py"):
         if p.name != "cli.py":
-            assert "console.cli" not in p.read_text(encoding="utf-8"), p
+            assert "blockwidth.console.cli" not in p.read_text(encoding="utf-8"), p
 
 
 @pytest.mark.parametrize("argv,needle", [
@@ -322,7 +322,7 @@ def test_profile_marks_for_this_device(tmp_path):
 def test_console_profile_tab_shows_marks(tmp_path):
     import asyncio
 
-    from console.app import BlockwidthApp, Options
+    from blockwidth.console.app import BlockwidthApp, Options
 
     p = write_profile(tmp_path, H200, CPU_4BIT + 'width = 3\nmlx = "0.0.1"\n')
 
@@ -380,9 +380,9 @@ def test_measured_fabricated_win_fails(tmp_path):
 
 def _session(classic_tok_s, width_tok_s, width=8, identical=True):
     """A finished session with these decode tok/s (16 tokens a run), judged by engine.ab.decide."""
-    from engine.ab import AbConfig, Arm, Session, Verdict, decide
-    from engine.decode import DecodeRun, Round
-    from engine.identity import Identity
+    from blockwidth.engine.ab import AbConfig, Arm, Session, Verdict, decide
+    from blockwidth.engine.decode import DecodeRun, Round
+    from blockwidth.engine.identity import Identity
 
     def run(w, tok_s):
         rounds = [] if w is None else [Round(w - 1, 1, 2, 0.0, 0.0, 0.0)] * 8
@@ -417,7 +417,7 @@ def _entry(**kw):
     (dict(), [20, 20.5, 21, 20.2, 10, 10.5, 11, 10.2], [30] * 7, True, "inconclusive", "drifted"),
 ])
 def test_measured_status_follows_the_engine_rules(entry, classic, width_runs, identical, status, needle):
-    from console.check import Status, measured_status
+    from blockwidth.console.check import Status, measured_status
 
     got, why = measured_status(_entry(**entry), _session(classic, width_runs, identical=identical))
     assert got is Status(status) and needle in why, why
@@ -425,7 +425,7 @@ def test_measured_status_follows_the_engine_rules(entry, classic, width_runs, id
 
 def test_noise_or_drift_keeps_a_disjoint_verdict_and_says_so():
     """Few runs: the engine cannot tell drift from noise; a verdict clear of every classic run stands."""
-    from console.check import Status, measured_status
+    from blockwidth.console.check import Status, measured_status
 
     got, why = measured_status(_entry(width=None, decline=True), _session([30, 31, 25], [5, 6]))
     assert got is Status.PASS and "noise alone does 67%" in why
@@ -470,7 +470,7 @@ def test_measure_refuses_a_record_dir_that_is_a_file_before_measuring(tmp_path, 
 
 def test_a_pair_named_by_a_record_is_resolved_too(tmp_path, capsys):
     """A record of this device's entry that names a pair present here adds that pair."""
-    from engine import demo
+    from blockwidth.engine import demo
 
     r = write_record(tmp_path)
     doc = json.loads(r.read_text())

@@ -135,7 +135,7 @@ def test_documented_sweeps_measured_once_say_they_cannot_be_saved():
     meets only the refusal."""
     import re
 
-    from engine.ab import DRIFT_CHANCE, disjoint_by_chance
+    from blockwidth.engine.ab import DRIFT_CHANCE, disjoint_by_chance
 
     assert disjoint_by_chance(1, 1) > DRIFT_CHANCE  # the note's reason, as the method has it
     once = []

@@ -4,7 +4,7 @@ import json
 
 import pytest
 
-from policy import profile
+from blockwidth.policy import profile
 from tests.conftest import ROOT, run_cli
 
 
@@ -98,9 +98,9 @@ def test_sweep_bad_input_exit_2(args, needle, tmp_path):
 
 def test_pair_specific_save_is_matched_by_resolve(tmp_path):
     """A --pair-specific entry written from a sweep must be found again by resolve."""
-    from console.inputs import pair_paths
-    from engine.checkpoint import pair_id
-    from engine.pair import load_pair
+    from blockwidth.console.inputs import pair_paths
+    from blockwidth.engine.checkpoint import pair_id
+    from blockwidth.engine.pair import load_pair
 
     paths = pair_paths(None, None)
     assert load_pair(paths.target, paths.drafter).pair_id == pair_id(paths.target, paths.drafter)

@@ -58,8 +58,8 @@ def test_the_top_panels_redraw_whole_after_a_resize(tmp_path):
 
 
 def test_records_markdown_is_rendered_off_the_ui_thread_once_per_record(tmp_path, monkeypatch):
-    from console import records
-    from engine import host, record
+    from blockwidth.console import records
+    from blockwidth.engine import host, record
 
     rec_dir = tmp_path / "rec"
     for cancelled in (False, True):
@@ -102,7 +102,7 @@ def test_the_stylesheet_ships_in_the_wheel():
     """CSS_PATH names a file beside app.py; it is package data, or an installed console has no styles."""
     from fnmatch import fnmatch
 
-    from console.app import BlockwidthApp
+    from blockwidth.console.app import BlockwidthApp
 
     sheet = Path(BlockwidthApp.CSS_PATH)
     assert (ROOT / "console" / sheet).is_file()

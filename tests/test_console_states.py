@@ -52,7 +52,7 @@ def test_console_save_and_delete_keep_the_operators_comment(tmp_path):
     """s then d (with its confirmation) from the keyboard; the hand-written comment survives both."""
     import asyncio
 
-    from policy import profile
+    from blockwidth.policy import profile
 
     p = tmp_path / "p.toml"
     p.write_text('schema = 1\n\n# our H200: measured by hand, keep\n[[override]]\nbackend = "cuda"\n'
@@ -85,15 +85,15 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     saveable) while save refused it: the tab now says why not, by the rule save applies."""
     import asyncio
 
-    from console import records
-    from engine import record
+    from blockwidth.console import records
+    from blockwidth.engine import record
     from tests.states import demo_pair, fixture_session
 
     undecided = fixture_session()
     for arm in undecided.arms:
         for run, c in zip(arm.runs, undecided.classic.runs):
             run.decode_s = c.decode_s
-    from engine.ab import decide
+    from blockwidth.engine.ab import decide
 
     decide(undecided)
     host = {"device": {"backend": "cpu"}}
@@ -128,7 +128,7 @@ def _run(coro):
 def test_a_save_asks_for_its_scope_and_the_screen_follows_it(tmp_path):
     """s asks: this pair only (p) or generic (g). After the save the resolution is the saved
     entry, and the table's * and the headline say so (they kept the old width and "s saves it")."""
-    from policy import profile
+    from blockwidth.policy import profile
     from tests.states import _save, demo_pair
 
     async def go():
@@ -185,7 +185,7 @@ def test_the_sequential_bar_is_the_budget_and_the_cost_curve_bar_starts_empty(tm
     read "368 of 60 s". During the n repetitions the bar counts their planned runs; after them it
     is the budget, repetitions or seconds, whichever is nearer its end, and never full while a
     run remains; a budget spent early is said in words; a new stage starts its bar at 0."""
-    from engine.ab import Event
+    from blockwidth.engine.ab import Event
     from tests.states import BUDGET_S, TOKENS, _event
 
     async def go():

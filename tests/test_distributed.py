@@ -25,7 +25,7 @@ TOKENS = 16  # several rounds at widths 2 and 4; each group start is most of a t
 
 
 def _sha(tokens) -> str:
-    from engine.distributed import digest
+    from blockwidth.engine.distributed import digest
 
     return digest(tokens)
 
@@ -35,7 +35,7 @@ def qwen2_target(tmp_path_factory) -> Path:
     """The demo target as mlx-lm's qwen2 (zero q/k/v biases: the same function), whose model
     has ``pipeline(group)``; a single weights file, as the demo's (blockwidth writes the index
     mlx-lm's pipeline loader reads)."""
-    from engine.demo import target
+    from blockwidth.engine.demo import target
     from tests.qwen2_form import write
 
     return write(target("bf16"), tmp_path_factory.mktemp("qwen2") / "target-qwen2")
@@ -44,18 +44,18 @@ def qwen2_target(tmp_path_factory) -> Path:
 def _classic(target: Path, ids: list[int] | None = None) -> list[int]:
     """The unsharded classic's tokens of the sweep's default prompt (as this target's tokenizer
     reads it, as the sweep does, unless ``ids``), in this process."""
-    from engine.decode import classic
-    from engine.demo.prompts import DEFAULT_PROMPT
-    from engine.pair import load_pair
+    from blockwidth.engine.decode import classic
+    from blockwidth.engine.demo.prompts import DEFAULT_PROMPT
+    from blockwidth.engine.pair import load_pair
 
     pair = load_pair(target, None, "lookup")
     return classic(pair, ids or pair.tokenizer.encode(DEFAULT_PROMPT), TOKENS).tokens
 
 
 def _demo_ids() -> list[int]:
-    from engine.demo.prompts import DEFAULT_PROMPT
-    from engine.pair import load_pair
-    from engine.demo import target
+    from blockwidth.engine.demo.prompts import DEFAULT_PROMPT
+    from blockwidth.engine.pair import load_pair
+    from blockwidth.engine.demo import target
 
     return load_pair(target("bf16"), None, "lookup").tokenizer.encode(DEFAULT_PROMPT)
 
@@ -94,7 +94,7 @@ def _judge(record: dict, unsharded: list[int], sharding: str, drafter: str) -> N
 
 
 def test_tensor_sharded_demo_target(tmp_path):
-    from engine.demo import target
+    from blockwidth.engine.demo import target
 
     out, record = _sweep(tmp_path, "tensor")
     assert out["group"]["communication"]["collectives"].startswith("12 all_sum of [1, rows, 256]")
@@ -102,7 +102,7 @@ def test_tensor_sharded_demo_target(tmp_path):
 
 
 def test_pipeline_split_demo_target(tmp_path, qwen2_target):
-    from engine.demo import target
+    from blockwidth.engine.demo import target
 
     ids = _demo_ids()  # transformers reads a qwen2 folder with Qwen2Tokenizer: same vocabulary,
     assert _classic(qwen2_target, ids) == _classic(target("bf16"), ids)  # the demo target's function
@@ -133,7 +133,7 @@ def test_llama_has_no_pipeline_split(tmp_path):
 
 
 def test_ranks_that_disagree_are_caught(tmp_path):
-    from console import distributed
+    from blockwidth.console import distributed
 
     port = distributed._free_ports(2)
     cmd = [sys.executable, "-c", distributed.LAUNCH, "--hosts", "127.0.0.1", "-n", "2", "--backend",
@@ -151,7 +151,7 @@ def test_ranks_that_disagree_are_caught(tmp_path):
 
 
 def test_the_group_is_stopped_past_its_timeout(tmp_path):
-    from console import distributed
+    from blockwidth.console import distributed
 
     port = distributed._free_ports(2)
     sleeper = ("import os, sys, time; open(os.path.join(sys.argv[1], str(os.getpid())), 'w').close(); "
@@ -192,15 +192,15 @@ def test_refused_in_one_line(argv, said):
 # ---- the group key (pure) -----------------------------------------------------------------------
 
 def _one_gpu():
-    from policy.device import Backend, Device
+    from blockwidth.policy.device import Backend, Device
 
     return Device(Backend.CUDA, "NVIDIA H200", "sm_90", "9.0", probed=True)
 
 
 def _entry(group=None, width=4):
-    from policy.device import Backend
-    from policy.drafter import DrafterKind
-    from policy.profile import Override
+    from blockwidth.policy.device import Backend
+    from blockwidth.policy.drafter import DrafterKind
+    from blockwidth.policy.profile import Override
 
     return Override(Backend.CUDA, DrafterKind.MODEL, width, compute_capability="9.0",
                     device_name="NVIDIA H200", quant_scheme="affine", quant_bits=4, quant_group_size=64,
@@ -208,10 +208,10 @@ def _entry(group=None, width=4):
 
 
 def test_a_groups_width_never_matches_one_device_nor_the_reverse():
-    from policy.device import parse_group_spec
-    from policy.drafter import DrafterKind
-    from policy.profile import Profile
-    from policy.quantization import Quantization, Scheme
+    from blockwidth.policy.device import parse_group_spec
+    from blockwidth.policy.drafter import DrafterKind
+    from blockwidth.policy.profile import Profile
+    from blockwidth.policy.quantization import Quantization, Scheme
 
     one = _one_gpu()
     two = parse_group_spec("nccl:2:tensor", one)
@@ -230,7 +230,7 @@ def test_a_groups_width_never_matches_one_device_nor_the_reverse():
 def test_group_members_are_compared_rank_by_rank():
     import dataclasses
 
-    from policy.device import Backend, Device, Member, parse_group_spec
+    from blockwidth.policy.device import Backend, Device, Member, parse_group_spec
 
     two = parse_group_spec("nccl:2:tensor", _one_gpu())
     mixed = dataclasses.replace(two, group=dataclasses.replace(
@@ -242,8 +242,8 @@ def test_group_members_are_compared_rank_by_rank():
 
 
 def test_profile_entry_of_a_group_round_trips_and_is_validated():
-    from policy.device import parse_group_spec
-    from policy.profile import ProfileError, dumps, parse
+    from blockwidth.policy.device import parse_group_spec
+    from blockwidth.policy.profile import ProfileError, dumps, parse
 
     e = _entry(parse_group_spec("nccl:2:tensor", _one_gpu()).group)
     text = dumps([e])
@@ -258,10 +258,10 @@ def test_profile_entry_of_a_group_round_trips_and_is_validated():
 
 def test_sweep_save_writes_the_group(tmp_path):
     """What sweep --save stores from a session run in a group: its entry names the group."""
-    from console.outcome import PairFacts, profile_entry
-    from policy.device import parse_group_spec
-    from policy.drafter import DrafterKind
-    from policy.quantization import Quantization, Scheme
+    from blockwidth.console.outcome import PairFacts, profile_entry
+    from blockwidth.policy.device import parse_group_spec
+    from blockwidth.policy.drafter import DrafterKind
+    from blockwidth.policy.quantization import Quantization, Scheme
     from tests.states import fixture_session  # a decided session (w4 wins), judged by the real rules
 
     device = parse_group_spec("ring:2:pipeline", _one_gpu())
@@ -272,10 +272,10 @@ def test_sweep_save_writes_the_group(tmp_path):
 
 
 def test_check_skips_another_groups_entry(tmp_path):
-    from console.check import entry_checks
-    from policy.checks import Status
-    from policy.device import parse_group_spec
-    from policy.profile import Profile
+    from blockwidth.console.check import entry_checks
+    from blockwidth.policy.checks import Status
+    from blockwidth.policy.device import parse_group_spec
+    from blockwidth.policy.profile import Profile
 
     grouped = _entry(parse_group_spec("nccl:2:tensor", _one_gpu()).group)
     prof = Profile(tmp_path / "p.toml", (grouped,), True)
@@ -286,8 +286,8 @@ def test_check_skips_another_groups_entry(tmp_path):
 
 
 def test_launched_backend_and_what_cannot_split():
-    from engine.distributed import launched_backend, shard_problem
-    from policy.device import Sharding
+    from blockwidth.engine.distributed import launched_backend, shard_problem
+    from blockwidth.policy.device import Sharding
 
     assert launched_backend({"MLX_RANK": "0", "MLX_HOSTFILE": "/tmp/h"}) == "ring"
     assert launched_backend({"MLX_RANK": "1", "MLX_WORLD_SIZE": "2", "NCCL_HOST_IP": "1.2.3.4"}) == "nccl"
@@ -301,9 +301,9 @@ def test_launched_backend_and_what_cannot_split():
 
 
 def test_resolve_for_a_group_named_with_device(tmp_path):
-    from policy.device import Backend, Device, group_of
-    from policy.drafter import DrafterKind
-    from policy.profile import Override, dumps
+    from blockwidth.policy.device import Backend, Device, group_of
+    from blockwidth.policy.drafter import DrafterKind
+    from blockwidth.policy.profile import Override, dumps
 
     group = group_of(Device(Backend.CPU), "ring", "tensor", 2)
     entry = Override(Backend.CPU, DrafterKind.MODEL, 3, mlx="0.32.4", quant_scheme="none", group=group)

@@ -6,13 +6,13 @@ import json
 import mlx.core as mx
 import pytest
 
-from console import records
-from engine import costcurve, demo, record
-from engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide, run_session
-from engine.decode import DecodeError, DecodeRun, Round, classic, speculative
-from engine.demo.prompts import DEMO_PROMPTS
-from engine.identity import compare, probe
-from engine.pair import PairError, load_pair
+from blockwidth.console import records
+from blockwidth.engine import costcurve, demo, record
+from blockwidth.engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide, run_session
+from blockwidth.engine.decode import DecodeError, DecodeRun, Round, classic, speculative
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS
+from blockwidth.engine.identity import compare, probe
+from blockwidth.engine.pair import PairError, load_pair
 
 TOKENS = 48
 
@@ -222,7 +222,7 @@ def _session(classic_tok_s, arms):
     s.classic.runs = [_run(v) for v in classic_tok_s]
     for w, (speeds, ident) in arms.items():
         arm = Arm(w, runs=[_run(v, w) for v in speeds])
-        from engine.identity import Identity
+        from blockwidth.engine.identity import Identity
         arm.identity = Identity(ident, ident, None if ident else 1, 3, 3)
         s.arms.append(arm)
     decide(s)
@@ -294,7 +294,7 @@ def test_zero_round_arm_is_not_measured():
 
 
 def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
-    from engine import host
+    from blockwidth.engine import host
 
     events = []
     cfg = AbConfig(widths=(2, 4), prompt=DEMO_PROMPTS[1], n=2, max_tokens=24)
@@ -347,11 +347,11 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
 
 
 def test_host_delta_is_the_difference_of_two_readings_in_seconds():
-    """engine.host.host_delta: stolen ticks become seconds at the clock tick; where /proc/stat was
+    """blockwidth.engine.host.host_delta: stolen ticks become seconds at the clock tick; where /proc/stat was
     not read (None) the stolen time is None, not 0; a real reading has every key."""
     import os
 
-    from engine import host
+    from blockwidth.engine import host
 
     tick = os.sysconf("SC_CLK_TCK")
     a = {"wall_s": 10.0, "thread_cpu_s": 1.0, "process_cpu_s": 2.0, "voluntary_switches": 5,
@@ -367,10 +367,10 @@ def test_host_delta_is_the_difference_of_two_readings_in_seconds():
 
 
 def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_ten_percent():
-    """engine.host: the clocks an A/B session reads around each run. This machine has no NVIDIA
+    """blockwidth.engine.host: the clocks an A/B session reads around each run. This machine has no NVIDIA
     GPU: every reading is None. clock_spread names (lowest, highest) SM clock only when they are
     10 % or more apart, and skips runs without a reading."""
-    from engine import host
+    from blockwidth.engine import host
 
     watch = host.ClockWatch()
     assert watch.read() is None
@@ -385,7 +385,7 @@ def test_a_session_that_raises_mid_run_still_closes_its_clock_watch(model_pair, 
     """run_session opens NVML for the whole session (engine.host.ClockWatch): a run that raises
     (here the front end's event handler, on the first repetition) must still shut it down, or
     each failed session in the console leaves NVML initialised once more."""
-    from engine import host
+    from blockwidth.engine import host
 
     closed = []
 
@@ -449,7 +449,7 @@ def test_sequential_goes_back_when_the_closing_run_takes_a_win_back(model_pair, 
     with budget left (the console showed w2 and w4 undecided after 3 of 12 repetitions); it goes
     back for more repetitions until every arm is decided or the budget runs out. The engine
     decodes for real; only the runs' clocks are set, so the ranges are known."""
-    from engine import ab
+    from blockwidth.engine import ab
 
     speeds = {None: iter([100, 110, 100, 130] + [100] * 20), 2: iter([120, 121, 122] + [125] * 20)}
     real = ab.decode
@@ -489,8 +489,8 @@ def test_a_cancel_takes_effect_within_one_run_wherever_the_session_is(model_pair
     at its next token. Counted on a real session (events after the cancel), never timed."""
     import threading
 
-    from engine import ab
-    from policy.workload import Request, Workload
+    from blockwidth.engine import ab
+    from blockwidth.policy.workload import Request, Workload
 
     reqs = tuple(Request(str(i), prompt=p, line=i) for i, p in enumerate(["def f(x):", "class A:", "import os"], 1))
     wl = Workload("three", reqs, "0" * 64, "file")

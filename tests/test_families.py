@@ -15,9 +15,9 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
-from engine.decode import classic, speculative
-from engine.kvcache import CacheKindError, Method, WindowCache, plan, rewind
-from engine.pair import PairError, load_pair
+from blockwidth.engine.decode import classic, speculative
+from blockwidth.engine.kvcache import CacheKindError, Method, WindowCache, plan, rewind
+from blockwidth.engine.pair import PairError, load_pair
 from tests import families as F
 
 PROMPT = "The quick brown fox jumps over the lazy dog, and the dog sleeps under the old tree."
@@ -143,7 +143,7 @@ def test_window_cache_sees_exactly_the_window_and_drops_a_rejected_tail():
 
 
 def test_window_cache_refuses_to_drop_more_than_its_slack():
-    from engine.kvcache import RewindError
+    from blockwidth.engine.kvcache import RewindError
 
     win = WindowCache(4, slack=2)
     win.step = 4
@@ -155,7 +155,7 @@ def test_window_cache_refuses_to_drop_more_than_its_slack():
 
 
 def test_recurrent_state_is_not_trimmed_silently(checkpoint):
-    from engine.kvcache import RewindError, make_cache
+    from blockwidth.engine.kvcache import RewindError, make_cache
 
     pair = load_pair(checkpoint("qwen3_5", 1))
     cache = make_cache(pair.target, slack=4)
@@ -188,7 +188,7 @@ def qwen35_seeds(checkpoint, tmp_path_factory):
 
 @pytest.mark.parametrize("kind", ["dflash", "mtp"])
 def test_dflash_and_mtp_on_a_qwen35_target_equal_classic(qwen35_seeds, kind):
-    from engine.drafters import make_drafter
+    from blockwidth.engine.drafters import make_drafter
 
     target, dflash = qwen35_seeds
     pair = load_pair(target, dflash if kind == "dflash" else None, kind)
@@ -235,7 +235,7 @@ def test_mtp_norms_of_a_published_qwen35_checkpoint_are_shifted(checkpoint, tmp_
     1 to the target's when it converts them): the MTP head read from it gets the same."""
     import shutil
 
-    from engine import mtp
+    from blockwidth.engine import mtp
     from tests import checkpoints as bd
 
     cfg = _qwen35_with_mtp()
@@ -293,7 +293,7 @@ def test_a_family_with_its_own_embedding_name_loads_and_its_table_bounds_the_ids
                                                                                  family):
     import shutil
 
-    from engine import shapes
+    from blockwidth.engine import shapes
 
     name = OWN_EMBEDDING[family]
     path = checkpoint(family, 1, dtype="float32")
@@ -317,7 +317,7 @@ def test_a_quantized_table_counts_its_rows_and_position_tables_are_not_token_tab
     and gemma3n's per-layer table (ids past it are masked) do not bound the token ids."""
     import mlx.nn as nn
 
-    from engine import shapes
+    from blockwidth.engine import shapes
 
     model = F.build(F.tiny_config("mamba"), seed=1, dtype="float32")
     nn.quantize(model, group_size=32, bits=4, class_predicate=lambda _, m: isinstance(m, nn.Embedding))
@@ -332,8 +332,8 @@ def test_a_quantized_table_counts_its_rows_and_position_tables_are_not_token_tab
 def test_a_model_with_no_token_embedding_at_all_is_refused_in_one_line(checkpoint):
     import mlx.nn as nn
 
-    from engine import shapes
-    from engine.pair import token_rows
+    from blockwidth.engine import shapes
+    from blockwidth.engine.pair import token_rows
 
     path = checkpoint("llama", 1)
     tokenizer = load_pair(path).tokenizer
@@ -345,7 +345,7 @@ def test_a_model_with_no_token_embedding_at_all_is_refused_in_one_line(checkpoin
 
 
 def test_the_session_fits_a_short_context_and_skips_the_curve_with_a_reason(checkpoint, tmp_path):
-    from engine.ab import AbConfig, run_session
+    from blockwidth.engine.ab import AbConfig, run_session
 
     prompt = PROMPT + " " + PROMPT  # prompt lookup finds something to draft
     ids_len = len(load_pair(checkpoint("gemma3_text", 1)).tokenizer.encode(prompt))
@@ -365,7 +365,7 @@ def test_the_session_fits_a_short_context_and_skips_the_curve_with_a_reason(chec
 
 
 def test_cost_curve_and_prediction_carry_the_recurrent_rollback(checkpoint):
-    from engine import costcurve
+    from blockwidth.engine import costcurve
 
     pair = load_pair(checkpoint("qwen3_5", 1))
     curve = costcurve.measure(pair.target, (1, 2, 4), context=24, repeats=2)
@@ -433,7 +433,7 @@ def test_the_sweep_covers_every_family_mlx_lm_ships():
     shipped = {m.name for m in pkgutil.iter_modules(M.__path__)} - F.NOT_FAMILIES
     assert shipped == set(SWEEP) | set(F.NAMED)
     with pytest.raises(CacheKindError, match="mlx-lm cannot build model_type 'nope'"):
-        from engine.kvcache import plan_config
+        from blockwidth.engine.kvcache import plan_config
 
         plan_config({"model_type": "nope"})
     assert plan  # the load-time classifier the sweep exercises

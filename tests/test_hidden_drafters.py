@@ -11,11 +11,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from engine import costcurve, demo, hidden
-from engine.decode import classic, speculative
-from engine.demo.prompts import DEMO_PROMPTS
-from engine.pair import PairError, load_pair
-from policy.drafter import DrafterKind, read_drafter
+from blockwidth.engine import costcurve, demo, hidden
+from blockwidth.engine.decode import classic, speculative
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS
+from blockwidth.engine.pair import PairError, load_pair
+from blockwidth.policy.drafter import DrafterKind, read_drafter
 from tests import checkpoints as bd
 from tests.conftest import run_cli
 
@@ -99,7 +99,7 @@ class Counting:
 
 @pytest.mark.parametrize("kind", ["dflash", "mtp"])
 def test_one_target_forward_per_round_and_hidden_states_from_it(pairs, prompt_ids, kind):
-    from engine.drafters import make_drafter
+    from blockwidth.engine.drafters import make_drafter
 
     pair = pairs[kind]
     counted = replace(pair, target=Counting(pair.target))
@@ -246,7 +246,7 @@ def test_cli_refuses_malformed_dflash_and_inspect_reports(ckpts, tmp_path):
 def test_console_refuses_a_malformed_dflash_pair_and_says_why(ckpts, tmp_path):
     import asyncio
 
-    from console.app import BlockwidthApp, Options
+    from blockwidth.console.app import BlockwidthApp, Options
 
     bad = _edit(ckpts["dflash"], tmp_path / "bad", lambda c: c.update(hidden_size=128))
 

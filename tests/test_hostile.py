@@ -62,7 +62,7 @@ def evil_checkpoint(tmp_path: Path, role: str, where: str, key: str = "auto_map"
 def run_with_yes(*args: str, marker: Path) -> subprocess.CompletedProcess:
     """``blockwidth ARGS`` with 'y' answers waiting on stdin, as `yes | blockwidth` would."""
     env = dict(os.environ, PYTHONPATH=str(ROOT), EVIL_MARKER=str(marker))
-    return subprocess.run([sys.executable, "-m", "console.cli", *args], input="y\n" * 50,
+    return subprocess.run([sys.executable, "-m", "blockwidth", *args], input="y\n" * 50,
                           capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
 
 
@@ -238,8 +238,8 @@ def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, ty
 
 
 def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
-    from console import records
-    from engine import record
+    from blockwidth.console import records
+    from blockwidth.engine import record
 
     rec = {"created": "2026-11-29T10:00:00Z", "prompt": {"sha256": "ab" * 32}, "x": 1}
     first = records.write(rec, tmp_path)
@@ -341,10 +341,10 @@ BIG = "9" * 5000  # past int()'s 4,300-digit limit, where int() raises ValueErro
 def test_integers_past_python_s_digit_limit_are_refused_in_one_short_line(tmp_path):
     """Every integer an operator or a file gives goes through policy.integers.parse_int: a
     5,000-digit one is out of range in one line of bounded length, never a traceback."""
-    from console.request import FieldError, session_request
-    from engine.costcurve import parse_rows
-    from policy.errors import BlockwidthError
-    from policy.resolve import WidthError, parse_width
+    from blockwidth.console.request import FieldError, session_request
+    from blockwidth.engine.costcurve import parse_rows
+    from blockwidth.policy.errors import BlockwidthError
+    from blockwidth.policy.resolve import WidthError, parse_width
 
     prof = tmp_path / "p.toml"
     prof.write_text(f'schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = {BIG}\n')
@@ -416,12 +416,12 @@ def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
     reaches the profile (at n = 1 the session cannot tell drift from noise)."""
     import dataclasses
 
-    from console.inputs import pair_paths
-    from console.measure import save_session
-    from engine.ab import AbConfig, run_session
-    from engine.pair import load_pair
-    from console import profile_file
-    from policy import profile
+    from blockwidth.console.inputs import pair_paths
+    from blockwidth.console.measure import save_session
+    from blockwidth.engine.ab import AbConfig, run_session
+    from blockwidth.engine.pair import load_pair
+    from blockwidth.console import profile_file
+    from blockwidth.policy import profile
 
     paths = pair_paths(None, None)
     pair = load_pair(paths.target, paths.drafter)

@@ -34,7 +34,7 @@ def cli(*args: str, env: dict | None = None, memory: int | None = None, fsize: i
             resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     full = dict(os.environ, PYTHONPATH=str(ROOT), **(env or {}))
-    return subprocess.run([sys.executable, "-m", "console.cli", *args], stdout=stdout,
+    return subprocess.run([sys.executable, "-m", "blockwidth", *args], stdout=stdout,
                           stderr=subprocess.PIPE, text=True, env=full, cwd=cwd or ROOT,
                           timeout=timeout, preexec_fn=limits)
 
@@ -85,8 +85,8 @@ def test_token_ids_past_the_embedding_are_refused_before_any_forward(tmp_path, s
     assert "token id" in line and "2,048 rows" in line and "embed_tokens" in line, line
     assert not (tmp_path / "rec").exists() or not list((tmp_path / "rec").glob("session-*"))
     # the served path (mlx_lm.server loads the weights) checks the same, through the same door
-    from engine.pair import PairError
-    from engine.served import served_pair
+    from blockwidth.engine.pair import PairError
+    from blockwidth.engine.served import served_pair
 
     with pytest.raises(PairError, match="token id"):
         served_pair(t, DEMO / "drafter")
@@ -127,7 +127,7 @@ def test_config_sizes_are_checked_against_the_weights_before_a_model_is_built(tm
 
 def test_weights_larger_than_the_device_are_refused_before_loading(tmp_path):
     """A sparse file: 1 TiB of weights on disk that cost nothing, and would fill any machine."""
-    from engine.shapes import device_memory
+    from blockwidth.engine.shapes import device_memory
 
     t = tmp_path / "huge"
     t.mkdir()
@@ -151,7 +151,7 @@ def test_row_ranges_are_bounded_before_they_are_expanded():
     for rows in ("1-99999999999999", "1-" + BIG, "5-600", "0-3"):
         line = one_line(cli("costcurve", "--rows", rows, memory=2 * GiB, timeout=120))
         assert "row counts must be 1..512" in line, line
-    from engine.costcurve import parse_rows
+    from blockwidth.engine.costcurve import parse_rows
 
     assert parse_rows("1-4,8") == (1, 2, 3, 4, 8)
 
@@ -189,7 +189,7 @@ def test_outputs_that_are_not_regular_files_are_refused_before_any_work(tmp_path
 
 def test_every_output_goes_through_the_same_check(tmp_path):
     """The console's Markdown export writes through the same door as --junit."""
-    from console.outputs import OutputError, write_output
+    from blockwidth.console.outputs import OutputError, write_output
 
     fifo = tmp_path / "session.md"
     os.mkfifo(fifo)
@@ -218,8 +218,9 @@ def test_a_profile_broken_during_the_session_keeps_the_results_and_names_the_rec
     the results are printed, the record kept and named, exit 2 (not a bare line and nothing)."""
     import dataclasses
 
-    import engine.ab
-    from console import cli as blockwidth
+    from blockwidth import engine
+    import blockwidth.engine.ab  # noqa: F401
+    from blockwidth.console import cli as blockwidth
 
     prof = tmp_path / "p.toml"
     prof.write_text("schema = 1\n")
@@ -273,12 +274,12 @@ def test_a_profile_number_of_more_than_4300_digits_still_gives_json_and_junit(tm
 
 
 def test_an_argument_that_is_not_utf8_is_one_line(tmp_path):
-    p = subprocess.run([sys.executable, "-m", "console.cli", "sweep", b"--prompt", b"ab\xff\xfe"],
+    p = subprocess.run([sys.executable, "-m", "blockwidth", "sweep", b"--prompt", b"ab\xff\xfe"],
                        capture_output=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, timeout=120)
     err = p.stderr.decode()
     assert p.returncode == 2 and len(err.strip().splitlines()) == 1 and "not valid UTF-8" in err, err
     # a path that is not UTF-8 is a name, not an error of its own: shown escaped, in one line
-    p = subprocess.run([sys.executable, "-m", "console.cli", "inspect", os.fsencode(tmp_path) + b"/\xff"],
+    p = subprocess.run([sys.executable, "-m", "blockwidth", "inspect", os.fsencode(tmp_path) + b"/\xff"],
                        capture_output=True, env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, timeout=120)
     err = p.stderr.decode()
     assert p.returncode == 2 and "\\xff: no such file" in err and len(err.strip().splitlines()) == 1, err
@@ -317,7 +318,7 @@ def test_an_output_that_is_an_input_under_another_name_is_refused(tmp_path, how)
 
 
 def test_json_never_says_infinity_and_files_never_hold_it(tmp_path):
-    from policy import files
+    from blockwidth.policy import files
 
     assert json.loads(files.dumps_json({"a": float("inf"), "b": [float("nan"), 1.5]})) == {"a": None,
                                                                                             "b": [None, 1.5]}
@@ -390,12 +391,12 @@ def test_a_record_named_by_the_profile_reaches_the_check_report_escaped(tmp_path
 
 
 def test_one_function_escapes_for_every_front_end():
-    from policy.text import error_lines, shown, shown_block
+    from blockwidth.policy.text import error_lines, shown, shown_block
 
     assert shown("a\x1b[2Jb\nc\td\x7f\x9b\u2028\udcff") == "a\\x1b[2Jb\\nc\\td\\x7f\\x9b\\u2028\\xff"
     assert shown("plain text, with spaces and ünïcode") == "plain text, with spaces and ünïcode"
     assert shown_block("line 1\nline\x1b 2") == "line 1\nline\\x1b 2"
-    from policy.profile import ProfileError
+    from blockwidth.policy.profile import ProfileError
 
     assert error_lines(ProfileError(Path("p\n.toml"), ["a\nb", "c"])) == ["profile p\\n.toml: a\\nb",
                                                                           "profile p\\n.toml: c"]
@@ -427,7 +428,7 @@ def test_the_console_refuses_what_sweep_refuses_before_it_opens(args, needle):
 
 
 def test_a_profile_error_names_the_right_line_after_a_multiline_string(tmp_path):
-    from policy import profile
+    from blockwidth.policy import profile
 
     text = ('schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 4\n'
             'note = """\n[[override]]\nnot a header, a note\n"""\n'
@@ -442,7 +443,7 @@ def test_the_console_shows_a_session_whose_record_cannot_be_written(tmp_path):
     ends: the results stay on screen and the error line says the record is not kept; s refuses."""
     import asyncio
 
-    from console.app import BlockwidthApp, Options, Phase
+    from blockwidth.console.app import BlockwidthApp, Options, Phase
 
     rec = tmp_path / "rec"
 

@@ -3,7 +3,7 @@
 import json
 import shutil
 
-from engine import demo
+from blockwidth.engine import demo
 from tests.conftest import run_cli
 
 

@@ -11,11 +11,11 @@ import mlx.core as mx
 import mlx.nn as nn
 import pytest
 
-from engine import demo
-from engine.decode import classic, speculative
-from engine.demo.prompts import DEMO_PROMPTS
-from engine.linear import CHOICES, gather_linear, gemv_fits, parse, verify_linear
-from engine.pair import load_pair
+from blockwidth.engine import demo
+from blockwidth.engine.decode import classic, speculative
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS
+from blockwidth.engine.linear import CHOICES, gather_linear, gemv_fits, parse, verify_linear
+from blockwidth.engine.pair import load_pair
 
 _STOCK = nn.Linear.__call__
 
@@ -135,8 +135,8 @@ def test_a_gather_session_judges_and_predicts_with_the_gather_projections(monkey
     cost curve run the same verify projections as the arms, so its prediction is of the arms
     it ran. Counted at engine.linear's gather route: the same session with those stages off
     routes only its runs (warm-up included); with them on it must route more."""
-    from engine import linear
-    from engine.ab import AbConfig, run_session
+    from blockwidth.engine import linear
+    from blockwidth.engine.ab import AbConfig, run_session
 
     pair = load_pair(demo.target("bf16"), demo.DRAFTER)
     pair.target.set_dtype(mx.float32)
@@ -161,7 +161,7 @@ def test_a_gather_session_judges_and_predicts_with_the_gather_projections(monkey
 
 
 def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
-    from engine.ab import AbConfig, run_session
+    from blockwidth.engine.ab import AbConfig, run_session
 
     pair = load_pair(demo.target("bf16"), demo.DRAFTER)  # bf16: nothing routable on a CPU
     cfg = dict(widths=(2,), prompt=DEMO_PROMPTS[0], n=1, max_tokens=8, exactness=False,
@@ -170,7 +170,7 @@ def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
     said = [w for w in gathered.warnings() if "routed no projection" in w]
     assert said
     # The session's Markdown (m in the console) names the mode and carries the warning too.
-    from engine import host, record
+    from blockwidth.engine import host, record
 
     md = record.markdown(record.build(gathered, pair, host.identity(), host.gate().to_dict()))
     assert "- verify linear: gather" in md and f"- {said[0]}" in md
@@ -181,7 +181,7 @@ def test_gemv_routes_nothing_on_a_cpu_keeps_classic_tokens_and_says_so():
     """``gemv`` is a CUDA kernel: on this CPU every projection stays on the stock matmul (the
     tokens are classic's, the run counts the passes) and the session warns that its figures
     are stock's."""
-    from engine.ab import AbConfig, run_session
+    from blockwidth.engine.ab import AbConfig, run_session
 
     pair = load_pair(demo.target("bf16"), demo.DRAFTER)
     ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
@@ -220,8 +220,8 @@ def test_gemv_takes_only_the_shapes_its_kernel_reads_in_bounds():
 
 def _linear_session(mode: str, backend: str, routed: dict[int, int]):
     """A session's arms as their records hold them: per run, the projections the route took."""
-    from engine.ab import AbConfig, Arm, Session, Verdict
-    from engine.decode import DecodeRun, Round
+    from blockwidth.engine.ab import AbConfig, Arm, Session, Verdict
+    from blockwidth.engine.decode import DecodeRun, Round
 
     s = Session(AbConfig(widths=tuple(routed), prompt="x", verify_linear=mode), [1],
                 Arm(None, verdict=Verdict.CONTROL), [])
@@ -277,8 +277,8 @@ def test_verify_choices_are_one_declaration_in_the_front_end(flag, said):
 
     from tests.conftest import ROOT
 
-    helps = {args: help_of(flag, *args) for args in [("console.cli", "sweep"), ("console.cli", "costcurve")]}
-    assert len(set(helps.values())) == 1 and said in helps[("console.cli", "sweep")], helps
+    helps = {args: help_of(flag, *args) for args in [("blockwidth.console.cli", "sweep"), ("blockwidth.console.cli", "costcurve")]}
+    assert len(set(helps.values())) == 1 and said in helps[("blockwidth.console.cli", "sweep")], helps
     # engine/mlxserver.py is not a command of blockwidth's: it is the process engine.served spawns
     # (mlx_lm.server's own main with the dispatcher), told its mode on its argv by engine.served.
     spawned = ROOT / "engine" / "mlxserver.py"

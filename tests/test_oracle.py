@@ -3,8 +3,8 @@ fixed samples, worked by hand; seeded intervals; samples it cannot use refused."
 
 import pytest
 
-from policy import oracle
-from policy.stats import StatsError
+from blockwidth.policy import oracle
+from blockwidth.policy.stats import StatsError
 
 # Two requests of 10 tokens, one run per arm each: times in seconds
 ARMS = {None: [[(10, 1.0)], [(10, 1.0)]],

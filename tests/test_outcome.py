@@ -2,10 +2,10 @@
 
 import dataclasses
 
-from console.outcome import Front, PairFacts, Refusal, RefusalKind, Tone, headline, in_effect_note, profile_entry
-from engine.ab import Budget, Verdict, decide
-from policy.device import parse_device_spec
-from policy.profile import Override
+from blockwidth.console.outcome import Front, PairFacts, Refusal, RefusalKind, Tone, headline, in_effect_note, profile_entry
+from blockwidth.engine.ab import Budget, Verdict, decide
+from blockwidth.policy.device import parse_device_spec
+from blockwidth.policy.profile import Override
 from tests.states import BUDGET_S, demo_pair, fixture_session
 
 CPU = parse_device_spec("cpu")
@@ -122,7 +122,7 @@ def test_an_undecided_session_gets_one_piece_of_advice_in_its_front_ends_words()
 def test_advice_without_overlap_names_the_budget_that_ended_it():
     """Where more repetitions can decide (drift that may be noise; an interval verdict), the
     advice is the budget field that ran out, doubled, or the sequential box when it is off."""
-    from console.outcome import MoreRuns
+    from blockwidth.console.outcome import MoreRuns
 
     runs = MoreRuns(overlap=False, sequential=True, reps=4, max_reps=12, max_seconds=60,
                     budget_out=Budget.SECONDS, tokens=64)
@@ -144,8 +144,8 @@ def test_an_undecided_session_is_not_saveable_anywhere():
     session (no drift, not cancelled) while save refused it. The record, what sweep --json
     prints (the record's decision), the headline and save now agree, and a record written
     before the rule reads by its verdicts, not by its stored flag."""
-    from engine import record
-    from policy.verdict import RefusalKind as Kind
+    from blockwidth.engine import record
+    from blockwidth.policy.verdict import RefusalKind as Kind
 
     host = {"device": {"backend": "cpu"}, "mlx": "0.32.4"}
     for s, kind in ((_undecided(), Kind.UNDECIDED), (fixture_session(), None),
@@ -173,7 +173,7 @@ def test_measured_advice_names_the_field_and_an_amount_from_the_repetitions_time
     repetition at all. With the repetitions' times the amount is where the last repetition
     ended plus what the next ones cost, so that two more start within it; a reps budget that
     would stop them first is raised too. One piece of advice, in each front end's controls."""
-    from console.outcome import MoreRuns
+    from blockwidth.console.outcome import MoreRuns
 
     runs = MoreRuns(overlap=False, sequential=True, reps=2, max_reps=6, max_seconds=60,
                     budget_out=Budget.SECONDS, tokens=32, rep_s=41.0, last_rep_at=95.0)
@@ -195,8 +195,8 @@ def test_measured_advice_names_the_field_and_an_amount_from_the_repetitions_time
 
 def test_a_real_sequential_session_keeps_its_repetitions_times():
     """The engine notes where each repetition ended, which the advice reads."""
-    from console.outcome import more_runs, rep_seconds
-    from engine.ab import AbConfig, run_session
+    from blockwidth.console.outcome import more_runs, rep_seconds
+    from blockwidth.engine.ab import AbConfig, run_session
 
     cfg = AbConfig(widths=(2,), prompt="def f", n=2, max_tokens=8, sequential=True, max_reps=2,
                    warmup=False, exactness=False, predict=False)
@@ -211,8 +211,8 @@ def test_a_workload_whose_requests_disagree_is_not_advised_more_repetitions():
     the interval resamples the requests, so more passes narrow the run noise but never that
     spread, and "raise secs" would not decide it. Where the requests-only interval straddles
     the bar, the advice says so and names what does decide: the traffic's own workload."""
-    from console.outcome import MoreRuns
-    from policy.stats import request_spread
+    from blockwidth.console.outcome import MoreRuns
+    from blockwidth.policy.stats import request_spread
 
     def req(ratio):  # classic 10 tok/s; the width at ratio x that, two runs each
         return [(10.0, 1.0), (10.0, 1.0)], [(10.0, 1.0 / ratio), (10.0, 1.0 / ratio)]

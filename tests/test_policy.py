@@ -3,8 +3,8 @@ values, without an engine, a console or a file."""
 
 import pytest
 
-from policy import bounds
-from policy.verdict import ArmFacts, RefusalKind, Verdict, decide, refusal, saveable
+from blockwidth.policy import bounds
+from blockwidth.policy.verdict import ArmFacts, RefusalKind, Verdict, decide, refusal, saveable
 
 
 def test_the_verdict_rules_on_plain_numbers():
@@ -98,12 +98,12 @@ def test_every_error_the_product_raises_has_one_base_and_each_front_end_words_it
     import inspect
     from pathlib import Path
 
-    from console.inputs import CLI_NAMES, CONSOLE_NAMES, pair_paths
-    from console.profile_file import ProfileBusy
-    from policy.errors import BlockwidthError, ExitCode, InputError
+    from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES, pair_paths
+    from blockwidth.console.profile_file import ProfileBusy
+    from blockwidth.policy.errors import BlockwidthError, ExitCode, InputError
 
     root = Path(__file__).parents[1]
-    mods = sorted(".".join(p.relative_to(root).with_suffix("").parts) for d in ("policy", "engine", "console")
+    mods = sorted("blockwidth." + ".".join(p.relative_to(root).with_suffix("").parts) for d in ("policy", "engine", "console")
                   for p in (root / d).rglob("*.py") if p.name != "__init__.py" and "demo/pair" not in str(p))
     classes = {}
     for m in mods:

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from console import profile_file
-from policy import profile
-from policy.device import Backend
-from policy.drafter import DrafterKind
-from policy.profile import Override, ProfileError
+from blockwidth.console import profile_file
+from blockwidth.policy import profile
+from blockwidth.policy.device import Backend
+from blockwidth.policy.drafter import DrafterKind
+from blockwidth.policy.profile import Override, ProfileError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -98,10 +98,10 @@ def test_all_problems_reported_at_once(tmp_path):
 
 WRITER = textwrap.dedent("""
     import sys
-    from console import profile_file
-    from policy import profile
-    from policy.device import Backend
-    from policy.drafter import DrafterKind
+    from blockwidth.console import profile_file
+    from blockwidth.policy import profile
+    from blockwidth.policy.device import Backend
+    from blockwidth.policy.drafter import DrafterKind
     path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     for i in range(n):
         profile_file.save(path, profile.Override(backend=Backend.CPU, drafter_kind=DrafterKind.MODEL,

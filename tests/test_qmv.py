@@ -14,7 +14,7 @@ import numpy as np
 import mlx.core as mx
 import pytest
 
-from engine import qmv
+from blockwidth.engine import qmv
 
 LANES = np.arange(32)
 G_, T_ = LANES >> 2, LANES & 3
@@ -348,8 +348,8 @@ def test_the_parity_rule_passes_output_rounding_and_fails_a_wrong_group():
 # --- routing (engine.linear's qmv mode) ---------------------------------------------------------
 import mlx.nn as nn  # noqa: E402
 
-from engine import linear  # noqa: E402
-from engine.linear import KernelWin, auto_allowed, qmv_plan, routing_for, rows_won, verify_linear  # noqa: E402
+from blockwidth.engine import linear  # noqa: E402
+from blockwidth.engine.linear import KernelWin, auto_allowed, qmv_plan, routing_for, rows_won, verify_linear  # noqa: E402
 
 _QSTOCK = nn.QuantizedLinear.__call__
 
@@ -540,8 +540,8 @@ def test_prepare_under_auto_compiles_and_traces_only_what_auto_routes(monkeypatc
     """Before the clock, auto on a CUDA 9.0 device compiles the instances of the (bits, group)
     it routes, and under compile traces their shapes at the rows it routes: the 8-bit
     projection, stock under the default call, costs no compile; explicit qmv prepares all."""
-    import engine.attention
-
+    from blockwidth import engine  # engine.attention below
+    import blockwidth.engine.attention  # noqa: F401
     compiled, traced = [], []
     monkeypatch.setenv(qmv.CALL_ENV, call)
     monkeypatch.setattr(linear, "current_backend", lambda: "cuda")
@@ -571,10 +571,10 @@ def test_prepare_under_auto_compiles_and_traces_only_what_auto_routes(monkeypatc
 
 
 def test_a_qmv_speculative_run_on_the_4bit_demo_pair_keeps_classics_tokens():
-    from engine import demo
-    from engine.decode import classic, speculative
-    from engine.demo.prompts import DEMO_PROMPTS
-    from engine.pair import load_pair
+    from blockwidth.engine import demo
+    from blockwidth.engine.decode import classic, speculative
+    from blockwidth.engine.demo.prompts import DEMO_PROMPTS
+    from blockwidth.engine.pair import load_pair
 
     pair = load_pair(demo.target("4bit"), demo.DRAFTER)
     ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
@@ -608,7 +608,7 @@ def test_a_bad_call_strategy_is_one_line_and_exit_2_before_any_model_loads():
 
     env = dict(os.environ, PYTHONPATH=str(ROOT), BLOCKWIDTH_QMV_CALL="graph")
     for cmd in (["costcurve", "--rows", "1-2"], ["sweep", "--widths", "2", "-n", "1"]):
-        out = subprocess.run([sys.executable, "-m", "console.cli", *cmd, "--verify-linear", "qmv"],
+        out = subprocess.run([sys.executable, "-m", "blockwidth", *cmd, "--verify-linear", "qmv"],
                              capture_output=True, text=True, env=env, cwd=ROOT, timeout=300)
         assert out.returncode == 2 and out.stderr.strip().splitlines() == [
             "blockwidth: error: BLOCKWIDTH_QMV_CALL='graph': expected one of direct, compile"], out.stderr

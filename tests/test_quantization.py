@@ -4,8 +4,8 @@ import json
 
 import pytest
 
-from policy.config import ConfigError
-from policy.quantization import Quantization, Scheme, classify, read_quantization
+from blockwidth.policy.config import ConfigError
+from blockwidth.policy.quantization import Quantization, Scheme, classify, read_quantization
 
 CASES = [
     # (name, config, sidecar, scheme, bits, group_size)

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import pytest
 
-from policy.device import Backend, parse_device_spec, DeviceSpecError
-from policy.drafter import DrafterKind, detect_drafter
-from policy.profile import Override, Profile
-from policy.quantization import classify
-from policy.resolve import Source, WidthError, resolve
+from blockwidth.policy.device import Backend, parse_device_spec, DeviceSpecError
+from blockwidth.policy.drafter import DrafterKind, detect_drafter
+from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.quantization import classify
+from blockwidth.policy.resolve import Source, WidthError, resolve
 
 AFFINE4 = classify({"quantization": {"group_size": 64, "bits": 4}})
 NVFP4 = classify({"quantization": {"group_size": 16, "bits": 4, "mode": "nvfp4"}})
@@ -34,8 +34,8 @@ def test_gb10_affine_dflash_is_measured_default():
 
 
 def test_every_table_row_names_its_record_and_says_whether_output_matched():
-    from policy import resolve as res_mod
-    from policy.table import TABLE
+    from blockwidth.policy import resolve as res_mod
+    from blockwidth.policy.table import TABLE
 
     for row in TABLE:
         assert row.record and row.mlx and row.evidence
@@ -87,8 +87,8 @@ def test_a_declared_width_a_committed_record_measured_slower_is_not_the_first_an
 def test_each_table_rows_slower_widths_are_slower_in_its_committed_record():
     """A row's ``slower`` widths pass over declarations: each must be "slower" in the record it
     names (where that record is committed here), and its width the fastest that is not."""
-    from engine.record import load
-    from policy.table import TABLE
+    from blockwidth.engine.record import load
+    from blockwidth.policy.table import TABLE
 
     root = Path(__file__).resolve().parent.parent
     checked = 0
@@ -239,8 +239,8 @@ def test_bad_device_specs(bad):
 
 def test_entries_record_and_match_the_device_name():
     """Issue 7: an H200 measurement must not silently match an H100 of the same compute capability."""
-    from policy.device import Device
-    from policy.quantization import Quantization, Scheme
+    from blockwidth.policy.device import Device
+    from blockwidth.policy.quantization import Quantization, Scheme
 
     q = Quantization(Scheme.AFFINE, 4, 64)
     h200 = Override(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=8, compute_capability="9.0",
@@ -261,8 +261,8 @@ def test_entries_record_and_match_the_device_name():
 
 
 def test_nvml_describes_the_gpu_cuda_visible_devices_selects():
-    from engine.device import nvml_handle
-    from policy.device import visible_device
+    from blockwidth.engine.device import nvml_handle
+    from blockwidth.policy.device import visible_device
 
     class Lib:  # records which NVML lookup was asked for; not an engine stand-in
         def nvmlDeviceGetHandleByIndex(self, i):
@@ -280,7 +280,7 @@ def test_nvml_describes_the_gpu_cuda_visible_devices_selects():
 
 
 def test_the_profile_step_says_when_there_is_no_profile_or_no_entry(tmp_path):
-    from policy import profile as profiles
+    from blockwidth.policy import profile as profiles
 
     missing = profiles.load(tmp_path / "none.toml", missing_ok=True)
     (tmp_path / "empty.toml").write_text("schema = 1\n")

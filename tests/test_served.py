@@ -61,7 +61,7 @@ class Proc:
     def __init__(self, *args: str):
         import threading
 
-        self.proc = subprocess.Popen([sys.executable, "-m", "console.cli", *args],
+        self.proc = subprocess.Popen([sys.executable, "-m", "blockwidth", *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                                      env=_env(), cwd=ROOT)
         self.lines = {"stdout": [], "stderr": []}
@@ -120,7 +120,7 @@ def _one_error(stderr: str) -> str:
 def served_sweep(tmp_path_factory):
     """One served A/B, widths 2 and 4 at concurrency 1 and 2 (shared by the checks below)."""
     records = tmp_path_factory.mktemp("served-records")
-    r = subprocess.run([sys.executable, "-m", "console.cli", "sweep", "--path", "mlx-lm-server",
+    r = subprocess.run([sys.executable, "-m", "blockwidth", "sweep", "--path", "mlx-lm-server",
                         "--widths", "2,4", "-n", "2", "--max-tokens", "12", "--concurrency", "1,2",
                         "--record-dir", str(records), "--json"],
                        capture_output=True, text=True, env=dict(_env(), MLX_CUDA_USE_CUDNN_SDPA="0"),
@@ -452,7 +452,7 @@ width = 8
 
 
 def test_profile_entries_carry_path_concurrency_and_server(tmp_path):
-    from policy import profile as profiles
+    from blockwidth.policy import profile as profiles
 
     entries = profiles.load(_profile(tmp_path)).entries
     assert [e.path for e in entries] == ["engine", "mlx-lm-server", "mlx-lm-server", "engine"]
@@ -474,7 +474,7 @@ def test_profile_entries_carry_path_concurrency_and_server(tmp_path):
     ('path = "mlx-lm-server"\nserver = { env = "MLX_X=0" }', "server.env = 'MLX_X=0': expected a table"),
 ])
 def test_bad_served_profile_fields_are_located(tmp_path, text, problem):
-    from policy import profile as profiles
+    from blockwidth.policy import profile as profiles
 
     p = tmp_path / "p.toml"
     p.write_text(f'schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 4\n{text}\n')
@@ -563,7 +563,7 @@ evidence = { record = "served-env.json" }
 
 
 def test_server_env_keeps_mlx_switches_only():
-    from engine.served import server_env
+    from blockwidth.engine.served import server_env
 
     assert server_env({"MLX_CUDA_USE_CUDNN_SDPA": "0", "HOME": "/root", "MLX_BAD": "a b",
                        "MLX_METAL_FAST_SYNCH": "1"}) == {"MLX_CUDA_USE_CUDNN_SDPA": "0",

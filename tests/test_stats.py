@@ -1,4 +1,4 @@
-"""policy.stats against figures worked out by hand on fixed samples."""
+"""blockwidth.policy.stats against figures worked out by hand on fixed samples."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import math
 
 import pytest
 
-from policy import stats
-from policy.stats import Estimate, Interval
+from blockwidth.policy import stats
+from blockwidth.policy.stats import Estimate, Interval
 
 
 # ---- the permutation p-value ------------------------------------------------------------------

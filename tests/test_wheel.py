@@ -39,11 +39,12 @@ def wheel(tmp_path_factory) -> Path:
 def test_the_wheel_holds_no_lab_no_logs_no_evidence(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     tops = {n.split("/")[0] for n in names}
-    assert tops == {"console", "engine", "policy", f"{wheel.name.split('-py3')[0]}.dist-info"}, tops
+    # one package, named after the tool: nothing generic (console, engine, policy) in site-packages
+    assert tops == {"blockwidth", f"{wheel.name.split('-py3')[0]}.dist-info"}, tops
     assert [n for n in names if n.endswith(".log") or "evidence" in n.split("/") or "/lab/" in f"/{n}"] == []
     assert [n for n in names if n.startswith("tests/") or n.endswith((".sh", ".svg"))] == []
-    assert "console/app.tcss" in names  # the console's styles are package data
-    assert any(n.startswith("engine/demo/pair/target-bf16/") and n.endswith(".safetensors") for n in names)
+    assert "blockwidth/console/app.tcss" in names  # the console's styles are package data
+    assert any(n.startswith("blockwidth/engine/demo/pair/target-bf16/") and n.endswith(".safetensors") for n in names)
 
 
 def test_the_wheel_runs_help_and_resolve_from_a_fresh_venv(wheel, tmp_path):
@@ -60,8 +61,8 @@ def test_the_wheel_runs_help_and_resolve_from_a_fresh_venv(wheel, tmp_path):
                    check=True, capture_output=True, timeout=600)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
     exe = str(venv / "bin" / "blockwidth")
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import console, engine.demo; "
-                            "print(console.__file__); print(engine.demo.PAIR_DIR)"],
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import blockwidth.console as c, blockwidth.engine.demo as d; "
+                            "print(c.__file__); print(d.PAIR_DIR)"],
                            capture_output=True, text=True, cwd=tmp_path, env=env, check=True).stdout
     assert where.count(str(purelib)) == 2, where  # the wheel's code and its demo pair, not the checkout's
     h = subprocess.run([exe, "--help"], capture_output=True, text=True, cwd=tmp_path, env=env, timeout=300)
@@ -71,6 +72,28 @@ def test_the_wheel_runs_help_and_resolve_from_a_fresh_venv(wheel, tmp_path):
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["width"] >= 2 and Path(d["target"]).is_relative_to(purelib)
+    py = str(venv / "bin" / "python")
+    v = subprocess.run([py, "-m", "blockwidth", "--version"], capture_output=True, text=True, cwd=tmp_path,
+                       env=env, timeout=300)
+    assert v.returncode == 0 and v.stdout.strip() == "blockwidth 0.1.0", (v.stdout, v.stderr)
+    s = subprocess.run([py, "-m", "blockwidth", "sweep", "-n", "1", "--max-tokens", "4", "--widths", "2",
+                        "--record-dir", str(tmp_path / "rec"), "--json"], capture_output=True, text=True,
+                       cwd=tmp_path, env=env, timeout=600)
+    assert s.returncode == 0, s.stderr
+    assert json.loads(s.stdout)["arms"] and list((tmp_path / "rec").glob("*.json"))
+
+
+def test_no_module_imports_the_repository_folders_by_their_bare_names():
+    """console/, engine/ and policy/ install as blockwidth.console, ...: a bare `import engine`
+    works from the repository root only (and would load a second copy of the module beside
+    blockwidth.engine's, with its own state), never from the wheel."""
+    import re
+
+    bare = re.compile(r"^\s*(from|import)\s+(console|engine|policy)\b", re.M)
+    hits = [str(p.relative_to(ROOT)) for d in ("blockwidth", "console", "engine", "policy", "tests", "lab",
+                                                "screenshots", "examples")
+            for p in (ROOT / d).rglob("*.py") if bare.search(p.read_text(encoding="utf-8"))]
+    assert hits == []
 
 
 def test_the_product_tests_need_nothing_from_the_lab():

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from conftest import ROOT, run_cli
-from policy import workload
-from policy.workload import WorkloadError
+from blockwidth.policy import workload
+from blockwidth.policy.workload import WorkloadError
 
 DEMO = ROOT / "engine" / "demo" / "pair"
 
@@ -132,7 +132,7 @@ def _templated_copy(tmp_path) -> Path:
 
 
 def test_chat_request_renders_with_the_chat_template(tmp_path):
-    from engine.workload import PROMPT, TEMPLATE, prepare
+    from blockwidth.engine.workload import PROMPT, TEMPLATE, prepare
 
     tok = _tokenizer(_templated_copy(tmp_path))
     w = workload.read(str(_write(tmp_path / "w.jsonl", [
@@ -147,7 +147,7 @@ def test_chat_request_renders_with_the_chat_template(tmp_path):
 
 
 def test_chat_request_refused_without_a_chat_template(tmp_path):
-    from engine.workload import TRANSCRIPT, prepare
+    from blockwidth.engine.workload import TRANSCRIPT, prepare
 
     tok = _tokenizer(DEMO / "target-bf16")
     assert not tok.has_chat_template
@@ -168,9 +168,9 @@ def test_sweep_workload_end_to_end(tmp_path):
     templated tokenizer: every arm runs every request, interleaved with the arms rotated per
     request, classic closing with a pass; identity per request; each width's ratio, interval and
     p-value in --json; the record reproduces its intervals from its own samples and seed."""
-    from console.inputs import resolution
-    from engine import record
-    from policy import stats
+    from blockwidth.console.inputs import resolution
+    from blockwidth.engine import record
+    from blockwidth.policy import stats
 
     target = _templated_copy(tmp_path)
     wl = _write(tmp_path / "w.jsonl", [
@@ -276,8 +276,8 @@ def test_sweep_refuses_bad_json_on_line_3_and_chat_without_a_template(tmp_path):
 
 def _fixed_session(speeds: dict, classic_tok_s=(40.0, 41.5, 42.0, 40.5), workload_=None):
     """A session judged by the real decide, from fixed timings on the demo tokenizer."""
-    from engine.ab import AbConfig, Arm, Session, Verdict, decide
-    from engine.identity import compare
+    from blockwidth.engine.ab import AbConfig, Arm, Session, Verdict, decide
+    from blockwidth.engine.identity import compare
     from tests.states import CONTINUATION, DEFAULT_PROMPT, TOKENS, _run, demo_pair
 
     tok = demo_pair().tokenizer
@@ -310,7 +310,7 @@ def test_session_tie_rule_chooses_the_smaller_width_on_fixed_figures():
 def test_disjoint_but_below_the_minimum_gain_is_not_a_win():
     """Slowest 42.3 beats classic's fastest 42.0 (the old rule's win), but about 1.01x: below min
     gain, which saves as a decline; with --min-gain 0 the same figures win."""
-    from console.outcome import Tone, headline
+    from blockwidth.console.outcome import Tone, headline
 
     s = _fixed_session({2: [42.3, 42.4, 42.5]}, classic_tok_s=(41.9, 42.0, 41.95, 41.9))
     assert s.estimates[2].ci.hi < 1.03
@@ -320,7 +320,7 @@ def test_disjoint_but_below_the_minimum_gain_is_not_a_win():
     assert h.saveable and h.tone is Tone.PLAIN and "no measured width clears the 3% minimum gain" in h.text
     import dataclasses
 
-    from engine.ab import decide
+    from blockwidth.engine.ab import decide
 
     s.config = dataclasses.replace(s.config, min_gain=0.0)
     decide(s)
@@ -328,10 +328,10 @@ def test_disjoint_but_below_the_minimum_gain_is_not_a_win():
 
 
 def test_profile_entry_keeps_the_workload_and_interval_through_toml(tmp_path):
-    from console import profile_file
-    from console.outcome import PairFacts, profile_entry
-    from policy import profile as profiles
-    from policy.device import parse_device_spec
+    from blockwidth.console import profile_file
+    from blockwidth.console.outcome import PairFacts, profile_entry
+    from blockwidth.policy import profile as profiles
+    from blockwidth.policy.device import parse_device_spec
     from tests.states import demo_pair
 
     w = workload.builtin("mixed")
@@ -352,8 +352,8 @@ def test_profile_entry_keeps_the_workload_and_interval_through_toml(tmp_path):
 def test_check_measure_replays_the_entrys_workload(tmp_path):
     """The workload an entry names is found again when its content is the same (the built-in, or
     the file at its path); a changed file is said, and the check falls back to a prompt."""
-    from console.check import _workload_for
-    from policy.profile import Override
+    from blockwidth.console.check import _workload_for
+    from blockwidth.policy.profile import Override
 
     def entry(evidence):
         e = Override.__new__(Override)
@@ -375,10 +375,10 @@ def test_check_measure_replays_the_entrys_workload(tmp_path):
 def _fixed_workload(ratios: list[float], widths=(2, 3, 4, 6, 8)):
     """A workload session from fixed timings: request k runs classic at 40 tok/s and width w at
     40 x ratios[k] x (1 - 0.01 w); judged by the real decide."""
-    from engine.ab import AbConfig, Arm, RequestArms, Session, Verdict, _add_pass, decide
-    from engine.identity import compare
-    from engine.workload import PROMPT, Prepared
-    from policy.workload import Request, Workload
+    from blockwidth.engine.ab import AbConfig, Arm, RequestArms, Session, Verdict, _add_pass, decide
+    from blockwidth.engine.identity import compare
+    from blockwidth.engine.workload import PROMPT, Prepared
+    from blockwidth.policy.workload import Request, Workload
     from tests.states import CONTINUATION, DEFAULT_PROMPT, TOKENS, _run, demo_pair
 
     tok = demo_pair().tokenizer
@@ -405,7 +405,7 @@ def _fixed_workload(ratios: list[float], widths=(2, 3, 4, 6, 8)):
 
 
 def test_workload_verdict_is_the_intervals_and_the_table_folds_to_80_columns():
-    from console.render import ratio_rows, request_table
+    from blockwidth.console.render import ratio_rows, request_table
 
     s = _fixed_workload([1.6, 1.5, 1.7, 1.4, 1.55, 1.65, 1.45, 1.5])
     assert [len(a.runs) for a in [s.classic, *s.arms]] == [4, 3, 3, 3, 3, 3]  # one run per pass
@@ -422,7 +422,7 @@ def test_workload_verdict_is_the_intervals_and_the_table_folds_to_80_columns():
     assert table[-1] == "best width per request: w2 on 8"
     assert [r[0] for r in ratio_rows(s)] == ["w2", "w3", "w4", "w6", "w8"]
     # a request whose output differs takes the win away from the whole workload
-    from engine.ab import decide
+    from blockwidth.engine.ab import decide
 
     bad = s.requests[3].arm(2)
     bad.identity = type(bad.identity)(**{**bad.identity.to_dict(), "identical_ids": False, "first_divergence": 2})
@@ -490,7 +490,7 @@ def test_console_prompt_field_runs_a_workload_and_folds_its_requests_at_80x24(tm
 
     from textual.widgets import Input
 
-    from console.app import BlockwidthApp, Options
+    from blockwidth.console.app import BlockwidthApp, Options
     from tests.test_app import _settle, _text, _type_fields
 
     rows = [{"id": f"r{k}", "prompt": p, "max_tokens": 6} for k, p in enumerate(
@@ -537,7 +537,7 @@ def test_the_committed_cpu_workload_record_reproduces_its_intervals():
     intervals and p-values come back from its own samples and seed."""
     import gzip
 
-    from engine import record
+    from blockwidth.engine import record
 
     rec = json.load(gzip.open(ROOT / "lab" / "records" / "workload-mixed-cpu-demo.json.gz"))
     assert rec["workload"]["name"] == "mixed" and len(rec["requests"]) == rec["workload"]["requests"] == 16

@@ -17,17 +17,17 @@ from textual.containers import Horizontal, VerticalScroll
 from textual.reactive import var
 from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static, TabPane
 
-from console.inputs import InputError, chain_lines
-from console.outcome import Front, headline
-from console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
-from console.request import SessionRequest, session_request
-from console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, FIRST_N, FIRST_TOKENS, Phase, ResolutionView, SessionView
-from console.widgets.common import TONE_STYLE
-from console.widgets.top import in_effect
-from policy.text import shown
+from blockwidth.console.inputs import InputError, chain_lines
+from blockwidth.console.outcome import Front, headline
+from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
+from blockwidth.console.request import SessionRequest, session_request
+from blockwidth.console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, FIRST_N, FIRST_TOKENS, Phase, ResolutionView, SessionView
+from blockwidth.console.widgets.common import TONE_STYLE
+from blockwidth.console.widgets.top import in_effect
+from blockwidth.policy.text import shown
 
 if TYPE_CHECKING:
-    from engine.ab import Event, Session
+    from blockwidth.engine.ab import Event, Session
 
 _PHASE_STYLE = {Phase.FAILED: "bold red", Phase.LOAD_FAILED: "bold red", Phase.CANCELLED: "yellow",
                 Phase.CANCELLING: "yellow", Phase.DONE: "green"}
@@ -379,7 +379,7 @@ class AbTab(TabPane):
         state = self.session_state
         if state is not None and state.session is not None and getattr(state.session, "attention", ""):
             return state.session.attention
-        from engine.attention import effective
+        from blockwidth.engine.attention import effective
 
         mode = self._verify_attention
         eff = effective(mode).value

@@ -8,9 +8,9 @@ from textual.containers import VerticalScroll
 from textual.reactive import var
 from textual.widgets import Static, TabPane
 
-from console.inputs import chain_lines
-from console.state import ResolutionView
-from policy.text import shown
+from blockwidth.console.inputs import chain_lines
+from blockwidth.console.state import ResolutionView
+from blockwidth.policy.text import shown
 
 
 def chain_text(view: ResolutionView) -> str:

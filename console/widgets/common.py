@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from console.outcome import Tone
-from policy.text import shown
+from blockwidth.console.outcome import Tone
+from blockwidth.policy.text import shown
 
 TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yellow", Tone.BAD: "bold red",
               Tone.STOPPED: "bold yellow"}

@@ -14,7 +14,7 @@ from textual.app import ComposeResult
 from textual.containers import Horizontal, VerticalScroll
 from textual.widgets import Static, TabPane
 
-from policy.text import shown, shown_block
+from blockwidth.policy.text import shown, shown_block
 
 
 @dataclass(frozen=True)

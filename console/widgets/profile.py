@@ -10,10 +10,10 @@ from textual.app import ComposeResult
 from textual.reactive import var
 from textual.widgets import DataTable, Static, TabPane
 
-from console.state import ResolutionView
-from console.widgets.common import plural
-from policy.text import error_lines, shown
-from policy.profile import ProfileError
+from blockwidth.console.state import ResolutionView
+from blockwidth.console.widgets.common import plural
+from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.profile import ProfileError
 
 MARK_STYLE = {"pass": "green", "warn": "yellow", "stale": "yellow", "skip": "dim", "fail": "bold red",
               "unchecked": "dim"}
@@ -54,7 +54,7 @@ class ProfileTab(TabPane):
         return self.entries[row] if self.entries and row is not None and row < len(self.entries) else None
 
     def refresh_entries(self) -> None:
-        from policy import profile as profiles
+        from blockwidth.policy import profile as profiles
 
         table = self.query_one(DataTable)
         table.clear()
@@ -79,7 +79,7 @@ class ProfileTab(TabPane):
     def _marks(self, prof: Any) -> list[Any]:
         """The static --check, read-only, for the resolved device: one mark per entry (none
         until the resolution worker has probed the device)."""
-        from console.check import EntryMark, Mark, profile_marks
+        from blockwidth.console.check import EntryMark, Mark, profile_marks
 
         view = self.resolution
         if view is None or view.res is None:

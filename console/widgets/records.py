@@ -15,9 +15,9 @@ from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static, TabPane
 
-from console.messages import PreviewRendered, RecordsRead
-from console.widgets.common import plural
-from policy.text import shown, shown_block
+from blockwidth.console.messages import PreviewRendered, RecordsRead
+from blockwidth.console.widgets.common import plural
+from blockwidth.policy.text import shown, shown_block
 
 MAX_RECORDS = 200  # newest first; older ones stay on disk
 
@@ -46,7 +46,7 @@ class RecordsTab(TabPane):
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
     def read(self, pair_id: str | None, backend: str | None) -> None:
         """The records of this pair (``pair_id``) on this backend; None: any."""
-        from engine import record
+        from blockwidth.engine import record
 
         rows = []
         for path in sorted(self.record_dir.glob("session-*.json"), reverse=True)[:MAX_RECORDS]:
@@ -70,7 +70,7 @@ class RecordsTab(TabPane):
         self._markdown = {p: md for p, md in self._markdown.items() if p in listed}
         table = self.query_one(DataTable)
         table.clear()
-        from engine.record import refusal
+        from blockwidth.engine.record import refusal
 
         for path, rec in message.rows:
             cfg, dec = rec.get("config", {}), rec.get("decision", {})
@@ -101,7 +101,7 @@ class RecordsTab(TabPane):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="preview", name="render record")
     def render_markdown(self, path: Path, rec: dict) -> None:
-        from engine import record
+        from blockwidth.engine import record
 
         try:
             text = shown_block(record.markdown(rec))

@@ -10,11 +10,11 @@ from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
 
-from console.outcome import Tone, in_effect_note
-from console.state import ResolutionView, SessionView
-from console.widgets.common import TONE_STYLE, short_path
-from policy.resolve import keyed_on
-from policy.text import shown
+from blockwidth.console.outcome import Tone, in_effect_note
+from blockwidth.console.state import ResolutionView, SessionView
+from blockwidth.console.widgets.common import TONE_STYLE, short_path
+from blockwidth.policy.resolve import keyed_on
+from blockwidth.policy.text import shown
 
 
 def in_effect(session_view: SessionView | None, view: ResolutionView | None) -> tuple[str, Tone] | None:

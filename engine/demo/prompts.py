@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 
-from policy import files
-from policy.errors import BlockwidthError
+from blockwidth.policy import files
+from blockwidth.policy.errors import BlockwidthError
 
 DEMO_PROMPTS: tuple[str, ...] = (
     'class Stack:\n    """A last-in, first-out container."""\n\n    def __init__(self):\n        self',

@@ -15,13 +15,13 @@ import numpy as np
 import pytest
 from mlx.utils import tree_flatten, tree_map
 
-from engine import demo, hidden
-from engine.decode import speculative
+from blockwidth.engine import demo, hidden
+from blockwidth.engine.decode import speculative
 from lab import build_drafters as bd
-from engine.demo.prompts import DEMO_PROMPTS, read_prompts
-from engine.dflash import DFlashDrafter
-from engine.mtp import MTPDrafter
-from engine.pair import load_pair
+from blockwidth.engine.demo.prompts import DEMO_PROMPTS, read_prompts
+from blockwidth.engine.dflash import DFlashDrafter
+from blockwidth.engine.mtp import MTPDrafter
+from blockwidth.engine.pair import load_pair
 
 TARGET = demo.target("bf16")
 TCONFIG = json.loads((TARGET / "config.json").read_text())
@@ -161,7 +161,7 @@ def test_acceptance_is_measured_on_the_prompts_it_is_given():
 def test_dflash_training_can_continue_a_checkpoint(text):
     """--dflash-init: training starts from the checkpoint's weights (at learning rate 0 they are
     what it holds after a step), not from random ones."""
-    from engine.dflash import load_model, parse_spec, read_config
+    from blockwidth.engine.dflash import load_model, parse_spec, read_config
 
     target, rows = text
     path = demo.DFLASH

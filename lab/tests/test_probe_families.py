@@ -40,10 +40,10 @@ def test_a_divergence_is_read_at_its_position_and_classified(tmp_path):
     nothing diverges, so a run with one token changed stands in: the replay does not choose it."""
     from types import SimpleNamespace
 
-    from engine.decode import classic
-    from engine.identity import NOT_REPRODUCED
-    from engine.kvcache import Method
-    from engine.pair import load_pair
+    from blockwidth.engine.decode import classic
+    from blockwidth.engine.identity import NOT_REPRODUCED
+    from blockwidth.engine.kvcache import Method
+    from blockwidth.engine.pair import load_pair
 
     path = probe_families.write_target(tmp_path / "t", "tiny", "bf16")
     pair = load_pair(path)

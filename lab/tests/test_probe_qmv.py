@@ -90,7 +90,7 @@ def test_without_cuda_a_real_shape_and_bad_input_are_refused_in_one_line(tmp_pat
 
 
 def test_emit_writes_every_instance_as_mlx_would_build_it(tmp_path):
-    from engine import qmv
+    from blockwidth.engine import qmv
     from lab import probe_qmv
 
     assert _run("emit", "--out", str(tmp_path)).returncode == 0
@@ -174,10 +174,10 @@ def _qmv_records() -> list[Path]:
 
 
 def test_no_qmv_win_without_a_committed_record_and_each_win_follows_its_record():
-    """engine.linear.QMV_WINS (what auto routes to the kernel) holds an entry only where a
+    """blockwidth.engine.linear.QMV_WINS (what auto routes to the kernel) holds an entry only where a
     committed GPU record of this probe has its rows won, and holds exactly those rows; a
     committed record whose curves won must have its entries (adding the record flips auto)."""
-    from engine.linear import QMV_WINS
+    from blockwidth.engine.linear import QMV_WINS
     from lab.probe_qmv import derive_auto
 
     records = _qmv_records()

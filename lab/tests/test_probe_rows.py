@@ -4,7 +4,7 @@ reaches the rows kernel's edges, and its timing runs every mode through probe_ov
 
 import mlx.core as mx
 
-from engine import attention
+from blockwidth.engine import attention
 from lab import probe_rows
 
 

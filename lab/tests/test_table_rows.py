@@ -72,8 +72,8 @@ def qmv_route_problem(rec: dict, width: int) -> str | None:
     None: where the record routed the verify to the qmv kernel (2..8 rows), auto must route
     this target's projections at that width too, under the default call strategy, which must
     be the one the record used (engine.linear.QMV_WINS, engine.qmv.DEFAULT_CALL)."""
-    from engine import qmv
-    from engine.linear import auto_allowed
+    from blockwidth.engine import qmv
+    from blockwidth.engine.linear import auto_allowed
 
     lin, q = _linear(rec), rec["pair"]["target_quantization"]
     if lin is None or not 2 <= width <= qmv.MAX_ROWS:
@@ -88,9 +88,9 @@ def qmv_route_problem(rec: dict, width: int) -> str | None:
 
 
 def test_each_cuda_9_0_row_is_what_its_records_derive():
-    from policy.device import Backend
-    from policy.drafter import DrafterKind
-    from policy.table import TABLE
+    from blockwidth.policy.device import Backend
+    from blockwidth.policy.drafter import DrafterKind
+    from blockwidth.policy.table import TABLE
 
     rows = {(r.scheme.value, r.bits): r for r in TABLE
             if r.backend is Backend.CUDA and r.compute_capability == "9.0" and r.drafter_kind is DrafterKind.MODEL}
