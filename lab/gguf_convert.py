@@ -83,14 +83,18 @@ def _check(path: Path) -> None:
             raise ConvertError(f"{path}: not a GGUF file (no GGUF magic)")
 
 
-def read(path: Path) -> Source:
-    """Read with ``mx.load`` where MLX understands the file's quantization, else with ``gguf``."""
+def read(path: Path, fallback: bool = True) -> Source:
+    """Read with ``mx.load`` where MLX understands the file's quantization, else (``fallback``)
+    with ``gguf``; without it, a file MLX refuses raises ``ConvertError`` before any dequantizing."""
     import mlx.core as mx
 
     _check(path)
     try:
         arrays, meta = mx.load(str(path), return_metadata=True)
     except Exception as e:  # MLX refuses K-quants ("gguf_tensor_to_f16 failed")
+        if not fallback:
+            raise ConvertError(f"{path}: --variant native needs a file MLX reads as is (Q4_0/Q4_1/Q8_0), and MLX "
+                               f"refuses this one ({str(e).splitlines()[0][:80]}): use bf16, q4g64 or q8g64") from None
         return _read_gguf_package(path, reason=str(e).splitlines()[0][:120])
     meta = {k: _plain(v) for k, v in meta.items()}
     tensors: dict = {}
@@ -242,12 +246,9 @@ def convert(gguf_path: Path, out: Path, variant: str, scales_dtype: str = "float
         raise ConvertError(f"--variant: {variant!r} is not one of {', '.join(VARIANTS)}")
     if scales_dtype not in SCALES_DTYPES:
         raise ConvertError(f"--scales-dtype: {scales_dtype!r} is not one of {', '.join(SCALES_DTYPES)}")
-    src = read(Path(gguf_path))
+    src = read(Path(gguf_path), fallback=variant != "native")
     arch = src.meta.get("general.architecture")
     config = hf_config(src)
-    if variant == "native" and src.reader != "mlx":
-        raise ConvertError(f"{gguf_path}: --variant native needs a file MLX reads as is (Q4_0/Q4_1/Q8_0); "
-                           f"this one holds {', '.join(sorted(src.types))}: use bf16, q4g64 or q8g64")
     sdt = _dtype(scales_dtype)
     float_dt = mx.bfloat16 if variant == "bf16" else sdt
     heads, kv_heads = config["num_attention_heads"], config["num_key_value_heads"]
