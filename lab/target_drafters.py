@@ -232,10 +232,13 @@ def render(tokenizer, messages_list: list[list[dict]], max_prompt: int) -> tuple
     return ids, len(ready) - len(ids)
 
 
-def raw_prompts(files: list[Path], tokenizer, n: int, length: int, rng: np.random.Generator,
-                chars: int = 4_000_000) -> list[list[int]]:
-    """``n`` windows of ``length`` tokens of standard library text (about ``chars`` characters of
-    files taken in a random order, tokenized once)."""
+def raw_prompts(files: list[Path], tokenizer, n: int, length: int,
+                rng: np.random.Generator) -> list[list[int]]:
+    """``n`` windows of ``length`` tokens of standard library text, cut from files taken in a
+    random order: about ten times the characters the windows need, at most 4 MB, tokenized once."""
+    if n < 1:
+        return []
+    chars = min(4_000_000, max(40 * n * length, 100_000))
     texts, size = [], 0
     for i in rng.permutation(len(files)):
         try:
@@ -592,17 +595,23 @@ def step_drafter(args) -> dict:
 # -- acceptance -------------------------------------------------------------------------------
 
 
-def held_out(path: Path):
-    """The held-out chat requests: ``path``'s, then the built-in mixed workload's chat ones."""
-    from blockwidth.policy.workload import Workload, WorkloadError, builtin, read
+def held_out(values: list[str]):
+    """The chat requests of each held-out workload (a JSONL file, or a built-in's name), as
+    (name, workload); a workload without one is refused."""
+    from blockwidth.policy.workload import Workload, WorkloadError, read
 
-    try:
-        mine = read(str(path), "--held-out")
-    except WorkloadError as e:
-        raise Refusal(str(e)) from None
-    mixed = builtin("mixed")
-    chat = Workload(mixed.name, tuple(r for r in mixed.requests if r.chat), mixed.sha256, mixed.source)
-    return [(mine.name, mine), ("mixed (chat requests)", chat)]
+    out = []
+    for value in values:
+        try:
+            w = read(value, "--held-out")
+        except WorkloadError as e:
+            raise Refusal(str(e)) from None
+        chat = tuple(r for r in w.requests if r.chat)
+        if not chat:
+            raise Refusal(f"--held-out {value}: no chat request in it")
+        name = w.name if len(chat) == len(w.requests) else f"{w.name} (chat requests)"
+        out.append((name, Workload(w.name, chat, w.sha256, w.source)))
+    return out
 
 
 def step_measure(args, kind: str) -> dict:
@@ -619,7 +628,7 @@ def step_measure(args, kind: str) -> dict:
     folder = args.out / kind
     if not (folder / "config.json").is_file():
         raise Refusal(f"--out {args.out}: no {kind}/ drafter there; run the {kind} step first")
-    groups = held_out(args.held_out)
+    groups = held_out(args.held_out or [str(HELD_OUT), "mixed"])
     pair = load_pair(args.target, folder, ENGINE_KIND[kind])
     try:
         ready = [(name, prepare(w, pair.tokenizer, args.tokens)) for name, w in groups]
@@ -711,7 +720,9 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS))
     g.add_argument("--widths", type=_ints, default=WIDTHS)
     g.add_argument("--tokens", type=int, default=128, help="new tokens per request")
-    g.add_argument("--held-out", type=Path, default=HELD_OUT)
+    g.add_argument("--held-out", action="append", metavar="FILE|mixed",
+                   help="held-out workload whose chat requests are measured, again for more "
+                        "(default lab/chat_heldout.jsonl and the built-in mixed)")
     return ap
 
 
