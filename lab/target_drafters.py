@@ -26,8 +26,8 @@ lab/target_drafters_gpu.sh, detached; the steps it runs, each its own process:
   its distribution) -> ``OUT/drafter/`` with the target's tokenizer files, a folder the engine
   and ``mlx_lm.server --draft-model`` load;
 - ``measure``: per drafter, acceptance at widths 2, 4, 8 through this engine's decode loop on
-  held-out chat requests (lab/chat_heldout.jsonl, and the built-in mixed workload's chat
-  requests), ``--tokens`` new tokens each -> ``OUT/acceptance-KIND.json``, rewritten after every
+  held-out chat requests (lab/chat_heldout.jsonl, the built-in chat workload and the built-in
+  mixed workload's chat requests), ``--tokens`` new tokens each -> ``OUT/acceptance-KIND.json``, rewritten after every
   width so a cut run keeps what it measured.
 
 Each training step logs its held-out draft agreement at width 4 and keeps the weights that
@@ -53,6 +53,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 HELD_OUT = ROOT / "lab" / "chat_heldout.jsonl"
+# what measure reads by default: this lab's held-out requests, then the built-in chat workload
+# (the real models' evidence runs it) and the built-in mixed workload's chat requests
+HELD_OUT_DEFAULT = (str(HELD_OUT), "chat", "mixed")
 KINDS = ("dflash", "mtp", "drafter")
 ENGINE_KIND = {"dflash": "dflash", "mtp": "mtp", "drafter": "model"}
 WIDTHS = (2, 4, 8)
@@ -75,7 +78,7 @@ class Refusal(Exception):
 # Hand-written lists for the general requests; lab/chat_heldout.jsonl's requests are on other
 # subjects (tests/test_target_drafters.py checks no held-out request is among these).
 TOPICS = (
-    "the ocean", "volcanoes", "coffee", "the moon", "bicycles", "chess", "rainforests", "honeybees",
+    "volcanoes", "coffee", "the moon", "bicycles", "chess", "rainforests", "honeybees",
     "the printing press", "electric cars", "jazz music", "the Roman Empire", "glaciers", "trains",
     "public libraries", "the internet", "sleep", "friendship", "mountains", "deserts", "bread",
     "clocks", "lighthouses", "penguins", "solar power", "recycling", "the human heart", "rivers",
@@ -628,7 +631,7 @@ def step_measure(args, kind: str) -> dict:
     folder = args.out / kind
     if not (folder / "config.json").is_file():
         raise Refusal(f"--out {args.out}: no {kind}/ drafter there; run the {kind} step first")
-    groups = held_out(args.held_out or [str(HELD_OUT), "mixed"])
+    groups = held_out(args.held_out or list(HELD_OUT_DEFAULT))
     pair = load_pair(args.target, folder, ENGINE_KIND[kind])
     try:
         ready = [(name, prepare(w, pair.tokenizer, args.tokens)) for name, w in groups]
@@ -719,10 +722,11 @@ def parser() -> argparse.ArgumentParser:
     g = ap.add_argument_group("measure")
     g.add_argument("--kinds", type=lambda s: s.split(","), default=list(KINDS))
     g.add_argument("--widths", type=_ints, default=WIDTHS)
-    g.add_argument("--tokens", type=int, default=128, help="new tokens per request")
+    g.add_argument("--tokens", type=int, default=64,
+                   help="new tokens per request (sweep's default: what its sessions measure)")
     g.add_argument("--held-out", action="append", metavar="FILE|mixed",
                    help="held-out workload whose chat requests are measured, again for more "
-                        "(default lab/chat_heldout.jsonl and the built-in mixed)")
+                        "(default lab/chat_heldout.jsonl, the built-in chat and mixed)")
     return ap
 
 

@@ -24,7 +24,7 @@
 # limit when that is less than its own, and is skipped when under 30 s are left.
 # Settings: GEN_S, DFLASH_S, MTP_S, DRAFTER_S (generation and training budgets in seconds; 25,
 # 45, 30, 45), ROWS (greedy continuations at most, 16384), NEW (greedy tokens a row, 160),
-# GEN_BATCH (2048), BATCH (rows a training step, 32), TOKENS (new tokens a measured request, 96),
+# GEN_BATCH (2048), BATCH (rows a training step, 32), TOKENS (new tokens a measured request, 64),
 # STEPS (default text,dflash,mtp,drafter; a drafter's step includes its measurement),
 # EXTRA (more lab.target_drafters options for every step; on this CPU the lab test passes tiny
 # sizes there).
@@ -60,10 +60,14 @@ run)
     TARGET=${TARGET:?TARGET must name the target folder (mlx-lm, bfloat16)}
     log "drafters: target $TARGET, results $R, steps $STEPS, deadline ${DEADLINE:-480} s"
     python3 -c 'import mlx.core as mx, json; print(json.dumps(mx.device_info()))' > "$R/device.json" 2>&1
-    td() { python3 -m lab.target_drafters "$1" --target "$TARGET" --out "$R" "${@:2}" ${EXTRA:-}; }
+    # EXTRA: more options for every step, split at spaces (no value with a space in it)
+    # shellcheck disable=SC2206
+    extra=(${EXTRA:-})
+    td=(python3 -m lab.target_drafters)
+    common=(--target "$TARGET" --out "$R")
     if want text; then
-        step text "${TEXT_LIMIT:-100}" td text --seconds "${GEN_S:-25}" --rows "${ROWS:-16384}" \
-            --new "${NEW:-160}" --gen-batch "${GEN_BATCH:-2048}"
+        step text "${TEXT_LIMIT:-100}" "${td[@]}" text "${common[@]}" --seconds "${GEN_S:-25}" \
+            --rows "${ROWS:-16384}" --new "${NEW:-160}" --gen-batch "${GEN_BATCH:-2048}" "${extra[@]}"
     fi
     if [ ! -f "$R/text.npz" ]; then
         log "no greedy text in $R: nothing to train on"
@@ -77,9 +81,10 @@ run)
         mtp) s=${MTP_S:-30} limit=${MTP_LIMIT:-90} ;;
         drafter) s=${DRAFTER_S:-45} limit=${DRAFTER_LIMIT:-110} ;;
         esac
-        step "$kind" "$limit" td "$kind" --seconds "$s" --batch "${BATCH:-32}" \
-            && step "measure-$kind" "${MEASURE_LIMIT:-90}" td measure --kinds "$kind" \
-                --tokens "${TOKENS:-96}"
+        step "$kind" "$limit" "${td[@]}" "$kind" "${common[@]}" --seconds "$s" \
+            --batch "${BATCH:-32}" "${extra[@]}" \
+            && step "measure-$kind" "${MEASURE_LIMIT:-90}" "${td[@]}" measure "${common[@]}" \
+                --kinds "$kind" --tokens "${TOKENS:-64}" "${extra[@]}"
     done
     log "drafters: done in $(( $(date +%s) - t0 )) s"
     touch "$R/done" ;;
