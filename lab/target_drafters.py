@@ -166,6 +166,7 @@ def harvest(files: list[Path], stdlib: Path, want: int, rng: np.random.Generator
             tree = ast.parse(src)
         except (UnicodeDecodeError, OSError, SyntaxError, ValueError, RecursionError):
             continue
+        lines = src.splitlines(keepends=True)  # once: ast.get_source_segment splits per call
         module = ".".join(path.relative_to(stdlib).with_suffix("").parts).removesuffix(".__init__")
         doc = ast.get_docstring(tree)
         if doc and len(doc) > 80:
@@ -177,11 +178,9 @@ def harvest(files: list[Path], stdlib: Path, want: int, rng: np.random.Generator
             if fdoc and len(fdoc) > 20:
                 got["write"].append((node.name, ast.unparse(node.args), _first_paragraph(fdoc)))
                 got["ask"].append((module, node.name))
-            lines = (node.end_lineno or node.lineno) - node.lineno + 1
-            if 3 <= lines <= 30:
-                seg = ast.get_source_segment(src, node)
-                if seg:
-                    got["code"].append(textwrap.dedent(" " * node.col_offset + seg))
+            end = node.end_lineno or node.lineno
+            if 3 <= end - node.lineno + 1 <= 30:
+                got["code"].append(textwrap.dedent("".join(lines[node.lineno - 1:end])).rstrip())
     return got
 
 
@@ -238,10 +237,11 @@ def render(tokenizer, messages_list: list[list[dict]], max_prompt: int) -> tuple
 def raw_prompts(files: list[Path], tokenizer, n: int, length: int,
                 rng: np.random.Generator) -> list[list[int]]:
     """``n`` windows of ``length`` tokens of standard library text, cut from files taken in a
-    random order: about ten times the characters the windows need, at most 4 MB, tokenized once."""
+    random order: about four times the characters the windows need (at most 2 MB), tokenized
+    once, in parallel where the tokenizer has a Rust backend."""
     if n < 1:
         return []
-    chars = min(4_000_000, max(40 * n * length, 100_000))
+    chars = min(2_000_000, max(16 * n * length, 100_000))
     texts, size = [], 0
     for i in rng.permutation(len(files)):
         try:
@@ -253,10 +253,12 @@ def raw_prompts(files: list[Path], tokenizer, n: int, length: int,
         if size >= chars:
             break
     eos = tokenizer.eos_token_id if tokenizer.eos_token_id is not None else 0
-    ids: list[int] = []
-    for t in texts:
-        ids += list(tokenizer.encode(t, add_special_tokens=False)) + [eos]
-    data = np.array(ids, dtype=np.int64)
+    backend = getattr(getattr(tokenizer, "_tokenizer", None), "backend_tokenizer", None)
+    if backend is not None:
+        encoded = [e.ids for e in backend.encode_batch(texts, add_special_tokens=False)]
+    else:
+        encoded = [list(tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+    data = np.array([i for ids in encoded for i in ids + [eos]], dtype=np.int64)
     starts = rng.integers(0, max(len(data) - length, 1), size=n)
     return [data[s:s + length].tolist() for s in starts]
 
