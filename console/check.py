@@ -24,13 +24,13 @@ from blockwidth.policy.checks import (Category, Check, EntryMark, Mark, Status, 
                            measured_status, outcome, shadow_checks, stale_check)
 from blockwidth.policy.device import Device
 from blockwidth.policy.text import error_lines, shown
-from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.profile import Entry, Profile
 from blockwidth.policy.resolve import Resolution, Source
 
 
 # ---- the entries, read statically -------------------------------------------------------------
 
-def record_path(e: Override, profile: Profile) -> Path | None:
+def record_path(e: Entry, profile: Profile) -> Path | None:
     """The record an entry names; a relative path is read beside the profile (records
     committed with it), an absolute one as written."""
     rec = e.evidence.get("record") if isinstance(e.evidence, Mapping) else None
@@ -40,7 +40,7 @@ def record_path(e: Override, profile: Profile) -> Path | None:
     return p if p.is_absolute() else profile.path.parent / p
 
 
-def record_check(i: int, e: Override, profile: Profile) -> Check:
+def record_check(i: int, e: Entry, profile: Profile) -> Check:
     name = f"entry {i}: record"
     path = record_path(e, profile)
     if path is None:
@@ -190,7 +190,7 @@ def profile_marks(profile: Profile, device: Device, mlx: str | None = None) -> l
 DEFAULT_DECLINED = (2, 4, 8)  # widths a decline is re-tried at when it says none itself
 
 
-def declined_widths(e: Override, profile: Profile) -> tuple[tuple[int, ...], str]:
+def declined_widths(e: Entry, profile: Profile) -> tuple[tuple[int, ...], str]:
     """The widths a decline declined: its evidence, else its record's session, else a default."""
     ws = e.evidence.get("widths") if isinstance(e.evidence, Mapping) else None
     if isinstance(ws, list) and ws and all(isinstance(w, int) and w >= 2 for w in ws):
@@ -214,7 +214,7 @@ class MeasureOptions:
     verify_attention: str = "auto"  # the engine's choice of verify attention (--verify-attention)
 
 
-def _prompt_for(e: Override) -> tuple[str, str]:
+def _prompt_for(e: Entry) -> tuple[str, str]:
     """The demo prompt the entry was measured on, when its hash names one; else the default."""
     import hashlib
 
@@ -228,7 +228,7 @@ def _prompt_for(e: Override) -> tuple[str, str]:
                                                           if want else ""))
 
 
-def _workload_for(e: Override) -> tuple[Any, str]:
+def _workload_for(e: Entry) -> tuple[Any, str]:
     """The workload the entry was decided on, when its evidence names one that is here with the
     same content: (workload, where it came from); else (None, why not, or "" when it names none)."""
     from blockwidth.policy import workload

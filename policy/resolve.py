@@ -21,7 +21,7 @@ from blockwidth.policy.device import Backend, Device
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.auto import AUTO, Plan
 from blockwidth.policy.errors import BlockwidthError
-from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
+from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Entry, Profile
 from blockwidth.policy.quantization import Quantization
 
 ENV_VARS = ("BLOCKWIDTH_DRAFT_BLOCK_SIZE", "MLXCEL_DRAFT_BLOCK_SIZE")
@@ -74,7 +74,7 @@ class Resolution:
     device: Device
     quantization: Quantization
     stale: bool = False
-    entry: Override | None = field(default=None, compare=False)
+    entry: Entry | None = field(default=None, compare=False)
     row: table.MeasuredDefault | None = field(default=None, compare=False)  # the table row applied
     # What the width was measured on (engine | mlx-lm-server; None: nothing measured it, e.g. a
     # flag) and the path and load it was resolved for.

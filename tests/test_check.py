@@ -401,7 +401,7 @@ def _session(classic_tok_s, width_tok_s, width=8, identical=True):
 def _entry(**kw):
     base = dict(backend=parse_device_spec("cpu").backend, drafter_kind=profile.DrafterKind.MODEL, width=8)
     base.update(kw)
-    return profile.Override(**base)
+    return profile.Entry(**base)
 
 
 @pytest.mark.parametrize("entry,classic,width_runs,identical,status,needle", [

@@ -6,7 +6,7 @@ import pytest
 
 from blockwidth.policy.device import Backend, parse_device_spec, DeviceSpecError
 from blockwidth.policy.drafter import DrafterKind, detect_drafter
-from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.profile import Entry, Profile
 from blockwidth.policy.quantization import classify
 from blockwidth.policy.resolve import Source, WidthError, resolve
 
@@ -123,7 +123,7 @@ def profile_with(*entries):
     return Profile(Path("/tmp/p.toml"), tuple(entries), True)
 
 
-GB10_ENTRY = Override(backend=Backend.CUDA, compute_capability="12.1", drafter_kind=DrafterKind.DFLASH,
+GB10_ENTRY = Entry(backend=Backend.CUDA, compute_capability="12.1", drafter_kind=DrafterKind.DFLASH,
                       width=6, quant_scheme="affine", quant_bits=4, quant_group_size=64, mlx="0.32.4")
 
 
@@ -243,9 +243,9 @@ def test_entries_record_and_match_the_device_name():
     from blockwidth.policy.quantization import Quantization, Scheme
 
     q = Quantization(Scheme.AFFINE, 4, 64)
-    h200 = Override(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=8, compute_capability="9.0",
+    h200 = Entry(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=8, compute_capability="9.0",
                     device_name="NVIDIA H200")
-    generic = Override(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=5, compute_capability="9.0")
+    generic = Entry(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=5, compute_capability="9.0")
     prof = Profile(Path("p.toml"), (h200,), True)
     on = lambda name: Device(Backend.CUDA, name=name, architecture="sm_90", compute_capability="9.0",  # noqa: E731
                              probed=bool(name))

@@ -353,10 +353,10 @@ def test_check_measure_replays_the_entrys_workload(tmp_path):
     """The workload an entry names is found again when its content is the same (the built-in, or
     the file at its path); a changed file is said, and the check falls back to a prompt."""
     from blockwidth.console.check import _workload_for
-    from blockwidth.policy.profile import Override
+    from blockwidth.policy.profile import Entry
 
     def entry(evidence):
-        e = Override.__new__(Override)
+        e = Entry.__new__(Entry)
         object.__setattr__(e, "evidence", evidence)
         return e
 
