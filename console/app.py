@@ -424,7 +424,7 @@ class BlockwidthApp(App):
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
         from blockwidth.console import records
-        from blockwidth.engine import host, record
+        from blockwidth.engine.session import host, record
         from blockwidth.engine.ab import run_session
 
         gate = host.gate()
@@ -723,7 +723,7 @@ class BlockwidthApp(App):
     def export_in_background(self, path: Path) -> None:
         """A record can hold every round of every run: read and render it off the UI thread."""
         from blockwidth.console.outputs import OutputError, write_output
-        from blockwidth.engine import record
+        from blockwidth.engine.session import record
 
         out = path.with_suffix(".md")
         try:

@@ -249,7 +249,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
     from blockwidth.console import records
-    from blockwidth.engine import host, record
+    from blockwidth.engine.session import host, record
     from blockwidth.engine.ab import AbConfig, run_session
     from blockwidth.engine.decode import DecodeError
     from blockwidth.engine.pair import RUNNABLE, load_pair

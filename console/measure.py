@@ -250,7 +250,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
     from blockwidth.console import records as record_files
-    from blockwidth.engine import host, record
+    from blockwidth.engine.session import host, record
     from blockwidth.engine.ab import AbConfig, run_session
 
     from blockwidth.console import served

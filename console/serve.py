@@ -108,7 +108,7 @@ def _split_serve_args(argv: list[str]) -> tuple[str, int, list[str]]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from blockwidth.console.inputs import resolution
-    from blockwidth.engine.served import READY_TIMEOUT_S, Server, ServedError, ServerSpec, check_server_args, port_free
+    from blockwidth.engine.session.served import READY_TIMEOUT_S, Server, ServedError, ServerSpec, check_server_args, port_free
     from blockwidth.policy.drafter import DrafterKind
 
     extra = list(getattr(args, "server_args", []) or [])

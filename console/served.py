@@ -1,6 +1,6 @@
 """``sweep --path mlx-lm-server``: the A/B session through the real mlx_lm.server, headless.
 
-The session is engine.served's; this is its front end: the checks before anything starts, a
+The session is engine.session.served's; this is its front end: the checks before anything starts, a
 record per concurrency level written as soon as the level ends, ``--save`` per level, and the
 table. Nothing here imports Textual.
 """
@@ -79,7 +79,7 @@ def served_only(args: argparse.Namespace) -> None:
 
 
 def server_args(text: str) -> tuple[str, ...]:
-    from blockwidth.engine.served import check_server_args
+    from blockwidth.engine.session.served import check_server_args
 
     try:
         words = shlex.split(text or "")
@@ -94,9 +94,9 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     from blockwidth.console import records as record_files
     from blockwidth.console.measure import profile_for_save, record_dir
     from blockwidth.console.request import read_prompt, session_request
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
     from blockwidth.engine.ab import AbConfig
-    from blockwidth.engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
+    from blockwidth.engine.session.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
     from blockwidth.policy.drafter import DrafterKind
 
     if args.kind not in (None, DrafterKind.MODEL.value):
@@ -254,7 +254,7 @@ def _kept(written) -> str:
 
 def _print(session, written, pair) -> None:
     from blockwidth.console.outcome import headline
-    from blockwidth.engine.served import level_warnings, server_env, server_version
+    from blockwidth.engine.session.served import level_warnings, server_env, server_version
     from blockwidth.policy.profile import env_words
 
     def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped

@@ -30,7 +30,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Callable
 
-from blockwidth.engine import attention, costcurve, host, kvcache, linear
+from blockwidth.engine import attention, costcurve, kvcache, linear
+
+from blockwidth.engine.session import host
 from blockwidth.engine import auto as auto_width
 from blockwidth.engine.decode import DecodeError, DecodeRun, decode
 from blockwidth.engine.kvcache import RewindError
@@ -623,7 +625,7 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
     the budget lasts, and the closing classic pass. ``one(arm, rep, keep=True, closing=False)``
     runs one request's arm once and records it (``keep=False``: the warm-up); a workload's own
     arms get each finished pass (``pass_run``). The engine's decode loop and the served path
-    (engine.served) both run through here. ``lockstep`` (the ranks of a sharded target,
+    (engine.session.served) both run through here. ``lockstep`` (the ranks of a sharded target,
     engine.distributed): the seconds budget is rank 0's clock's."""
     config = session.config
     requests = session.per_request

@@ -53,10 +53,10 @@ class DecodeRun:
     decode_s: float
     rounds: list[Round] = field(default_factory=list)
     attention: dict | None = None  # speculative runs: the verify attention and what it routed
-    # The GPU's clocks read just before and after the run by an A/B session (engine.host
+    # The GPU's clocks read just before and after the run by an A/B session (engine.session.host
     # ClockWatch): {"before": {...}, "after": {...}}; None where there is no NVIDIA GPU.
     clocks: dict | None = None
-    # The host's share of the run (engine.host.host_delta: wall, main-thread and process CPU
+    # The host's share of the run (engine.session.host.host_delta: wall, main-thread and process CPU
     # seconds, stolen seconds, context switches, the CPU at each end), read by an A/B session.
     host: dict | None = None
     # Speculative runs: how the target's cache was rolled back each round (engine.kvcache).

@@ -7,7 +7,8 @@ import mlx.core as mx
 import pytest
 
 from blockwidth.console import records
-from blockwidth.engine import costcurve, demo, record
+from blockwidth.engine import costcurve, demo
+from blockwidth.engine.session import record
 from blockwidth.engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide, run_session
 from blockwidth.engine.decode import DecodeError, DecodeRun, Round, classic, speculative
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
@@ -294,7 +295,7 @@ def test_zero_round_arm_is_not_measured():
 
 
 def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     events = []
     cfg = AbConfig(widths=(2, 4), prompt=DEMO_PROMPTS[1], n=2, max_tokens=24)
@@ -347,11 +348,11 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
 
 
 def test_host_delta_is_the_difference_of_two_readings_in_seconds():
-    """blockwidth.engine.host.host_delta: stolen ticks become seconds at the clock tick; where /proc/stat was
+    """blockwidth.engine.session.host.host_delta: stolen ticks become seconds at the clock tick; where /proc/stat was
     not read (None) the stolen time is None, not 0; a real reading has every key."""
     import os
 
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     tick = os.sysconf("SC_CLK_TCK")
     a = {"wall_s": 10.0, "thread_cpu_s": 1.0, "process_cpu_s": 2.0, "voluntary_switches": 5,
@@ -367,10 +368,10 @@ def test_host_delta_is_the_difference_of_two_readings_in_seconds():
 
 
 def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_ten_percent():
-    """blockwidth.engine.host: the clocks an A/B session reads around each run. This machine has no NVIDIA
+    """blockwidth.engine.session.host: the clocks an A/B session reads around each run. This machine has no NVIDIA
     GPU: every reading is None. clock_spread names (lowest, highest) SM clock only when they are
     10 % or more apart, and skips runs without a reading."""
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     watch = host.ClockWatch()
     assert watch.read() is None
@@ -382,10 +383,10 @@ def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_te
 
 
 def test_a_session_that_raises_mid_run_still_closes_its_clock_watch(model_pair, monkeypatch):
-    """run_session opens NVML for the whole session (engine.host.ClockWatch): a run that raises
+    """run_session opens NVML for the whole session (engine.session.host.ClockWatch): a run that raises
     (here the front end's event handler, on the first repetition) must still shut it down, or
     each failed session in the console leaves NVML initialised once more."""
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     closed = []
 

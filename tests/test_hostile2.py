@@ -86,7 +86,7 @@ def test_token_ids_past_the_embedding_are_refused_before_any_forward(tmp_path, s
     assert not (tmp_path / "rec").exists() or not list((tmp_path / "rec").glob("session-*"))
     # the served path (mlx_lm.server loads the weights) checks the same, through the same door
     from blockwidth.engine.pair import PairError
-    from blockwidth.engine.served import served_pair
+    from blockwidth.engine.session.served import served_pair
 
     with pytest.raises(PairError, match="token id"):
         served_pair(t, DEMO / "drafter")

@@ -144,7 +144,7 @@ def test_an_undecided_session_is_not_saveable_anywhere():
     session (no drift, not cancelled) while save refused it. The record, what sweep --json
     prints (the record's decision), the headline and save now agree, and a record written
     before the rule reads by its verdicts, not by its stored flag."""
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from blockwidth.policy.verdict import RefusalKind as Kind
 
     host = {"device": {"backend": "cpu"}, "mlx": "0.32.4"}

@@ -87,7 +87,7 @@ def test_a_declared_width_a_committed_record_measured_slower_is_not_the_first_an
 def test_each_table_rows_slower_widths_are_slower_in_its_committed_record():
     """A row's ``slower`` widths pass over declarations: each must be "slower" in the record it
     names (where that record is committed here), and its width the fastest that is not."""
-    from blockwidth.engine.record import load
+    from blockwidth.engine.session.record import load
     from blockwidth.policy.table import TABLE
 
     root = Path(__file__).resolve().parent.parent

@@ -563,7 +563,7 @@ evidence = { record = "served-env.json" }
 
 
 def test_server_env_keeps_mlx_switches_only():
-    from blockwidth.engine.served import server_env
+    from blockwidth.engine.session.served import server_env
 
     assert server_env({"MLX_CUDA_USE_CUDNN_SDPA": "0", "HOME": "/root", "MLX_BAD": "a b",
                        "MLX_METAL_FAST_SYNCH": "1"}) == {"MLX_CUDA_USE_CUDNN_SDPA": "0",

@@ -169,7 +169,7 @@ def test_sweep_workload_end_to_end(tmp_path):
     request, classic closing with a pass; identity per request; each width's ratio, interval and
     p-value in --json; the record reproduces its intervals from its own samples and seed."""
     from blockwidth.console.inputs import resolution
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from blockwidth.policy import stats
 
     target = _templated_copy(tmp_path)
@@ -537,7 +537,7 @@ def test_the_committed_cpu_workload_record_reproduces_its_intervals():
     intervals and p-values come back from its own samples and seed."""
     import gzip
 
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
     rec = json.load(gzip.open(ROOT / "lab" / "records" / "workload-mixed-cpu-demo.json.gz"))
     assert rec["workload"]["name"] == "mixed" and len(rec["requests"]) == rec["workload"]["requests"] == 16

@@ -602,7 +602,7 @@ class ServedRun:
     requests: list[Completion]
     concurrency: int
     identity: list[TextIdentity] = field(default_factory=list)  # per request, against classic
-    # what engine.ab and engine.record read of an engine run; the server shows none of it
+    # what engine.ab and engine.session.record read of an engine run; the server shows none of it
     clocks: dict | None = None
     host: dict | None = None
     attention: dict | None = None
@@ -958,7 +958,7 @@ def level_warnings(session: ServedSession, lv: ServedLevel) -> list[str]:
 
 def level_record(session: ServedSession, lv: ServedLevel, host: dict, gate: dict | None) -> dict:
     """The engine path's record of this level's session, with what the served path adds."""
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
     rec = record.build(lv.session, session.pair, host, gate, path=PATH_SERVER)
     rec["concurrency"] = lv.concurrency
