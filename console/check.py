@@ -106,14 +106,16 @@ def configure_pair(*, target: str | None, draft: str | None, kind: str | None, v
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
                    origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
     """Resolve one pair against the loaded profile and device. Raises a BlockwidthError."""
-    from blockwidth.console.inputs import drafter_info, pair_paths, target_quantization
+    from blockwidth.console.inputs import drafter_info, pair_paths, read_checkpoint, target_quantization
     from blockwidth.engine.checkpoint import pair_id
     from blockwidth.policy.resolve import resolve
 
     paths = pair_paths(target, draft, variant, kind)
-    info = drafter_info(paths, kind)
-    quant = target_quantization(paths.target)
-    pid = pair_id(paths.target, paths.drafter)
+    drafter_ck = read_checkpoint(paths.drafter, "draft") if paths.drafter is not None else None
+    info = drafter_info(paths, kind, drafter=drafter_ck)
+    target_ck = read_checkpoint(paths.target, "target")  # each folder read once
+    quant = target_quantization(target_ck)
+    pid = pair_id(target_ck, drafter_ck)
     res = resolve(drafter_kind=info.kind, device=device, quantization=quant, flag=flag,
                   env=os.environ if env is None else env, profile=profile,
                   declared_width=info.declared_width, declared_detail=info.detail, pair=pid,

@@ -685,8 +685,9 @@ class ServedPair:
 
     @property
     def context_length(self) -> int | None:
-        v = self.target_config.get("max_position_embeddings")
-        return v if isinstance(v, int) else None
+        from blockwidth.policy.config import context_length
+
+        return context_length(self.target_config)  # the engine path's rule (text_config too)
 
     def describe(self) -> str:
         return (f"{self.target_path.name} [{self.quantization.describe()}] + {self.drafter_path.name} "
@@ -694,32 +695,19 @@ class ServedPair:
 
 
 def served_pair(target: Path, drafter: Path) -> ServedPair:
-    """Check the pair as the engine path checks it (configs, weights' headers, one tokenizer),
-    without loading weights: the server loads them. Raises engine.pair.PairError, naming its
-    input (``target`` or ``draft``)."""
-    from blockwidth.engine.checkpoint import fingerprint
-    from blockwidth.engine.pair import PairError, _check_folder, _load_tokenizer, check_shapes, token_rows
-    from blockwidth.policy.config import ConfigError
+    """Check the pair with the engine path's own check (engine.pair.check_pair: configs, weights'
+    headers, the vocabulary and the tokenizers), without loading weights: the server loads them.
+    Raises engine.pair.PairError, naming its input (``target`` or ``draft``)."""
+    from blockwidth.engine.pair import check_pair, token_rows
     from blockwidth.policy.drafter import DrafterKind
-    from blockwidth.policy.quantization import classify, read_sidecar
 
-    tconfig, tweights = _check_folder(target, "target")
-    dconfig, dweights = _check_folder(drafter, "draft")
-    if tconfig.get("vocab_size") != dconfig.get("vocab_size"):
-        raise PairError(f"{drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
-                        f"differs from target {target}'s {tconfig.get('vocab_size')}; a draft model "
-                        f"must share the target's tokenizer", "draft")
-    try:
-        sidecar = read_sidecar(target)
-    except ConfigError as e:
-        raise PairError(e.message, "target") from None
-    # what the server would build and index, checked here as the engine path checks it
-    check_shapes(tconfig, tweights, "target", dconfig, dweights, "draft")
-    tokenizer = _load_tokenizer(target, "target", tconfig)
-    rows = token_rows(tokenizer, Path(target), tweights, dweights, "target", "draft")
-    return ServedPair(Path(target), Path(drafter), classify(tconfig, sidecar),
-                      {"target": fingerprint(target), "drafter": fingerprint(drafter)}, tconfig,
-                      tokenizer, DrafterKind.MODEL, token_rows=rows)
+    checked = check_pair(target, drafter, DrafterKind.MODEL)
+    tck, dck = checked.target, checked.drafter
+    # what the server would index, checked here as the engine path checks it
+    rows = token_rows(checked.tokenizer, tck.path, tck.weights, dck.weights, "target", "draft")
+    return ServedPair(tck.path, dck.path, checked.quantization,
+                      {"target": tck.fingerprint, "drafter": dck.fingerprint}, tck.config,
+                      checked.tokenizer, DrafterKind.MODEL, token_rows=rows)
 
 
 @dataclass(frozen=True)
