@@ -250,10 +250,9 @@ def _workload_for(e: Entry) -> tuple[Any, str]:
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
-    from blockwidth.console import records
-    from blockwidth.engine.session import host, record
-    from blockwidth.engine.ab import AbConfig, run_session
+    from blockwidth.console import records, session as recorded_session
     from blockwidth.engine.decode import DecodeError
+    from blockwidth.engine.session import host
     from blockwidth.engine.pair import RUNNABLE, load_pair
     from blockwidth.policy.drafter import DrafterKind
 
@@ -285,26 +284,20 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     gain = e.evidence.get("min_gain") if isinstance(e.evidence, Mapping) else None
     pair = load_pair(p.target, p.drafter, p.kind)  # a PairError names its input; run() words it
     gate = host.gate()
-    config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
-                      predict=False, verify_attention=options.verify_attention, workload=replay,
+    config = recorded_session.config(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
+                                     predict=False, verify_attention=options.verify_attention, workload=replay,
                       auto_max=e.auto.max_width if e.auto is not None else None,
                       **({"min_gain": float(gain)} if isinstance(gain, (int, float)) and 0 <= gain < 1 else {}))
     try:
-        session = run_session(pair, config, on_event=on_event)
+        done = recorded_session.run(pair, config, record_dir=options.record_dir, gate=gate, on_event=on_event)
     except DecodeError as err:
         raise DecodeError(f"{p.label}: {err}") from None
     except Exception as err:  # the engine broke on this runner: that is the check's answer
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
-    rec = record.build(session, pair, host.identity(), gate.to_dict())
+    session, rec_path, err = done.session, done.path, done.write_error
     record_error = None
-    try:
-        rec_path = records.write(rec, options.record_dir)
-        from blockwidth.console import outputs
-
-        outputs.keep("record", rec_path)
-    except OSError as err:  # the measurement stands; run() reports the write after the results
-        rec_path = None
+    if err is not None:  # the measurement stands; run() reports the write after the results
         record_error = (f"--record-dir {options.record_dir or records.default_dir()}: the record of "
                         f"{p.label} cannot be written ({err.strerror or err})")
     status, why = measured_status(e, session)
@@ -421,7 +414,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         problems.append("--record-dir is for --check --measure (where its session records go)")
     record_dir = None
     if measure:  # where the sessions' records go, checked (and created) before anything runs
-        from blockwidth.console.measure import record_dir as checked_record_dir
+        from blockwidth.console.session import record_dir as checked_record_dir
 
         try:
             record_dir = checked_record_dir(args.record_dir)

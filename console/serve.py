@@ -162,18 +162,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 server.start()
                 server.wait_ready(time.monotonic() + timeout)
             except ServedError as e:
-                raise ServedError(f"serve: {e}") from None
+                raise e.adding(before="serve: ") from None
             print(f"blockwidth serve: ready at {server.url} (pid {server.pid}, {server.ready_s:.1f} s)",
                   file=sys.stderr, flush=True)
             code = server.proc.wait()
         crash = f"mlx_lm.server exited (code {code}): {server.last_error()}"
         print(f"blockwidth serve: {crash}", file=sys.stderr)
-        return ExitCode.USAGE if code else ExitCode.OK
+        return ExitCode.ENVIRONMENT if code else ExitCode.OK  # it crashed: not the input's fault
     except KeyboardInterrupt:
         print("blockwidth serve: stopping mlx_lm.server", file=sys.stderr)
         with _shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
             server.stop(graceful=True)
-        return 130
+        return ExitCode.INTERRUPTED
     finally:
         with _shielded():
             server.stop(graceful=True)

@@ -91,12 +91,11 @@ def server_args(text: str) -> tuple[str, ...]:
 def cmd_sweep_served(args: argparse.Namespace) -> int:
     import threading
 
-    from blockwidth.console import records as record_files
-    from blockwidth.console.measure import profile_for_save, record_dir
+    from blockwidth.console import session as recorded_session
     from blockwidth.console.request import read_prompt, session_request
+    from blockwidth.console.session import profile_for_save, record_dir
     from blockwidth.engine.session import host
-    from blockwidth.engine.ab import AbConfig
-    from blockwidth.engine.session.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
+    from blockwidth.engine.session.served import READY_TIMEOUT_S, ServedConfig, ServedError, served_pair
     from blockwidth.policy.drafter import DrafterKind
 
     if args.kind not in (None, DrafterKind.MODEL.value):
@@ -142,15 +141,12 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     for w in gate.warnings:
         print(f"blockwidth: warning: {shown(w)}", file=sys.stderr)
     config = ServedConfig(
-        AbConfig(widths=req.widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
-                 sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
-                 exactness=False, predict=False,
-                 verify_attention=args.verify_attention or "fused",
-                 min_gain=args.min_gain, seed=args.seed),
+        recorded_session.config(req, exactness=False, predict=False,
+                                verify_attention=args.verify_attention or "fused",
+                                min_gain=args.min_gain, seed=args.seed),
         levels, extra, args.verify_attention, args.port,
         args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S)
     quiet = args.json
-    identity = host.identity()
     written: list[tuple[Any, dict, Any, str | None, str | None]] = []
     late: list[str] = []
 
@@ -170,15 +166,12 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         elif e.kind in ("warmup", "rep"):
             print(shown(f"  [{e.kind}] {e.arm} {e.message}".rstrip()), file=sys.stderr, flush=True)
 
-    def on_level(session, lv) -> None:
-        # Written as the level ends: a later level's failure loses nothing measured here.
-        rec = level_record(session, lv, identity, gate.to_dict())
-        # A write that fails now is said after the results (console.outputs), never instead of them.
-        try:
-            path = record_files.write(rec, records)
-            outputs.keep("record", path)
-        except OSError as e:
-            path = None
+    def on_level(done, lv) -> None:
+        # Written as the level ended (console.session): a later level's failure loses nothing
+        # measured here. A write that failed is said after the results, never instead of them.
+        rec, path = done.record, done.path
+        if done.write_error is not None:
+            e = done.write_error
             late.append(f"record directory {records}: the record of concurrency {lv.concurrency} "
                         f"cannot be written ({e.strerror or e})")
         saved = refusal = None
@@ -207,16 +200,17 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
 
     cancel = threading.Event()
     try:
-        session = run_served(pair, config, on_event=on_event, on_server=on_server, on_level=on_level,
-                             cancel=cancel)
+        session = recorded_session.run_served(pair, config, record_dir=records, gate=gate,
+                                              on_level=on_level, on_event=on_event,
+                                              on_server=on_server, cancel=cancel)
     except ServedError as e:
-        raise ServedError(str(e) + _kept(written)) from None
+        raise e.adding(_kept(written)) from None
     except KeyboardInterrupt:
         cancel.set()
         if written:
             print(f"blockwidth: records kept: {', '.join(str(w[2]) for w in written)}", file=sys.stderr)
         raise
-    from blockwidth.console.measure import answer_after
+    from blockwidth.console.session import answer_after
 
     # the answer as resolve now gives it for serving, with the first level's word on it
     said = answer_after(args, written[0][0].session, path="mlx-lm-server") if args.save and written else None
@@ -244,7 +238,7 @@ def _exit(session, written, late: list[str]) -> int:
     if late:
         return ExitCode.USAGE
     if session.cancelled:
-        return 130
+        return ExitCode.INTERRUPTED
     return ExitCode.CHECK_FAILED if any(w[4] for w in written) else ExitCode.OK
 
 

@@ -123,7 +123,8 @@ class Event:
     run: int = 0  # runs finished before this one
     runs: int = 1  # runs planned (sequential mode may add more)
     closing: bool = False  # the closing classic bracket, not a repetition
-    phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
+    phase: str = "runs"  # runs, exactness, divergence, costcurve: which stage run/runs count (a
+    # front end branches on it, never on ``message``, which is prose)
     elapsed: float = 0.0  # seconds since the session started (the sequential budget's clock)
     request: str = ""  # a workload's request id ("" for a single prompt)
 
@@ -869,7 +870,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                           if len(block) == arm.width else None)
                 # a stage of its own on screen (the bar would sit at the probe's last width)
                 emit(Event("phase", f"{arm.name}" + (f" on {req.id}" if many else ""), run=len(fixed),
-                           runs=len(fixed), phase="exactness", message="divergence margin"))
+                           runs=len(fixed), phase="divergence", message="divergence margin"))
                 if cancel.is_set():
                     break
                 differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity

@@ -38,7 +38,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError, ExitCode
 from blockwidth.policy.profile import MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_env_problems
 
 HOST = "127.0.0.1"
@@ -56,7 +56,16 @@ OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--por
 
 
 class ServedError(BlockwidthError):
-    """The served path cannot go on: one line naming the server and what happened."""
+    """The served path cannot go on: one line naming the server and what happened. What the
+    input causes exits 2: a server argument blockwidth sets, a level out of range, a port in use,
+    a server that exits at start on the operator's arguments or cannot load the checkpoint."""
+
+
+class ServerFailed(ServedError):
+    """mlx_lm.server failed, not the input: it could not be started, did not become ready in
+    time, exited while serving, or failed a request. The environment failed: exit 3."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -193,7 +202,7 @@ class Server:
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
             log.close()
-            raise ServedError(f"mlx_lm.server ({self.spec.role}) cannot be started: {e.strerror}") from None
+            raise ServerFailed(f"mlx_lm.server ({self.spec.role}) cannot be started: {e.strerror}") from None
         if self.tee:
             self._copier = threading.Thread(target=self._copy, args=(self.proc.stdout, log),
                                             name="blockwidth-server-log", daemon=True)
@@ -256,7 +265,7 @@ class Server:
                 raise ServedError(f"port {self.port} on {self.spec.host} is in use: {self.name} "
                                   f"cannot listen there; choose another port")
             if time.monotonic() >= deadline:
-                raise ServedError(f"{self.name} did not become ready in "
+                raise ServerFailed(f"{self.name} did not become ready in "
                                   f"{time.monotonic() - self.started_at:.0f} s (--ready-timeout); "
                                   f"its log ends: {self.last_error()}")
             status = self._get("/health")
@@ -325,7 +334,7 @@ class Server:
         if self.proc.poll() is None:
             return None
         self.exit_code = self.proc.returncode
-        return ServedError(f"{self.name} exited (code {self.exit_code}) while serving: "
+        return ServerFailed(f"{self.name} exited (code {self.exit_code}) while serving: "
                            f"{self.last_error()} (log: {self.log_path})")
 
 
@@ -364,7 +373,7 @@ class Servers:
                 try:
                     server.wait_ready(deadline, self.cancel)
                 except ServedError as e:
-                    raise ServedError(f"{e} (log: {server.log_path})") from None
+                    raise e.adding(f" (log: {server.log_path})") from None
         except BaseException as e:
             self.keep_logs = not isinstance(e, KeyboardInterrupt)
             self.__exit__(*sys.exc_info())
@@ -499,14 +508,14 @@ def complete(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int
         detail = e.read(2000).decode("utf-8", errors="replace")
         with contextlib.suppress(ValueError, AttributeError):
             detail = json.loads(detail).get("error", detail)
-        raise ServedError(f"{server.name} refused the request (HTTP {e.code}): {_bounded(detail)}") from None
+        raise ServerFailed(f"{server.name} refused the request (HTTP {e.code}): {_bounded(detail)}") from None
     except (OSError, ValueError) as e:
         crash = server.crashed(wait_s=CRASH_WAIT_S)  # a reset connection: the process may be going
         if crash is not None:
             raise crash from None
         if cancel is not None and cancel.is_set():
             return None
-        raise ServedError(f"{server.name}: the request failed ({_bounded(str(e))})") from None
+        raise ServerFailed(f"{server.name}: the request failed ({_bounded(str(e))})") from None
     details = usage.get("prompt_tokens_details") or {}
     return Completion("".join(parts), int(usage.get("completion_tokens") or 0),
                       usage.get("prompt_tokens"), details.get("cached_tokens"), finish, sent,
