@@ -446,7 +446,7 @@ class BlockwidthApp(App):
             error = (f"record directory {where or records.default_dir()}: the record cannot be "
                      f"written ({e.strerror or e}); the results are shown but not kept, and "
                      f"cannot be saved")
-        self.post_message(AbDone(done.session, done.path, list(gate.warnings), error))
+        self.post_message(AbDone(done.session, done.record_path, list(gate.warnings), error))
 
     def on_ab_event(self, message: AbEvent) -> None:
         e = message.event

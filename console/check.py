@@ -295,7 +295,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     except Exception as err:  # the engine broke on this runner: that is the check's answer
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
-    session, rec_path, err = done.session, done.path, done.write_error
+    session, rec_path, err = done.session, done.record_path, done.write_error
     record_error = None
     if err is not None:  # the measurement stands; run() reports the write after the results
         record_error = (f"--record-dir {options.record_dir or records.default_dir()}: the record of "

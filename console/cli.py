@@ -174,7 +174,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
-                                  variant=args.demo_target, path=args.path,
+                                  variant=args.demo_target, route=args.path,
                                   concurrency=args.concurrency)
     from blockwidth.console.answer import answer
 

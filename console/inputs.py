@@ -221,9 +221,9 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str | None = None,
                profile_missing_ok: bool = False, download: bool = True,
-               names: Mapping[str, str] = CLI_NAMES, path: str = profiles.PATH_ENGINE,
+               names: Mapping[str, str] = CLI_NAMES, route: str = profiles.PATH_ENGINE,
                concurrency: int = 1) -> tuple[Resolution, PairPaths, DrafterInfo]:
-    """The resolution every front end shows: ``path`` and ``concurrency`` are what it is for
+    """The resolution every front end shows: ``route`` and ``concurrency`` are what it is for
     (``blockwidth serve`` resolves for mlx_lm.server under its load)."""
     paths = pair_paths(target, draft, variant, kind, download=download)
     # each folder read once for the whole resolution (its config, quantization, fingerprint)
@@ -245,7 +245,7 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
         drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
         env=os.environ if env is None else env, profile=prof,
         declared_width=info.declared_width, declared_detail=info.detail,
-        pair=pid, mlx_version=mlx_version(), path=path, concurrency=concurrency,
+        pair=pid, mlx_version=mlx_version(), route=route, concurrency=concurrency,
     )
     return res, paths, info
 

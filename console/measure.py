@@ -18,6 +18,7 @@ from blockwidth.console import distributed
 from blockwidth.console.save import save_session
 from blockwidth.console.session import answer_after, profile_for_save, record_dir  # noqa: F401 (their home)
 from blockwidth.policy import bounds, files
+from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH
 from blockwidth.policy.text import error_lines, shown
 
 
@@ -40,10 +41,10 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
 
 def _widest(widths, auto_max: int | None) -> int:
     """The widest verify a sweep may run: its fixed widths and, with auto, auto's widest."""
-    from blockwidth.policy.auto import AUTO, MAX_WIDTH
+    from blockwidth.policy.auto import AUTO, DEFAULT_AUTO_MAX
 
     fixed = [w for w in widths if w != AUTO]
-    cap = (auto_max or max(fixed, default=MAX_WIDTH)) if AUTO in widths else 0
+    cap = (auto_max or max(fixed, default=DEFAULT_AUTO_MAX)) if AUTO in widths else 0
     return max([*fixed, cap])
 
 
@@ -318,7 +319,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                                      cancel=cancel, lockstep=distributed.lockstep(),
                                      annotate=lambda rec, s: distributed.annotate(rec, pair, s)),
         cancel, "the session")
-    session, rec, path = done.session, done.record, done.path
+    session, rec, record_file = done.session, done.record, done.record_path
     # The measurement is done: a write that fails now (a full disk, a file-size limit, a profile
     # made read-only or rewritten as bad TOML meanwhile) is reported after the results, in one
     # line that names what was kept, and exits 2; it never throws the results away.
@@ -328,18 +329,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         late.append(f"record directory {records}: the record cannot be written ({e.strerror or e})")
 
     saved, refusal = None, None
-    if args.save and path is None:
+    if args.save and record_file is None:
         late.append("--save: nothing saved (a profile entry names its record, which was not written)")
     elif args.save:
         from blockwidth.console.profile_file import ProfileBusy
         from blockwidth.policy.profile import ProfileError
 
         try:
-            saved, refusal = save_session(session, pair, path, args.profile,
+            saved, refusal = save_session(session, pair, record_file, args.profile,
                                           allow_nonidentical=args.allow_nonidentical,
                                           pair_specific=args.pair_specific)
         except ProfileBusy as e:  # the record stays; the operator can save from it later
-            refusal = f"{e} (the record is kept: {path})"
+            refusal = f"{e} (the record is kept: {record_file})"
         except ProfileError as e:
             late.append("; ".join(error_lines(e)) + " (nothing saved)")
         else:
@@ -351,7 +352,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     said = answer_after(args, session) if args.save else None
     if args.json:
         out = dict(rec)
-        out["record_path"] = str(path) if path else None
+        out["record_path"] = str(record_file) if record_file else None
         out["saved"] = saved
         out["save_refused"] = refusal
         if said is not None:
@@ -426,7 +427,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         say(f"verdict: {headline(session).text}")  # the same words as the console's headline
         say(f"decision: {session.decision} — {session.why}")
-        say(f"record: {path}" if path else "record: not written (below)")
+        say(f"record: {record_file}" if record_file else "record: not written (below)")
         if saved:
             say(f"saved: {saved}")
         if refusal:
@@ -545,7 +546,7 @@ def register(sub) -> None:
     p.add_argument("--widths", default="2,3,4,6,8",
                    help="comma-separated widths (default 2,3,4,6,8); auto is one more arm: a width "
                         "per round from the process-wide controller")
-    p.add_argument("--auto-max", type=integer(2, 64, "the auto arm's widest width"), default=None,
+    p.add_argument("--auto-max", type=integer(MIN_WIDTH, MAX_WIDTH, "the auto arm's widest width"), default=None,
                    metavar="N", help="the auto arm's widest width (default: the widest fixed width "
                                      "swept, 16 with none)")
     p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=3,

@@ -228,10 +228,10 @@ class PairFacts:
 
 def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str | None,
                   measured_at: str, record: str, allow_nonidentical: bool = False,
-                  pair_specific: bool = False, path: str = "engine", concurrency: int | None = None,
+                  pair_specific: bool = False, route: str = "engine", concurrency: int | None = None,
                   server: dict | None = None) -> Entry | Refusal:
     """The profile entry a session earns (a width, or a decline), or the refusal and why.
-    ``path``, ``concurrency`` and ``server``: what measured it (the served path's level and
+    ``route`` (the entry's ``path``), ``concurrency`` and ``server``: what measured it (the served path's level and
     mlx_lm.server's version and arguments)."""
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms],
@@ -284,7 +284,7 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         quant_scheme=q.scheme.value, quant_bits=q.bits,
         quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
         mlx=mlx, measured_at=measured_at, byte_identical=identical, evidence=evidence,
-        path=path, concurrency=concurrency, server=server, group=device.group,
+        path=route, concurrency=concurrency, server=server, group=device.group,
     )
 
 

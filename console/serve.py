@@ -18,7 +18,7 @@ import time
 from typing import Any, Sequence
 
 from blockwidth.console.inputs import ExitCode, InputError
-from blockwidth.policy.profile import env_words
+from blockwidth.policy.profile import env_words, num_draft_tokens
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "
               "why); other arguments go to mlx_lm.server")
@@ -31,7 +31,7 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
     w = res.width
     line = ["mlx_lm.server", "--model", str(target)]
     if w is not None and drafter is not None:
-        line += ["--draft-model", str(drafter), "--num-draft-tokens", str(w - 1)]
+        line += ["--draft-model", str(drafter), "--num-draft-tokens", str(num_draft_tokens(w))]
     entry = res.entry
     if entry is not None and entry.server:
         line += list(entry.server.get("args") or [])
@@ -116,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     rest = list(check_server_args(rest, "serve"))  # a ServedError names what is wrong
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
-                                  variant=args.demo_target, path="mlx-lm-server",
+                                  variant=args.demo_target, route="mlx-lm-server",
                                   concurrency=args.concurrency)
     if paths.drafter is None and info.kind in (DrafterKind.MODEL, DrafterKind.LOOKUP):
         raise InputError("serve needs --draft: mlx_lm.server drafts with a draft model (no prompt "
@@ -133,7 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     measured_env = cmd["mlx-lm-server"]["env"]
     env = {k: v for k, v in measured_env.items() if k not in os.environ}
     spec = ServerSpec("serve", paths.target, drafter,
-                      tuple(rest) + (("--num-draft-tokens", str(res.width - 1)) if drafter else ()),
+                      tuple(rest) + (("--num-draft-tokens", str(num_draft_tokens(res.width))) if drafter else ()),
                       args.verify_attention, port, host, tuple(env.items()))
     print(f"blockwidth serve: {provenance(res)}", flush=True)
     from blockwidth.console.answer import caution

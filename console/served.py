@@ -169,13 +169,13 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     def on_level(done, lv) -> None:
         # Written as the level ended (console.session): a later level's failure loses nothing
         # measured here. A write that failed is said after the results, never instead of them.
-        rec, path = done.record, done.path
+        rec, record_file = done.record, done.record_path
         if done.write_error is not None:
             e = done.write_error
             late.append(f"record directory {records}: the record of concurrency {lv.concurrency} "
                         f"cannot be written ({e.strerror or e})")
         saved = refusal = None
-        if args.save and path is None:
+        if args.save and record_file is None:
             late.append(f"--save: nothing saved for concurrency {lv.concurrency} (a profile entry names "
                         f"its record, which was not written)")
         elif args.save:
@@ -188,15 +188,15 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
             if rec["server"].get("env"):  # the MLX_* switches it was measured with
                 srv["env"] = dict(rec["server"]["env"])
             try:
-                saved, refusal = save_session(lv.session, pair, path, args.profile,
+                saved, refusal = save_session(lv.session, pair, record_file, args.profile,
                                               allow_nonidentical=args.allow_nonidentical,
-                                              pair_specific=args.pair_specific, path="mlx-lm-server",
+                                              pair_specific=args.pair_specific, route="mlx-lm-server",
                                               concurrency=lv.concurrency, server=srv)
             except ProfileBusy as e:
-                refusal = f"{e} (the record is kept: {path})"
+                refusal = f"{e} (the record is kept: {record_file})"
             except ProfileError as e:
                 late.append("; ".join(error_lines(e)) + " (nothing saved)")
-        written.append((lv, rec, path, saved, refusal))
+        written.append((lv, rec, record_file, saved, refusal))
 
     cancel = threading.Event()
     try:
@@ -213,12 +213,12 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     from blockwidth.console.session import answer_after
 
     # the answer as resolve now gives it for serving, with the first level's word on it
-    said = answer_after(args, written[0][0].session, path="mlx-lm-server") if args.save and written else None
+    said = answer_after(args, written[0][0].session, route="mlx-lm-server") if args.save and written else None
     if args.json:
         out = []
-        for lv, rec, path, saved, refusal in written:
+        for lv, rec, record_file, saved, refusal in written:
             r = dict(rec)
-            r.update(record_path=str(path) if path else None, saved=saved, save_refused=refusal)
+            r.update(record_path=str(record_file) if record_file else None, saved=saved, save_refused=refusal)
             r["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
             out.append(r)
         code = _exit(session, written, late)
@@ -268,7 +268,7 @@ def _print(session, written, pair) -> None:
     for w, first in sorted(session.first_sendings.items()):
         same = "identical" if first.text == ref.text else "DIFFERS"
         say(f"  first sending w{w}: {same} to classic's first sending")
-    for lv, rec, path, saved, refusal in written:
+    for lv, rec, record_file, saved, refusal in written:
         s = lv.session
         figure = "decode tok/s" if lv.concurrency == 1 else "aggregate tok/s"
         say()
@@ -289,7 +289,7 @@ def _print(session, written, pair) -> None:
             say(f"warning: {warning}")
         say(f"verdict: {headline(s).text}")
         say(f"decision: {s.decision} — {s.why}")
-        say(f"record: {path}" if path else "record: not written (below)")
+        say(f"record: {record_file}" if record_file else "record: not written (below)")
         if saved:
             say(f"saved: {saved}")
         if refusal:

@@ -75,12 +75,12 @@ def config(req: SessionRequest | None = None, **options: Any) -> AbConfig:
 
 @dataclass
 class Recorded:
-    """A finished (or cancelled) session and its record: ``path`` where it was written, or None
-    and ``write_error`` the OSError that stopped the write (each front end words it)."""
+    """A finished (or cancelled) session and its record: ``record_path`` where it was written, or
+    None and ``write_error`` the OSError that stopped the write (each front end words it)."""
 
     session: Any  # engine.ab.Session (a served level's too)
     record: dict
-    path: Path | None
+    record_path: Path | None
     write_error: OSError | None = None
     record_dir: Path | None = None  # where it was to go (None: the user data directory)
 
@@ -135,8 +135,8 @@ def run_served(pair: Any, config: Any, *, record_dir: Path | None, gate: GateRep
 
 # ---- after a save -----------------------------------------------------------------------------
 
-def answer_after(args: Any, session: Any, path: str = "engine") -> Any:
-    """The answer as ``resolve`` now gives it (after the save) for ``path``, with this session's
+def answer_after(args: Any, session: Any, route: str = "engine") -> Any:
+    """The answer as ``resolve`` now gives it (after the save) for ``route``, with this session's
     word on it."""
     from blockwidth.console.answer import answer
     from blockwidth.console.inputs import resolution
@@ -145,7 +145,7 @@ def answer_after(args: Any, session: Any, path: str = "engine") -> Any:
     try:
         res, paths, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
                                    device=None, profile=args.profile, variant=args.demo_target,
-                                   profile_missing_ok=True, path=path)
+                                   profile_missing_ok=True, route=route)
     except BlockwidthError as e:
         return answer(None, None, resolve_error=e.say(CLI_NAMES))
     note = in_effect_note(session, res.width)

@@ -40,7 +40,7 @@ from blockwidth.engine.identity import Exactness, Identity, compare, divergence_
 from blockwidth.engine.workload import PROMPT, Prepared, prepare
 from blockwidth.policy import oracle as hindsight, stats
 from blockwidth.policy import verdict as rules
-from blockwidth.policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
+from blockwidth.policy.auto import AUTO, DEFAULT_AUTO_MAX
 from blockwidth.policy.workload import Request, Workload, WorkloadError
 from blockwidth.policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
@@ -159,7 +159,7 @@ class AbConfig:
     def request_count(self) -> int:
         return len(self.workload.requests) if self.workload is not None else 1
     # The auto arm's widest width (widths holding "auto"); None: the widest fixed width swept,
-    # or policy.auto.MAX_WIDTH when auto is swept alone.
+    # or policy.auto.DEFAULT_AUTO_MAX when auto is swept alone.
     auto_max: int | None = None
 
     @property
@@ -171,7 +171,7 @@ class AbConfig:
         """The auto arm's widest width, None when no auto arm is swept."""
         if AUTO not in self.widths:
             return None
-        return self.auto_max or max(self.fixed_widths, default=MAX_AUTO)
+        return self.auto_max or max(self.fixed_widths, default=DEFAULT_AUTO_MAX)
 
     @property
     def widest(self) -> int:

@@ -20,6 +20,7 @@ from blockwidth.engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollb
 from blockwidth.engine.linear import VerifyLinear, prepare, verify_linear
 from blockwidth.policy.auto import AUTO
 from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.profile import num_draft_tokens
 
 
 class DecodeError(BlockwidthError, ValueError):
@@ -322,7 +323,7 @@ def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, 
     while len(tokens) < max_tokens:
         width = width_of(rounds)
         ta = perf()
-        want = min(max_tokens - len(tokens), width - 1)
+        want = min(max_tokens - len(tokens), num_draft_tokens(width))
         drafts = drafter.propose(want)
         split = len(rounds) % split_every == 0
         if split:

@@ -29,8 +29,15 @@ from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.quantization import Quantization, Scheme
 
 SCHEMA = 1
-MAX_WIDTH = 64
+MAX_WIDTH = 64  # the widest width any input may give (a flag, a variable, an entry, a field)
 MIN_WIDTH = 2
+
+
+def num_draft_tokens(width: int) -> int:
+    """What mlx-lm (and every server taking a draft count) calls the width: the drafted tokens,
+    ``width - 1`` (the verify adds the one row the target decodes itself)."""
+    return width - 1
+
 # What an entry measured: this engine's decode loop, or the real mlx_lm.server (issue 27).
 PATH_ENGINE = "engine"
 PATH_SERVER = "mlx-lm-server"
@@ -279,15 +286,15 @@ class Profile:
     exists: bool
 
     def match(self, device: Device, quant: Quantization, kind: DrafterKind,
-              pair: str | None, *, path: str | None = None,
+              pair: str | None, *, route: str | None = None,
               concurrency: int | None = None) -> Entry | None:
-        """The entry for this situation: one measured on ``path`` (default the engine's) before
+        """The entry for this situation: one measured on ``route`` (default the engine's) before
         one measured on the other path; then the one measured at ``concurrency`` (default 1),
         else the highest level below it, else the lowest above; then the most specific."""
         found = [e for e in self.entries if e.matches(device, quant, kind, pair)]
         if not found:
             return None
-        want, load = path or PATH_ENGINE, concurrency or 1
+        want, load = route or PATH_ENGINE, concurrency or 1
 
         def rank(e: Entry) -> tuple:
             c = e.load

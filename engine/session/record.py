@@ -40,9 +40,9 @@ def _arm(arm, rounds: bool = True) -> dict[str, Any]:
     }
 
 
-def build(session, pair, host: dict, gate: dict | None = None, path: str = "engine") -> dict[str, Any]:
-    """``path``: what was measured, ``engine`` (this engine's loop) or ``mlx-lm-server`` (the
-    real mlx_lm.server, whose record engine.session.served completes)."""
+def build(session, pair, host: dict, gate: dict | None = None, route: str = "engine") -> dict[str, Any]:
+    """``route``: what was measured (the record's ``path`` key), ``engine`` (this engine's loop)
+    or ``mlx-lm-server`` (the real mlx_lm.server, whose record engine.session.served completes)."""
     many = not session.single
     arms = []
     for arm in [session.classic, *session.arms]:
@@ -63,7 +63,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
     return {
         "schema": RECORD_SCHEMA,
         "kind": "ab-session",
-        "path": path,
+        "path": route,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.started_at)),
         "host": host,
         "gate": gate,

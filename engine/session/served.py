@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from blockwidth.policy.errors import BlockwidthError, ExitCode
-from blockwidth.policy.profile import MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_env_problems
+from blockwidth.policy.profile import (MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, num_draft_tokens,
+                                       server_env_problems)
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -766,10 +767,6 @@ class ServedSession:
                 "acceptance": "not reported by mlx_lm.server"}
 
 
-def draft_tokens(width: int) -> int:
-    return width - 1
-
-
 def check_concurrency(levels: Sequence[int]) -> tuple[int, ...]:
     out = tuple(dict.fromkeys(levels))
     for c in out:
@@ -831,7 +828,7 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
             raise ServedError(f"prompt {ref.prompt_tokens} + --max-tokens {abc.max_tokens} + width "
                               f"{max(widths)} exceeds the target's context of {pair.context_length} tokens")
         for i, w in enumerate(widths):
-            first = complete(servers["first-sending"], abc.prompt, abc.max_tokens, draft_tokens(w),
+            first = complete(servers["first-sending"], abc.prompt, abc.max_tokens, num_draft_tokens(w),
                              cancel=cancel)
             if first is None:
                 raise KeyboardInterrupt
@@ -878,7 +875,7 @@ def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
         runs = max(abc.planned_runs, started[0])
         emit(ab.Event("arm", arm.name, rep, 0, abc.max_tokens, run=index, runs=runs, closing=closing))
         server = servers["classic" if arm.width is None else "draft"]
-        ndt = None if arm.width is None else draft_tokens(arm.width)
+        ndt = None if arm.width is None else num_draft_tokens(arm.width)
         got = burst(server, abc.prompt if keep else warm_prompt, abc.max_tokens, ndt, level,
                     cancel=cancel)
         if got is None:
@@ -957,7 +954,7 @@ def level_record(session: ServedSession, lv: ServedLevel, host: dict, gate: dict
     """The engine path's record of this level's session, with what the served path adds."""
     from blockwidth.engine.session import record
 
-    rec = record.build(lv.session, session.pair, host, gate, path=PATH_SERVER)
+    rec = record.build(lv.session, session.pair, host, gate, route=PATH_SERVER)
     rec["concurrency"] = lv.concurrency
     rec["server"] = session.server_record()
     rec["warnings"] = rec["warnings"] + level_warnings(session, lv)
