@@ -501,9 +501,7 @@ class BlockwidthApp(App):
             self.show_identity(pick)
 
     def session_failed(self, err: BaseException) -> None:
-        from blockwidth.engine.decode import DecodeError
-
-        what = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+        what = str(err) if isinstance(err, BlockwidthError) else f"{type(err).__name__}: {err}"
         self._error(f"the A/B session failed: {what}")
         self._show_phase(Phase.FAILED, f"{what}; nothing was measured or saved")
         if self.session_state is not None:

@@ -23,6 +23,7 @@ from blockwidth.policy.checks import (Category, Check, EntryMark, Mark, Status, 
                            duplicate_checks, entry_label, exit_code, for_device, marks,
                            measured_status, outcome, shadow_checks, stale_check)
 from blockwidth.policy.device import Device
+from blockwidth.policy.errors import BlockwidthError
 from blockwidth.policy.text import error_lines, shown
 from blockwidth.policy.profile import Entry, Profile
 from blockwidth.policy.resolve import Resolution, Source
@@ -251,7 +252,6 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                  on_event: Callable[[Any], None] | None = None) -> Check:
     """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
     from blockwidth.console import records, session as recorded_session
-    from blockwidth.engine.decode import DecodeError
     from blockwidth.engine.session import host
     from blockwidth.engine.pair import RUNNABLE, load_pair
     from blockwidth.policy.drafter import DrafterKind
@@ -290,8 +290,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                       **({"min_gain": float(gain)} if isinstance(gain, (int, float)) and 0 <= gain < 1 else {}))
     try:
         done = recorded_session.run(pair, config, record_dir=options.record_dir, gate=gate, on_event=on_event)
-    except DecodeError as err:
-        raise DecodeError(f"{p.label}: {err}") from None
+    except BlockwidthError as err:  # bad input (a DecodeError, a WorkloadError...): said, not a failed check
+        raise err.adding(before=f"{p.label}: ") from None
     except Exception as err:  # the engine broke on this runner: that is the check's answer
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)

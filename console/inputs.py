@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Mapping
 
 from blockwidth.engine import demo
-from blockwidth.engine.checkpoint import Checkpoint, pair_id
+from blockwidth.engine.checkpoint import Checkpoint, pair_id, read_checkpoint
 from blockwidth.policy import files
 from blockwidth.policy import profile as profiles
 from blockwidth.policy.device import Device, parse_device_spec
@@ -114,16 +114,6 @@ def checkpoint_dir(value: str | os.PathLike, what: str, weights: bool = False,
     if not path.is_dir():
         raise InputError(f"{path}: is a file, not a checkpoint folder", what)
     return path
-
-
-def read_checkpoint(path: Path | Checkpoint, what: str) -> Checkpoint:
-    """The folder read once (engine.checkpoint.Checkpoint); a ConfigError about ``what``."""
-    if isinstance(path, Checkpoint):
-        return path
-    try:
-        return Checkpoint.read(path)
-    except ConfigError as e:
-        raise e.about(what) from None
 
 
 def target_quantization(path: Path | Checkpoint) -> Quantization:

@@ -488,7 +488,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
                                       on_progress=progress, cancel=cancel.is_set),
             cancel, "the cost curve")
     except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
-        raise RewindError(f"costcurve: {e}") from None
+        raise e.adding(before="costcurve: ") from None
     if not args.json and tty:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),

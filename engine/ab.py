@@ -41,7 +41,7 @@ from blockwidth.engine.workload import PROMPT, Prepared, prepare
 from blockwidth.policy import oracle as hindsight, stats
 from blockwidth.policy import verdict as rules
 from blockwidth.policy.auto import AUTO, DEFAULT_AUTO_MAX
-from blockwidth.policy.workload import Request, Workload, WorkloadError
+from blockwidth.policy.workload import Request, Workload
 from blockwidth.policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
@@ -580,7 +580,7 @@ def seed_of(config: AbConfig) -> int:
 def _prepare(pair, config: AbConfig) -> list[Prepared]:
     """The session's requests, every id of each checked against the pair's embedding tables
     (engine.shapes) before any forward."""
-    from blockwidth.engine.shapes import ShapeError, check_ids
+    from blockwidth.engine.shapes import check_ids
 
     rows, where = getattr(pair, "token_rows", None), f"target {getattr(pair, 'target_path', '')}"
     if config.workload is None:
@@ -588,15 +588,9 @@ def _prepare(pair, config: AbConfig) -> list[Prepared]:
             raise DecodeError("prompt: empty")
         prepared = [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
     else:
-        try:
-            prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)
-        except WorkloadError as e:
-            raise DecodeError(str(e)) from None
-    try:
-        for p in prepared:
-            check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
-    except ShapeError as e:
-        raise DecodeError(e.message, e.input_name) from None
+        prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)  # a WorkloadError names the request
+    for p in prepared:  # a ShapeError names the prompt or the request, as it is
+        check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
     return prepared
 
 

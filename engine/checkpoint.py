@@ -235,3 +235,16 @@ class Checkpoint:
         from blockwidth.policy.config import context_length
 
         return context_length(self.config)
+
+
+def read_checkpoint(path: "Path | str | Checkpoint", what: str) -> Checkpoint:
+    """The folder read once (a Checkpoint is returned as it is); a ConfigError about the input
+    ``what`` (``target``, ``draft``) when its config.json cannot be read or asks to run code."""
+    if isinstance(path, Checkpoint):
+        return path
+    from blockwidth.policy.config import ConfigError
+
+    try:
+        return Checkpoint.read(path)
+    except ConfigError as e:
+        raise e.about(what) from None

@@ -300,8 +300,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
                 _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens,
                         (lambda _: width) if source is None else source, split_every,
                         on_progress, cancel, on_logits)
-            except RewindError as e:
-                raise DecodeError(str(e)) from None
+            except RewindError:
+                raise  # the cache that cannot put the rows back, as it is
         t2 = perf()
     summary = routing.summary()
     if lrouting.mode is not VerifyLinear.STOCK:

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from blockwidth.engine import shapes  # noqa: E402
-from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key  # noqa: E402
+from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, read_checkpoint  # noqa: E402
 from blockwidth.policy.config import context_length, size  # noqa: E402
 from blockwidth.policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
@@ -37,7 +37,9 @@ _SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
 
 class PairError(BlockwidthError):
     """A pair that cannot be loaded: what is wrong, and which input (``target`` or ``draft``),
-    which each front end words its way (the command line's --target, the console's field)."""
+    which each front end words its way (the command line's --target, the console's field).
+    What another reader found (a config, a weights header, a shape, a cache kind, a drafter's
+    format) reaches the front end as that reader raised it, never re-wrapped in a PairError."""
 
 
 @dataclass
@@ -87,16 +89,6 @@ class Pair:
         return f"{self.target_path.name} [{self.quantization.describe()}] + {d} ({self.kind.value})"
 
 
-def read_checkpoint(path: Path | Checkpoint, what: str) -> Checkpoint:
-    """The folder's Checkpoint, read once (config.json), or PairError about the input ``what``."""
-    if isinstance(path, Checkpoint):
-        return path
-    try:
-        return Checkpoint.read(path)
-    except ConfigError as e:
-        raise PairError(e.message, what) from None
-
-
 def _check_folder(path: Path | Checkpoint, what: str) -> Checkpoint:
     """The folder read once and checked before any loader sees it: the config's sizes, the files
     the loaders open, every weights header (PairError about ``what``)."""
@@ -119,7 +111,7 @@ def _check_folder(path: Path | Checkpoint, what: str) -> Checkpoint:
     try:
         weights = ckpt.weights  # every header, checked
     except CheckpointError as e:
-        raise PairError(e.message, what) from None
+        raise e.about(what) from None
     if not weights.shapes:
         raise PairError(f"{path}: no *.safetensors weights", what)
     return ckpt
@@ -145,12 +137,9 @@ def _load_model(path: Path, what: str):
 
 
 def _cache_plan(model, path: Path, what: str):
-    from blockwidth.engine.kvcache import CacheKindError, plan
+    from blockwidth.engine.kvcache import plan
 
-    try:
-        return plan(model, f"{what} {path}")
-    except CacheKindError as e:
-        raise PairError(str(e)) from None
+    return plan(model, f"{what} {path}")  # a CacheKindError names the kind it cannot rewind
 
 
 def _load_tokenizer(path: Path, what: str, config: dict):
@@ -223,14 +212,11 @@ def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: d
     the device's memory (PairError, naming its input: ``tname`` or ``dname``). ``builds``: the
     drafter is built from its config's layer count (not an MTP head's folder, whose config states
     the target's)."""
-    try:
-        memory = shapes.device_memory()
-        shapes.check_config(tconfig, tweights, tname, memory=memory)
-        if dweights is not None and dconfig is not None:
-            shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
-            shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
-    except shapes.ShapeError as e:
-        raise PairError(e.message, e.input_name) from None
+    memory = shapes.device_memory()
+    shapes.check_config(tconfig, tweights, tname, memory=memory)
+    if dweights is not None and dconfig is not None:
+        shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
+        shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
 
 
 def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights: shapes.Weights | None,
@@ -241,10 +227,7 @@ def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights:
     tables, heads = shapes.pair_tables(tweights, dweights, tname, dname)
     if tweights.embedding() is None and model is not None:  # named as the headers do not say
         tables += shapes.module_tables(model, f"target {target}", tname)
-    try:
-        rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), target, tname, tables, heads)
-    except shapes.ShapeError as e:
-        raise PairError(e.message, e.input_name) from None
+    rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), target, tname, tables, heads)
     if rows is None:
         raise PairError(f"{target}: no token embedding found (in the weights"
                         f"{' or the built model' if model is not None else ''}) to check the "
@@ -295,7 +278,7 @@ def check_pair(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint
     try:
         quantization = tck.quantization  # reads the sidecar: a broken one is the target's error
     except ConfigError as e:
-        raise PairError(e.message, tname) from None
+        raise e.about(tname) from None
     check_shapes(tck.config, tck.weights, tname, dck.config if dck is not None else None,
                  dck.weights if dck is not None else None, dname, builds=kind is not DrafterKind.MTP)
     tokenizer = _load_tokenizer(tck.path, tname, tck.config)
@@ -335,18 +318,15 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         pair.fingerprints["drafter"] = dck.fingerprint
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):
         from blockwidth.engine import dflash, mtp
-        from blockwidth.engine.hidden import TargetShapeError
 
-        try:
-            if kind is DrafterKind.DFLASH:
-                pair.drafter = dflash.load(dck.path, model, tck.config, config=dck.config)
-            else:
-                source = dck if dck is not None else tck
-                pair.drafter = mtp.load(dck.path if dck is not None else None, model, target, tck.config,
-                                        head_config=dck.config if dck is not None else None,
-                                        tensor_names=source.weights.shapes.keys())
-        except (dflash.DrafterFormatError, TargetShapeError) as e:
-            raise PairError(str(e)) from None
+        # a DrafterFormatError or a TargetShapeError says what does not fit, as it is
+        if kind is DrafterKind.DFLASH:
+            pair.drafter = dflash.load(dck.path, model, tck.config, config=dck.config)
+        else:
+            source = dck if dck is not None else tck
+            pair.drafter = mtp.load(dck.path if dck is not None else None, model, target, tck.config,
+                                    head_config=dck.config if dck is not None else None,
+                                    tensor_names=source.weights.shapes.keys())
         if dck is not None:
             pair.drafter_path = dck.path
             pair.fingerprints["drafter"] = dck.fingerprint

@@ -6,6 +6,7 @@ import json
 import mlx.core as mx
 import pytest
 
+from blockwidth.policy.errors import BlockwidthError  # a refusal reaches the caller as its reader raised it
 from blockwidth.console import records
 from blockwidth.engine import costcurve, demo
 from blockwidth.engine.session import record
@@ -13,7 +14,7 @@ from blockwidth.engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide
 from blockwidth.engine.decode import DecodeError, DecodeRun, Round, classic, speculative
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 from blockwidth.engine.identity import compare, probe
-from blockwidth.engine.pair import PairError, load_pair
+from blockwidth.engine.pair import load_pair
 
 TOKENS = 48
 
@@ -106,14 +107,14 @@ def test_bad_decode_input(model_pair, prompt_ids, call, msg):
 
 
 def test_bad_pairs(tmp_path):
-    with pytest.raises(PairError, match="no such file"):
+    with pytest.raises(BlockwidthError, match="no such file"):
         load_pair(tmp_path / "nope")
     # a corrupt weights file is named
     import shutil
     bad = tmp_path / "bad"
     shutil.copytree(demo.target("bf16"), bad)
     (bad / "model.safetensors").write_bytes(b"\x00\x01")
-    with pytest.raises(PairError, match="model.safetensors"):
+    with pytest.raises(BlockwidthError, match="model.safetensors"):
         load_pair(bad)
     # a drafter with another vocabulary is refused, naming both sizes
     other = tmp_path / "other"
@@ -121,11 +122,11 @@ def test_bad_pairs(tmp_path):
     cfg = json.loads((other / "config.json").read_text())
     cfg["vocab_size"] = 4096
     (other / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(PairError, match="4096.*2048"):
+    with pytest.raises(BlockwidthError, match="4096.*2048"):
         load_pair(demo.target("bf16"), other)
-    with pytest.raises(PairError, match=r"drafter: architectures \[LlamaForCausalLM\] is not DFlashDraftModel"):
+    with pytest.raises(BlockwidthError, match=r"drafter: architectures \[LlamaForCausalLM\] is not DFlashDraftModel"):
         load_pair(demo.target("bf16"), demo.DRAFTER, "dflash")
-    with pytest.raises(PairError, match="eagle.*runs only model, lookup, dflash, mtp"):
+    with pytest.raises(BlockwidthError, match="eagle.*runs only model, lookup, dflash, mtp"):
         load_pair(demo.target("bf16"), demo.DRAFTER, "eagle")
 
 
