@@ -226,7 +226,7 @@ def test_a_session_on_the_path_records_both_classics_and_its_control(cuda, tmp_p
     """With the path on, stock classic runs beside exact classic in every pass, the record keeps
     both and the plan, and the speed-ups' control is the faster of the two, which the record's
     samples reproduce."""
-    from blockwidth.engine import record as records
+    from blockwidth.engine.session import record as records
     from blockwidth.engine.ab import AbConfig, STOCK_CLASSIC, run_session
     from blockwidth.engine.pair import load_pair
     from tests.conftest import ROOT
