@@ -32,7 +32,7 @@ import json  # noqa: E402
 from typing import Any, Callable, Mapping, NoReturn, Sequence  # noqa: E402
 
 from blockwidth.console import check  # noqa: E402
-from blockwidth.console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa: E402
+from blockwidth.console.inputs import CLI_NAMES, chain_lines, resolution  # noqa: E402
 from blockwidth.policy import files  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
 from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402

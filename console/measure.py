@@ -6,10 +6,9 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
-from blockwidth.engine import attention, linear
-from blockwidth.console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
+from blockwidth.engine import linear
+from blockwidth.console.inputs import BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
 from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from blockwidth.console.request import (add_exact, add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)

@@ -23,7 +23,6 @@ from typing import Any, Mapping
 from blockwidth.policy import files
 from blockwidth.policy.auto import AUTO, AutoError, Plan
 from blockwidth.policy.errors import BlockwidthError
-from blockwidth.policy.integers import shorten
 from blockwidth.policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.quantization import Quantization, Scheme
