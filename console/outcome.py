@@ -272,6 +272,10 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
             evidence.update(ratio=round(est.ratio, 4), ratio_ci=est.ci.to_list(), p_value=round(est.p, 6))
     evidence["min_gain"] = session.config.min_gain
     evidence["seed"] = session.seed
+    plan_ = getattr(session, "exact", None)
+    if plan_ is not None:  # how identity was had (engine.exact), and the speed-ups' control
+        evidence["exact"] = {"asked": plan_.asked.value, "active": plan_.active, "exact": plan_.exact,
+                             "control": getattr(session, "baseline", "classic")}
     if session.workload is not None:
         evidence["workload"] = session.workload.to_dict()
     plan = None

@@ -230,3 +230,18 @@ def test_a_workload_whose_requests_disagree_is_not_advised_more_repetitions():
     said = runs.say(Front.CONSOLE)
     assert said.startswith("w2's requests disagree (0.56x to 1.32x by request)") and "secs" not in said
     assert "the prompt field (@FILE)" in said and "--workload FILE" in runs.say(Front.CLI)
+
+
+def test_an_entry_says_how_its_identity_was_had_and_against_which_classic():
+    """A session on the exact path (engine.exact) saves the plan's answer and the speed-ups'
+    control in the entry's evidence, and the profile keeps it through a write and a read."""
+    from blockwidth.engine import exact
+    from blockwidth.policy import profile
+
+    s = fixture_session()
+    s.exact = exact.Plan(exact.Exact.AUTO, "cuda", True, True, "on: ...")
+    s.baseline = "classic-stock"
+    e = _entry(s)
+    assert e.evidence["exact"] == {"asked": "auto", "active": True, "exact": True, "control": "classic-stock"}
+    back = profile.parse(profile.dumps([e]), "p.toml")
+    assert back[0].evidence["exact"]["control"] == "classic-stock"
