@@ -16,7 +16,7 @@ from blockwidth.engine.checkpoint import pair_id
 from blockwidth.policy import files
 from blockwidth.policy import profile as profiles
 from blockwidth.policy.device import Device, parse_device_spec
-from blockwidth.policy.drafter import DrafterInfo, DrafterKind, read_drafter
+from blockwidth.policy.drafter import DrafterInfo, DrafterKind, kind_problem, read_drafter
 from blockwidth.policy.errors import BlockwidthError, ExitCode, InputError  # noqa: F401 (the front ends take them from here)
 from blockwidth.policy.config import ConfigError
 from blockwidth.policy.quantization import Quantization, read_quantization
@@ -202,6 +202,9 @@ def drafter_info(paths: PairPaths, kind: str | None,
         detected = read_drafter(paths.drafter)
     except ConfigError as e:
         raise e.about("draft") from None
+    problem = kind_problem(explicit, detected, paths.drafter)
+    if problem:
+        raise problem
     if explicit and explicit is not detected.kind:
         return DrafterInfo(explicit, detected.declared_width,
                            f"{names['kind']} {explicit.value} given (detection said {detected.kind.value})")
@@ -220,9 +223,10 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
     info = drafter_info(paths, kind, names)
     if info.kind is DrafterKind.MODEL and paths.drafter is not None:
         # The pair the console refuses to load, resolve refuses too: one rule (engine.pair).
-        from blockwidth.engine.pair import PairError, vocabulary_mismatch
+        from blockwidth.engine.pair import PairError, swapped, vocabulary_mismatch
 
-        why = vocabulary_mismatch(paths.target, paths.drafter)  # a PairError names its input
+        # a PairError names its input
+        why = vocabulary_mismatch(paths.target, paths.drafter) or swapped(paths.target, paths.drafter)
         if why:
             raise PairError(why, "draft")
     quant = target_quantization(paths.target)

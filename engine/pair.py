@@ -17,9 +17,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from blockwidth.engine import shapes  # noqa: E402
-from blockwidth.engine.checkpoint import CheckpointError, fingerprint, pair_key  # noqa: E402
+from blockwidth.engine.checkpoint import CheckpointError, fingerprint, pair_key, parameter_count  # noqa: E402
 from blockwidth.policy.config import size  # noqa: E402
-from blockwidth.policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
+from blockwidth.policy.drafter import DrafterKind, detect_drafter, kind_problem, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
 from blockwidth.policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
 
@@ -205,6 +205,10 @@ def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = N
     tconfig = tconfig if tconfig is not None else config_of(target, tname)
     dconfig = dconfig if dconfig is not None else config_of(drafter, dname)
     tv, dv = size(tconfig, "vocab_size"), size(dconfig, "vocab_size")  # text_config's, where nested
+    for role, path, v in ((tname, target, tv), (dname, drafter, dv)):
+        if v is None:  # a config of {} said "differs from target's None"
+            raise PairError(f"{path / 'config.json'}: states no vocab_size, so the pair's vocabularies "
+                            f"cannot be compared (not a model checkpoint's config?)", role)
     if tv != dv:
         return (f"{drafter}: vocabulary of {dv} tokens differs from target "
                 f"{target}'s {tv}; a model drafter must share the target's tokenizer")
@@ -226,6 +230,31 @@ def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = N
         return (f"{drafter}: tokenizer of {len(b)} tokens differs from target "
                 f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
     return None
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"
+
+
+def swapped(target: Path, drafter: Path, *, tconfig: dict | None = None,
+            dconfig: dict | None = None) -> str | None:
+    """Why a model drafter is no drafter for this target (it has more parameters: the two were
+    likely given the wrong way round), or None; about the ``draft`` input. Read from the
+    safetensors headers, a packed quantized tensor at its bits (a 4-bit target is not counted
+    smaller than it is); a folder without weights (a hub checkpoint resolved from its configs)
+    is not judged. The one rule for the pair load and for ``resolve``."""
+    target, drafter = Path(target), Path(drafter)
+    try:
+        tconfig = tconfig if tconfig is not None else read_config(target)
+        dconfig = dconfig if dconfig is not None else read_config(drafter)
+        t = parameter_count(target, classify(tconfig).bits)  # inspect's count: one definition
+        d = parameter_count(drafter, classify(dconfig).bits)
+    except (CheckpointError, ConfigError, KeyError, TypeError, ValueError):
+        return None  # each load reports its own unreadable file, naming it
+    if t is None or d is None or d <= t:
+        return None
+    return (f"{drafter}: {_millions(d)} parameters, more than the target's {_millions(t)} ({target}); a "
+            f"drafter must be smaller than its target: are the target and drafter the wrong way round?")
 
 
 def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
@@ -281,7 +310,11 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     else:
         drafter = Path(drafter)
         dconfig, dweights = _check_folder(drafter, dname)
-        kind = kind or detect_drafter(dconfig).kind
+        detected = detect_drafter(dconfig)
+        wrong = kind_problem(kind, detected, drafter)  # model on a DFlash checkpoint: one line
+        if wrong:
+            raise PairError(wrong.message, wrong.input_name)
+        kind = kind or detected.kind
     if kind not in RUNNABLE:
         raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
                         f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
@@ -291,8 +324,8 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         raise PairError(problem.message, problem.input_name)
 
     if kind is DrafterKind.MODEL:  # the configs' sizes first: nothing is loaded for a refusal
-        why = vocabulary_mismatch(target, drafter, tconfig=tconfig, dconfig=dconfig,
-                                  sizes_only=True)
+        why = (vocabulary_mismatch(target, drafter, tconfig=tconfig, dconfig=dconfig, sizes_only=True)
+               or swapped(target, drafter, tconfig=tconfig, dconfig=dconfig))
         if why:
             raise PairError(why, dname)
     try:
