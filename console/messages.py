@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, TYPE_CHECKING
 
 from textual.message import Message
 
@@ -38,6 +38,7 @@ class ResolveFailed(Message):
 @dataclass
 class PairReady(Message):
     pair: Pair
+    pace: Any = None  # policy.pace.Pace from the pilot that followed the load (None: none ran)
 
 
 @dataclass
