@@ -146,8 +146,8 @@ def test_an_undecided_session_names_one_step_the_console_runs():
 
     s.budget_out, s.rep_ends = Budget.SECONDS, [60.0, 121.0, 182.0]
     step = next_step(s)  # the seconds budget ran out: the budget its own repetitions ask for
-    assert step is not None and step.field("secs") == 370 and "secs 370" in step.says
-    assert "raise the secs field to 370" in headline(s, front=Front.CONSOLE).text  # the advice's figure
+    assert step is not None and step.field("secs") == 190 and "secs 190" in step.says
+    assert "raise the secs field to 190" in headline(s, front=Front.CONSOLE).text  # the advice's figure
     assert next_step(fixture_session()) is None  # a win: nothing to run next
     assert next_step(fixture_session(cancelled=True)) is None
 
