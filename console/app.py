@@ -68,7 +68,9 @@ class BlockwidthApp(App):
         Binding("o", "open_pair", "Open pair", show=False),
         Binding("m", "export_markdown", "Markdown", show=False),
         Binding("p", "next_prompt", "Prompt preset", show=False),
-        Binding("n", "next_step", "Next step", tooltip="run the step an undecided session names"),
+        # not in the footer (at 80 columns it pushed "q Quit" off during a session): the headline
+        # names it where it applies ("next: n ..."), and ? lists it
+        Binding("n", "next_step", "Next step", show=False),
         Binding("r", "refresh", "Re-resolve", show=False),
         Binding("left_square_bracket", "pick_width(-1)", "Prev width", key_display="[", show=False),
         Binding("right_square_bracket", "pick_width(1)", "Next width", key_display="]", show=False),
@@ -488,7 +490,7 @@ class BlockwidthApp(App):
         plan = self.plan_for(req)
         if plan is None:
             return None
-        said = f"about {minutes(plan.first_s)} here for its n {req.n}"
+        said = f"about {minutes(plan.first_s)} for its n {req.n} at the pilot's pace (the host's load moves it)"
         if not plan.can_decide:
             said += f"; a win needs {plan.need} repetitions, which these fields do not reach"
         return said
