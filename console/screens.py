@@ -126,7 +126,9 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
-        event.input.remove_class("-bad")
+        refused = dict(zip(("open-target", "open-draft", "open-kind"), self.values))
+        if event.value != refused.get(event.input.id):  # edited (Textual also posts the first value)
+            event.input.remove_class("-bad")
         if event.input.id != "open-kind":
             return
         # Prompt lookup uses no checkpoint: the kind lookup takes the old drafter out of its

@@ -213,3 +213,37 @@ def test_export_prints_no_other_machines_paths(capsys):
         out = capsys.readouterr().out
         # the profile's own path is this checkout's; the records' are other machines'
         assert "/work/wt9" not in out and "h200" not in out.split("record")[0] and "TARGET" in out
+
+
+def test_the_open_dialog_drops_the_drafter_for_lookup_and_marks_the_field_at_fault(tmp_path):
+    import asyncio
+
+    from textual.widgets import Input
+
+    from blockwidth.console.app import BlockwidthApp, Options
+    from blockwidth.console.screens import PairScreen
+
+    async def go():
+        app = BlockwidthApp(Options(target=str(DEMO / "target-bf16"), draft=str(DEMO / "drafter"), device="cpu",
+                                    profile=str(tmp_path / "p.toml")), load=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("o")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, PairScreen)
+            draft, kind = screen.query_one("#open-draft", Input), screen.query_one("#open-kind", Input)
+            await pilot.press("tab", "tab", *"lookup")
+            await pilot.pause()
+            assert kind.value == "lookup" and draft.value == ""  # prompt lookup takes no checkpoint
+            await pilot.press(*["backspace"] * 6, *"model")
+            await pilot.pause()
+            assert draft.value == str(DEMO / "drafter")  # another kind puts it back
+            await pilot.press(*["backspace"] * 5, *"bogus", "enter")
+            await pilot.pause()
+            again = app.screen
+            assert isinstance(again, PairScreen) and again is not screen
+            bad = again.query_one("#open-kind", Input)
+            assert bad.has_class("-bad") and bad.has_focus and bad.cursor_position == len(bad.value)
+            assert bad.selection.is_empty  # nothing selected, as after an error in the A/B fields
+
+    asyncio.run(go())
