@@ -247,3 +247,35 @@ def test_the_open_dialog_drops_the_drafter_for_lookup_and_marks_the_field_at_fau
             assert bad.selection.is_empty  # nothing selected, as after an error in the A/B fields
 
     asyncio.run(go())
+
+
+def test_a_workload_whose_requests_disagree_runs_next_on_the_requests_where_one_width_won(tmp_path):
+    """The width best on most requests, on those requests alone: a workload of their own."""
+    pair = demo_pair()
+    out = pair.tokenizer.encode(" = []\n")[:4]
+    reqs = []
+    for i, (c, w) in enumerate([(40, 80), (40, 78), (40, 82), (40, 20), (40, 21)]):
+        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
+        classic = Arm(None, [_run(None, c + d, out) for d in (0, 1, 2, 0.5)], verdict=Verdict.CONTROL)
+        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w + d, out) for d in (0, 1, 2)])]))
+    from blockwidth.engine.ab import _add_pass
+    from blockwidth.engine.identity import compare
+
+    s = Session(AbConfig(widths=(2,), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
+                Arm(None, verdict=Verdict.CONTROL), [Arm(2)], requests=reqs, reps=3, seed=1)
+    for r in reqs:
+        r.arms[0].identity = compare(r.classic.runs[0].tokens, r.arms[0].runs[0].tokens, pair.tokenizer)
+    for _ in range(4):
+        _add_pass(s, [None, 2])
+    decide(s)
+    assert s.arms[0].verdict is Verdict.UNDECIDED, s.arms[0].why
+    step = next_step(s)
+    assert step is not None and step.field("widths") == "2" and step.field("prompt") == "@"
+    assert [r.id for r in step.requests] == ["r0", "r1", "r2"] and "3 requests where it was best" in step.says
+    # the console writes them beside the records as JSONL, which the prompt field's @FILE reads
+    from blockwidth.console.app import BlockwidthApp, Options
+    from blockwidth.policy.workload import read
+
+    app = BlockwidthApp(Options(record_dir=str(tmp_path / "rec")), load=False)
+    written = read(str(app._write_requests(step.requests)))
+    assert [r.id for r in written.requests] == ["r0", "r1", "r2"] and written.requests[1].prompt == "x1"
