@@ -246,13 +246,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from blockwidth.engine.checkpoint import CheckpointError, parameter_count
     from blockwidth.policy.config import size
     from blockwidth.policy.drafter import DrafterKind, detect_drafter
-    from blockwidth.policy.config import ConfigError, read_config, read_sidecar
+    from blockwidth.policy.config import ConfigError, names_no_model, read_config, read_sidecar
     from blockwidth.policy.quantization import classify
 
     path = checkpoint_dir(args.path, "inspect")
     try:
         config = read_config(path)
         sidecar = read_sidecar(path)
+        empty = names_no_model(path, config)
+        if empty:
+            raise empty
     except ConfigError as e:
         # named after what was typed before the path, as resolve's --target and sweep's are
         raise e.about("inspect") from None

@@ -55,6 +55,20 @@ def _record_pair(entry, profile_path: Path) -> tuple[str | None, str | None]:
         return None, None
 
 
+def _here(path: str | None, placeholder: str, flag: str, out: list[str]) -> str:
+    """A folder the record names, where it is a folder on this machine; else the placeholder,
+    with a comment naming only the folder's last part: a record keeps the measuring host's
+    absolute paths (a helper's worktree, a GPU host's results), which mean nothing here and are
+    that host's business."""
+    if not path:
+        return placeholder
+    if Path(path).is_dir():
+        return path
+    out.append(f"# {placeholder}: the record's was a folder named {shlex.quote(Path(path).name)} on the "
+               f"machine that measured it (not here); {flag} names yours")
+    return placeholder
+
+
 def _levels(entries: list) -> list:
     """One situation's entries to export: the served path's where there are any (what a server
     runs), else the engine's; one per concurrency level, lowest first."""
@@ -187,10 +201,12 @@ def cmd_export(args: argparse.Namespace) -> int:
         levels = _levels(entries)
         first = levels[0]
         t, d = _record_pair(first, prof.path)
-        target = args.target or t or "TARGET"
-        drafter = args.draft or d or "DRAFT"
         out.append("")
         out.append(f"# {first.describe_keys().split(', served by')[0].split(', concurrency')[0]}")
+        target = args.target or _here(t, "TARGET", "--target", out)
+        # a decline's command names no drafter: nothing to say about one
+        drafter = args.draft or (_here(d, "DRAFT", "--draft", out) if any(not e.decline for e in levels)
+                                 else "DRAFT")
         if first.drafter_kind.value != "model":
             out.append(f"# drafter kind {first.drafter_kind.value}: the command below assumes a draft "
                        f"model; map it to the engine's own {first.drafter_kind.value} drafter")

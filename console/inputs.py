@@ -16,7 +16,7 @@ from blockwidth.engine.checkpoint import Checkpoint, pair_id, read_checkpoint
 from blockwidth.policy import files
 from blockwidth.policy import profile as profiles
 from blockwidth.policy.device import Device, parse_device_spec
-from blockwidth.policy.drafter import DrafterInfo, DrafterKind, detect_drafter
+from blockwidth.policy.drafter import DrafterInfo, DrafterKind, detect_drafter, kind_problem
 from blockwidth.policy.errors import BlockwidthError, ExitCode, InputError  # noqa: F401 (the front ends take them from here)
 from blockwidth.policy.config import ConfigError
 from blockwidth.policy.quantization import Quantization
@@ -201,6 +201,9 @@ def drafter_info(paths: PairPaths, kind: str | None,
         how = f"{names['kind']} given" if explicit else f"no {names['draft']}: the model-free lookup drafter"
         return DrafterInfo(k, None, how)
     detected = detect_drafter(read_checkpoint(drafter or paths.drafter, "draft").config)
+    problem = kind_problem(explicit, detected, paths.drafter)
+    if problem:
+        raise problem
     if explicit and explicit is not detected.kind:
         return DrafterInfo(explicit, detected.declared_width,
                            f"{names['kind']} {explicit.value} given (detection said {detected.kind.value})")
@@ -222,9 +225,9 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
     target_ck = read_checkpoint(paths.target, "target")
     if info.kind is DrafterKind.MODEL and drafter_ck is not None:
         # The pair the console refuses to load, resolve refuses too: one rule (engine.pair).
-        from blockwidth.engine.pair import PairError, vocabulary_mismatch
+        from blockwidth.engine.pair import PairError, swapped, vocabulary_mismatch
 
-        why = vocabulary_mismatch(target_ck, drafter_ck)  # a PairError names its input
+        why = vocabulary_mismatch(target_ck, drafter_ck) or swapped(target_ck, drafter_ck)  # a PairError names its input
         if why:
             raise PairError(why, "draft")
     quant = target_quantization(target_ck)

@@ -128,6 +128,39 @@ def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel,
           file=sys.stderr, flush=True)
 
 
+def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, cancel) -> None:
+    """Before a session of a minute or more: what it costs here, from a pilot (a few tokens
+    decoded, classic and at its smallest width: policy.pace), prefill counted (a forward-count
+    estimate said 9.2 s for a run of minutes), and whether its repetitions can reach a win."""
+    from blockwidth.engine.pace import pilot
+    from blockwidth.policy import pace
+
+    fixed = [w for w in config.widths if isinstance(w, int)]
+    try:
+        rates = pilot(pair, ids, min(fixed) if fixed else 2, cancel=cancel.is_set)
+    except (BlockwidthError, ValueError, RuntimeError):  # no estimate; the session says what fails
+        return
+    if rates is None:
+        return
+    shape = pace.Shape(reqs, len(dict.fromkeys(config.widths)), config.n, config.sequential,
+                       config.max_reps, config.max_seconds)
+    plan = pace.plan(rates, shape)
+    if plan.first_s < LONG_TOTAL_S and plan.can_decide:
+        return
+    said = f"about {pace.minutes(plan.first_s)} here for its n {config.n}, prefill counted ({rates.describe()})"
+    if not plan.can_decide:
+        said += (f"; a win needs {plan.need} repetitions (its p below {stats_alpha()}), which it does not reach"
+                 + (f": -n {plan.need}, or --sequential --max-seconds {plan.seconds_for_need()}"
+                    if not config.sequential else f": --max-seconds {plan.seconds_for_need()}"))
+    print(f"blockwidth: sweep: {said} (Ctrl-C stops it between forwards)", file=sys.stderr, flush=True)
+
+
+def stats_alpha() -> str:
+    from blockwidth.policy.stats import ALPHA
+
+    return f"{ALPHA:g}"
+
+
 def _dur(s: float) -> str:
     return f"{s:.1f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
 
@@ -304,11 +337,19 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
     cancel = threading.Event()
-    # at least: every planned run's prefill, and its tokens at the widest width's rate
-    per_run = -(-args.max_tokens // _widest(widths, args.auto_max))
-    longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
-    _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
-                  quiet=args.json, cancel=cancel, lower_only=True)
+    if distributed.active():
+        # at least: every planned run's prefill, and its tokens at the widest width's rate (a
+        # group's ranks time one forward together: a pilot's decodes would be collectives too)
+        per_run = -(-args.max_tokens // _widest(widths, args.auto_max))
+        longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
+        _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
+                      quiet=args.json, cancel=cancel, lower_only=True)
+    elif not args.json:
+        reqs = (((n_prompt, args.max_tokens),) if workload is None
+                else tuple((len(p.ids), p.max_tokens) for p in prepared))
+        ids = (pair.encode(prompt) if workload is None
+               else list(min(prepared, key=lambda p: abs(len(p.ids) - sum(r[0] for r in reqs) / len(reqs))).ids))
+        _say_pilot(pair, ids, reqs, config, cancel)
     # Ctrl-C stops the session after the forward under way; the cancelled session's record is
     # written, as any other (a measured result is never lost). A DecodeError is a BlockwidthError:
     # it reaches the front end as it is.

@@ -38,6 +38,7 @@ class ResolveFailed(Message):
 @dataclass
 class PairReady(Message):
     pair: Pair
+    pace: Any = None  # policy.pace.Pace from the pilot that followed the load (None: none ran)
 
 
 @dataclass

@@ -264,16 +264,25 @@ class RequestArms:
             return None
         return stats.ratio([_samples(a)], [_samples(control)])
 
+    @property
+    def measured(self) -> bool:
+        """Classic and every arm ran on this request (a cancelled session may have stopped
+        before some did): only then does it have a best width, classic included."""
+        return bool(self.classic.runs) and all(a.runs for a in self.arms)
+
     def best(self) -> int | None:
         """The fixed width with the highest speed-up on this request whose output is classic's;
-        None when none is faster than classic (auto is not a fixed width: the oracle's column)."""
+        None when none is faster than classic (auto is not a fixed width: the oracle's column),
+        or when the request was not measured on every arm (``measured``)."""
+        if not self.measured:
+            return None
         got = [(r, a.width) for a in self.arms
                if not a.auto and a.identity is not None and a.identity.identical_ids
                and (r := self.ratio(a.width)) is not None and r > 1]
         return max(got)[1] if got else None
 
     def to_dict(self) -> dict:
-        return {**self.prepared.to_dict(), "best": self.best(),
+        return {**self.prepared.to_dict(), "best": self.best(), "measured": self.measured,
                 "ratios": {a.name: (round(r, 4) if (r := self.ratio(a.width)) is not None else None)
                            for a in self.arms}}
 

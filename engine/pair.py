@@ -19,7 +19,7 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 from blockwidth.engine import shapes  # noqa: E402
 from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, read_checkpoint  # noqa: E402
 from blockwidth.policy.config import context_length, size  # noqa: E402
-from blockwidth.policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
+from blockwidth.policy.drafter import DrafterKind, detect_drafter, kind_problem, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
 from blockwidth.policy.quantization import ConfigError, Quantization  # noqa: E402
 
@@ -183,6 +183,10 @@ def vocabulary_mismatch(target: Path | Checkpoint, drafter: Path | Checkpoint, *
     target, drafter = tck.path, dck.path
     tconfig, dconfig = tck.config, dck.config
     tv, dv = size(tconfig, "vocab_size"), size(dconfig, "vocab_size")  # text_config's, where nested
+    for role, path, v in ((tname, target, tv), (dname, drafter, dv)):
+        if v is None:  # a config of {} said "differs from target's None"
+            raise PairError(f"{path / 'config.json'}: states no vocab_size, so the pair's vocabularies "
+                            f"cannot be compared (not a model checkpoint's config?)", role)
     if tv != dv:
         return (f"{drafter}: vocabulary of {dv} tokens differs from target "
                 f"{target}'s {tv}; a model drafter must share the target's tokenizer")
@@ -204,6 +208,29 @@ def vocabulary_mismatch(target: Path | Checkpoint, drafter: Path | Checkpoint, *
         return (f"{drafter}: tokenizer of {len(b)} tokens differs from target "
                 f"{target}'s {len(a)}; a model drafter must share the target's tokenizer")
     return None
+
+
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"
+
+
+def swapped(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint) -> str | None:
+    """Why a model drafter is no drafter for this target (it has more parameters: the two were
+    likely given the wrong way round), or None; about the ``draft`` input. Counted from the
+    safetensors headers the checkpoints hold, a packed quantized tensor at its bits (a 4-bit
+    target is not counted smaller than it is); a folder without weights (a hub checkpoint
+    resolved from its configs) is not judged. The one rule for the pair load and for ``resolve``."""
+    try:
+        tck = target if isinstance(target, Checkpoint) else read_checkpoint(target, "target")
+        dck = drafter if isinstance(drafter, Checkpoint) else read_checkpoint(drafter, "draft")
+        t = tck.weights.parameters(tck.quantization.bits)
+        d = dck.weights.parameters(dck.quantization.bits)
+    except (CheckpointError, ConfigError, BlockwidthError, KeyError, TypeError, ValueError):
+        return None  # each load reports its own unreadable file, naming it
+    if not t or not d or d <= t:
+        return None
+    return (f"{dck.path}: {_millions(d)} parameters, more than the target's {_millions(t)} ({tck.path}); a "
+            f"drafter must be smaller than its target: are the target and drafter the wrong way round?")
 
 
 def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
@@ -262,7 +289,11 @@ def check_pair(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint
         kind = kind or DrafterKind.LOOKUP
     else:
         dck = _check_folder(drafter, dname)
-        kind = kind or detect_drafter(dck.config).kind
+        detected = detect_drafter(dck.config)
+        wrong = kind_problem(kind, detected, dck.path)  # model on a DFlash checkpoint: one line
+        if wrong:
+            raise PairError(wrong.message, wrong.input_name)
+        kind = kind or detected.kind
     if kind not in RUNNABLE:
         raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
                         f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
@@ -272,7 +303,7 @@ def check_pair(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint
         raise PairError(problem.message, problem.input_name)
 
     if kind is DrafterKind.MODEL:  # the configs' sizes first: nothing is loaded for a refusal
-        why = vocabulary_mismatch(tck, dck, sizes_only=True)
+        why = vocabulary_mismatch(tck, dck, sizes_only=True) or swapped(tck, dck)
         if why:
             raise PairError(why, dname)
     try:

@@ -123,6 +123,21 @@ def read_config_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
     return data, raw
 
 
+# What a model's config.json says about the model: one of these at least.
+_DESCRIBES = ("model_type", "architectures", "text_config", "vocab_size", "hidden_size",
+              "quantization", "quantization_config")
+
+
+def names_no_model(path: Path, config: dict[str, Any]) -> ConfigError | None:
+    """A config.json that describes no model (``{}``: no model_type, architectures, sizes or
+    quantization), or None. ``inspect`` answered such a folder with exit 0 and a page of nulls."""
+    if any(k in config for k in _DESCRIBES):
+        return None
+    what = "an empty object" if not config else "an object without " + ", ".join(_DESCRIBES[:3])
+    return ConfigError(f"{Path(path) / 'config.json'}: {what}: it describes no model (not a "
+                       f"checkpoint's config)")
+
+
 def read_sidecar(path: Path) -> dict[str, Any] | None:
     """ModelOpt's ``hf_quant_config.json``, or None where the folder has none. One that is there
     but broken (truncated, not JSON, not an object, a FIFO) is a ConfigError: read as absent, it

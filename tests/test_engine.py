@@ -453,7 +453,8 @@ def test_sequential_goes_back_when_the_closing_run_takes_a_win_back(model_pair, 
     decodes for real; only the runs' clocks are set, so the ranges are known."""
     from blockwidth.engine import ab
 
-    speeds = {None: iter([100, 110, 100, 130] + [100] * 20), 2: iter([120, 121, 122] + [125] * 20)}
+    # four repetitions: a win's p must be below 0.05, and three runs against three give 1/20
+    speeds = {None: iter([100, 110, 100, 105, 130] + [100] * 20), 2: iter([120, 121, 122, 123] + [125] * 20)}
     real = ab.decode
 
     def timed(pair, prompt, max_tokens, width, **kw):
@@ -462,12 +463,12 @@ def test_sequential_goes_back_when_the_closing_run_takes_a_win_back(model_pair, 
         return run
 
     monkeypatch.setattr(ab, "decode", timed)
-    cfg = AbConfig(widths=(2,), prompt="def f", n=3, max_tokens=8, sequential=True, max_reps=5,
+    cfg = AbConfig(widths=(2,), prompt="def f", n=4, max_tokens=8, sequential=True, max_reps=6,
                    warmup=False, exactness=False, predict=False)
     s = run_session(model_pair, cfg)
-    # after 3 repetitions w2 (120-122) beat classic (100-110); the closing run (130) took it back
-    assert s.reps == 5 and s.budget_out is Budget.REPS
-    assert s.order[:8] == ["classic", "w2"] * 3 + ["classic", "classic"]
+    # after 4 repetitions w2 (120-123) beat classic (100-110); the closing run (130) took it back
+    assert s.reps == 6 and s.budget_out is Budget.REPS
+    assert s.order[:10] == ["classic", "w2"] * 4 + ["classic", "classic"]
     assert s.arms[0].verdict.value == "undecided" and not s.drift
 
 

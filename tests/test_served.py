@@ -525,7 +525,10 @@ def test_an_engine_entry_resolved_for_serving_says_the_served_path_was_not_measu
                 "draft_len_schedule={15: 2, 16: 0})"]),
 ])
 def test_export_writes_each_engines_options_with_the_record_it_came_from(tmp_path, fmt, expect):
-    r = run_cli("export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu")
+    # the record's folders are not on this machine: named by --target and --draft (without them
+    # export says TARGET and DRAFT rather than print another machine's paths)
+    r = run_cli("export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu",
+                "--target", "/models/t", "--draft", "/models/d")
     assert r.returncode == 0, r.stderr
     for text in expect:
         assert text in r.stdout + "\n", r.stdout

@@ -87,7 +87,7 @@ def build(session, pair, host: dict, gate: dict | None = None, route: str = "eng
         "workload": c.workload.to_dict() if c.workload is not None else None,
         "requests": requests,
         "stats": {"seed": session.seed, "resamples": c.resamples, "level": stats.LEVEL,
-                  "min_gain": c.min_gain, "sample": "per request, each run's new tokens and decode_s",
+                  "min_gain": c.min_gain, "alpha": stats.ALPHA, "sample": "per request, each run's new tokens and decode_s",
                   "ratio": "total new tokens over total decode time, the arm's over classic's",
                   "interval": "percentile bootstrap: requests with replacement, then each arm's "
                               "runs within each drawn request",
@@ -277,7 +277,8 @@ def _speedup_lines(record: dict) -> list[str]:
         return []
     out = [f"\nSpeed-up over classic (total new tokens / total decode time), {st['level']:.0%} bootstrap "
            f"interval ({st['resamples']} resamples, seed {st['seed']}), one-sided permutation p; a win "
-           f"needs the interval above {1 + st['min_gain']:.2f}.\n",
+           f"needs the interval above {1 + st['min_gain']:.2f}"
+           + (f" and p below {st['alpha']:g}" if st.get("alpha") is not None else "") + ".\n",
            "| width | speed-up | interval | p |", "|---|---|---|---|"]
     out += [f"| {a['arm']} | {a['ratio']:.3f} | {a['ratio_ci'][0]:.3f}-{a['ratio_ci'][1]:.3f} | "
             f"{a['p_value']:.3g} ({a['p_method']}) |" for a in rows]
@@ -297,7 +298,9 @@ def _request_lines(record: dict) -> list[str]:
     for r in reqs:
         c = r["arms"][0]["decode_tok_s"]
         cells = [("-" if r["ratios"].get(w) is None else f"{r['ratios'][w]:.2f}") for w in widths]
-        best = f"w{r['best']}" if r.get("best") else "classic"
+        # a request no width ran on (a cancelled session) has no best: not "classic"
+        ran = r.get("measured", all(a.get("samples") for a in r["arms"]))
+        best = f"w{r['best']}" if r.get("best") else "classic" if ran else "-"
         out.append(f"| {r['id']} | {r['kind']} | {r['prompt_tokens']} | {f'{c[1]:.1f}' if c else '-'} | "
                    + " | ".join(cells) + f" | {best} |")
     return out

@@ -173,6 +173,16 @@ class Server:
         self.spec = spec
         self.tee = tee
         self._copier: threading.Thread | None = None
+        # readiness probes sent whose 404 access line the tee has not yet swallowed: the probe is
+        # refused on purpose (engine answered, nothing generated), and a "404" on an operator's
+        # screen at startup read as a fault
+        self._probe_lines = 0
+        # set once stop() is asked: MLX's C++ teardown in the server, whose generation thread ran
+        # MLX, may abort at exit with "terminate called without an active exception"
+        # (ml-explore/mlx#3126, the abort blockwidth's own exit avoids with os._exit): after a stop
+        # the operator asked for, that line is the server's teardown, not a fault, and is kept in
+        # its log only
+        self._stopping = False
         self.port = spec.port
         self.log_path = Path(log_dir) / f"{spec.role}.log"
         self.proc: subprocess.Popen | None = None
@@ -227,6 +237,11 @@ class Server:
             for raw in iter(pipe.readline, b""):
                 log.write(raw)
                 log.flush()
+                if self._probe_lines and b'"POST /v1/completions HTTP/1.1" 404' in raw:
+                    self._probe_lines -= 1  # the readiness probe's own refusal: kept in the log only
+                    continue
+                if self._stopping and raw.startswith(b"terminate called without an active exception"):
+                    continue
                 with contextlib.suppress(OSError, ValueError):
                     self.tee.write(raw.decode("utf-8", errors="replace"))
                     self.tee.flush()
@@ -302,13 +317,21 @@ class Server:
         body = json.dumps({"prompt": 0, "max_tokens": 1}).encode()
         req = urllib.request.Request(self.url + "/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
+        # counted before it is sent: the server logs the refusal before the answer reaches here
+        undo = self.tee is not None  # taken back unless a 404 was logged
+        if undo:
+            self._probe_lines += 1
         try:
             with urllib.request.urlopen(req, timeout=max(1.0, deadline - time.monotonic())) as r:
                 return r.read(4096).decode("utf-8", errors="replace")
         except urllib.error.HTTPError as e:
+            undo = undo and e.code != 404  # a 404 was logged: the tee swallows it
             return e.read(4096).decode("utf-8", errors="replace")
         except (OSError, ValueError):
-            return None
+            return None  # no answer, so no line either
+        finally:
+            if undo:
+                self._probe_lines = max(0, self._probe_lines - 1)
 
     def stop(self, graceful: bool = False) -> None:
         """SIGTERM to its process group (``graceful``: SIGINT first, which mlx_lm.server answers
@@ -317,6 +340,7 @@ class Server:
         proc = self.proc
         if proc is None:
             return
+        self._stopping = True
         with _live_lock:
             _live.pop(proc.pid, None)
         for sig in ((signal.SIGINT,) if graceful else ()) + (signal.SIGTERM, signal.SIGKILL):
