@@ -1,15 +1,20 @@
-"""Keep the developer's own profile and environment out of every test."""
+"""Keep the developer's own profile and environment out of every test; the ways tests run
+``blockwidth`` (in this process, or as a user would, in a subprocess) and the demo pair."""
 
 from __future__ import annotations
 
 import os
+import resource
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "engine/demo/pair"
+GiB = 1 << 30
 
 # A test run started in the background by a non-interactive shell (`make test &`) inherits SIGINT
 # ignored, and so does every blockwidth the tests start; Python installs no KeyboardInterrupt
@@ -29,12 +34,42 @@ def _isolated_config(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
-def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
-    """Run ``blockwidth`` as a user would, in a subprocess."""
-    import subprocess
+def run_cli(*args: str | bytes, env: dict | None = None, cwd: Path | None = None, memory: int | None = None,
+            fsize: int | None = None, stdout=subprocess.PIPE, input: str | None = None,
+            timeout: float = 600) -> subprocess.CompletedProcess:
+    """Run ``blockwidth ARGS`` as a user would, in a subprocess: for what only a process shows
+    (a signal, an exit, a resource limit, stdin, the console refusing before it opens).
+    ``memory``: bytes of address space (RLIMIT_AS), so that a regression that grows memory fails
+    the test instead of filling the shared machine; ``fsize``: bytes per written file (RLIMIT_FSIZE,
+    a larger write fails with EFBIG); ``input``: what waits on stdin."""
+    def limits() -> None:
+        if memory:
+            resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+        if fsize:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (fsize, fsize))
 
     full = dict(os.environ)
     full.update(env or {})
     full["PYTHONPATH"] = str(ROOT)
-    return subprocess.run([sys.executable, "-m", "blockwidth", *args], capture_output=True,
-                          text=True, env=full, cwd=cwd or ROOT, timeout=600)
+    text = not any(isinstance(a, bytes) for a in args)
+    return subprocess.run([sys.executable, "-m", "blockwidth", *args], stdout=stdout, stderr=subprocess.PIPE,
+                          input=input, text=text, env=full, cwd=cwd or ROOT, timeout=timeout,
+                          preexec_fn=limits if memory or fsize else None)
+
+
+def one_line(p, code: int = 2) -> str:
+    """The refusal's line: exit ``code``, one line on stderr, no traceback, no terminal escape."""
+    assert p.returncode == code, (p.returncode, p.stdout, p.stderr)
+    err = p.stderr.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err and "\x1b" not in err, err
+    return err
+
+
+def edit_json(f: Path, change) -> bytes:
+    """Apply ``change`` to the JSON in ``f``; the file's bytes after, which a refusal must leave."""
+    import json
+
+    data = json.loads(f.read_text())
+    change(data)
+    f.write_text(json.dumps(data))
+    return f.read_bytes()
