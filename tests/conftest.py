@@ -73,3 +73,42 @@ def edit_json(f: Path, change) -> bytes:
     change(data)
     f.write_text(json.dumps(data))
     return f.read_bytes()
+
+
+class Ran:
+    """What ``blockwidth ARGS`` did, in the shape of subprocess.CompletedProcess."""
+
+    def __init__(self, returncode: int, stdout: str, stderr: str) -> None:
+        self.returncode, self.stdout, self.stderr = returncode, stdout, stderr
+
+    def __repr__(self) -> str:
+        return f"Ran(returncode={self.returncode!r}, stdout={self.stdout!r}, stderr={self.stderr!r})"
+
+
+@pytest.fixture
+def blockwidth(capsys, monkeypatch):
+    """``blockwidth(*args, env=None, cwd=None, stdin=None)``: the CLI's ``main`` in this process,
+    its exit code and what it printed, as :func:`run_cli` gives them. The process is what a
+    refusal, a --json answer or a file written is not about, and a subprocess costs an MLX
+    import (2-4 s on a loaded 2-core machine); signals, servers, resource limits and the console
+    keep :func:`run_cli`."""
+    import io
+
+    from blockwidth.console.cli import main
+
+    def run(*args: str, env: dict | None = None, cwd: Path | None = None, stdin: str | None = None) -> Ran:
+        capsys.readouterr()  # what the test printed before is not the command's
+        with monkeypatch.context() as m:
+            for k, v in (env or {}).items():
+                m.setenv(k, v)
+            if cwd is not None:
+                m.chdir(cwd)
+            m.setattr(sys, "stdin", io.StringIO(stdin or ""))
+            try:
+                code = main(list(args))
+            except SystemExit as e:  # argparse's refusals leave through exit(), as in the program
+                code = e.code if isinstance(e.code, int) else 1
+        out, err = capsys.readouterr()
+        return Ran(int(code), out, err)
+
+    return run
