@@ -19,7 +19,7 @@ from blockwidth.engine.identity import Exactness, compare
 TOKENS = 16
 CONTINUATION = " = []\n\n    def push(self, item):\n        self.items.append(item)\n"
 STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
-          # issue 25: the screen after a save, a stale session, a sequential session's budget
+          # and the screen after a save, a stale session, a sequential session's budget
           # bar, the cost-curve stage, a pair that did not load, a saved decline, and the y
           # dialog for each drafter kind, an undecided session, an unloaded pair and a decline
           "saved", "stale", "sequential", "costcurve", "unloaded", "decline",

@@ -120,7 +120,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert not list(tmp_path.glob(".profile.toml.*.tmp"))
 
 
-# --- hostile and careless input (issue 7) and style-preserving writes (issue 8) ---
+# --- hostile and careless input, and writes that keep the file's comments and layout ---
 
 ONE = 'schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 3\n'
 

@@ -298,7 +298,7 @@ def _gpu_records():
 
 
 def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
-    """Issue 6: the H200 records are data the tests read. Every committed A/B record loads,
+    """The H200 records are data the tests read. Every committed A/B record loads,
     was made on CUDA, re-derives its verdicts from its own samples (a width 'wins' only if
     its slowest run beat classic's fastest), and policy/table.py holds a cuda row for a
     (kind, compute capability, quantization scheme) only where some record has a win."""
