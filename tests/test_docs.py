@@ -91,6 +91,9 @@ def test_the_cli_synopsis_defaults_are_the_parser_s():
     assert _quoted("docs/cli.md", r"--measure \[-n (\d+)\] \[--max-tokens (\d+)\]") == [
         (str(measure.n), str(measure.max_tokens))]
     assert _quoted("README.md", r"n repetitions per arm \(default (\d+)\)") == [(n,)]
+    assert _quoted("README.md", r"`--measure`\*\*: a short A/B \(n = (\d+), (\d+) tokens\)") == [
+        (str(measure.n), str(measure.max_tokens))]
+    assert _quoted("README.md", r"1 \+ `--min-gain` \((\d+) %\)") == [(f"{_default('sweep', 'min_gain') * 100:g}",)]
 
 
 def test_the_width_range_is_the_resolver_s():
