@@ -86,18 +86,22 @@ class Ran:
 
 
 @pytest.fixture
-def blockwidth(capsys, monkeypatch):
-    """``blockwidth(*args, env=None, cwd=None, stdin=None)``: the CLI's ``main`` in this process,
-    its exit code and what it printed, as :func:`run_cli` gives them. The process is what a
-    refusal, a --json answer or a file written is not about, and a subprocess costs an MLX
-    import (2-4 s on a loaded 2-core machine); signals, servers, resource limits and the console
-    keep :func:`run_cli`."""
+def blockwidth(capfd, monkeypatch):
+    """``blockwidth(*args, env=None, cwd=None, stdin=None)``: the CLI's ``main`` run in this
+    process, its exit code and what it printed (read at the file descriptors, so a library's own
+    writes count too), in the shape :func:`run_cli` gives. For what the process is not the
+    subject of (a refusal, a --json answer, a file written): a subprocess costs an MLX import,
+    2-4 s on a loaded 2-core machine. Signals, servers, resource limits and the console keep
+    :func:`run_cli`."""
     import io
 
     from blockwidth.console.cli import main
 
     def run(*args: str, env: dict | None = None, cwd: Path | None = None, stdin: str | None = None) -> Ran:
-        capsys.readouterr()  # what the test printed before is not the command's
+        capfd.readouterr()  # what the test printed before is not the command's
+        auto = sys.modules.get("blockwidth.engine.auto")
+        if auto is not None:
+            auto.forget()  # a process starts with no auto controller calibrated
         with monkeypatch.context() as m:
             for k, v in (env or {}).items():
                 m.setenv(k, v)
@@ -108,7 +112,47 @@ def blockwidth(capsys, monkeypatch):
                 code = main(list(args))
             except SystemExit as e:  # argparse's refusals leave through exit(), as in the program
                 code = e.code if isinstance(e.code, int) else 1
-        out, err = capsys.readouterr()
+        out, err = capfd.readouterr()
         return Ran(int(code), out, err)
 
     return run
+
+
+_DEMO_PAIRS: dict = {}
+
+
+def demo_pair(kind: str | None = None, variant: str = "bf16"):
+    """The demo pair, loaded once a process: ``kind``'s demo drafter (the draft model when None,
+    none for ``lookup``) and the ``variant`` target. Shared by every test that only reads a pair,
+    as the engine does (a run's caches are its own, and a pair is never changed by a run); a test
+    whose subject is loading calls ``load_pair`` itself."""
+    if (kind, variant) not in _DEMO_PAIRS:
+        from blockwidth.console.inputs import pair_paths
+        from blockwidth.engine.pair import load_pair
+
+        paths = pair_paths(None, None, variant=variant, kind=kind)
+        _DEMO_PAIRS[kind, variant] = load_pair(paths.target, paths.drafter, kind)
+    return _DEMO_PAIRS[kind, variant]
+
+
+@pytest.fixture(scope="session")
+def demo_pairs():
+    """:func:`demo_pair`, as a fixture: ``demo_pairs(kind, variant)``."""
+    return demo_pair
+
+
+def clocked_decodes(monkeypatch, speeds: dict) -> None:
+    """Sessions decode for real and only the runs' clocks are set: run i of an arm (None:
+    classic) took the i-th of ``speeds[arm]`` (an iterable) tok/s, so its verdicts are known
+    whatever the machine's load."""
+    from blockwidth.engine import ab
+
+    its = {width: iter(v) for width, v in speeds.items()}
+    real = ab.decode
+
+    def timed(pair, prompt, max_tokens, width, **kw):
+        run = real(pair, prompt, max_tokens, width, **kw)
+        run.decode_s = len(run.tokens) / next(its[width])
+        return run
+
+    monkeypatch.setattr(ab, "decode", timed)

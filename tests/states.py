@@ -28,21 +28,15 @@ STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
           # seconds budget spent before they end, and an undecided end with measured advice
           "sequential-n", "sequential-spent", "undecided")
 
-_PAIRS: dict = {}
-
 # A load failure as the pair panel shows one (a message engine.pair gives, fixed here).
 LOAD_ERROR = ("target {}: mlx-lm cannot load it (ValueError: Received 2 parameters not in model: "
               "lm_head.biases, lm_head.scales)")
 
 
 def demo_pair(kind: str | None = None):
-    if kind not in _PAIRS:
-        from blockwidth.console.inputs import pair_paths
-        from blockwidth.engine.pair import load_pair
+    from tests.conftest import demo_pair as shared
 
-        paths = pair_paths(None, None, kind=kind)
-        _PAIRS[kind] = load_pair(paths.target, paths.drafter, kind)
-    return _PAIRS[kind]
+    return shared(kind)
 
 
 def _run(width: int | None, tok_s: float, tokens: list[int]) -> DecodeRun:

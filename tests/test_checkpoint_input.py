@@ -5,6 +5,7 @@ fixture is built here, from the demo pair."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import DEMO, GiB, ROOT, edit_json, one_line, run_cli
+from tests.conftest import DEMO, GiB, edit_json, one_line, run_cli
 
 EVIL_CODE = """
 import os, pathlib
@@ -57,7 +58,7 @@ def evil_checkpoint(tmp_path: Path, role: str, where: str, key: str = "auto_map"
 @pytest.mark.parametrize("where,key", [("tokenizer_config.json", "auto_map"),
                                        ("config.json", "auto_map"), ("config.json", "model_file")])
 @pytest.mark.parametrize("role", ["target", "drafter"])
-def test_checkpoint_code_never_runs_on_any_path(tmp_path, role, where, key):
+def test_checkpoint_code_never_runs_on_any_path(tmp_path, role, where, key, blockwidth):
     evil = evil_checkpoint(tmp_path, role, where, key)
     marker = tmp_path / "RAN"
     target = evil if role == "target" else DEMO / "target-bf16"
@@ -67,12 +68,14 @@ def test_checkpoint_code_never_runs_on_any_path(tmp_path, role, where, key):
         ["resolve", "--device", "cpu", *pair],
         ["inspect", str(evil)],
         ["sweep", *pair, "-n", "1", "--max-tokens", "4", "--widths", "2", "--record-dir", str(rec)],
-        [*pair, "--device", "cpu"],  # the console: refused before it opens
+        [*pair, "--device", "cpu"],  # the console: refused before it opens (a process: it would open)
     ]
     if role == "target":
         commands.append(["costcurve", "--target", str(evil), "--rows", "1", "--repeats", "1"])
     for args in commands:
-        p = run_cli(*args, env={"EVIL_MARKER": str(marker)}, input="y\n" * 50)  # as `yes | blockwidth`
+        run = run_cli if args[0].startswith("-") else blockwidth
+        yes = {"input" if run is run_cli else "stdin": "y\n" * 50}  # as `yes | blockwidth`
+        p = run(*args, env={"EVIL_MARKER": str(marker)}, **yes)
         assert p.returncode == 2, (args, p.stdout, p.stderr)
         line = p.stderr.strip()
         assert len(line.splitlines()) == 1 and str(evil / where) in line and key in line, (args, line)
@@ -80,18 +83,19 @@ def test_checkpoint_code_never_runs_on_any_path(tmp_path, role, where, key):
         assert not marker.exists(), f"checkpoint code ran for {args}"
 
 
-def test_tokenizer_loader_refuses_even_without_the_check(tmp_path):
+def test_tokenizer_loader_refuses_even_without_the_check(tmp_path, monkeypatch, capfd):
     """Belt and braces: the engine's tokenizer loader itself never prompts or runs code."""
+    from blockwidth.engine.pair import PairError, _load_tokenizer
+
     evil = evil_checkpoint(tmp_path, "drafter", "tokenizer_config.json")
     marker = tmp_path / "RAN"
-    code = ("from pathlib import Path\nfrom engine.pair import PairError, _load_tokenizer\n"
-            f"try:\n    _load_tokenizer(Path({str(evil)!r}), 'drafter', {{}})\n"
-            "except PairError as e:\n    print('refused:', e)\n")
-    env = dict(os.environ, PYTHONPATH=str(ROOT), EVIL_MARKER=str(marker))
-    p = subprocess.run([sys.executable, "-c", code], input="y\n" * 10, capture_output=True, text=True,
-                       env=env, cwd=ROOT, timeout=300)
-    assert p.stdout.startswith("refused:") and len(p.stdout.strip().splitlines()) == 1, p.stdout + p.stderr
-    assert not marker.exists()
+    monkeypatch.setenv("EVIL_MARKER", str(marker))
+    monkeypatch.setattr(sys, "stdin", io.StringIO("y\n" * 10))
+    with pytest.raises(PairError) as e:
+        _load_tokenizer(evil, "drafter", {})
+    assert len(str(e.value).strip().splitlines()) == 1, str(e.value)
+    out, err = capfd.readouterr()
+    assert "custom code?" not in out + err and not marker.exists()  # no prompt, no code
 
 
 # --- checkpoint files that are wrong in shape, not in intent ---------------------------
@@ -127,9 +131,9 @@ GOOD_TENSOR = {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]}
     ("deep-header", {"model_type": "llama"}, {"w": json.loads("[" * 300 + "]" * 300)}, 0, "nested deeper"),
 ], ids=lambda v: str(v)[:24])  # a 200,000-character id reaches PYTEST_CURRENT_TEST, and the CLI subprocess
 # then fails to start: the environment string exceeds the kernel's 128 KiB limit (E2BIG)
-def test_broken_checkpoints_are_one_line(tmp_path, name, config, header, data, needle):
+def test_broken_checkpoints_are_one_line(tmp_path, name, config, header, data, needle, blockwidth):
     d = _folder(tmp_path, name, config, header, data)
-    p = run_cli("inspect", str(d), "--json")
+    p = blockwidth("inspect", str(d), "--json")
     out = p.stdout + p.stderr
     assert "Traceback" not in out and "NaN" not in p.stdout
     if p.returncode == 0:  # the config read fine; the weights are reported, not counted
@@ -137,52 +141,52 @@ def test_broken_checkpoints_are_one_line(tmp_path, name, config, header, data, n
         assert data_out["parameters"] is None and needle in data_out["parameters_note"], data_out
     else:
         assert p.returncode == 2 and needle in p.stderr and len(p.stderr.splitlines()) == 1, p.stderr
-    p = run_cli("resolve", "--device", "cpu", "--target", str(d))  # reads the config, not the weights
+    p = blockwidth("resolve", "--device", "cpu", "--target", str(d))  # reads the config, not the weights
     assert "Traceback" not in p.stderr and len(p.stderr.splitlines()) <= 1
     assert p.returncode == (2 if header is None else 0), p.stderr
 
 
-def test_odd_architectures_and_a_directory_for_weights(tmp_path):
+def test_odd_architectures_and_a_directory_for_weights(tmp_path, blockwidth):
     d = _folder(tmp_path, "archs", {"model_type": "llama", "architectures": [1, None]},
                 {"w": GOOD_TENSOR})
-    p = run_cli("inspect", str(d))
+    p = blockwidth("inspect", str(d))
     assert p.returncode == 0 and "1, null" in p.stdout, p.stderr
     d = _folder(tmp_path, "dir-weights", {"model_type": "llama"})
     (d / "model.safetensors").mkdir()
-    p = run_cli("inspect", str(d), "--json")
+    p = blockwidth("inspect", str(d), "--json")
     assert p.returncode == 0 and "is a directory" in json.loads(p.stdout)["parameters_note"]
-    p = run_cli("resolve", "--device", "cpu", "--target", str(d))
+    p = blockwidth("resolve", "--device", "cpu", "--target", str(d))
     assert p.returncode == 2 and "is a directory" in p.stderr and "Traceback" not in p.stderr
 
 
 @pytest.mark.parametrize("role,key,value", [("drafter", "hidden_size", "big"), ("target", "vocab_size", 0),
                                             ("drafter", "num_hidden_layers", True)])
-def test_a_bad_size_in_config_json_names_the_file_and_key(tmp_path, role, key, value):
+def test_a_bad_size_in_config_json_names_the_file_and_key(tmp_path, role, key, value, blockwidth):
     """transformers validates these only while loading the tokenizer, which used to blame it."""
     target = shutil.copytree(DEMO / "target-bf16", tmp_path / "target")
     drafter = shutil.copytree(DEMO / "drafter", tmp_path / "drafter")
     bad = target if role == "target" else drafter
     before = _edit_config(bad, key, value)
-    p = run_cli("sweep", "--target", str(target), "--draft", str(drafter), "-n", "1", "--max-tokens", "8",
-                "--widths", "2", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--target", str(target), "--draft", str(drafter), "-n", "1", "--max-tokens", "8",
+                   "--widths", "2", "--record-dir", str(tmp_path / "rec"))
     line = one_line(p)
     assert f"{bad / 'config.json'}: {key} = {value!r}" in line and "tokenizer" not in line, line
     assert (bad / "config.json").read_bytes() == before
 
 
-def test_inspect_says_when_config_json_has_no_model_type(tmp_path):
+def test_inspect_says_when_config_json_has_no_model_type(tmp_path, blockwidth):
     d = shutil.copytree(DEMO / "drafter", tmp_path / "drafter")
     _edit_config(d, "model_type", drop=True)
-    p = run_cli("inspect", str(d))
+    p = blockwidth("inspect", str(d))
     assert p.returncode == 0 and "(no model_type)" in p.stdout and "None" not in p.stdout, p.stdout
 
 
-def test_sweep_names_the_missing_key_of_a_drafter_without_model_type(tmp_path):
+def test_sweep_names_the_missing_key_of_a_drafter_without_model_type(tmp_path, blockwidth):
     d = shutil.copytree(DEMO / "drafter", tmp_path / "drafter")
     before = _edit_config(d, "model_type", drop=True)
-    p = run_cli("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "--widths", "2", "-n", "1",
-                "--max-tokens", "4",
-                "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "--widths", "2", "-n", "1",
+                   "--max-tokens", "4",
+                   "--record-dir", str(tmp_path / "rec"))
     line = one_line(p)
     assert "'model_type'" in line and "missing" in line and "KeyError" not in line, line
     assert (d / "config.json").read_bytes() == before
@@ -200,7 +204,7 @@ def _break(d: Path, where: str) -> None:
 @pytest.mark.parametrize("where", ["config.json", "tokenizer_config.json"])
 @pytest.mark.parametrize("role", ["target", "drafter"])
 @pytest.mark.parametrize("typed", ["relative", "absolute"])
-def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, typed):
+def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, typed, blockwidth):
     """The tryout met one broken file named three ways by resolve, inspect and sweep. Each now
     says the path as typed, the file inside it and what is wrong, in one line, exit 2: after
     the option that took the path (resolve, sweep and costcurve alike), or after `inspect`."""
@@ -214,24 +218,24 @@ def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, ty
                  "--record-dir", str(tmp_path / "rec")]]
     if role == "target":
         commands.append(["costcurve", *pair, "--rows", "1", "--repeats", "1"])
-    lines = {args[0]: one_line(run_cli(*args, cwd=tmp_path)).strip() for args in commands}
+    lines = {args[0]: one_line(blockwidth(*args, cwd=tmp_path)).strip() for args in commands}
     name = f"{path}/{where}"
     assert lines["resolve"].startswith(f"blockwidth: error: {flag} {name}: "), lines
     assert len(set(lines.values())) == 1, lines
-    inspected = one_line(run_cli("inspect", path, cwd=tmp_path)).strip()
+    inspected = one_line(blockwidth("inspect", path, cwd=tmp_path)).strip()
     assert inspected == lines["resolve"].replace(f"{flag} {name}", f"inspect {name}", 1), (inspected, lines)
 
 
-def test_a_fifo_among_the_tokenizer_files_is_refused_not_waited_on(tmp_path):
+def test_a_fifo_among_the_tokenizer_files_is_refused_not_waited_on(tmp_path, blockwidth):
     d = shutil.copytree(DEMO / "drafter", tmp_path / "drafter")
     (d / "tokenizer.json").unlink()
     os.mkfifo(d / "tokenizer.json")
-    p = run_cli("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "-n", "1",
-                "--max-tokens", "4", "--widths", "2", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--target", str(DEMO / "target-bf16"), "--draft", str(d), "-n", "1",
+                   "--max-tokens", "4", "--widths", "2", "--record-dir", str(tmp_path / "rec"))
     assert "tokenizer.json: is not a regular file" in one_line(p)
 
 
-def test_a_safetensors_header_mlx_refuses_is_not_counted(tmp_path):
+def test_a_safetensors_header_mlx_refuses_is_not_counted(tmp_path, blockwidth):
     d = tmp_path / "corrupt"
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "llama"}))
@@ -241,17 +245,17 @@ def test_a_safetensors_header_mlx_refuses_is_not_counted(tmp_path):
 
     with pytest.raises(RuntimeError):  # what MLX says of it
         mx.load(str(d / "model.safetensors"))
-    doc = json.loads(run_cli("inspect", "--json", str(d), timeout=120).stdout)
+    doc = json.loads(blockwidth("inspect", "--json", str(d)).stdout)
     assert doc["parameters"] is None and "needs 4000000000000 bytes" in doc["parameters_note"]
 
 
-def test_a_broken_quantization_sidecar_is_an_error_not_unquantized(tmp_path):
+def test_a_broken_quantization_sidecar_is_an_error_not_unquantized(tmp_path, blockwidth):
     t = shutil.copytree(DEMO / "target-bf16", tmp_path / "t")
     (t / "hf_quant_config.json").write_text('{"producer": {"name": "modelopt"}, "quantization": {"quant_al')
     for args in (("inspect", str(t)), ("resolve", "--device", "cpu", "--target", str(t)),
                  ("sweep", "--target", str(t), "-n", "1", "--max-tokens", "4", "--widths", "2",
                   "--record-dir", str(tmp_path / "rec"))):
-        line = one_line(run_cli(*args, timeout=300))
+        line = one_line(blockwidth(*args))
         assert "hf_quant_config.json" in line and "not valid JSON" in line, (args, line)
 
 

@@ -53,13 +53,13 @@ def test_a_huge_record_is_not_read_whole(tmp_path):
     assert record_check["status"] == "fail" and "over the 128 MiB limit" in record_check["detail"]
 
 
-def test_outputs_that_are_not_regular_files_are_refused_before_any_work(tmp_path):
+def test_outputs_that_are_not_regular_files_are_refused_before_any_work(tmp_path, blockwidth):
     fifo = tmp_path / "report.xml"
     os.mkfifo(fifo)
     profile = ROOT / "examples/profile.toml"
     for junit, needle in ((fifo, "is a FIFO"), (Path("/dev/null"), "is a character device"),
                           (tmp_path, "is a directory"), (tmp_path / "no" / "r.xml", "does not exist")):
-        p = run_cli("--check", "--profile", str(profile), "--device", "cpu", "--junit", str(junit), timeout=120)
+        p = blockwidth("--check", "--profile", str(profile), "--device", "cpu", "--junit", str(junit))
         assert f"--junit {junit}: " in one_line(p) and needle in p.stderr, p.stderr
         assert p.stdout == ""
 
@@ -175,18 +175,18 @@ def test_check_json_says_the_exit_code_the_process_exits_with(tmp_path):
 
 
 @pytest.mark.parametrize("how", ["hard link", "symlink"])
-def test_an_output_that_is_an_input_under_another_name_is_refused(tmp_path, how):
+def test_an_output_that_is_an_input_under_another_name_is_refused(tmp_path, how, blockwidth):
     prof = tmp_path / "p.toml"
     shutil.copy(ROOT / "examples/profile.toml", prof)
     before = prof.read_bytes()
     other = tmp_path / "report.xml"
     os.link(prof, other) if how == "hard link" else os.symlink(prof, other)
-    p = run_cli("--check", "--profile", str(prof), "--device", "cpu", "--junit", str(other), timeout=120)
+    p = blockwidth("--check", "--profile", str(prof), "--device", "cpu", "--junit", str(other))
     assert "the profile" in one_line(p) and "never writes over its inputs" in p.stderr
     assert prof.read_bytes() == before
 
 
-def test_json_never_says_infinity_and_files_never_hold_it(tmp_path):
+def test_json_never_says_infinity_and_files_never_hold_it(tmp_path, blockwidth):
     from blockwidth.policy import files
 
     assert json.loads(files.dumps_json({"a": float("inf"), "b": [float("nan"), 1.5]})) == {"a": None,
@@ -194,7 +194,7 @@ def test_json_never_says_infinity_and_files_never_hold_it(tmp_path):
     t = shutil.copytree(DEMO / "target-bf16", tmp_path / "t")
     (t / "config.json").write_text((t / "config.json").read_text().replace('"vocab_size": 2048',
                                                                            '"vocab_size": 1e400'))
-    p = run_cli("inspect", "--json", str(t), timeout=120)
+    p = blockwidth("inspect", "--json", str(t))
     assert "Infinity" not in p.stdout and "1e400 is out of range" in one_line(p)
 
 
@@ -206,20 +206,17 @@ def _held(lock: Path) -> subprocess.Popen:
     return holder
 
 
-def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
+def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path, demo_pairs):
     """save_session on a real session of the demo pair, its outcome made decided so that it
     reaches the profile (at n = 1 the session cannot tell drift from noise)."""
     import dataclasses
 
-    from blockwidth.console.inputs import pair_paths
     from blockwidth.console.measure import save_session
     from blockwidth.engine.ab import AbConfig, run_session
-    from blockwidth.engine.pair import load_pair
     from blockwidth.console import profile_file
     from blockwidth.policy import profile
 
-    paths = pair_paths(None, None)
-    pair = load_pair(paths.target, paths.drafter)
+    pair = demo_pairs()
     session = run_session(pair, AbConfig(widths=(2,), prompt="def f(x):", n=1, max_tokens=4,
                                          exactness=False, predict=False))
     decided = dataclasses.replace(session, drift=False, recommendation=2)
@@ -240,12 +237,12 @@ def test_a_held_profile_lock_is_named_after_a_bounded_wait(tmp_path):
     assert saved and refusal is None and profile.load(prof).entries[0].width == 2
 
 
-def test_sweep_save_with_a_held_lock_exits_1_and_keeps_the_record(tmp_path):
+def test_sweep_save_with_a_held_lock_exits_1_and_keeps_the_record(tmp_path, blockwidth):
     prof = tmp_path / "p.toml"
     holder = _held(Path(str(prof) + ".lock"))
     try:
-        p = run_cli("sweep", "--widths", "2", "-n", "1", "--max-tokens", "4", "--save", "--profile", str(prof),
-                    "--record-dir", str(tmp_path / "rec"))
+        p = blockwidth("sweep", "--widths", "2", "-n", "1", "--max-tokens", "4", "--save", "--profile", str(prof),
+                       "--record-dir", str(tmp_path / "rec"))
     finally:
         holder.kill()
         holder.wait()
