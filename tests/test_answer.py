@@ -129,14 +129,14 @@ def test_a_generic_entry_names_the_pair_and_prompt_it_was_measured_on(tmp_path):
 def test_sweep_save_prints_the_answer(tmp_path, blockwidth):
     prof = tmp_path / "p.toml"
     p = blockwidth("sweep", "--widths", "2", "-n", "1", "--max-tokens", "8", "--save", "--profile", str(prof),
-                "--record-dir", str(tmp_path / "rec"))
+                   "--record-dir", str(tmp_path / "rec"))
     assert p.returncode in (0, 1), p.stderr
     assert "+ width 4, the width in effect" in p.stderr  # resolve's width is always measured
     answer_lines = [line for line in p.stdout.splitlines() if line.startswith("answer")]
     assert answer_lines and "--num-draft-tokens" in answer_lines[0]
     assert "mlx_lm.server --model /" in p.stdout
     d = json.loads(blockwidth("sweep", "--widths", "2", "-n", "1", "--max-tokens", "8", "--save", "--profile",
-                           str(prof), "--record-dir", str(tmp_path / "rec"), "--json").stdout)
+                              str(prof), "--record-dir", str(tmp_path / "rec"), "--json").stdout)
     assert d["answer"]["num_draft_tokens"] is not None or d["answer"]["decline"]
     assert {"serve_command", "source", "measured", "trust"} <= set(d["answer"])
 

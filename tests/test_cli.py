@@ -52,7 +52,7 @@ def test_bad_target_paths(tmp_path, blockwidth):
 
 @pytest.mark.parametrize("config", [None, "{not json", "[1, 2]"])
 def test_target_and_drafter_without_a_readable_config_are_refused_alike(tmp_path, config, blockwidth):
-    """Issue 7: a target without config.json resolved with exit 0 while a drafter exited 2."""
+    """A target without config.json once resolved with exit 0 while a drafter exited 2."""
     bad = tmp_path / "bad"
     bad.mkdir()
     if config is not None:
