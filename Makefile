@@ -18,10 +18,12 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/blockwidth $(ARGS)
 
-# The suite on up to 4 workers (CI has 2 cores): one test file a worker, so a file's fixtures
-# (checkpoints, a served sweep) are built once. JOBS=0 runs it in this process.
+# The suite on up to 4 workers (CI has 2 cores), test by test so that the workers stay busy to the
+# end (one file a worker left one worker running the longest file alone); the tests that share a
+# costly fixture (the served sweep, the wheel) are an xdist_group, run on one worker, so it is
+# built once. JOBS=0 runs it in this process.
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
-XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadfile)
+XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadgroup)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)

@@ -186,7 +186,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     data["num_draft_tokens"] = said.num_draft_tokens
     data["serve_command"] = said.command
     data["answer"] = said.to_dict()
-    # the command for each path, as blockwidth serve and export read it (issue 27)
+    # the command for each path, as blockwidth serve and export read it (docs/served.md)
     data["command"] = command_for(res, paths.target, paths.drafter)
     refused = _caches_refused(paths.target)
     data["caches_refused"] = refused

@@ -1,4 +1,4 @@
-"""The A/B session: widths against classic, measured the way DESIGN.md says.
+"""The A/B session: widths against classic, measured the way docs/method.md says.
 
 - a discarded warm-up of every arm, then repetitions interleaved arm by arm
   (classic, w_a, w_b, ...), and one closing classic run, so drift spreads

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Drafters for a real target (issue 34, item 2): a DFlash drafter, an MTP head and a model drafter
+# Drafters for a real target (docs/target-drafters.md): a DFlash drafter, an MTP head and a model drafter
 # for the mlx-lm target folder $TARGET (e.g. SmolLM2-135M-Instruct in bfloat16), trained on the
 # GPU host in one detached run of about 5.5 minutes on one H200. lab/target_drafters.py does the
 # work; every step is its own process under its own time limit, so a failed step costs only

@@ -18,7 +18,6 @@ from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 from blockwidth.engine.pair import load_pair
 from blockwidth.policy.drafter import DrafterKind, read_drafter
 from tests import checkpoints as bd
-from tests.conftest import run_cli
 
 TOKENS = 40
 TARGET = demo.target("bf16")
@@ -231,16 +230,16 @@ def test_draft_cost_models_flat_and_linear():
     assert "draft 3.00 + verify 14.00 ms" in flat[8].describe()
 
 
-def test_cli_refuses_malformed_dflash_and_inspect_reports(ckpts, tmp_path):
+def test_cli_refuses_malformed_dflash_and_inspect_reports(ckpts, tmp_path, blockwidth):
     bad = _edit(ckpts["dflash"], tmp_path / "bad", lambda c: c["dflash_config"].update(target_layer_ids=[40]))
-    r = run_cli("sweep", "--target", str(TARGET), "--draft", str(bad), "--widths", "4", "-n", "1")
+    r = blockwidth("sweep", "--target", str(TARGET), "--draft", str(bad), "--widths", "4", "-n", "1")
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "name layer 40, but the target has 6 layers" in lines[0] and str(bad) in lines[0]
-    r = run_cli("inspect", str(ckpts["dflash"]), "--json")
+    r = blockwidth("inspect", str(ckpts["dflash"]), "--json")
     d = json.loads(r.stdout)
     assert d["drafter_kind"] == "dflash" and d["declared_width"] == 16 and d["target_layers"] == [1, 3, 5]
-    r = run_cli("inspect", str(ckpts["deepseek-v3"]))
+    r = blockwidth("inspect", str(ckpts["deepseek-v3"]))
     assert "mtp" in r.stdout and "final hidden state" in r.stdout
 
 

@@ -13,7 +13,7 @@ LIMIT = 20_000  # characters: the manual; long accounts go in docs/
 
 
 def test_the_readme_stays_a_manual_under_its_size_limit():
-    """At most ~20k characters (issue 22): a user looking for how to decide a width, install or
+    """At most ~20k characters: a user looking for how to decide a width, install or
     read the profile format must not dig through a lab notebook; measurement accounts go in
     docs/. A section that pushes it over belongs in a docs/ page with a link here."""
     size = len(README.read_text(encoding="utf-8"))

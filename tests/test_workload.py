@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from tests.conftest import ROOT
 from blockwidth.policy import workload
 from blockwidth.policy.workload import WorkloadError
 
@@ -163,7 +163,7 @@ def test_chat_request_refused_without_a_chat_template(tmp_path):
 
 # ---- a real workload session on the demo pair, through sweep --workload ------------------------
 
-def test_sweep_workload_end_to_end(tmp_path):
+def test_sweep_workload_end_to_end(tmp_path, blockwidth):
     """Three requests (two prompts, one chat through a chat template) on the demo pair with a
     templated tokenizer: every arm runs every request, interleaved with the arms rotated per
     request, classic closing with a pass; identity per request; each width's ratio, interval and
@@ -178,9 +178,9 @@ def test_sweep_workload_end_to_end(tmp_path):
         {"id": "b", "prompt": "def read_config(path):\n    result = {}\n    with open(path) as f:\n        for",
          "max_tokens": 8},
         {"id": "c", "messages": [{"role": "user", "content": "def main():"}]}])
-    p = run_cli("sweep", "--target", str(target), "--draft", str(DEMO / "drafter"), "--workload", str(wl),
-                "--widths", "2,3", "-n", "2", "--max-tokens", "12", "--seed", "7", "--json",
-                "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--target", str(target), "--draft", str(DEMO / "drafter"), "--workload", str(wl),
+                   "--widths", "2,3", "-n", "2", "--max-tokens", "12", "--seed", "7", "--json",
+                   "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["workload"]["requests"] == 3 and d["workload"]["sha256"] == workload.read(str(wl)).sha256
@@ -232,11 +232,11 @@ def test_sweep_workload_end_to_end(tmp_path):
     assert (tmp_path / "rec" / Path(d["record_path"]).name).exists()
 
 
-def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path):
+def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, blockwidth):
     wl = _write(tmp_path / "w.jsonl", [{"id": "first", "prompt": "def f(x):\n    return"},
                                        {"id": "second", "prompt": "import os\n\n\ndef main():\n   "}])
-    p = run_cli("sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "6",
-                "--seed", "1", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "6",
+                   "--seed", "1", "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "workload w.jsonl: 2 requests" in out
@@ -254,20 +254,20 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path):
     (("--min-gain", "x%"), "is not a fraction (0.03) or a percentage (3%)"),
     (("--workload", "nope.jsonl"), "--workload nope.jsonl: no such file"),
 ])
-def test_sweep_workload_bad_input_exit_2(args, needle, tmp_path):
-    p = run_cli("sweep", "-n", "1", "--max-tokens", "4", "--record-dir", str(tmp_path), *args)
+def test_sweep_workload_bad_input_exit_2(args, needle, tmp_path, blockwidth):
+    p = blockwidth("sweep", "-n", "1", "--max-tokens", "4", "--record-dir", str(tmp_path), *args)
     assert p.returncode == 2, p.stdout + p.stderr
     assert needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-def test_sweep_refuses_bad_json_on_line_3_and_chat_without_a_template(tmp_path):
+def test_sweep_refuses_bad_json_on_line_3_and_chat_without_a_template(tmp_path, blockwidth):
     bad = _write(tmp_path / "bad.jsonl", ['{"prompt": "a"}', '{"prompt": "b"}', '{"prompt": "c",}'])
-    p = run_cli("sweep", "--workload", str(bad), "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", str(bad), "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 2 and "line 3: not valid JSON" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "rec").exists()
     chat = _write(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "id": "q"}])
-    p = run_cli("sweep", "--workload", str(chat), "-n", "1", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", str(chat), "-n", "1", "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 2 and "line 1 (id q): \"messages\" need a chat template" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
@@ -440,7 +440,7 @@ def test_workload_mixed_requests_make_a_wide_interval():
     assert "the interval straddles 1 + the 3 % minimum gain" in s.arms[0].why
 
 
-def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
+def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path, blockwidth):
     """A decline of width 32 on the 4-bit demo target (about 4x slower than classic on a CPU),
     decided on a two-request workload: --check --measure runs that workload again, both
     requests, and the interval rule finds width 32 still slower."""
@@ -452,8 +452,8 @@ def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
     p = write_profile(tmp_path, CPU_4BIT + f'decline = true\nmlx = "{MLX}"\n'
                       f'evidence = {{ widths = [32], workload = {{ name = "{w.name}", source = "{w.source}", '
                       f'sha256 = "{w.sha256}", requests = 2 }} }}\n')
-    r = run_cli("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "2",
-                "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
+    r = blockwidth("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "2",
+                   "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     m = by_name(json.loads(r.stdout))["measure: target-4bit + drafter"]
     assert m["status"] == "pass", m
@@ -465,11 +465,11 @@ def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_builtin_mixed_headless_json(tmp_path):
+def test_sweep_builtin_mixed_headless_json(tmp_path, blockwidth):
     """What the GPU host runs, at its smallest: the built-in workload, headless, --json and a
     record (every request, the chat ones through mlx_lm.server's transcript on the demo pair)."""
-    p = run_cli("sweep", "--workload", "mixed", "--widths", "2", "-n", "1", "--max-tokens", "4",
-                "--json", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", "mixed", "--widths", "2", "-n", "1", "--max-tokens", "4",
+                   "--json", "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     w = workload.builtin("mixed")
