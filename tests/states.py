@@ -28,7 +28,7 @@ STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
           # a sequential session's n repetitions (the bar counts their runs), the same with its
           # seconds budget spent before they end, and an undecided end with measured advice
           "sequential-n", "sequential-spent", "undecided",
-          # issue 37: the pilot's warning before a session that cannot reach a win (n 2, 60 s)
+          # the pilot's warning before a session that cannot reach a win (n 2, 60 s)
           "warned")
 
 # The pilot's rates for the "warned" state (fixed: seconds per token on a busy 2-core CPU).

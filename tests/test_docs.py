@@ -58,8 +58,8 @@ def test_the_console_s_first_session_and_its_budget_are_the_console_s():
     from blockwidth.console.state import BUDGET_REPS, BUDGET_S, FIRST_N, FIRST_TOKENS
 
     first = (str(FIRST_N), str(FIRST_TOKENS), str(BUDGET_REPS), f"{BUDGET_S:g}")
-    for found in _quoted("README.md", r"`n` (\d+), `tokens` (\d+), `sequential` and its budget "
-                                      r"`reps` / `secs` \((\d+), (\d+) s"):
+    for found in _quoted("README.md", r"`n` (\d+) \(the fewest that can win\), `tokens` (\d+), `sequential`\s+"
+                                      r"and its budget `reps` / `secs` \((\d+), (\d+) s"):
         assert found == first
     for found in _quoted("docs/console.md", r"until every arm is decided, at most (\d+) or (\d+) s"):
         assert found == first[2:]
