@@ -29,6 +29,15 @@ def _isolated_config(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
+@pytest.fixture(scope="session")
+def real_models() -> Path:
+    """The real models (tests/real.py), converted once and cached across runs: the folder that
+    holds ``smollm2/{native,bf16,q8g64}`` and ``gemma3/bf16``."""
+    from tests import real
+
+    return real.build()
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
     """Run ``blockwidth`` as a user would, in a subprocess."""
     import subprocess
