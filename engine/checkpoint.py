@@ -101,11 +101,26 @@ def read_header(file: Path) -> dict[str, Any]:
     return header
 
 
-def parameter_count(path: Path, bits: int | None = None) -> int | None:
-    """Parameters in the folder's safetensors, unpacking MLX-quantized weights."""
+def module_bits(config: dict) -> dict[str, int]:
+    """Per-module bits an MLX ``quantization`` block overrides (mlx-lm's class_predicate reads
+    the same keys): a GGUF's Q8_0 embedding beside Q4_1 layers is ``model.embed_tokens``: 8."""
+    out: dict[str, int] = {}
+    for holder in (config, config.get("text_config") if isinstance(config.get("text_config"), dict) else {}):
+        q = holder.get("quantization") if isinstance(holder, dict) else None
+        if isinstance(q, dict):
+            for name, v in q.items():
+                if isinstance(v, dict) and isinstance(v.get("bits"), int) and not isinstance(v.get("bits"), bool):
+                    out[name] = v["bits"]
+    return out
+
+
+def parameter_count(path: Path, bits: int | None = None, per_module: dict[str, int] | None = None) -> int | None:
+    """Parameters in the folder's safetensors, unpacking MLX-quantized weights (``per_module``:
+    bits of the modules that differ from ``bits``, module_bits)."""
     files = weight_files(path)
     if not files:
         return None
+    per_module = per_module or {}
     total = 0
     for f in files:
         header = read_header(f)
@@ -117,10 +132,33 @@ def parameter_count(path: Path, bits: int | None = None) -> int | None:
                 continue
             n = math.prod(meta["shape"])
             base = name[: -len(".weight")] if name.endswith(".weight") else None
-            if base and f"{base}.scales" in names and meta.get("dtype") == "U32" and bits:
-                n = n * 32 // bits
+            b = per_module.get(base, bits) if base else bits
+            if base and f"{base}.scales" in names and meta.get("dtype") == "U32" and b:
+                n = n * 32 // b
             total += n
     return total
+
+
+_FLOAT_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
+
+
+def tensor_dtypes(path: Path) -> dict[str, str | None]:
+    """What the tensors are, not what config.json says: ``weights``, the dtype holding most
+    elements of the unquantized floating tensors, and ``scales``, the quantized weights' scales
+    dtype (None when nothing is quantized). On MLX's CPU the scales' dtype alone moves a 4-bit
+    matmul's cost 8-60x (issue 34), and a converted checkpoint's config may not say it."""
+    weights: dict[str, int] = {}
+    scales: dict[str, int] = {}
+    for f in weight_files(path):
+        for name, meta in read_header(f).items():
+            if name == "__metadata__" or meta.get("dtype") not in _FLOAT_NAMES:
+                continue
+            into = scales if name.endswith(".scales") else None if name.endswith(".biases") else weights
+            if into is not None:
+                dt = _FLOAT_NAMES[meta["dtype"]]
+                into[dt] = into.get(dt, 0) + math.prod(meta["shape"])
+    top = lambda d: max(d, key=d.get) if d else None  # noqa: E731
+    return {"weights": top(weights), "scales": top(scales)}
 
 
 def fingerprint(path: Path) -> str:

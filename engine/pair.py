@@ -54,6 +54,9 @@ class Pair:
     caches: Any = None  # engine.kvcache.CachePlan of the target: its cache kinds and their rewinds
     drafter_caches: Any = None  # the same for a model drafter
     token_rows: int | None = None  # rows of the pair's smallest embedding table (engine.shapes)
+    # the target's tensors' dtypes (checkpoint.tensor_dtypes: weights, scales): on a CPU the
+    # scales' dtype moves a quantized verify's cost 8-60x, so records and saved entries carry it
+    target_dtypes: dict = field(default_factory=dict)
 
     def encode(self, text: str, what: str = "prompt") -> list[int]:
         """The prompt's ids, each checked to be a row of every embedding table it will meet
@@ -85,6 +88,15 @@ class Pair:
         else:
             d = self.drafter_path.name if self.drafter_path else "prompt lookup"
         return f"{self.target_path.name} [{self.quantization.describe()}] + {d} ({self.kind.value})"
+
+
+def _dtypes(path: Path) -> dict:
+    from blockwidth.engine.checkpoint import CheckpointError, tensor_dtypes
+
+    try:
+        return tensor_dtypes(path)
+    except CheckpointError:  # the load itself says what is wrong with the files
+        return {}
 
 
 def _check_folder(path: Path, what: str) -> tuple[dict, shapes.Weights]:
@@ -312,7 +324,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     rows = token_rows(tokenizer, target, tweights, own, tname, dname, model)
     pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, sidecar), kind,
                 fingerprints={"target": fingerprint(target)}, caches=_cache_plan(model, target, tname),
-                token_rows=rows)
+                token_rows=rows, target_dtypes=_dtypes(target))
     if kind is DrafterKind.MODEL:
         if drafter_model:  # a rank that does not draft checks the drafter but holds none
             pair.drafter = _load_model(drafter, dname)

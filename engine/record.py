@@ -64,6 +64,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
             "target": str(pair.target_path), "drafter": str(pair.drafter_path) if pair.drafter_path else None,
             "drafter_kind": pair.kind.value, "fingerprints": dict(pair.fingerprints),
             "pair_id": pair.pair_id, "target_quantization": pair.quantization.to_dict(),
+            "target_dtypes": dict(getattr(pair, "target_dtypes", None) or {}) or None,
             "target_caches": pair.caches.summary() if getattr(pair, "caches", None) else None,
         },
         "prompt": {"sha256": session.prompt_sha256,
