@@ -47,11 +47,15 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         if many and arm.width is not None:
             d["differs_on"] = session.differing_requests(arm.width)
         arms.append(d)
-    requests = None
-    if many:
-        requests = [{**r.to_dict(), "arms": [_arm(a) for a in [r.classic, *r.arms]]}
-                    for r in session.per_request]
     c = session.config
+    # A workload of one request is still a workload: its request (id, prompt, tokens) is
+    # recorded, not the default prompt the session's config carries beside it. Its arms are the
+    # session's own, whose rounds are kept above.
+    listed = many or (c.workload is not None and bool(session.requests))
+    requests = None
+    if listed:
+        requests = [{**r.to_dict(), "arms": [_arm(a, rounds=many) for a in [r.classic, *r.arms]]}
+                    for r in session.per_request]
     opening, closing = session.opening_closing()
     return {
         "schema": RECORD_SCHEMA,
@@ -68,9 +72,9 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
             "target_caches": pair.caches.summary() if getattr(pair, "caches", None) else None,
         },
         "prompt": {"sha256": session.prompt_sha256,
-                   "tokens": sum(len(r.prepared.ids) for r in session.requests) if many
+                   "tokens": sum(len(r.prepared.ids) for r in session.requests) if listed
                    else len(session.prompt_ids),
-                   "text_head": (session.requests[0].prepared.request.head(200) if many
+                   "text_head": (session.requests[0].prepared.request.head(200) if listed
                                  else session.config.prompt[:200])},
         "workload": c.workload.to_dict() if c.workload is not None else None,
         "requests": requests,

@@ -545,3 +545,23 @@ def test_the_committed_cpu_workload_record_reproduces_its_intervals():
     for a in rec["arms"][1:]:
         est = again[a["width"]]
         assert (a["ratio"], a["ratio_ci"], a["p_value"]) == (round(est.ratio, 4), est.ci.to_list(), round(est.p, 6))
+
+
+def test_a_one_request_workload_records_its_request_not_the_demo_prompt(tmp_path, capsys):
+    """Issue 34: a --workload of one request recorded the built-in demo prompt as its prompt and
+    `requests: null`. Its request is recorded as a workload's are, its rounds once."""
+    from blockwidth.console.cli import main
+    from blockwidth.engine import record
+
+    wl = _write(tmp_path / "one.jsonl", [{"id": "only", "prompt": "def area(r):\n    return"}])
+    assert main(["sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "4",
+                 "--record-dir", str(tmp_path / "rec"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rec = record.load(Path(d["record_path"]))
+    assert [r["id"] for r in rec["requests"]] == ["only"] and rec["workload"]["requests"] == 1
+    assert rec["prompt"]["text_head"] == "def area(r): return"  # the request's head, not the demo prompt
+    assert rec["prompt"]["tokens"] == rec["requests"][0]["prompt_tokens"]
+    # the rounds are kept once, in the session's arms (which are this request's)
+    assert all("rounds_detail" not in s for a in rec["requests"][0]["arms"] for s in a["samples"])
+    assert all("rounds_detail" in s for a in rec["arms"] for s in a["samples"])
+    assert record.reproduce(rec)[2].ratio > 0
