@@ -139,3 +139,24 @@ def test_gemma3_lookup_past_its_sliding_window_is_identical(real_models, tmp_pat
     assert len(r.prepared.ids) + 10 > 16 + 8  # well past the window
     (arm,) = r.arms
     assert arm.identity.identical_ids
+
+
+def test_the_sweep_estimate_counts_its_prefills(real_models, capsys):
+    """Issue 34: the pre-run estimate counted a prefill as one row (said 45.6 s, took 832 s).
+    On this CPU a row of SmolLM2 costs about a 1-row forward, so ten 300-token prefills are
+    minutes, and the line says so and counts them."""
+    import threading
+
+    from blockwidth.console import measure
+
+    pair = load_pair(_smol(real_models, "bf16"))
+    cfg = ab.AbConfig(widths=(2, 4), prompt="", n=2, max_tokens=8)
+    prefills = measure.session_prefills(cfg, [300, 40], 300)
+    # warm-up of 3 arms, 2 x 3 runs + the closing classic on each request, 2 probes, the curve
+    assert prefills == [300] * 3 + [300] * 7 + [40] * 7 + [300] * 2 + [300 + 8 + 4]
+    measure._say_how_long(pair.target, [1] * 40, "sweep", quiet=False, cancel=threading.Event(),
+                          lower_only=True, prefills=prefills)
+    line = capsys.readouterr().err
+    assert f"it runs 40 forwards and {len(prefills)} prefills of {sum(prefills)} tokens" in line
+    minutes = line.split("about ")[1].split(" ")
+    assert minutes[1] in ("min", "h")  # not the ~20 s that 40 + 20 single rows would be
