@@ -144,7 +144,23 @@ def _load_model(path: Path, what: str):
                         f"({e.args[0]!r}, in config.json or the weights)", what) from None
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
         raise PairError(f"{path}: mlx-lm cannot load it ({_one_line(e)})", what) from None
+    settle(model)
     return model
+
+
+def settle(model) -> None:
+    """Evaluate every array the model holds, private ones too, in this (the loading) thread.
+
+    mlx-lm evaluates the parameters only; an array a module builds for itself and keeps under a
+    private name (gemma4_text's ProportionalRoPE ``_freqs``) stays a lazy graph on this thread's
+    stream, and MLX's streams are per thread: the session's worker that first evaluated it failed
+    with "There is no Stream(cpu, 0) in current thread" (issue 34)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    # an nn.Module is a dict of everything it holds, private names included: tree_flatten walks it
+    held = [a for _, a in tree_flatten(model) if isinstance(a, mx.array)]
+    mx.eval(held)
 
 
 def _cache_plan(model, path: Path, what: str):
@@ -342,6 +358,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
                 pair.drafter = mtp.load(drafter, model, target, tconfig)
         except (dflash.DrafterFormatError, TargetShapeError) as e:
             raise PairError(str(e)) from None
+        settle(pair.drafter)
         if drafter is not None:
             pair.drafter_path = drafter
             pair.fingerprints["drafter"] = fingerprint(drafter)
