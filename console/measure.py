@@ -287,9 +287,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     if args.path == "mlx-lm-server":
-        if args.workload is not None:  # not yet: the served session runs one prompt
-            raise InputError("--workload runs on the engine path only (--path engine); the served "
-                             "path measures one prompt")
         return served.cmd_sweep_served(args)
     served.served_only(args)
     workload = read_workload(args.workload, args.prompt, args.prompt_file)

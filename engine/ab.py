@@ -626,7 +626,9 @@ def _add_pass(session: Session, widths: list[int | None]) -> None:
         agg = session.classic if w is None else session.arm(w)
         runs = [r.arm(w).runs for r in session.requests]
         if all(len(x) > len(agg.runs) for x in runs):
-            agg.runs.append(pass_run(w, [x[len(agg.runs)] for x in runs]))
+            got = [x[len(agg.runs)] for x in runs]
+            combine = getattr(type(got[0]), "combine_pass", None)  # a served run combines itself
+            agg.runs.append(combine(w, got) if combine is not None else pass_run(w, got))
 
 
 def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,
