@@ -123,3 +123,10 @@ def build(root: Path | None = None) -> Path:
     # Folders of other keys stay: other checkouts on this machine (another branch's converter)
     # share the cache, and one must not delete what another is testing on.
     return base
+
+
+if __name__ == "__main__":  # `python -m tests.real`: build what is missing, print where they are
+    base = build()
+    for model, variants in MODELS.items():
+        for variant in variants:
+            print(base / model / variant)
