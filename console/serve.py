@@ -134,7 +134,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     env = {k: v for k, v in measured_env.items() if k not in os.environ}
     spec = ServerSpec("serve", paths.target, drafter,
                       tuple(rest) + (("--num-draft-tokens", str(res.width - 1)) if drafter else ()),
-                      args.verify_attention, port, host, tuple(env.items()))
+                      args.verify_attention, port, host, tuple(env.items()), exact=args.exact)
     print(f"blockwidth serve: {provenance(res)}", flush=True)
     from blockwidth.console.answer import caution
 
@@ -146,8 +146,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
             print(f"blockwidth serve: warning: {k}={shlex.quote(os.environ[k])} in this environment; the "
                   f"entry was measured with {k}={v}", file=sys.stderr, flush=True)
     print(f"blockwidth serve: {cmd['mlx-lm-server']['line']} --host {host} --port {port}"
-          + ("" if args.verify_attention is None else
-             f"  (in-process, verify attention {args.verify_attention})"), file=sys.stderr, flush=True)
+          + ("" if spec.dispatcher is None else
+             f"  (in-process, verify attention {spec.dispatcher}"
+             + (", exact path" if args.exact else "") + ")"), file=sys.stderr, flush=True)
     if not port_free(port, host):
         raise InputError(f"serve: port {port} on {host} is in use: mlx_lm.server cannot listen there; "
                          f"choose another (--port)")
@@ -239,6 +240,10 @@ def register(sub, resolution_args, pair_args) -> None:
                    help="the load it will serve: picks the profile entry measured at N concurrent "
                         "requests (else the nearest level below)")
     add_verify_attention(p, served=True)
+    p.add_argument("--exact", action="store_true",
+                   help="run mlx_lm.server in-process on the exact path: every forward of 1..16 rows "
+                        "on row-invariant kernels, so a speculative server answers byte for byte what "
+                        "a classic one answers (CUDA; a no-op route on a CPU)")
     p.add_argument("--ready-timeout", type=_ready_timeout, default=None, metavar="S",
                    help="seconds mlx_lm.server may take to load and answer (default 180)")
     p.set_defaults(func=cmd_serve)

@@ -128,10 +128,17 @@ class ServerSpec:
     port: int | None = None  # None: a free loopback port
     host: str = HOST
     env: tuple[tuple[str, str], ...] = ()  # added to this process's environment
+    exact: bool = False  # the exact path in-process (engine.exact): the dispatcher, whatever mode
+
+    @property
+    def dispatcher(self) -> str | None:
+        """The verify attention the in-process server runs with; None: the stock server."""
+        return self.verify_attention or ("auto" if self.exact else None)
 
     def argv(self, port: int) -> list[str]:
-        head = [sys.executable, *(STOCK_COMMAND if self.verify_attention is None else
-                                  (*DISPATCH_COMMAND, "--verify-attention", self.verify_attention))]
+        head = [sys.executable, *(STOCK_COMMAND if self.dispatcher is None else
+                                  (*DISPATCH_COMMAND, "--verify-attention", self.dispatcher,
+                                   *(("--exact", "on") if self.exact else ())))]
         out = head + ["--model", str(self.model), "--host", self.host, "--port", str(port)]
         if self.draft is not None:
             out += ["--draft-model", str(self.draft)]
@@ -139,8 +146,9 @@ class ServerSpec:
 
     def command_line(self) -> list[str]:
         """The server's arguments as an operator would type them (no interpreter, no port)."""
-        out = ["mlx_lm.server" if self.verify_attention is None else
-               f"blockwidth serve --verify-attention {self.verify_attention}", "--model", str(self.model)]
+        out = ["mlx_lm.server" if self.dispatcher is None else
+               f"blockwidth serve --verify-attention {self.dispatcher}" + (" --exact on" if self.exact else ""),
+               "--model", str(self.model)]
         if self.draft is not None:
             out += ["--draft-model", str(self.draft)]
         return out + list(self.args)
@@ -767,6 +775,7 @@ class ServedConfig:
     server_args: tuple[str, ...] = ()
     verify_attention: str | None = None  # None: stock mlx_lm.server
     port: int | None = None  # the classic server's; the draft server takes the next one
+    exact: bool = False  # every server on the exact path (engine.exact), in-process
     ready_timeout: float = READY_TIMEOUT_S
 
 
@@ -804,6 +813,7 @@ class ServedSession:
                 "args": list(c.server_args),
                 "env": server_env(),  # MLX_* switches the servers inherited (picks kernels)
                 "verify_attention": c.verify_attention,  # None: the stock server
+                "exact": c.exact,  # every server in-process on the exact path
                 "processes": self.servers,
                 "first_sending": "a third process with --prompt-cache-size 0 (no request there "
                                  "reuses a cache), one request per width",
@@ -851,12 +861,13 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
     draft_port = None if config.port is None else config.port + 1
     specs = [
         ServerSpec("classic", pair.target_path, None, config.server_args, config.verify_attention,
-                   classic_port),
+                   classic_port, exact=config.exact),
         ServerSpec("draft", pair.target_path, pair.drafter_path, config.server_args,
-                   config.verify_attention, draft_port),
+                   config.verify_attention, draft_port, exact=config.exact),
         # every request there is a first sending: the cache keeps nothing
         ServerSpec("first-sending", pair.target_path, pair.drafter_path,
-                   (*config.server_args, "--prompt-cache-size", "0"), config.verify_attention, None),
+                   (*config.server_args, "--prompt-cache-size", "0"), config.verify_attention, None,
+                   exact=config.exact),
     ]
     backend = current_backend()
     attention = "fused" if config.verify_attention is None else effective(config.verify_attention, backend).value

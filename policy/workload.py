@@ -25,7 +25,7 @@ MAX_REQUESTS = 512  # lines with a request; a session runs every arm on every on
 MAX_LINES = 4 * MAX_REQUESTS  # blank lines included: bounds the scan before any JSON is parsed
 MAX_NEW_TOKENS = 65536  # as sweep's --max-tokens
 KEYS = ("prompt", "messages", "max_tokens", "id")
-BUILTIN = ("mixed", "chat")  # names --workload takes besides a file
+BUILTIN = ("mixed", "chat")  # names --workload takes besides a file (chat: chat-template requests)
 
 
 class WorkloadError(BlockwidthError, ValueError):
