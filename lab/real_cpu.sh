@@ -21,8 +21,8 @@ sweep() {  # name, sweep args...
 }
 for step in $steps; do
   case $step in
-    chat-lookup) sweep chat-lookup --target "$smol/bf16" --kind lookup --workload chat --widths 2,4 -n 2 --max-tokens 24 --seed 1 ;;
-    chat-model) sweep chat-model --target "$smol/bf16" --draft "$smol/native" --kind model --workload chat --widths 2 -n 1 --max-tokens 16 --seed 1 ;;
+    chat-lookup) sweep chat-lookup --target "$smol/bf16" --kind lookup --workload lab/evidence/real-cpu-2026-12-04/chat-classes.jsonl --widths 2,4 -n 2 --max-tokens 24 --seed 1 ;;
+    chat-model) sweep chat-model --target "$smol/bf16" --draft "$smol/native" --kind model --workload lab/evidence/real-cpu-2026-12-04/chat-classes.jsonl --widths 2 -n 1 --max-tokens 16 --seed 1 ;;
     mixed-lookup) sweep mixed-lookup --target "$smol/bf16" --kind lookup --workload mixed --widths 2 -n 1 --max-tokens 12 --seed 1 ;;
     gemma-window) sweep gemma-window --target "$gemma" --kind lookup --prompt-file lab/evidence/real-cpu-2026-12-04/gemma-window-prompt.txt --widths 3 -n 1 --max-tokens 24 --seed 1 ;;
     *) echo "unknown step $step"; exit 2 ;;

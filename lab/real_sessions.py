@@ -53,7 +53,14 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  [{time.monotonic() - t0:6.0f}s] {e.kind} {e.request} {e.arm} {e.message}".rstrip(),
                   file=sys.stderr, flush=True)
 
-    session = ab.run_session(pair, cfg, on_event=on_event)
+    import threading
+
+    from blockwidth.console.measure import run_interruptibly
+
+    cancel = threading.Event()  # Ctrl-C (or timeout -s INT) stops it after the forward under way;
+    # the runs so far are recorded, as sweep records a cancelled session
+    session, _ = run_interruptibly(lambda: ab.run_session(pair, cfg, on_event=on_event, cancel=cancel),
+                                   cancel, "the session")
     rec = record.build(session, pair, host.identity(), gate.to_dict())
     rec["lab"] = {"script": "lab/real_sessions.py", "name": a.name,
                   "note": "n = 1, no warm-up, no exactness probe, no cost curve: a look, not a decision"}
@@ -63,9 +70,14 @@ def main(argv: list[str] | None = None) -> int:
                       "decision": session.decision}))
     for r in session.per_request:
         c = r.classic
+        if c.decode_range() is None:
+            print(f"{r.id:<16} not run")
+            continue
         line = [f"{r.id:<16} {len(r.prepared.ids):4d} tok  classic {c.decode_range().median:6.2f} tok/s"]
         for arm in r.arms:
             d = arm.decode_range()
+            if d is None:
+                continue
             acc = arm.acceptance
             same = "same" if arm.identity is not None and arm.identity.identical_ids else "DIFFERS"
             line.append(f"{arm.name} {d.median:6.2f} tok/s ({d.median / c.decode_range().median:4.2f}x, "
