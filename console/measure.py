@@ -458,7 +458,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 f"n={config.n}, reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention "
                 f"{session.attention}" + _linear_note(session.config.verify_linear))
             for line in request_table(session):
-                say(line)
+                for part in line.split("\n"):  # its heading starts with a blank line, not a "\n"
+                    say(part)
             say()
             say("per pass (one run of every request):")
         if session.exact is not None:

@@ -241,6 +241,7 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path):
     out = p.stdout
     assert "workload w.jsonl: 2 requests" in out
     assert "per request (classic decode tok/s; each width's speed-up there):" in out
+    assert "\\nper request" not in out  # a blank line above it, not an escaped newline (issue 34's records)
     assert any(line.startswith("first ") for line in out.splitlines())
     assert "best width per request:" in out
     assert "95 % bootstrap interval resampling requests, then runs, seed 1" in out
