@@ -147,7 +147,7 @@ class ServerSpec:
     def command_line(self) -> list[str]:
         """The server's arguments as an operator would type them (no interpreter, no port)."""
         out = ["mlx_lm.server" if self.dispatcher is None else
-               f"blockwidth serve --verify-attention {self.dispatcher}" + (" --exact on" if self.exact else ""),
+               f"blockwidth serve --verify-attention {self.dispatcher}" + (" --exact" if self.exact else ""),
                "--model", str(self.model)]
         if self.draft is not None:
             out += ["--draft-model", str(self.draft)]
@@ -775,8 +775,8 @@ class ServedConfig:
     server_args: tuple[str, ...] = ()
     verify_attention: str | None = None  # None: stock mlx_lm.server
     port: int | None = None  # the classic server's; the draft server takes the next one
-    exact: bool = False  # every server on the exact path (engine.exact), in-process
     ready_timeout: float = READY_TIMEOUT_S
+    exact: bool = False  # every server on the exact path (engine.exact), in-process
 
 
 @dataclass
