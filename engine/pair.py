@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from blockwidth.engine import shapes  # noqa: E402
-from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, read_checkpoint  # noqa: E402
+from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, read_checkpoint, tensor_dtypes_of  # noqa: E402
 from blockwidth.policy.config import context_length, size  # noqa: E402
 from blockwidth.policy.drafter import DrafterKind, detect_drafter, kind_problem, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
@@ -57,6 +57,9 @@ class Pair:
     drafter_caches: Any = None  # the same for a model drafter
     token_rows: int | None = None  # rows of the pair's smallest embedding table (engine.shapes)
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)  # each folder, read once
+    # the target's tensors' dtypes (checkpoint.tensor_dtypes: weights, scales): on a CPU the
+    # scales' dtype moves a quantized verify's cost 8-60x, so records and saved entries carry it
+    target_dtypes: dict = field(default_factory=dict)
 
     def encode(self, text: str, what: str = "prompt") -> list[int]:
         """The prompt's ids, each checked to be a row of every embedding table it will meet
@@ -133,7 +136,23 @@ def _load_model(path: Path, what: str):
                         f"({e.args[0]!r}, in config.json or the weights)", what) from None
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
         raise PairError(f"{path}: mlx-lm cannot load it ({_one_line(e)})", what) from None
+    settle(model)
     return model
+
+
+def settle(model) -> None:
+    """Evaluate every array the model holds, private ones too, in this (the loading) thread.
+
+    mlx-lm evaluates the parameters only; an array a module builds for itself and keeps under a
+    private name (gemma4_text's ProportionalRoPE ``_freqs``) stays a lazy graph on this thread's
+    stream, and MLX's streams are per thread: the session's worker that first evaluated it failed
+    with "There is no Stream(cpu, 0) in current thread" (issue 34)."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    # an nn.Module is a dict of everything it holds, private names included: tree_flatten walks it
+    held = [a for _, a in tree_flatten(model) if isinstance(a, mx.array)]
+    mx.eval(held)
 
 
 def _cache_plan(model, path: Path, what: str):
@@ -338,7 +357,8 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     rows = token_rows(tokenizer, target, tck.weights, own, tname, dname, model)
     pair = Pair(model, tokenizer, target, tck.config, checked.quantization, kind,
                 fingerprints={"target": tck.fingerprint}, caches=_cache_plan(model, target, tname),
-                token_rows=rows, checkpoints={"target": tck})
+                token_rows=rows, checkpoints={"target": tck},
+                target_dtypes=tensor_dtypes_of(tck.weights))
     if dck is not None:
         pair.checkpoints["drafter"] = dck
     if kind is DrafterKind.MODEL:
@@ -358,6 +378,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
             pair.drafter = mtp.load(dck.path if dck is not None else None, model, target, tck.config,
                                     head_config=dck.config if dck is not None else None,
                                     tensor_names=source.weights.shapes.keys())
+        settle(pair.drafter)
         if dck is not None:
             pair.drafter_path = dck.path
             pair.fingerprints["drafter"] = dck.fingerprint

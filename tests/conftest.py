@@ -45,6 +45,15 @@ def _no_pilot(request, monkeypatch):
         monkeypatch.setattr(BlockwidthApp, "_pilot", lambda self, pair: None)
 
 
+@pytest.fixture(scope="session")
+def real_models() -> Path:
+    """The real models (tests/real.py), converted once and cached across runs: the folder that
+    holds ``smollm2/{native,bf16,q8g64}`` and ``gemma3/bf16``."""
+    from tests import real
+
+    return real.build()
+
+
 def run_cli(*args: str | bytes, env: dict | None = None, cwd: Path | None = None, memory: int | None = None,
             fsize: int | None = None, stdout=subprocess.PIPE, input: str | None = None,
             timeout: float = 600) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ from blockwidth.engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide
 from blockwidth.engine.decode import DecodeError, DecodeRun, Round, classic, speculative
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 from blockwidth.engine.identity import compare, probe
-from blockwidth.engine.pair import PairError, load_pair
+from blockwidth.engine.pair import load_pair
 from tests.conftest import clocked_decodes
 
 TOKENS = 48

@@ -436,3 +436,18 @@ def test_the_sweep_covers_every_family_mlx_lm_ships():
 
         plan_config({"model_type": "nope"})
     assert plan  # the load-time classifier the sweep exercises
+
+
+def test_a_sweep_runs_a_model_whose_module_keeps_a_lazy_array(tmp_path, capsys):
+    """Issue 34: gemma4_text's proportional rope keeps its frequencies under a private name,
+    which mlx-lm does not evaluate; built on the main thread, that graph failed the session's
+    worker thread ("There is no Stream(cpu, 0) in current thread"). --json skips the estimate's
+    forward, so the worker is the first to run the model."""
+    from blockwidth.console.cli import main
+
+    target = F.write(tmp_path / "g4", F.NAMED["gemma4_text"])
+    code = main(["sweep", "--target", str(target), "--kind", "lookup", "--widths", "2", "-n", "1",
+                 "--max-tokens", "4", "--record-dir", str(tmp_path / "rec"), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["arms"][1]["identity"]["identical_ids"]

@@ -613,3 +613,32 @@ def test_serve_sets_the_entrys_switch_and_says_when_the_operator_set_another(tmp
     assert other.returncode == 2
     assert ("warning: MLX_CUDA_USE_CUDNN_SDPA=1 in this environment; the entry was measured with "
             "MLX_CUDA_USE_CUDNN_SDPA=0") in other.stderr, other.stderr
+
+
+def test_a_served_workload_sends_every_request_and_compares_each_to_its_own_classic(tmp_path):
+    """Issue 34: --workload on the served path. Every request goes through mlx_lm.server (a chat
+    as messages to /v1/chat/completions, rendered there by the target's template), interleaved as
+    on the engine path; each width's text is compared per request with classic's on that request."""
+    from tests.test_workload import DEMO, _templated_copy, _write
+
+    target = _templated_copy(tmp_path)
+    wl = _write(tmp_path / "w.jsonl", [{"id": "code", "prompt": "def area(r):\n    return"},
+                                       {"id": "chat", "messages": [{"role": "user", "content": "def main():"}]}])
+    r = subprocess.run([sys.executable, "-m", "blockwidth", "sweep", "--path", "mlx-lm-server", "--target",
+                        str(target), "--draft", str(DEMO / "drafter"), "--workload", str(wl), "--widths", "2",
+                        "-n", "1", "--max-tokens", "6", "--seed", "1", "--record-dir", str(tmp_path / "rec"),
+                        "--json"], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (lv,) = json.loads(r.stdout)["levels"]
+    assert [(q["id"], q["rendered"]) for q in lv["requests"]] == [("code", "prompt"), ("chat", "chat template")]
+    assert lv["workload"]["requests"] == 2
+    assert lv["order"][:4] == ["code/classic", "code/w2", "chat/classic", "chat/w2"]
+    assert set(lv["served"]["requests"]) == {"code", "chat"}
+    served = lv["served"]["requests"]
+    for q in lv["requests"]:  # each against its own classic, not the first request's
+        ref = served[q["id"]]["reference"]["text_head"]
+        assert ref and q["arms"][1]["identity"]["classic_len"] == len(ref)
+        # a first sending (no prompt cache) is classic's text on every request; a cached repeat
+        # may not be (mlx_lm 0.32.2, test_the_cached_repeat_differs_on_mlx_lm_0_32_2)
+        assert served[q["id"]]["first_sendings"]["w2"]["identical"], served
+    assert served["code"]["reference"]["text_head"] != served["chat"]["reference"]["text_head"]

@@ -241,6 +241,7 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, block
     out = p.stdout
     assert "workload w.jsonl: 2 requests" in out
     assert "per request (classic decode tok/s; each width's speed-up there):" in out
+    assert "\\nper request" not in out  # a blank line above it, not an escaped newline (issue 34's records)
     assert any(line.startswith("first ") for line in out.splitlines())
     assert "best width per request:" in out
     assert "95 % bootstrap interval resampling requests, then runs, seed 1" in out
@@ -545,3 +546,49 @@ def test_the_committed_cpu_workload_record_reproduces_its_intervals():
     for a in rec["arms"][1:]:
         est = again[a["width"]]
         assert (a["ratio"], a["ratio_ci"], a["p_value"]) == (round(est.ratio, 4), est.ci.to_list(), round(est.p, 6))
+
+
+def test_a_one_request_workload_records_its_request_not_the_demo_prompt(tmp_path, capsys):
+    """Issue 34: a --workload of one request recorded the built-in demo prompt as its prompt and
+    `requests: null`. Its request is recorded as a workload's are, its rounds once."""
+    from blockwidth.console.cli import main
+    from blockwidth.engine import record
+
+    wl = _write(tmp_path / "one.jsonl", [{"id": "only", "prompt": "def area(r):\n    return"}])
+    assert main(["sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "4",
+                 "--record-dir", str(tmp_path / "rec"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rec = record.load(Path(d["record_path"]))
+    assert [r["id"] for r in rec["requests"]] == ["only"] and rec["workload"]["requests"] == 1
+    assert rec["prompt"]["text_head"] == "def area(r): return"  # the request's head, not the demo prompt
+    assert rec["prompt"]["tokens"] == rec["requests"][0]["prompt_tokens"]
+    # the rounds are kept once, in the session's arms (which are this request's)
+    assert all("rounds_detail" not in s for a in rec["requests"][0]["arms"] for s in a["samples"])
+    assert all("rounds_detail" in s for a in rec["arms"] for s in a["samples"])
+    assert record.reproduce(rec)[2].ratio > 0
+
+
+def test_runs_without_decode_time_leave_no_interval_and_keep_the_session():
+    """Issue 34: a served width whose stream sent every token in one chunk has no decode time;
+    the interval's 'no decode time to divide by' ended the sweep (exit 2, the runs lost). Now
+    the session stands on its ranges and says, in one warning, why there is no interval."""
+    from blockwidth.engine import record
+    from blockwidth.engine.ab import AbConfig, Arm, Session, Verdict, decide
+    from blockwidth.engine.decode import DecodeRun
+    from blockwidth.engine.identity import compare
+    from tests.states import CONTINUATION, DEFAULT_PROMPT, TOKENS, _run, demo_pair
+
+    pair = demo_pair()
+    tok = pair.tokenizer
+    out = tok.encode(CONTINUATION)[:TOKENS]
+    config = AbConfig(widths=(2,), prompt=DEFAULT_PROMPT, n=3, max_tokens=TOKENS, seed=3)
+    classic = Arm(None, [_run(None, v, out) for v in (40.0, 41.0, 40.5, 41.5)], verdict=Verdict.CONTROL)
+    at_once = Arm(2, [DecodeRun(2, list(out), 20, 0.3, 0.0, []) for _ in range(3)])
+    s = Session(config, tok.encode(DEFAULT_PROMPT), classic, [at_once], reps=3, started_at=0.0, seed=3)
+    at_once.identity = compare(out, out, tok)
+    decide(s)  # raised StatsError before
+    assert s.estimates == {} and s.no_interval == "no decode time to divide by"
+    (line,) = [w for w in s.warnings() if w.startswith("no speed-up interval")]
+    assert "w2 had runs whose tokens all came at once" in line and "every run is in the record" in line
+    rec = record.build(s, pair, host={})
+    assert line in rec["warnings"] and len(rec["arms"][1]["samples"]) == 3
