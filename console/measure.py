@@ -110,7 +110,7 @@ def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel,
     """Before a long measurement starts, time one 1-row forward and say what it implies: at
     least len(forwards) of those, and up to rows x that for a many-row forward on a CPU (where
     every row costs); and every prefill in ``prefills`` (its prompt's tokens) at the per-row rate
-    of one forward of up to PREFILL_SAMPLE rows, timed too (issue 34: a sweep said 45.6 s and
+    of one forward of up to PREFILL_SAMPLE rows, timed too (a sweep said 45.6 s and
     took 832 s, its prefills counted as one row each). Silent when it is short. On a sharded
     target the timed forwards are collectives: every rank of the group runs them or none does,
     as rank 0 decides (a follower is always quiet: it times them with rank 0 and says nothing)."""

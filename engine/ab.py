@@ -640,7 +640,7 @@ def decide(session: Session) -> None:
         except stats.StatsError as e:
             # An arm whose runs took no decode time (the served path: a stream that sent every
             # token in one chunk) has no speed-up to bound: the ranges judge alone, the session
-            # and its record stand, and the warnings say why there is no interval (issue 34: it
+            # and its record stand, and the warnings say why there is no interval (it
             # was exit 2 with the measured runs lost).
             session.no_interval = str(e)
     control = session.control

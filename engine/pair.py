@@ -146,7 +146,7 @@ def settle(model) -> None:
     mlx-lm evaluates the parameters only; an array a module builds for itself and keeps under a
     private name (gemma4_text's ProportionalRoPE ``_freqs``) stays a lazy graph on this thread's
     stream, and MLX's streams are per thread: the session's worker that first evaluated it failed
-    with "There is no Stream(cpu, 0) in current thread" (issue 34)."""
+    with "There is no Stream(cpu, 0) in current thread"."""
     import mlx.core as mx
     from mlx.utils import tree_flatten
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The real pairs on this CPU (issue 34, item 3): SmolLM2-135M-Instruct (bf16 target; lookup, and
+# The real pairs on this CPU (the real models' evidence): SmolLM2-135M-Instruct (bf16 target; lookup, and
 # its own 4-bit as a draft model) over the built-in chat and mixed workloads, and Gemma 3 270M
 # with lookup on a prompt past its 512-token sliding window. Token counts are modest on purpose:
 # one row of the 135M model costs 0.2-0.5 s on this busy 2-core CPU, and a verify of w rows

@@ -439,7 +439,7 @@ def test_the_sweep_covers_every_family_mlx_lm_ships():
 
 
 def test_a_sweep_runs_a_model_whose_module_keeps_a_lazy_array(tmp_path, capsys):
-    """Issue 34: gemma4_text's proportional rope keeps its frequencies under a private name,
+    """gemma4_text's proportional rope keeps its frequencies under a private name,
     which mlx-lm does not evaluate; built on the main thread, that graph failed the session's
     worker thread ("There is no Stream(cpu, 0) in current thread"). --json skips the estimate's
     forward, so the worker is the first to run the model."""

@@ -145,7 +145,7 @@ def test_gemma3_lookup_past_its_sliding_window_is_identical(real_models, tmp_pat
 
 
 def test_the_sweep_estimate_counts_its_prefills(real_models, capsys):
-    """Issue 34: the pre-run estimate counted a prefill as one row (said 45.6 s, took 832 s).
+    """The pre-run estimate counted a prefill as one row (said 45.6 s, took 832 s).
     On this CPU a row of SmolLM2 costs about a 1-row forward, so ten 300-token prefills are
     minutes, and the line says so and counts them."""
     import threading

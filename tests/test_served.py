@@ -616,7 +616,7 @@ def test_serve_sets_the_entrys_switch_and_says_when_the_operator_set_another(tmp
 
 
 def test_a_served_workload_sends_every_request_and_compares_each_to_its_own_classic(tmp_path):
-    """Issue 34: --workload on the served path. Every request goes through mlx_lm.server (a chat
+    """--workload on the served path. Every request goes through mlx_lm.server (a chat
     as messages to /v1/chat/completions, rendered there by the target's template), interleaved as
     on the engine path; each width's text is compared per request with classic's on that request."""
     from tests.test_workload import DEMO, _templated_copy, _write

@@ -241,7 +241,7 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, block
     out = p.stdout
     assert "workload w.jsonl: 2 requests" in out
     assert "per request (classic decode tok/s; each width's speed-up there):" in out
-    assert "\\nper request" not in out  # a blank line above it, not an escaped newline (issue 34's records)
+    assert "\\nper request" not in out  # a blank line above it, not an escaped newline (seen in the real models' records)
     assert any(line.startswith("first ") for line in out.splitlines())
     assert "best width per request:" in out
     assert "95 % bootstrap interval resampling requests, then runs, seed 1" in out
@@ -549,7 +549,7 @@ def test_the_committed_cpu_workload_record_reproduces_its_intervals():
 
 
 def test_a_one_request_workload_records_its_request_not_the_demo_prompt(tmp_path, capsys):
-    """Issue 34: a --workload of one request recorded the built-in demo prompt as its prompt and
+    """A --workload of one request recorded the built-in demo prompt as its prompt and
     `requests: null`. Its request is recorded as a workload's are, its rounds once."""
     from blockwidth.console.cli import main
     from blockwidth.engine import record
@@ -569,7 +569,7 @@ def test_a_one_request_workload_records_its_request_not_the_demo_prompt(tmp_path
 
 
 def test_runs_without_decode_time_leave_no_interval_and_keep_the_session():
-    """Issue 34: a served width whose stream sent every token in one chunk has no decode time;
+    """A served width whose stream sent every token in one chunk has no decode time;
     the interval's 'no decode time to divide by' ended the sweep (exit 2, the runs lost). Now
     the session stands on its ranges and says, in one warning, why there is no interval."""
     from blockwidth.engine import record
