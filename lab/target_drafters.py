@@ -641,7 +641,8 @@ def step_measure(args, kind: str) -> dict:
         raise Refusal(str(e)) from None
     result = {"kind": ENGINE_KIND[kind], "drafter": str(folder), "target": str(args.target),
               "device": str(mx.default_device()), "mlx": mx.__version__, "new_tokens": args.tokens,
-              "eos": "ignored (the A/B method's fixed token count)", "path": "engine",
+              "eos": "ignored (the A/B method's fixed token count)",
+              "path": "engine (stock kernels: the exact path off)",
               "requests": {name: [p.to_dict() for p in reqs] for name, reqs in ready},
               "widths": {}}
     out = args.out / f"acceptance-{kind}.json"

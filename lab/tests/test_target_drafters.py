@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 from pathlib import Path
 
@@ -69,9 +70,9 @@ def test_held_out_requests_are_not_what_training_asks():
     # what the requests ask (a system prompt such as "You are a helpful assistant." is shared)
     held = [m.content for _, w in groups for r in w.requests for m in r.messages if m.role != "system"]
     assert [len(w.requests) for _, w in groups] == [16, 8, 4]
-    files = td.stdlib_files(Path(td.sysconfig.get_paths()["stdlib"]))
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
     rng = np.random.default_rng(0)
-    material = td.harvest(files[:40], Path(td.sysconfig.get_paths()["stdlib"]), 50, rng)
+    material = td.harvest(td.stdlib_files(stdlib)[:40], stdlib, 50, rng)
     asked = {m["content"] for msgs in td.chat_requests(3000, material, rng) for m in msgs
              if m["role"] == "user"}
     assert not asked & set(held)
