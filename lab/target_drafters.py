@@ -423,6 +423,7 @@ def _budget(args, name: str) -> int:
     """Steps for _fit: with --seconds, the time budget decides (the step count is a bound only)."""
     from lab import build_drafters as bd
 
+    bd.VALIDATE_EVERY = args.validate_every
     if args.seconds:
         bd.SECONDS[name] = args.seconds
         return 10 ** 9
@@ -704,10 +705,14 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--chat-share", type=float, default=0.75, help="share of rows from chat requests")
     g.add_argument("--max-prompt", type=int, default=128, help="longest chat request in tokens")
     g.add_argument("--raw-prompt", type=int, default=64, help="tokens of each raw text window")
-    g.add_argument("--val", type=int, default=256, help="chat rows held out to validate")
+    g.add_argument("--val", type=int, default=128, help="chat rows held out to validate")
     g.add_argument("--stdlib", type=Path, default=Path(sysconfig.get_paths()["stdlib"]))
     g = ap.add_argument_group("training")
     g.add_argument("--batch", type=int, default=32, help="rows per step")
+    g.add_argument("--validate-every", type=float, default=0.2, metavar="F",
+                   help="validate on the held-out rows every F of the budget (or of the steps): "
+                        "with a 49152-token vocabulary a validation is not free, and it is paid "
+                        "out of the training budget")
     g.add_argument("--lr", type=float, default=None, help="peak learning rate (dflash, mtp 2e-3; drafter 1e-3)")
     g.add_argument("--blocks", type=int, default=16, help="DFlash blocks per row")
     g.add_argument("--block", type=int, default=16, help="DFlash block size (the width it declares)")
@@ -744,6 +749,8 @@ def _check(args) -> None:
             raise Refusal(f"--{name.replace('_', '-')} {getattr(args, name)}: at least 1")
     if args.block < 2:
         raise Refusal(f"--block {args.block}: a block is at least 2 rows")
+    if not 0.0 < args.validate_every <= 1.0:
+        raise Refusal(f"--validate-every {args.validate_every}: a fraction above 0, at most 1")
     if args.seconds < 0:
         raise Refusal(f"--seconds {args.seconds}: not negative")
     if bad := [w for w in args.widths if w < 2]:
