@@ -93,14 +93,16 @@ wait)
     s=${2:-500}
     t=$(date +%s)
     while [ ! -f "$R/done" ] && [ $(( $(date +%s) - t )) -lt "$s" ]; do sleep 5; done
-    # the small files only: weights come back with `weights`, the greedy text stays
+    # the small files only: the weights come back with `weights`; the greedy text and the model
+    # drafter's copy of the target's tokenizer (3.5 MB for SmolLM2) stay
     tar -czf "$OUT/drafters.tgz" -C "$(dirname "$R")" --exclude='*.safetensors' --exclude=text.npz \
-        "$(basename "$R")"
+        --exclude=tokenizer.json --exclude='weights.tgz.*' "$(basename "$R")"
     if [ -f "$R/done" ]; then echo "drafters: done"; else echo "drafters: running"; fi
     tail -12 "$R/run.log" 2>/dev/null ;;
 weights)
     OUT=${OUT:?OUT must be set}
     k=${2:-1}
+    [ -f "$R/done" ] || { echo "the run in $R is not done: wait first" >&2; exit 1; }
     if [ ! -f "$R/weights.tgz.00" ]; then
         names=$(cd "$R" && ls -d dflash mtp drafter 2>/dev/null)
         [ -n "$names" ] || { echo "no drafter folders in $R" >&2; exit 1; }
