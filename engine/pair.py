@@ -229,16 +229,17 @@ def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = N
 
 
 def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
-                 dweights: shapes.Weights | None, dname: str, *, builds: bool = True) -> None:
+                 dweights: shapes.Weights | None, dname: str, *, builds: bool = True,
+                 tables: bool = True) -> None:
     """Before anything is built: the configs' sizes against their weights, and the weights against
     the device's memory (PairError, naming its input: ``tname`` or ``dname``). ``builds``: the
     drafter is built from its config's layer count (not an MTP head's folder, whose config states
-    the target's)."""
+    the target's). ``tables``: the drafter holds a vocabulary table of its own (not DFlash)."""
     try:
         memory = shapes.device_memory()
         shapes.check_config(tconfig, tweights, tname, memory=memory)
         if dweights is not None and dconfig is not None:
-            shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
+            shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds, tables=tables)
             shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
     except shapes.ShapeError as e:
         raise PairError(e.message, e.input_name) from None
@@ -301,7 +302,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
         raise PairError(e.message, tname) from None
     own = dweights if kind is DrafterKind.MODEL else None  # dflash and mtp read the target's tables
     check_shapes(tconfig, tweights, tname, dconfig if dweights is not None else None, dweights, dname,
-                 builds=kind is not DrafterKind.MTP)
+                 builds=kind is not DrafterKind.MTP, tables=kind is not DrafterKind.DFLASH)
     tokenizer = _load_tokenizer(target, tname, tconfig)
     if kind is DrafterKind.MODEL:  # then the tokenizers themselves, before any model is built
         why = vocabulary_mismatch(target, drafter, tconfig=tconfig, dconfig=dconfig,
