@@ -629,13 +629,17 @@ def step_measure(args, kind: str) -> dict:
     from blockwidth.engine.decode import speculative
     from blockwidth.engine.pair import load_pair
     from blockwidth.engine.workload import prepare
+    from blockwidth.policy.errors import BlockwidthError
     from blockwidth.policy.workload import WorkloadError
 
     folder = args.out / kind
     if not (folder / "config.json").is_file():
         raise Refusal(f"--out {args.out}: no {kind}/ drafter there; run the {kind} step first")
     groups = held_out(args.held_out or list(HELD_OUT_DEFAULT))
-    pair = load_pair(args.target, folder, ENGINE_KIND[kind])
+    try:
+        pair = load_pair(args.target, folder, ENGINE_KIND[kind])
+    except BlockwidthError as e:  # the engine's one line: what it refuses about this pair
+        raise Refusal(str(e)) from None
     try:
         ready = [(name, prepare(w, pair.tokenizer, args.tokens)) for name, w in groups]
     except WorkloadError as e:

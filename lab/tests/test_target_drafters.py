@@ -99,6 +99,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     assert not out.exists()
 
 
+def test_measure_says_in_one_line_why_the_engine_refuses_a_drafter(tmp_path, capsys):
+    from tests.checkpoints import dflash_config, write_dflash
+
+    tconfig = json.loads((demo.target("bf16") / "config.json").read_text())
+    write_dflash(tmp_path / "dflash", dflash_config(tconfig, layers=(1, 9)))
+    argv = ["measure", "--target", str(demo.target("bf16")), "--out", str(tmp_path), "--kinds", "dflash"]
+    assert td.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "name layer 9, but the target has 6 layers" in err[0], err
+    assert not (tmp_path / "acceptance-dflash.json").exists()
+
+
 def _sh(verb: str, *args: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run(["bash", str(ROOT / "lab" / "target_drafters_gpu.sh"), verb, *args],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
