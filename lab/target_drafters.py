@@ -633,8 +633,6 @@ def step_measure(args, kind: str) -> dict:
     from blockwidth.policy.workload import WorkloadError
 
     folder = args.out / kind
-    if not (folder / "config.json").is_file():
-        raise Refusal(f"--out {args.out}: no {kind}/ drafter there; run the {kind} step first")
     groups = held_out(args.held_out or list(HELD_OUT_DEFAULT))
     try:
         pair = load_pair(args.target, folder, ENGINE_KIND[kind])
@@ -774,6 +772,9 @@ def main(argv: list[str] | None = None) -> int:
         mx.random.seed(args.seed)
         t0 = time.time()
         if args.step == "measure":
+            for kind in args.kinds:  # every drafter asked for is there before any is measured
+                if not (args.out / kind / "config.json").is_file():
+                    raise Refusal(f"--out {args.out}: no {kind}/ drafter there; run the {kind} step first")
             for kind in args.kinds:
                 step_measure(args, kind)
             return 0

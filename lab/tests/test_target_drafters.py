@@ -86,6 +86,7 @@ def test_held_out_requests_are_not_what_training_asks():
     (["measure", "--kinds", "eagle"], "--kinds: eagle is not"),
     (["dflash", "--target", "NO-SUCH"], "--target NO-SUCH: no config.json"),
     (["dflash"], "no text.npz there"),
+    (["measure", "--kinds", "mtp,drafter"], "no mtp/ drafter there"),
     (["text"], "no chat template"),  # the demo target as it ships has none
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
