@@ -20,7 +20,7 @@ lab/target_drafters_gpu.sh, detached; the steps it runs, each its own process:
   layers spread as z-lab spreads them, block ``--block``) -> ``OUT/dflash/``;
 - ``mtp``: one DeepSeek-V3-layout NextN head started from the target's last layer ->
   ``OUT/mtp/``;
-- ``drafter``: a small model of the target's own family (``--drafter-layers`` of the target's
+- ``drafter``: a small model of the target's own family (the target's first ``--drafter-depth``
   layers, its embedding, final norm and head; the embedding/head frozen unless
   ``--train-embedding``), distilled on the greedy text (the target's argmax, and ``--soft`` of
   its distribution) -> ``OUT/drafter/`` with the target's tokenizer files, a folder the engine
@@ -476,13 +476,12 @@ def step_mtp(args) -> dict:
 
 
 def drafter_layers(n_target: int, count: int) -> tuple[int, ...]:
-    """The target layers a ``count``-layer drafter starts from: the first ceil(count/2) and the
-    last floor(count/2), so its input and output sides are the target's own (a layer-skipping
-    start, as self-speculative drafters keep the ends and skip the middle)."""
-    if count >= n_target:
-        return tuple(range(n_target))
-    head = (count + 1) // 2
-    return tuple(range(head)) + tuple(range(n_target - (count - head), n_target))
+    """The target layers a ``count``-layer drafter starts from: its first ``count``, an early
+    exit. On SmolLM2-135M (this CPU, 4 rows of its greedy text, before any training) layers
+    0-3 under the target's final norm and head agreed with the target's argmax at 4.8 % of the
+    positions; every start that kept layer 29 (0,1,28,29; 0,1,2,29; 0,29; 0,10,20,29;
+    26-29; 0,27,28,29) at none: a last layer fed shallow states is no start."""
+    return tuple(range(min(count, n_target)))
 
 
 def drafter_config(tconfig: dict, n_layers: int) -> dict:
