@@ -25,7 +25,7 @@ from typing import Any, Mapping
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.profile import PATH_ENGINE as ENGINE_PATH  # blockwidth's own decode loop
 from blockwidth.policy.profile import PATH_SERVER as SERVER_PATH  # the real mlx_lm.server (the served path)
-from blockwidth.policy.profile import env_words
+from blockwidth.policy.profile import env_words, num_draft_tokens
 from blockwidth.policy.resolve import Source, label
 
 # Why mlx_lm.server cannot draft with a kind, said where the command would be.
@@ -49,11 +49,11 @@ CUDA_SERVED = ("on CUDA, stock mlx_lm.server's draft path ran 0.22-0.43x classic
                "mlx-lm-server before serving it")
 
 
-def caution(res: Any, path: str | None) -> str | None:
+def caution(res: Any, route: str | None) -> str | None:
     """CUDA_SERVED where a speculative mlx_lm.server command on CUDA was not measured on the
-    served path (``path``: the path the width was measured on), else None."""
+    served path (``route``: the path the width was measured on), else None."""
     device = getattr(res, "device", None)
-    if path != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
+    if route != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
         return CUDA_SERVED
     return None
 
@@ -82,7 +82,7 @@ class Answer:
 
     @property
     def num_draft_tokens(self) -> int | None:
-        return None if self.width is None else self.width - 1
+        return None if self.width is None else num_draft_tokens(self.width)
 
     def head(self) -> str:
         """One line: the width, num_draft_tokens, the source and, in the same line, whether it
@@ -221,7 +221,7 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
                  f"width {res.width} runs on blockwidth's engine (BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width})")
         return Answer(command=None, refusal=f"{why}; {where}", **base)
     line = (f"mlx_lm.server --model {target} --draft-model {_abs(paths.drafter)} "
-            f"--num-draft-tokens {res.width - 1}")
+            f"--num-draft-tokens {num_draft_tokens(res.width)}")
     entry = getattr(res, "entry", None)
     server = getattr(entry, "server", None) if entry is not None else None
     if path == SERVER_PATH and isinstance(server, Mapping):

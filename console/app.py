@@ -28,7 +28,7 @@ from textual.widgets import Button, DataTable, Footer, Header, Input, TabbedCont
 from textual.worker import Worker, WorkerState
 
 from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES
-from blockwidth.console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
+from blockwidth.console.messages import AbDone, AbEvent, Deleted, PairReady, Resolved, ResolveFailed, Saved
 from blockwidth.console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from blockwidth.console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
 from blockwidth.console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
@@ -38,7 +38,7 @@ from blockwidth.console.widgets.identity import IdentityTab, IdentityViews
 from blockwidth.console.widgets.profile import ProfileTab
 from blockwidth.console.widgets.records import RecordsTab
 from blockwidth.console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
-from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError, ExitCode
 from blockwidth.policy.profile import ProfileError
 from blockwidth.policy.text import shown
 
@@ -406,11 +406,10 @@ class BlockwidthApp(App):
         w = self.res.engine_width if self.res is not None else None
         if w is not None and w not in widths:
             widths, added = (*widths, w), w
-        from blockwidth.engine.ab import AbConfig
+        from blockwidth.console import session as recorded_session
 
-        config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,
-                          sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
-                          verify_attention=self.options.verify_attention, workload=workload)
+        config = recorded_session.config(req, widths=widths, prompt=literal_prompt(req.prompt),
+                                         verify_attention=self.options.verify_attention, workload=workload)
         self.begin(req, config.planned_runs, added)
         self._cancel = threading.Event()
         self.run_ab(config)
@@ -423,9 +422,8 @@ class BlockwidthApp(App):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
-        from blockwidth.console import records
-        from blockwidth.engine import host, record
-        from blockwidth.engine.ab import run_session
+        from blockwidth.console import records, session as recorded_session
+        from blockwidth.engine.session import host
 
         gate = host.gate()
         last = [0.0]
@@ -440,16 +438,15 @@ class BlockwidthApp(App):
                 last[0] = now
             self.post_message(AbEvent(e))
 
-        session = run_session(self.pair, config, on_event=post, cancel=self._cancel)
-        rec = record.build(session, self.pair, host.identity(), gate.to_dict())
         where = Path(self.options.record_dir) if self.options.record_dir else None
-        try:
-            path, error = records.write(rec, where), None
-        except OSError as e:  # a full disk must not cost the session: it is shown, said unkept
-            path, error = None, (f"record directory {where or records.default_dir()}: the record cannot be "
-                                 f"written ({e.strerror or e}); the results are shown but not kept, and "
-                                 f"cannot be saved")
-        self.post_message(AbDone(session, path, list(gate.warnings), error))
+        done = recorded_session.run(self.pair, config, record_dir=where, gate=gate, on_event=post,
+                                    cancel=self._cancel)
+        error, e = None, done.write_error
+        if e is not None:  # a full disk must not cost the session: it is shown, said unkept
+            error = (f"record directory {where or records.default_dir()}: the record cannot be "
+                     f"written ({e.strerror or e}); the results are shown but not kept, and "
+                     f"cannot be saved")
+        self.post_message(AbDone(done.session, done.record_path, list(gate.warnings), error))
 
     def on_ab_event(self, message: AbEvent) -> None:
         e = message.event
@@ -468,7 +465,7 @@ class BlockwidthApp(App):
                 self._show_phase(phase, f"stage 1/3 · {detail} · {where}{tokens}", fraction)
             else:
                 self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
-        elif e.kind == "phase" and e.message == "divergence margin":
+        elif e.kind == "phase" and e.phase == "divergence":
             # where a width's output first differs: a probe and two decodes, one per width and request
             self._show_phase(Phase.EXACTNESS, f"stage 2/3 · divergence margin of {e.arm}")
         elif e.kind == "phase":
@@ -504,9 +501,7 @@ class BlockwidthApp(App):
             self.show_identity(pick)
 
     def session_failed(self, err: BaseException) -> None:
-        from blockwidth.engine.decode import DecodeError
-
-        what = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+        what = str(err) if isinstance(err, BlockwidthError) else f"{type(err).__name__}: {err}"
         self._error(f"the A/B session failed: {what}")
         self._show_phase(Phase.FAILED, f"{what}; nothing was measured or saved")
         if self.session_state is not None:
@@ -631,14 +626,25 @@ class BlockwidthApp(App):
                                        f"from {self._profile_path()}?"), answer)
 
     def _delete(self, entry: Any) -> None:
+        self.delete_in_background(entry)
+
+    @work(thread=True, exit_on_error=False, group="delete", name="delete")
+    def delete_in_background(self, entry: Any) -> None:
+        """The profile's lock (up to its wait) and the write stay off the UI thread."""
         from blockwidth.console import profile_file
 
         try:
             profile_file.delete(self._profile_path(), entry)
         except ProfileError as e:
-            self._error(str(e))
+            self.post_message(Deleted(entry, str(e)))
             return
-        self.notify(f"deleted {entry.describe_keys()}", timeout=6, markup=False)
+        self.post_message(Deleted(entry))
+
+    def on_deleted(self, message: Deleted) -> None:
+        if message.error:
+            self._error(message.error)
+            return
+        self.notify(f"deleted {message.entry.describe_keys()}", timeout=6, markup=False)
         self.resolve_in_background()
 
     def action_refresh(self) -> None:
@@ -723,7 +729,7 @@ class BlockwidthApp(App):
     def export_in_background(self, path: Path) -> None:
         """A record can hold every round of every run: read and render it off the UI thread."""
         from blockwidth.console.outputs import OutputError, write_output
-        from blockwidth.engine import record
+        from blockwidth.engine.session import record
 
         out = path.with_suffix(".md")
         try:
@@ -766,4 +772,4 @@ def run_app(options: Options) -> int:
 
     note_mlx_thread()  # sessions run in workers: the exit must skip MLX's teardown (cli.entry)
     BlockwidthApp(options).run()
-    return 0
+    return ExitCode.OK

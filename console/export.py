@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from blockwidth.console.inputs import ExitCode, InputError
-from blockwidth.policy.profile import env_words
+from blockwidth.policy.profile import env_words, num_draft_tokens
 
 FORMATS = ("mlx-lm", "vllm", "sglang", "llama.cpp", "trtllm")
 
@@ -93,7 +93,7 @@ def _ranges(levels: list) -> list[tuple[int, int, Any]]:
 
 
 def _k(e) -> int:
-    return 0 if e.decline else e.width - 1
+    return 0 if e.decline else num_draft_tokens(e.width)
 
 
 def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
@@ -112,7 +112,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
         for e in levels:
             cmd = ["mlx_lm.server", "--model", target]
             if not e.decline:
-                cmd += ["--draft-model", drafter, "--num-draft-tokens", str(e.width - 1)]
+                cmd += ["--draft-model", drafter, "--num-draft-tokens", str(_k(e))]
             cmd += list((e.server or {}).get("args") or [])
             if len(levels) > 1:
                 lines.append(f"# for a load of about {e.load} concurrent requests")
@@ -136,7 +136,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
             cmd = ["python", "-m", "sglang.launch_server", "--model-path", target]
             if not e.decline:
                 cmd += ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", drafter,
-                        "--speculative-num-steps", str(e.width - 1), "--speculative-eagle-topk", "1",
+                        "--speculative-num-steps", str(_k(e)), "--speculative-eagle-topk", "1",
                         "--speculative-num-draft-tokens", str(e.width)]
             lines.append(shlex.join(cmd))
         if widths:
@@ -148,7 +148,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
                 lines.append(f"# for a load of about {e.load} concurrent requests")
             cmd = ["llama-server", "-m", f"{target}.gguf"]
             if not e.decline:
-                cmd += ["-md", f"{drafter}.gguf", "--draft-max", str(e.width - 1)]
+                cmd += ["-md", f"{drafter}.gguf", "--draft-max", str(_k(e))]
             lines.append(shlex.join(cmd))
         lines.append("# -m/-md: the GGUF conversions of these checkpoints; --draft-max is the drafted "
                      "tokens (width - 1); llama.cpp may draft fewer (--draft-min, --draft-p-min)")

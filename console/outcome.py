@@ -18,7 +18,7 @@ from blockwidth.policy import stats
 from blockwidth.policy.auto import AUTO
 from blockwidth.policy.device import Device
 from blockwidth.policy.drafter import DrafterKind
-from blockwidth.policy.profile import Override
+from blockwidth.policy.profile import Entry
 from blockwidth.policy.quantization import Quantization
 from blockwidth.policy.verdict import Budget, RefusalKind, Verdict, refusal
 
@@ -221,17 +221,17 @@ class PairFacts:
     kind: DrafterKind
     quantization: Quantization
     pair_id: str
-    # the names every reason that matches the entry repeats (policy.profile.Override.measured_on)
+    # the names every reason that matches the entry repeats (policy.profile.Entry.measured_on)
     target_name: str | None = None
     drafter_name: str | None = None
 
 
 def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str | None,
                   measured_at: str, record: str, allow_nonidentical: bool = False,
-                  pair_specific: bool = False, path: str = "engine", concurrency: int | None = None,
-                  server: dict | None = None) -> Override | Refusal:
+                  pair_specific: bool = False, route: str = "engine", concurrency: int | None = None,
+                  server: dict | None = None) -> Entry | Refusal:
     """The profile entry a session earns (a width, or a decline), or the refusal and why.
-    ``path``, ``concurrency`` and ``server``: what measured it (the served path's level and
+    ``route`` (the entry's ``path``), ``concurrency`` and ``server``: what measured it (the served path's level and
     mlx_lm.server's version and arguments)."""
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms],
@@ -272,19 +272,23 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
             evidence.update(ratio=round(est.ratio, 4), ratio_ci=est.ci.to_list(), p_value=round(est.p, 6))
     evidence["min_gain"] = session.config.min_gain
     evidence["seed"] = session.seed
+    plan_ = getattr(session, "exact", None)
+    if plan_ is not None:  # how identity was had (engine.exact), and the speed-ups' control
+        evidence["exact"] = {"asked": plan_.asked.value, "active": plan_.active, "exact": plan_.exact,
+                             "control": getattr(session, "baseline", "classic")}
     if session.workload is not None:
         evidence["workload"] = session.workload.to_dict()
     plan = None
     if width == AUTO:  # the auto arm won: its plan, and the fixed width for what cannot adapt
         plan = session.auto.plan()
         width = plan.static_width
-    return Override(
+    return Entry(
         backend=device.backend, drafter_kind=pair.kind, width=width, decline=width is None, auto=plan,
         compute_capability=device.compute_capability, device_name=device.name or None,
         quant_scheme=q.scheme.value, quant_bits=q.bits,
         quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
         mlx=mlx, measured_at=measured_at, byte_identical=identical, evidence=evidence,
-        path=path, concurrency=concurrency, server=server, group=device.group,
+        path=route, concurrency=concurrency, server=server, group=device.group,
     )
 
 

@@ -18,7 +18,7 @@ import time
 from typing import Any, Sequence
 
 from blockwidth.console.inputs import ExitCode, InputError
-from blockwidth.policy.profile import env_words
+from blockwidth.policy.profile import env_words, num_draft_tokens
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "
               "why); other arguments go to mlx_lm.server")
@@ -31,7 +31,7 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
     w = res.width
     line = ["mlx_lm.server", "--model", str(target)]
     if w is not None and drafter is not None:
-        line += ["--draft-model", str(drafter), "--num-draft-tokens", str(w - 1)]
+        line += ["--draft-model", str(drafter), "--num-draft-tokens", str(num_draft_tokens(w))]
     entry = res.entry
     if entry is not None and entry.server:
         line += list(entry.server.get("args") or [])
@@ -108,7 +108,7 @@ def _split_serve_args(argv: list[str]) -> tuple[str, int, list[str]]:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     from blockwidth.console.inputs import resolution
-    from blockwidth.engine.served import READY_TIMEOUT_S, Server, ServedError, ServerSpec, check_server_args, port_free
+    from blockwidth.engine.session.served import READY_TIMEOUT_S, Server, ServedError, ServerSpec, check_server_args, port_free
     from blockwidth.policy.drafter import DrafterKind
 
     extra = list(getattr(args, "server_args", []) or [])
@@ -116,7 +116,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     rest = list(check_server_args(rest, "serve"))  # a ServedError names what is wrong
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
-                                  variant=args.demo_target, path="mlx-lm-server",
+                                  variant=args.demo_target, route="mlx-lm-server",
                                   concurrency=args.concurrency)
     if paths.drafter is None and info.kind in (DrafterKind.MODEL, DrafterKind.LOOKUP):
         raise InputError("serve needs --draft: mlx_lm.server drafts with a draft model (no prompt "
@@ -133,7 +133,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     measured_env = cmd["mlx-lm-server"]["env"]
     env = {k: v for k, v in measured_env.items() if k not in os.environ}
     spec = ServerSpec("serve", paths.target, drafter,
-                      tuple(rest) + (("--num-draft-tokens", str(res.width - 1)) if drafter else ()),
+                      tuple(rest) + (("--num-draft-tokens", str(num_draft_tokens(res.width))) if drafter else ()),
                       args.verify_attention, port, host, tuple(env.items()), exact=args.exact)
     print(f"blockwidth serve: {provenance(res)}", flush=True)
     from blockwidth.console.answer import caution
@@ -163,18 +163,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 server.start()
                 server.wait_ready(time.monotonic() + timeout)
             except ServedError as e:
-                raise ServedError(f"serve: {e}") from None
+                raise e.adding(before="serve: ") from None
             print(f"blockwidth serve: ready at {server.url} (pid {server.pid}, {server.ready_s:.1f} s)",
                   file=sys.stderr, flush=True)
             code = server.proc.wait()
         crash = f"mlx_lm.server exited (code {code}): {server.last_error()}"
         print(f"blockwidth serve: {crash}", file=sys.stderr)
-        return ExitCode.USAGE if code else ExitCode.OK
+        return ExitCode.ENVIRONMENT if code else ExitCode.OK  # it crashed: not the input's fault
     except KeyboardInterrupt:
         print("blockwidth serve: stopping mlx_lm.server", file=sys.stderr)
         with _shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
             server.stop(graceful=True)
-        return 130
+        return ExitCode.INTERRUPTED
     finally:
         with _shielded():
             server.stop(graceful=True)

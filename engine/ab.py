@@ -30,8 +30,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from blockwidth.engine import attention, costcurve, host, kvcache, linear
+from blockwidth.engine import attention, costcurve, kvcache, linear
 from blockwidth.engine import exact as exact_path
+from blockwidth.engine.session import host
 from blockwidth.engine import auto as auto_width
 from blockwidth.engine.decode import DecodeError, DecodeRun, decode
 from blockwidth.engine.kvcache import RewindError
@@ -39,8 +40,8 @@ from blockwidth.engine.identity import Exactness, Identity, compare, divergence_
 from blockwidth.engine.workload import PROMPT, Prepared, prepare
 from blockwidth.policy import oracle as hindsight, stats
 from blockwidth.policy import verdict as rules
-from blockwidth.policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
-from blockwidth.policy.workload import Request, Workload, WorkloadError
+from blockwidth.policy.auto import AUTO, DEFAULT_AUTO_MAX
+from blockwidth.policy.workload import Request, Workload
 from blockwidth.policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
@@ -110,6 +111,40 @@ class Arm:
         return sum(x.rollback_s for x in rounds) / len(rounds) * 1e3 if rounds else None
 
     @property
+    def overhead_ms_per_round(self) -> float | None:
+        """Mean host work after a verify (tokens to Python, acceptance, the drafter's commit),
+        rollback excluded, per round: the Round's sync_s."""
+        if self.width is None or not all(hasattr(r, "rounds") for r in self.runs):
+            return None  # classic, or a served run: no rounds of ours
+        rounds = [x for r in self.runs for x in r.rounds]
+        return sum(x.sync_s for x in rounds) / len(rounds) * 1e3 if rounds else None
+
+    def round_breakdown(self, step_ms: float | None) -> dict | None:
+        """A round's wall time by part (ms, mean over the split rounds, where draft and verify
+        are timed apart), the whole round's mean over every round, and against ``step_ms``
+        (classic's measured step): what a round costs beside the token it must beat."""
+        if self.width is None or not self.runs or not all(hasattr(r, "rounds") for r in self.runs):
+            return None
+        split = [x for r in self.runs for x in r.rounds if x.split]
+        rounds = [x for r in self.runs for x in r.rounds]
+        if not rounds:
+            return None
+
+        def mean(v):
+            return round(sum(v) / len(v) * 1e3, 4) if v else None
+
+        whole = sum(r.decode_s for r in self.runs) / len(rounds) * 1e3
+        out = {"draft_ms": mean([x.draft_s for x in split]), "verify_ms": mean([x.verify_s for x in split]),
+               "overhead_ms": mean([x.sync_s for x in split]), "rollback_ms": mean([x.rollback_s for x in split]),
+               "round_ms": round(whole, 4), "split_rounds": len(split), "rounds": len(rounds),
+               "tokens_per_round": round(sum(len(r.tokens) if not isinstance(r.tokens, int) else r.tokens
+                                             for r in self.runs) / len(rounds), 4),
+               "classic_step_ms": None if step_ms is None else round(step_ms, 4)}
+        if step_ms:
+            out["round_over_step"] = round(whole / step_ms, 4)
+        return out
+
+    @property
     def draft_ms_per_token(self) -> float | None:
         """From the split rounds only: the others do not time drafting apart."""
         split = [x for r in self.runs for x in r.rounds if x.split and x.drafted]
@@ -128,7 +163,8 @@ class Event:
     run: int = 0  # runs finished before this one
     runs: int = 1  # runs planned (sequential mode may add more)
     closing: bool = False  # the closing classic bracket, not a repetition
-    phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
+    phase: str = "runs"  # runs, exactness, divergence, costcurve: which stage run/runs count (a
+    # front end branches on it, never on ``message``, which is prose)
     elapsed: float = 0.0  # seconds since the session started (the sequential budget's clock)
     request: str = ""  # a workload's request id ("" for a single prompt)
 
@@ -164,7 +200,7 @@ class AbConfig:
     def request_count(self) -> int:
         return len(self.workload.requests) if self.workload is not None else 1
     # The auto arm's widest width (widths holding "auto"); None: the widest fixed width swept,
-    # or policy.auto.MAX_WIDTH when auto is swept alone.
+    # or policy.auto.DEFAULT_AUTO_MAX when auto is swept alone.
     auto_max: int | None = None
 
     @property
@@ -176,7 +212,7 @@ class AbConfig:
         """The auto arm's widest width, None when no auto arm is swept."""
         if AUTO not in self.widths:
             return None
-        return self.auto_max or max(self.fixed_widths, default=MAX_AUTO)
+        return self.auto_max or max(self.fixed_widths, default=DEFAULT_AUTO_MAX)
 
     @property
     def widest(self) -> int:
@@ -359,6 +395,14 @@ class Session:
                 arms[w] = got
         return classic, arms
 
+    def classic_step_ms(self) -> float | None:
+        """The control's measured decode step, ms a token (median over its runs): what a round
+        must beat per token it emits."""
+        runs = self.control.runs
+        per = [r.decode_s / len(r.tokens) * 1e3 for r in runs
+               if not isinstance(r.tokens, int) and r.tokens and r.decode_s > 0]
+        return statistics.median(per) if per else None
+
     def opening_closing(self) -> tuple[Range | None, Range | None]:
         return rules.opening_closing([r.decode_tok_s for r in self.classic.runs])
 
@@ -508,6 +552,21 @@ class Session:
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
         return lines
 
+    def round_lines(self) -> list[str]:
+        """Each width's round by part against classic's step: where a round's time goes."""
+        step = self.classic_step_ms()
+        out = []
+        for a in self.arms:
+            b = a.round_breakdown(step)
+            if not b or b["draft_ms"] is None:
+                continue
+            parts = (f"draft {b['draft_ms']:.2f} + verify {b['verify_ms']:.2f} + after the verify "
+                     f"{b['overhead_ms']:.2f} + rollback {b['rollback_ms']:.2f}")
+            against = (f"; {b['round_over_step']:.2f}x classic's step of {step:.2f} ms, "
+                       f"{b['tokens_per_round']:.2f} tokens a round" if step else "")
+            out.append(f"  {a.name:<5} round {b['round_ms']:.2f} ms ({parts} ms in the split rounds){against}")
+        return (["round by part (mean ms; the split rounds time draft and verify apart):"] + out) if out else []
+
     def rollback_line(self) -> str:
         """How the target's cache went back to the kept rows each round, and what it cost."""
         runs = [r for a in self.arms for r in a.runs]
@@ -622,7 +681,7 @@ def seed_of(config: AbConfig) -> int:
 def _prepare(pair, config: AbConfig) -> list[Prepared]:
     """The session's requests, every id of each checked against the pair's embedding tables
     (engine.shapes) before any forward."""
-    from blockwidth.engine.shapes import ShapeError, check_ids
+    from blockwidth.engine.shapes import check_ids
 
     rows, where = getattr(pair, "token_rows", None), f"target {getattr(pair, 'target_path', '')}"
     if config.workload is None:
@@ -630,15 +689,9 @@ def _prepare(pair, config: AbConfig) -> list[Prepared]:
             raise DecodeError("prompt: empty")
         prepared = [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
     else:
-        try:
-            prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)
-        except WorkloadError as e:
-            raise DecodeError(str(e)) from None
-    try:
-        for p in prepared:
-            check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
-    except ShapeError as e:
-        raise DecodeError(e.message, e.input_name) from None
+        prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)  # a WorkloadError names the request
+    for p in prepared:  # a ShapeError names the prompt or the request, as it is
+        check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
     return prepared
 
 
@@ -668,7 +721,7 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
     the budget lasts, and the closing classic pass. ``one(arm, rep, keep=True, closing=False)``
     runs one request's arm once and records it (``keep=False``: the warm-up); a workload's own
     arms get each finished pass (``pass_run``). The engine's decode loop and the served path
-    (engine.served) both run through here. ``lockstep`` (the ranks of a sharded target,
+    (engine.session.served) both run through here. ``lockstep`` (the ranks of a sharded target,
     engine.distributed): the seconds budget is rank 0's clock's."""
     config = session.config
     requests = session.per_request
@@ -924,7 +977,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                           if len(block) == arm.width else None)
                 # a stage of its own on screen (the bar would sit at the probe's last width)
                 emit(Event("phase", f"{arm.name}" + (f" on {req.id}" if many else ""), run=len(fixed),
-                           runs=len(fixed), phase="exactness", message="divergence margin"))
+                           runs=len(fixed), phase="divergence", message="divergence margin"))
                 if cancel.is_set():
                     break
                 differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity
@@ -983,7 +1036,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             session.draft_cost_ms = draft_ms
             session.prediction = costcurve.predict_terms(
                 session.curve, acc, draft_ms, fixed, session.draft_cost,
-                {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None})
+                {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None},
+                # the round's host work after its verify, measured; the 1-row baseline stays the
+                # curve's, measured beside the verifies it is divided by (classic's session step
+                # met other noise: on a busy host it made w2 read 7.7x)
+                {a.width: a.overhead_ms_per_round for a in measured if a.overhead_ms_per_round is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
             # noise once predicted w2 at 5.42x against ~1.1x measured.

@@ -42,6 +42,7 @@ MAX_ROWS = 16  # engine.attention.EXACT_MAX_ROWS and engine.linear.EXACT_MAX_ROW
 PREFILL_STEP = 512  # on the path, classic prefills in the chunks speculative decoding does
 
 
+
 class ExactError(BlockwidthError, ValueError):
     """A bad ``--exact`` value: the message names the choices."""
 
@@ -241,8 +242,27 @@ def prepare(p: Plan | None, *models) -> dict[str, float]:
 
     from blockwidth.engine import qmv
 
+    import time
+
+    import mlx.core as mx
+
+    from blockwidth.engine import linear
+
     done = {}
+    dtypes = set()
     for m in models:
         if isinstance(m, nn.Module):
             done.update(qmv.prepare(m, rows=tuple(range(1, qmv.MAX_ROWS + 1))))
+            dtypes |= {mod["weight"].dtype for _, mod in m.named_modules()
+                       if type(mod) in (nn.Linear, nn.Embedding) and mod["weight"].dtype in (mx.bfloat16, mx.float16)}
+    for dt in sorted(dtypes, key=str):  # the gemv kernel: one compile a dtype serves every shape
+        name = f"blockwidth_rows_gemv_{str(dt).rsplit('.', 1)[-1]}"
+        if name not in _gemv_ready:
+            t0 = time.perf_counter()
+            mx.eval(linear.gemv_linear(mx.zeros((1, 8), dt), mx.zeros((32, 8), dt)))
+            _gemv_ready[name] = time.perf_counter() - t0
+        done[name] = _gemv_ready[name]
     return done
+
+
+_gemv_ready: dict[str, float] = {}  # gemv instances compiled in this process: seconds each took

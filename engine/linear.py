@@ -272,17 +272,24 @@ def gather_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -
     return out + bias if bias is not None else out
 
 
-# y[r, n] = sum_d x[r, d] * w[n, d] for r < K: one warp per n reads w's row n once, 8
-# 16-bit values (16 bytes) a lane at a time, and keeps one float sum per row of x (read
-# from L1/L2: K rows of D values); the warp's lanes then add their sums.
+# y[r, n] = sum_d x[r, d] * w[n, d] for r < K (K <= 8): one warp per n reads w's row n once, 8
+# 16-bit values (16 bytes) a lane at a time, and keeps one float sum per row of x (read from
+# L1/L2: K rows of D values); the warp's lanes then add their sums. K, D and N are read at run
+# time (x is [K, D], w [N, D]): one compile per dtype serves every shape and row count (a compile
+# per (rows, D, N), as the template once had it, cost ~1.3 s each on the H200 and landed inside
+# timed runs whenever a verify met a new row count). Row r's sum is the same sequence of
+# operations whatever K is, so every row of a K-row call is its 1-row result (lab/probe_exact.py).
 _GEMV_SOURCE = """
+    const int K = x_shape[0];
+    const int D = x_shape[1];
+    const int N = w_shape[0];
     const int lane = threadIdx.x & 31;
     const int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (n >= N) return;
     const T* wr = w + (size_t)n * D;
-    float acc[K];
+    float acc[8];
     #pragma unroll
-    for (int r = 0; r < K; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < 8; ++r) acc[r] = 0.0f;
     for (int i = lane * 8; i < D; i += 32 * 8) {
         const uint4 wv = *reinterpret_cast<const uint4*>(wr + i);
         const T* wp = reinterpret_cast<const T*>(&wv);
@@ -290,38 +297,57 @@ _GEMV_SOURCE = """
         #pragma unroll
         for (int j = 0; j < 8; ++j) wf[j] = static_cast<float>(wp[j]);
         #pragma unroll
-        for (int r = 0; r < K; ++r) {
-            const uint4 xv = *reinterpret_cast<const uint4*>(x + (size_t)r * D + i);
-            const T* xp = reinterpret_cast<const T*>(&xv);
-            #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[r] += wf[j] * static_cast<float>(xp[j]);
+        for (int r = 0; r < 8; ++r) {
+            if (r < K) {
+                const uint4 xv = *reinterpret_cast<const uint4*>(x + (size_t)r * D + i);
+                const T* xp = reinterpret_cast<const T*>(&xv);
+                #pragma unroll
+                for (int j = 0; j < 8; ++j) acc[r] += wf[j] * static_cast<float>(xp[j]);
+            }
         }
     }
     #pragma unroll
-    for (int r = 0; r < K; ++r) {
-        float v = acc[r];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-        if (lane == 0) out[(size_t)r * N + n] = static_cast<T>(v);
+    for (int r = 0; r < 8; ++r) {
+        if (r < K) {
+            float v = acc[r];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+            if (lane == 0) out[(size_t)r * N + n] = static_cast<T>(v);
+        }
     }
 """
 _gemv_kernel = None
+_gemv_calls: dict = {}  # dtype -> the mx.compile'd call (traced once per shape, then replayed)
+
+
+def _gemv_call(dtype):
+    """The kernel's call for one dtype through mx.compile: MLX rebuilds and hashes a custom
+    kernel's source on every direct call (~20 us on the H200, per projection of every step on
+    the exact path); a compiled call replays the traced primitive."""
+    global _gemv_kernel
+    fn = _gemv_calls.get(dtype)
+    if fn is None:
+        if _gemv_kernel is None:
+            _gemv_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_gemv", input_names=["x", "w"],
+                                               output_names=["out"], source=_GEMV_SOURCE)
+
+        def run(x2, weight):
+            rows, n = x2.shape[0], weight.shape[0]
+            return _gemv_kernel(inputs=[x2, weight], template=[("T", x2.dtype)],
+                                grid=(n * 32, 1, 1), threadgroup=(128, 1, 1),
+                                output_shapes=[(rows, n)], output_dtypes=[x2.dtype])[0]
+
+        fn = _gemv_calls[dtype] = mx.compile(run)
+    return fn
 
 
 def gemv_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
-    """``x @ weight.T (+ bias)`` for 2..8 rows of 16-bit ``x`` through the K-row gemv kernel
+    """``x @ weight.T (+ bias)`` for 1..8 rows of 16-bit ``x`` through the K-row gemv kernel
     (CUDA only; the caller checks the shapes: last dim a multiple of 8, dtypes equal)."""
-    global _gemv_kernel
-    if _gemv_kernel is None:
-        _gemv_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_gemv", input_names=["x", "w"],
-                                           output_names=["out"], source=_GEMV_SOURCE)
     d = x.shape[-1]
     rows = x.size // d
     n = weight.shape[0]
-    out = _gemv_kernel(inputs=[x.reshape(rows, d), weight],
-                       template=[("T", x.dtype), ("K", rows), ("D", d), ("N", n)],
-                       grid=(n * 32, 1, 1), threadgroup=(128, 1, 1),
-                       output_shapes=[(rows, n)], output_dtypes=[x.dtype])[0]
+    out = _gemv_call(x.dtype)(x.reshape(rows, d), weight)
     out = out.reshape(*x.shape[:-1], n)
     return out + bias if bias is not None else out
 
@@ -380,7 +406,9 @@ def exact_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bit
                     stock: Callable[[], mx.array], bias=None):
     """``x @ dequant(w).T (+ bias)`` on the exact path: the qmv kernel for 1..EXACT_MAX_ROWS rows
     (in chunks of CHUNK_ROWS), else ``stock()`` (which adds its own bias) with the reason counted.
-    Shared by nn.QuantizedLinear and a tied quantized head's as_linear."""
+    Shared by nn.QuantizedLinear and a tied quantized head's as_linear. (MLX's own quantized
+    matmul of 1..7 rows is row-invariant on the H200, but a verify brought to its 1-row steps
+    still differed there: its attention cannot be, lab/evidence/h200-2026-12-04.)"""
     rows, width = _rows_of(x)
     key = ("exact", rows, width, x.dtype, w.shape, scales.dtype, mode, bits, group, biases is None)
     plan = routing._plans.get(key)

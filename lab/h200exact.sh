@@ -29,7 +29,7 @@ S=${SMOL:-$W/smollm}
 P=${PAIR:-$W/gpupair}
 GGUF=${GGUF:-$W/payload/SmolLM2-135M-Instruct.Q4_1.gguf}
 SHAPE=${SHAPE:-5b}
-STEPS=${STEPS:-convert,ops,models,train,chat,model,served,mixed,drafters,pair5b,stock}
+STEPS=${STEPS:-convert,train,chat,models,speed,model,served,mixed,pair5b,drafters,stock,ops}
 TOKENS=${TOKENS:-64}
 N=${N:-2}
 export PYTHONUNBUFFERED=1
@@ -38,7 +38,7 @@ mkdir -p "$R"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/run.log" >&2; }
 want() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
 t0=$(date +%s)
-left() { echo $(( ${DEADLINE:-1260} - ($(date +%s) - t0) )); }
+left() { echo $(( ${DEADLINE:-1380} - ($(date +%s) - t0) )); }
 step() {  # $1 name, $2 seconds, then the command; runs only when its limit fits the deadline
     local name=$1 limit=$2
     shift 2
@@ -47,7 +47,7 @@ step() {  # $1 name, $2 seconds, then the command; runs only when its limit fits
         return 1
     fi
     log "$name: start (limit $limit s)"
-    timeout -s INT -k 15 "$limit" "$@"
+    timeout -s INT -k "${GRACE:-45}" "$limit" "$@"
     local rc=$?
     log "$name: rc $rc"
     return $rc
@@ -60,7 +60,7 @@ sweep() {  # $1 name, $2 limit, then sweep's arguments: a record dir and JSON of
 }
 case $verb in
 run)
-    log "exact: steps $STEPS, deadline ${DEADLINE:-1260} s, results $R"
+    log "exact: steps $STEPS, deadline ${DEADLINE:-1380} s, results $R"
     python3 -c 'import mlx.core as mx, json; print(json.dumps(mx.device_info()))' > "$R/device.json" 2>&1
     if want convert; then
         for v in native:float16 bf16:bfloat16 q4g64:bfloat16 q8g64:bfloat16; do
@@ -69,61 +69,68 @@ run)
                 "$S/$name" --variant "$name" --scales-dtype "${v##*:}" >> "$R/convert.txt" 2>&1
         done
     fi
-    want ops && step ops 200 python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
-    if want models; then
-        targets=()
-        for v in native bf16 q4g64 q8g64; do [ -f "$S/$v/config.json" ] && targets+=(--target "$S/$v"); done
-        step models 330 python3 -m lab.probe_exact models "${targets[@]}" --target random:gemma3-270m \
-            --target random:gemma3-270m:q4 --widths 2-16 --curve --out "$R/models.json" 2> "$R/models.txt"
-    fi
-    # training: nothing below is timed until it is done (the sweeps wait for it)
+    # Training runs in the background while only bitwise checks run (the GPU's other load changes
+    # no bit); everything timed waits for it.
     if want train; then
-        if [ -f lab/smollm_drafters.sh ] && [ -f "$S/bf16/config.json" ]; then
+        if [ -f lab/target_drafters_gpu.sh ] && [ -f "$S/bf16/config.json" ]; then
             log "train: drafters for SmolLM2 in the background"
-            ( timeout -k 15 "${DRAFTERS_LIMIT:-360}" bash lab/smollm_drafters.sh "$S/bf16" "$W/drafters" \
+            ( TARGET="$S/bf16" RESULTS="$W/drafters" DEADLINE="${DRAFTERS_LIMIT:-330}" \
+                timeout -k 15 "$(( ${DRAFTERS_LIMIT:-330} + 30 ))" bash lab/target_drafters_gpu.sh run \
                 > "$R/drafters-build.txt" 2>&1; echo $? > "$R/drafters.rc" ) &
         fi
         if [ ! -f "$P/target-4bit/config.json" ]; then
             log "train: the $SHAPE pair in the background"
-            ( timeout -k 15 "${BUILD_LIMIT:-360}" python3 -m lab.build_gpu --out "$P" --shape "$SHAPE" \
+            ( timeout -k 15 "${BUILD_LIMIT:-330}" python3 -m lab.build_gpu --out "$P" --shape "$SHAPE" \
                 --target-seconds "${TS:-60}" --gen-seconds "${GS:-25}" --gen-batch "${GEN_BATCH:-2048}" \
                 --drafter-seconds "${DS:-50}" --drafter-labels all --drafter-soft 0.5 \
                 > "$R/build5b.txt" 2>&1; echo $? > "$R/build5b.rc"
               mkdir -p "$R/build5b"; cp "$P"/build.json "$P"/prompts.json "$P"/*.log "$R/build5b/" 2>/dev/null ) &
         fi
-        wait
-        log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
     fi
+    targets=()
+    for v in ${MODEL_VARIANTS:-native bf16 q4g64 q8g64}; do
+        [ -f "$S/$v/config.json" ] && targets+=(--target "$S/$v")
+    done
+    for r in ${MODEL_RANDOM:-gemma3-270m gemma3-270m:q4}; do targets+=(--target "random:$r"); done
     common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
-    want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat 200 --target "$S/native" \
-        --kind lookup --workload chat --widths 2,3,4,6,8 "${common[@]}"
-    want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat 200 --target "$S/bf16" \
-        --draft "$S/q4g64" --workload chat --widths 2,4,8 "${common[@]}"
+    want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
+        --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
+    want models && step models "${MODELS_LIMIT:-300}" python3 -m lab.probe_exact models "${targets[@]}" \
+        --widths "${MODEL_WIDTHS:-2-16}" --speed-reps 0 --out "$R/models.json" 2> "$R/models.txt"
+    wait
+    [ -f "$R/drafters.rc" ] || [ -f "$R/build5b.rc" ] && \
+        log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
+    want speed && step speed 200 python3 -m lab.probe_exact models "${targets[@]}" --widths none \
+        --speed-reps 3 --curve --out "$R/models-speed.json" 2> "$R/models-speed.txt"
+    want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat "${MODEL_LIMIT:-200}" --target "$S/bf16" \
+        --draft "$S/q4g64" --workload chat --widths "${MODEL_SWEEP_WIDTHS:-2,4,8}" "${common[@]}"
     if want served && [ -f "$S/bf16/config.json" ]; then
-        step served 300 $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
-            --widths 4 --concurrency 1,4 -n 2 --max-tokens "$TOKENS" --prompt-file lab/prompts/chat-rename.txt \
+        step served "${SERVED_LIMIT:-300}" $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
+            --widths 4 --concurrency 1,4 -n "${SERVED_N:-2}" --max-tokens "$TOKENS" --prompt-file lab/prompts/chat-rename.txt \
             --record-dir "$R/records-served" --json > "$R/served.json" 2> "$R/served.err"
     fi
     want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
         --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
-    if want drafters && [ -d "$W/drafters" ]; then
-        for k in dflash mtp model; do
-            d="$W/drafters/$k"
-            [ -f "$d/config.json" ] || continue
-            kind=$k
-            sweep "smol-$k-chat" 180 --target "$S/bf16" --draft "$d" --kind "$kind" --workload chat \
-                --widths 2,4,8 "${common[@]}"
-        done
-        cp -r "$W/drafters"/*.json "$W/drafters"/*.log "$R/" 2>/dev/null
-    fi
     if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
         step models5b 200 python3 -m lab.probe_exact models --target "$P/target-bf16" --target "$P/target-4bit" \
-            --widths 2-16 --speed-tokens 48 --out "$R/models5b.json" 2> "$R/models5b.txt"
+            --widths 2-16 --speed-tokens 48 --speed-reps 2 --out "$R/models5b.json" 2> "$R/models5b.txt"
         sweep pair5b-4bit-mixed 240 --target "$P/target-4bit" --draft "$P/drafter" --workload mixed \
             --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
     fi
+    if want drafters && [ -d "$W/drafters" ]; then
+        for k in dflash:dflash mtp:mtp drafter:model; do  # folder:kind (lab/target_drafters_gpu.sh)
+            d="$W/drafters/${k%%:*}"
+            [ -f "$d/config.json" ] || continue
+            sweep "smol-${k##*:}-chat" 180 --target "$S/bf16" --draft "$d" --kind "${k##*:}" --workload chat \
+                --widths 2,4,8 "${common[@]}"
+        done
+        mkdir -p "$R/drafters"
+        cp "$W/drafters"/*.json "$W/drafters"/*.log "$R/drafters/" 2>/dev/null
+        for k in dflash mtp drafter; do cp "$W/drafters/$k/config.json" "$R/drafters/$k-config.json" 2>/dev/null; done
+    fi
     want stock && [ -f "$S/q4g64/config.json" ] && sweep smol-lookup-chat-stock 150 --target "$S/q4g64" \
         --kind lookup --workload chat --widths 2,4,8 -n 2 --max-tokens "$TOKENS" --exact off --seed 11
+    want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
     log "exact: done"
     touch "$R/done" ;;
 wait)

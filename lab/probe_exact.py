@@ -75,8 +75,9 @@ def _summary(res: dict) -> dict:
             "max_abs_diff": max(d for _, d in res.values()), "by_rows": res}
 
 
-def ops(dtype=mx.bfloat16) -> dict:
-    """Every op, stock and on the exact path, on random inputs (seeded)."""
+def ops(dtype=mx.bfloat16, path: Path | None = None) -> dict:
+    """Every op, stock and on the exact path, on random inputs (seeded); ``path``: the JSON is
+    rewritten after every op, so a probe cut short keeps what it measured."""
     mx.random.seed(0)
     out: dict = {"backend": current_backend(), "mlx": mx.__version__, "dtype": str(dtype), "ops": {}}
 
@@ -88,54 +89,11 @@ def ops(dtype=mx.bfloat16) -> dict:
             res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
         res["seconds"] = round(time.perf_counter() - t0, 3)
         out["ops"][name] = res
+        if path is not None:
+            _write(path, out)
         print(f"{name}: {'ERROR ' + res['error'] if 'error' in res else ('bitwise' if res['bitwise_all'] else 'differs at rows ' + str(res['rows_differing']))}",
               file=sys.stderr, flush=True)
 
-    # projections: stock, and on the exact path (exact_linear routes nn modules and as_linear)
-    for (n, k) in ((1536, 576), (576, 1536), (4096, 4096)):
-        x = (mx.random.normal((MAX_ROWS, k)) * 0.5).astype(dtype)
-        lin = nn.Linear(k, n, bias=False)
-        lin.set_dtype(dtype)
-        mx.eval(x, lin.parameters())
-
-        def dense(L, lin=lin, x=x, exact=False):
-            with _linear(exact):
-                return lin(x[None, :L])[0]
-
-        record(f"matmul bf16 {n}x{k} stock", lambda: compare_rows(lambda L: dense(L),
-                                                                 lambda r: _alone(lambda y: dense(1, x=y), x, r)))
-        record(f"gemv bf16 {n}x{k} exact", lambda: compare_rows(lambda L: dense(L, exact=True),
-                                                               lambda r: _alone(lambda y: dense(1, x=y, exact=True), x, r)))
-        for bits, group in ((4, 32), (4, 64), (8, 32), (8, 64), (4, 128)):
-            if k % group:
-                continue
-            q = nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
-            mx.eval(q.parameters())
-
-            def quant(L, q=q, x=x, exact=False):
-                with _linear(exact):
-                    return q(x[None, :L])[0]
-
-            tag = f"{bits}-bit g{group} {n}x{k}"
-            record(f"quantized_matmul {tag} stock",
-                   lambda: compare_rows(lambda L: quant(L), lambda r: _alone(lambda y: quant(1, x=y), x, r)))
-            record(f"qmv {tag} exact",
-                   lambda: compare_rows(lambda L: quant(L, exact=True),
-                                        lambda r: _alone(lambda y: quant(1, x=y, exact=True), x, r)))
-    # a tied head: Embedding / QuantizedEmbedding.as_linear
-    emb = nn.Embedding(4096, 576)
-    emb.set_dtype(dtype)
-    xe = (mx.random.normal((MAX_ROWS, 576)) * 0.5).astype(dtype)
-    qemb = nn.QuantizedEmbedding.from_embedding(emb, group_size=32, bits=8)
-    mx.eval(emb.parameters(), qemb.parameters(), xe)
-    for name, m in (("Embedding.as_linear bf16", emb), ("QuantizedEmbedding.as_linear 8-bit g32", qemb)):
-        for exact in (False, True):
-            def head(L, m=m, x=xe, exact=exact):
-                with _linear(exact):
-                    return m.as_linear(x[None, :L])[0]
-
-            record(f"{name} {'exact' if exact else 'stock'}",
-                   lambda head=head: compare_rows(lambda L: head(L), lambda r: _alone(lambda y: head(1, x=y), xe, r)))
     # norms, activations, positions (no routing: stock is what runs on the path)
     for d in (576, 640, 4096):
         x = (mx.random.normal((MAX_ROWS, d))).astype(dtype)
@@ -187,7 +145,66 @@ def ops(dtype=mx.bfloat16) -> dict:
 
             record(f"attention {tag} {'exact (rows)' if exact else 'stock'}",
                    lambda att=att, alone=alone: compare_rows(att, alone))
+            if exact:  # the stock1 route: the verify's rows against classic's fused 1-row step
+                record(f"attention {tag} rows against a fused 1-row step",
+                       lambda att=att: compare_rows(att, lambda r: _fused_alone(qa, ka, va, ctx, r, window, scale)))
+    # projections: stock, and on the exact path (exact_linear routes nn modules and as_linear)
+    for (n, k) in ((1536, 576), (576, 1536), (4096, 4096)):
+        x = (mx.random.normal((MAX_ROWS, k)) * 0.5).astype(dtype)
+        lin = nn.Linear(k, n, bias=False)
+        lin.set_dtype(dtype)
+        mx.eval(x, lin.parameters())
+
+        def dense(L, lin=lin, x=x, exact=False):
+            with _linear(exact):
+                return lin(x[None, :L])[0]
+
+        record(f"matmul bf16 {n}x{k} stock", lambda: compare_rows(lambda L: dense(L),
+                                                                 lambda r: _alone(lambda y: dense(1, x=y), x, r)))
+        record(f"gemv bf16 {n}x{k} exact", lambda: compare_rows(lambda L: dense(L, exact=True),
+                                                               lambda r: _alone(lambda y: dense(1, x=y, exact=True), x, r)))
+        record(f"gemv bf16 {n}x{k} exact against a stock 1-row step",
+               lambda: compare_rows(lambda L: dense(L, exact=True), lambda r: _alone(lambda y: dense(1, x=y), x, r)))
+        for bits, group in ((4, 32), (4, 64), (8, 32), (8, 64), (4, 128)):
+            if k % group:
+                continue
+            q = nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
+            mx.eval(q.parameters())
+
+            def quant(L, q=q, x=x, exact=False):
+                with _linear(exact):
+                    return q(x[None, :L])[0]
+
+            tag = f"{bits}-bit g{group} {n}x{k}"
+            record(f"quantized_matmul {tag} stock",
+                   lambda: compare_rows(lambda L: quant(L), lambda r: _alone(lambda y: quant(1, x=y), x, r)))
+            record(f"qmv {tag} exact",
+                   lambda: compare_rows(lambda L: quant(L, exact=True),
+                                        lambda r: _alone(lambda y: quant(1, x=y, exact=True), x, r)))
+            record(f"qmv {tag} exact against a stock 1-row step",
+                   lambda: compare_rows(lambda L: quant(L, exact=True),
+                                        lambda r: _alone(lambda y: quant(1, x=y), x, r)))
+    # a tied head: Embedding / QuantizedEmbedding.as_linear
+    emb = nn.Embedding(4096, 576)
+    emb.set_dtype(dtype)
+    xe = (mx.random.normal((MAX_ROWS, 576)) * 0.5).astype(dtype)
+    qemb = nn.QuantizedEmbedding.from_embedding(emb, group_size=32, bits=8)
+    mx.eval(emb.parameters(), qemb.parameters(), xe)
+    for name, m in (("Embedding.as_linear bf16", emb), ("QuantizedEmbedding.as_linear 8-bit g32", qemb)):
+        for exact in (False, True):
+            def head(L, m=m, x=xe, exact=exact):
+                with _linear(exact):
+                    return m.as_linear(x[None, :L])[0]
+
+            record(f"{name} {'exact' if exact else 'stock'}",
+                   lambda head=head: compare_rows(lambda L: head(L), lambda r: _alone(lambda y: head(1, x=y), xe, r)))
     return out
+
+
+def _fused_alone(qa, ka, va, ctx, r, window, scale):
+    lo = max(0, ctx + r + 1 - window) if window else 0
+    return mx.fast.scaled_dot_product_attention(qa[:, :, r:r + 1], ka[:, :, lo:ctx + r + 1],
+                                                va[:, :, lo:ctx + r + 1], scale=scale, mask=None)[0, :, 0]
 
 
 def _mask(L: int, S: int, window: int, exact: bool):
@@ -230,6 +247,11 @@ RANDOM = {
                         head_dim=256, vocab_size=262144, sliding_window=512, sliding_window_pattern=6,
                         rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0,
                         query_pre_attn_scalar=256, max_position_embeddings=32768),
+    # the 5B pair's target layer (lab/build_gpu.py's 5b shape: hidden 8192, MLP 28672, 64/8 heads
+    # of 128), two layers of it: row invariance is per layer, so depth adds nothing to the probe
+    "llama-5b": dict(model_type="llama", hidden_size=8192, num_hidden_layers=2, intermediate_size=28672,
+                     num_attention_heads=64, num_key_value_heads=8, vocab_size=32000, rms_norm_eps=1e-5,
+                     rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=4096),
 }
 
 
@@ -297,43 +319,49 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
     model, tok = _load(target)
     vocab = getattr(getattr(model, "args", None), "vocab_size", 32000)
     on = exact_path.plan(model, "on")
+    routes = {"kernels": on}  # the exact path (the lease of 2026-12-04 also tried a "stock1" route)
     out = {"target": target, "plan": on.to_dict(), "load_s": round(time.perf_counter() - t0, 2)}
     prefix = _prefix(tok, prefix_tokens, vocab)
-    block_src = _prefix(tok, prefix_tokens + max(widths), vocab)[prefix_tokens:]
-    if len(block_src) < max(widths):
-        block_src = [(31 * i + 5) % max(vocab - 2, 2) + 1 for i in range(max(widths))]
+    widest = max(widths, default=0)
+    block_src = _prefix(tok, prefix_tokens + widest, vocab)[prefix_tokens:]
+    if len(block_src) < widest:
+        block_src = [(31 * i + 5) % max(vocab - 2, 2) + 1 for i in range(widest)]
     res = {}
     for K in widths:
         row = {}
-        for name, plan in (("exact", on), ("stock", None)):
+        for name, plan in (*routes.items(), ("stock", None)):
             ex = probe(model, prefix, block_src[:K], attention="auto", linear="auto", exact=plan)
             row[name] = {"bitwise_equal": ex.bitwise_equal, "max_abs_diff": ex.max_abs_diff,
                          "argmax_agree": sum(ex.argmax_agree)}
         res[K] = row
-        print(f"  {target} K={K}: exact {'bitwise' if row['exact']['bitwise_equal'] else row['exact']['max_abs_diff']}, "
-              f"stock {'bitwise' if row['stock']['bitwise_equal'] else row['stock']['max_abs_diff']}",
+        print(f"  {target} K={K}: " + ", ".join(
+            f"{n} {'bitwise' if v['bitwise_equal'] else v['max_abs_diff']}" for n, v in row.items()),
               file=sys.stderr, flush=True)
-    out["exactness"] = res
+    if widths:
+        out["exactness"] = res
     if speed_reps:
         pair = _Pair(model)
         prompt = prefix[:64]
-        _decode_tok_s(pair, prompt, 8, on)  # warm both paths: kernels compile outside the clock
-        _decode_tok_s(pair, prompt, 8, None)
-        exact_s, stock_s = [], []
-        same = True
-        for _ in range(speed_reps):
-            a, ta = _decode_tok_s(pair, prompt, speed_tokens, on)
-            b, tb = _decode_tok_s(pair, prompt, speed_tokens, None)
-            exact_s.append(a)
-            stock_s.append(b)
-            same = same and ta == tb
-        out["classic_speed"] = {"exact_tok_s": exact_s, "stock_tok_s": stock_s,
-                                "ratio_median": statistics.median(exact_s) / statistics.median(stock_s),
-                                "tokens": speed_tokens, "same_text": same}
-        print(f"  {target} classic exact/stock {out['classic_speed']['ratio_median']:.3f}", file=sys.stderr, flush=True)
+        arms = {**routes, "stock": None}
+        for plan in arms.values():  # warm every path: kernels compile outside the clock
+            _decode_tok_s(pair, prompt, 8, plan)
+        speeds: dict[str, list[float]] = {k: [] for k in arms}
+        texts: dict[str, list[int]] = {}
+        for _ in range(speed_reps):  # interleaved, repetition by repetition
+            for name, plan in arms.items():
+                tps, toks = _decode_tok_s(pair, prompt, speed_tokens, plan)
+                speeds[name].append(tps)
+                texts.setdefault(name, toks)
+        base = statistics.median(speeds["stock"])
+        out["classic_speed"] = {"tok_s": speeds, "tokens": speed_tokens,
+                                "ratio_to_stock": {k: statistics.median(v) / base for k, v in speeds.items()},
+                                "same_text_as_stock": {k: texts[k] == texts["stock"] for k in texts}}
+        print(f"  {target} classic against stock: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in out["classic_speed"]["ratio_to_stock"].items()), file=sys.stderr, flush=True)
     if curve:
-        cc = costcurve.measure(model, list(range(1, MAX_ROWS + 1)), context=128, repeats=5, exact=on)
-        out["costcurve_exact"] = cc.to_dict()
+        for name, plan in routes.items():
+            cc = costcurve.measure(model, list(range(1, MAX_ROWS + 1)), context=128, repeats=5, exact=plan)
+            out[f"costcurve_{name}"] = cc.to_dict()
         cs = costcurve.measure(model, list(range(1, MAX_ROWS + 1)), context=128, repeats=5)
         out["costcurve_stock"] = cs.to_dict()
     out["seconds"] = round(time.perf_counter() - t0, 2)
@@ -341,6 +369,8 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
 
 
 def parse_widths(text: str) -> list[int]:
+    if text.strip().lower() == "none":
+        return []
     out: list[int] = []
     for part in text.split(","):
         a, _, b = part.partition("-")
@@ -355,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     p = sub.add_parser("models")
     p.add_argument("--target", action="append", default=[], help="a checkpoint folder, or random:NAME[:q4]")
-    p.add_argument("--widths", default="2-16")
+    p.add_argument("--widths", default="2-16", help="verify widths to probe, e.g. 2-16; none: no probe")
     p.add_argument("--prefix", type=int, default=96, help="prompt tokens before the block")
     p.add_argument("--speed-tokens", type=int, default=64)
     p.add_argument("--speed-reps", type=int, default=3)
@@ -363,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.what == "ops":
-        _write(args.out, ops())
+        _write(args.out, ops(path=args.out))
         return 0
     data = {"backend": current_backend(), "mlx": mx.__version__, "models": []}
     for t in args.target:

@@ -83,12 +83,25 @@ def remote_code(path: Path, config: Mapping[str, Any] | None = None) -> str | No
     return None
 
 
+def context_length(config: Any) -> int | None:
+    """The target's context in tokens (``max_position_embeddings``, ``text_config``'s where
+    nested), or None where the config states none: one rule for the engine and the served path."""
+    v = size(config, "max_position_embeddings")
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """Read ``PATH/config.json``; ConfigError names the path and what is wrong.
 
     Every reader of a checkpoint folder comes through here (the engine, ``inspect``,
     ``resolve``, the console), so a folder that asks to run its own code is refused here.
     """
+    return read_config_bytes(path)[0]
+
+
+def read_config_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
+    """``read_config``, and the file's bytes as read (a checkpoint's fingerprint hashes them,
+    so the file is read once: engine.checkpoint.Checkpoint)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such file or directory")
@@ -98,7 +111,8 @@ def read_config(path: Path) -> dict[str, Any]:
     if not cfg.exists():
         raise ConfigError(f"{path}: has no config.json (not a checkpoint folder)")
     try:
-        data = files.read_json(cfg)
+        raw = files.read_bytes(cfg, files.MAX_JSON_BYTES)
+        data = files.loads_json(raw, cfg)
     except files.FileProblem as e:
         raise ConfigError(str(e)) from None
     if not isinstance(data, dict):
@@ -106,7 +120,7 @@ def read_config(path: Path) -> dict[str, Any]:
     refusal = remote_code(path, data)
     if refusal:
         raise ConfigError(refusal)
-    return data
+    return data, raw
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:

@@ -329,6 +329,9 @@ def test_console_profile_tab_shows_marks(tmp_path):
     async def go():
         app = BlockwidthApp(Options(device="cpu", profile=str(p), record_dir=str(tmp_path / "rec")))
         async with app.run_test(size=(160, 40)) as pilot:
+            await app.workers.wait_for_complete()  # the resolution, then the profile's read (a worker)
+            await pilot.pause()
+            await app.workers.wait_for_complete()
             await pilot.pause()
             table = app.query_one("#profile-table")
             cells = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
@@ -401,7 +404,7 @@ def _session(classic_tok_s, width_tok_s, width=8, identical=True):
 def _entry(**kw):
     base = dict(backend=parse_device_spec("cpu").backend, drafter_kind=profile.DrafterKind.MODEL, width=8)
     base.update(kw)
-    return profile.Override(**base)
+    return profile.Entry(**base)
 
 
 @pytest.mark.parametrize("entry,classic,width_runs,identical,status,needle", [

@@ -86,7 +86,7 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     import asyncio
 
     from blockwidth.console import records
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from tests.states import demo_pair, fixture_session
 
     undecided = fixture_session()

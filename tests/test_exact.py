@@ -226,7 +226,7 @@ def test_a_session_on_the_path_records_both_classics_and_its_control(cuda, tmp_p
     """With the path on, stock classic runs beside exact classic in every pass, the record keeps
     both and the plan, and the speed-ups' control is the faster of the two, which the record's
     samples reproduce."""
-    from blockwidth.engine import record as records
+    from blockwidth.engine.session import record as records
     from blockwidth.engine.ab import AbConfig, STOCK_CLASSIC, run_session
     from blockwidth.engine.pair import load_pair
     from tests.conftest import ROOT
@@ -247,3 +247,18 @@ def test_a_session_on_the_path_records_both_classics_and_its_control(cuda, tmp_p
     faster = max((s.classic, s.stock), key=lambda a: a.decode_range().median)
     assert control is faster
     assert records.reproduce(rec)[2].ratio == pytest.approx(s.estimates[2].ratio)
+
+
+
+def test_the_served_path_takes_the_exact_path_in_process(tmp_path):
+    """A served spec on the exact path runs mlx_lm.server in-process through the dispatcher with
+    --exact on (every server of a served session alike), and says so as `blockwidth serve
+    --exact`; the stock server stays the default."""
+    from blockwidth.engine.session.served import DISPATCH_COMMAND, ServerSpec
+
+    on = ServerSpec("draft", tmp_path / "t", tmp_path / "d", exact=True)
+    argv = on.argv(8123)
+    assert argv[1:3] == list(DISPATCH_COMMAND) and argv[3:7] == ["--verify-attention", "auto", "--exact", "on"]
+    assert on.command_line()[0] == "blockwidth serve --verify-attention auto --exact"
+    stock = ServerSpec("classic", tmp_path / "t")
+    assert DISPATCH_COMMAND[1] not in stock.argv(8123) and stock.command_line()[0] == "mlx_lm.server"

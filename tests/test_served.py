@@ -239,7 +239,7 @@ def test_a_server_that_dies_mid_session_is_named_and_the_others_stop(tmp_path):
     finally:
         code = p.finish()
     stderr = p.text("stderr")
-    assert code == 2, stderr
+    assert code == 3, stderr  # the environment failed (ExitCode.ENVIRONMENT), not the input
     line = _one_error(stderr)
     assert f"mlx_lm.server (draft, pid {pids['draft']}" in line and "exited (code -9)" in line, line
     assert _gone(pids.values())
@@ -563,7 +563,7 @@ evidence = { record = "served-env.json" }
 
 
 def test_server_env_keeps_mlx_switches_only():
-    from blockwidth.engine.served import server_env
+    from blockwidth.engine.session.served import server_env
 
     assert server_env({"MLX_CUDA_USE_CUDNN_SDPA": "0", "HOME": "/root", "MLX_BAD": "a b",
                        "MLX_METAL_FAST_SYNCH": "1"}) == {"MLX_CUDA_USE_CUDNN_SDPA": "0",

@@ -38,8 +38,9 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from blockwidth.policy.errors import BlockwidthError
-from blockwidth.policy.profile import MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_env_problems
+from blockwidth.policy.errors import BlockwidthError, ExitCode
+from blockwidth.policy.profile import (MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, num_draft_tokens,
+                                       server_env_problems)
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -56,7 +57,16 @@ OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--por
 
 
 class ServedError(BlockwidthError):
-    """The served path cannot go on: one line naming the server and what happened."""
+    """The served path cannot go on: one line naming the server and what happened. What the
+    input causes exits 2: a server argument blockwidth sets, a level out of range, a port in use,
+    a server that exits at start on the operator's arguments or cannot load the checkpoint."""
+
+
+class ServerFailed(ServedError):
+    """mlx_lm.server failed, not the input: it could not be started, did not become ready in
+    time, exited while serving, or failed a request. The environment failed: exit 3."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -147,7 +157,7 @@ class ServerSpec:
     def command_line(self) -> list[str]:
         """The server's arguments as an operator would type them (no interpreter, no port)."""
         out = ["mlx_lm.server" if self.dispatcher is None else
-               f"blockwidth serve --verify-attention {self.dispatcher}" + (" --exact on" if self.exact else ""),
+               f"blockwidth serve --verify-attention {self.dispatcher}" + (" --exact" if self.exact else ""),
                "--model", str(self.model)]
         if self.draft is not None:
             out += ["--draft-model", str(self.draft)]
@@ -201,7 +211,7 @@ class Server:
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
             log.close()
-            raise ServedError(f"mlx_lm.server ({self.spec.role}) cannot be started: {e.strerror}") from None
+            raise ServerFailed(f"mlx_lm.server ({self.spec.role}) cannot be started: {e.strerror}") from None
         if self.tee:
             self._copier = threading.Thread(target=self._copy, args=(self.proc.stdout, log),
                                             name="blockwidth-server-log", daemon=True)
@@ -264,7 +274,7 @@ class Server:
                 raise ServedError(f"port {self.port} on {self.spec.host} is in use: {self.name} "
                                   f"cannot listen there; choose another port")
             if time.monotonic() >= deadline:
-                raise ServedError(f"{self.name} did not become ready in "
+                raise ServerFailed(f"{self.name} did not become ready in "
                                   f"{time.monotonic() - self.started_at:.0f} s (--ready-timeout); "
                                   f"its log ends: {self.last_error()}")
             status = self._get("/health")
@@ -333,7 +343,7 @@ class Server:
         if self.proc.poll() is None:
             return None
         self.exit_code = self.proc.returncode
-        return ServedError(f"{self.name} exited (code {self.exit_code}) while serving: "
+        return ServerFailed(f"{self.name} exited (code {self.exit_code}) while serving: "
                            f"{self.last_error()} (log: {self.log_path})")
 
 
@@ -372,7 +382,7 @@ class Servers:
                 try:
                     server.wait_ready(deadline, self.cancel)
                 except ServedError as e:
-                    raise ServedError(f"{e} (log: {server.log_path})") from None
+                    raise e.adding(f" (log: {server.log_path})") from None
         except BaseException as e:
             self.keep_logs = not isinstance(e, KeyboardInterrupt)
             self.__exit__(*sys.exc_info())
@@ -507,14 +517,14 @@ def complete(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int
         detail = e.read(2000).decode("utf-8", errors="replace")
         with contextlib.suppress(ValueError, AttributeError):
             detail = json.loads(detail).get("error", detail)
-        raise ServedError(f"{server.name} refused the request (HTTP {e.code}): {_bounded(detail)}") from None
+        raise ServerFailed(f"{server.name} refused the request (HTTP {e.code}): {_bounded(detail)}") from None
     except (OSError, ValueError) as e:
         crash = server.crashed(wait_s=CRASH_WAIT_S)  # a reset connection: the process may be going
         if crash is not None:
             raise crash from None
         if cancel is not None and cancel.is_set():
             return None
-        raise ServedError(f"{server.name}: the request failed ({_bounded(str(e))})") from None
+        raise ServerFailed(f"{server.name}: the request failed ({_bounded(str(e))})") from None
     details = usage.get("prompt_tokens_details") or {}
     return Completion("".join(parts), int(usage.get("completion_tokens") or 0),
                       usage.get("prompt_tokens"), details.get("cached_tokens"), finish, sent,
@@ -610,7 +620,7 @@ class ServedRun:
     requests: list[Completion]
     concurrency: int
     identity: list[TextIdentity] = field(default_factory=list)  # per request, against classic
-    # what engine.ab and engine.record read of an engine run; the server shows none of it
+    # what engine.ab and engine.session.record read of an engine run; the server shows none of it
     clocks: dict | None = None
     host: dict | None = None
     attention: dict | None = None
@@ -693,8 +703,9 @@ class ServedPair:
 
     @property
     def context_length(self) -> int | None:
-        v = self.target_config.get("max_position_embeddings")
-        return v if isinstance(v, int) else None
+        from blockwidth.policy.config import context_length
+
+        return context_length(self.target_config)  # the engine path's rule (text_config too)
 
     def describe(self) -> str:
         return (f"{self.target_path.name} [{self.quantization.describe()}] + {self.drafter_path.name} "
@@ -702,32 +713,19 @@ class ServedPair:
 
 
 def served_pair(target: Path, drafter: Path) -> ServedPair:
-    """Check the pair as the engine path checks it (configs, weights' headers, one tokenizer),
-    without loading weights: the server loads them. Raises engine.pair.PairError, naming its
-    input (``target`` or ``draft``)."""
-    from blockwidth.engine.checkpoint import fingerprint
-    from blockwidth.engine.pair import PairError, _check_folder, _load_tokenizer, check_shapes, token_rows
-    from blockwidth.policy.config import ConfigError
+    """Check the pair with the engine path's own check (engine.pair.check_pair: configs, weights'
+    headers, the vocabulary and the tokenizers), without loading weights: the server loads them.
+    Raises engine.pair.PairError, naming its input (``target`` or ``draft``)."""
+    from blockwidth.engine.pair import check_pair, token_rows
     from blockwidth.policy.drafter import DrafterKind
-    from blockwidth.policy.quantization import classify, read_sidecar
 
-    tconfig, tweights = _check_folder(target, "target")
-    dconfig, dweights = _check_folder(drafter, "draft")
-    if tconfig.get("vocab_size") != dconfig.get("vocab_size"):
-        raise PairError(f"{drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
-                        f"differs from target {target}'s {tconfig.get('vocab_size')}; a draft model "
-                        f"must share the target's tokenizer", "draft")
-    try:
-        sidecar = read_sidecar(target)
-    except ConfigError as e:
-        raise PairError(e.message, "target") from None
-    # what the server would build and index, checked here as the engine path checks it
-    check_shapes(tconfig, tweights, "target", dconfig, dweights, "draft")
-    tokenizer = _load_tokenizer(target, "target", tconfig)
-    rows = token_rows(tokenizer, Path(target), tweights, dweights, "target", "draft")
-    return ServedPair(Path(target), Path(drafter), classify(tconfig, sidecar),
-                      {"target": fingerprint(target), "drafter": fingerprint(drafter)}, tconfig,
-                      tokenizer, DrafterKind.MODEL, token_rows=rows)
+    checked = check_pair(target, drafter, DrafterKind.MODEL)
+    tck, dck = checked.target, checked.drafter
+    # what the server would index, checked here as the engine path checks it
+    rows = token_rows(checked.tokenizer, tck.path, tck.weights, dck.weights, "target", "draft")
+    return ServedPair(tck.path, dck.path, checked.quantization,
+                      {"target": tck.fingerprint, "drafter": dck.fingerprint}, tck.config,
+                      checked.tokenizer, DrafterKind.MODEL, token_rows=rows)
 
 
 @dataclass(frozen=True)
@@ -737,8 +735,8 @@ class ServedConfig:
     server_args: tuple[str, ...] = ()
     verify_attention: str | None = None  # None: stock mlx_lm.server
     port: int | None = None  # the classic server's; the draft server takes the next one
-    exact: bool = False  # every server on the exact path (engine.exact), in-process
     ready_timeout: float = READY_TIMEOUT_S
+    exact: bool = False  # every server on the exact path (engine.exact), in-process
 
 
 @dataclass
@@ -777,10 +775,6 @@ class ServedSession:
                                  "reuses a cache), one request per width",
                 "fixed_length": False,
                 "acceptance": "not reported by mlx_lm.server"}
-
-
-def draft_tokens(width: int) -> int:
-    return width - 1
 
 
 def check_concurrency(levels: Sequence[int]) -> tuple[int, ...]:
@@ -845,7 +839,7 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
             raise ServedError(f"prompt {ref.prompt_tokens} + --max-tokens {abc.max_tokens} + width "
                               f"{max(widths)} exceeds the target's context of {pair.context_length} tokens")
         for i, w in enumerate(widths):
-            first = complete(servers["first-sending"], abc.prompt, abc.max_tokens, draft_tokens(w),
+            first = complete(servers["first-sending"], abc.prompt, abc.max_tokens, num_draft_tokens(w),
                              cancel=cancel)
             if first is None:
                 raise KeyboardInterrupt
@@ -892,7 +886,7 @@ def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
         runs = max(abc.planned_runs, started[0])
         emit(ab.Event("arm", arm.name, rep, 0, abc.max_tokens, run=index, runs=runs, closing=closing))
         server = servers["classic" if arm.width is None else "draft"]
-        ndt = None if arm.width is None else draft_tokens(arm.width)
+        ndt = None if arm.width is None else num_draft_tokens(arm.width)
         got = burst(server, abc.prompt if keep else warm_prompt, abc.max_tokens, ndt, level,
                     cancel=cancel)
         if got is None:
@@ -969,9 +963,9 @@ def level_warnings(session: ServedSession, lv: ServedLevel) -> list[str]:
 
 def level_record(session: ServedSession, lv: ServedLevel, host: dict, gate: dict | None) -> dict:
     """The engine path's record of this level's session, with what the served path adds."""
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
-    rec = record.build(lv.session, session.pair, host, gate, path=PATH_SERVER)
+    rec = record.build(lv.session, session.pair, host, gate, route=PATH_SERVER)
     rec["concurrency"] = lv.concurrency
     rec["server"] = session.server_record()
     rec["warnings"] = rec["warnings"] + level_warnings(session, lv)

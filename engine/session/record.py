@@ -13,11 +13,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from blockwidth.engine.decode import ROUND_COLUMNS
 from blockwidth.policy import files, stats
 from blockwidth.policy.profile import env_words
 
 RECORD_SCHEMA = 1
+
+
+def _round_columns() -> tuple[str, ...]:
+    # the decode loop's own names; imported here, not at the top, so that reading or building a
+    # record loads no MLX (engine.session holds what does not run the model)
+    from blockwidth.engine.decode import ROUND_COLUMNS
+
+    return ROUND_COLUMNS
 
 
 def _arm(arm, rounds: bool = True) -> dict[str, Any]:
@@ -33,9 +40,9 @@ def _arm(arm, rounds: bool = True) -> dict[str, Any]:
     }
 
 
-def build(session, pair, host: dict, gate: dict | None = None, path: str = "engine") -> dict[str, Any]:
-    """``path``: what was measured, ``engine`` (this engine's loop) or ``mlx-lm-server`` (the
-    real mlx_lm.server, whose record engine.served completes)."""
+def build(session, pair, host: dict, gate: dict | None = None, route: str = "engine") -> dict[str, Any]:
+    """``route``: what was measured (the record's ``path`` key), ``engine`` (this engine's loop)
+    or ``mlx-lm-server`` (the real mlx_lm.server, whose record engine.session.served completes)."""
     many = not session.single
     arms = []
     for arm in [session.classic, *session.arms]:
@@ -46,6 +53,9 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
                                             "p_method": None})
         if many and arm.width is not None:
             d["differs_on"] = session.differing_requests(arm.width)
+        if arm.width is not None and hasattr(arm, "round_breakdown"):
+            # a round by part against classic's step (the engine path: a served run has no rounds)
+            d["round_breakdown"] = arm.round_breakdown(session.classic_step_ms())
         arms.append(d)
     requests = None
     if many:
@@ -59,7 +69,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
     return {
         "schema": RECORD_SCHEMA,
         "kind": "ab-session",
-        "path": path,
+        "path": route,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.started_at)),
         "host": host,
         "gate": gate,
@@ -101,7 +111,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         "elapsed_s": round(session.elapsed_s, 3),
         "cancelled": session.cancelled,
         "arms": arms,
-        "rounds_columns": list(ROUND_COLUMNS),  # what each samples[].rounds_detail row holds
+        "rounds_columns": list(_round_columns()),  # what each samples[].rounds_detail row holds
         "drift": {"drifted": session.drift, "why": session.drift_why,
                   "opening_tok_s": opening.to_list() if opening else None,
                   "closing_tok_s": closing.to_list() if closing else None},
