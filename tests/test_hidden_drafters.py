@@ -179,7 +179,7 @@ def test_a_dflash_drafters_sizes_count_no_vocabulary_table(ckpts, tmp_path):
     from blockwidth.engine import shapes
 
     big = _edit(ckpts["dflash"], tmp_path / "big", lambda c: c.update(vocab_size=49152))
-    with pytest.raises(PairError, match="vocabulary of 49152 tokens differs from the target's 2048"):
+    with pytest.raises(BlockwidthError, match="vocabulary of 49152 tokens differs from the target's 2048"):
         load_pair(TARGET, big, "dflash")
     cfg = json.loads((big / "config.json").read_text())
     assert shapes.implied_parameters(cfg) - shapes.implied_parameters(cfg, tables=False) == 49152 * 256
