@@ -253,15 +253,16 @@ def swapped(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint) -
 
 
 def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
-                 dweights: shapes.Weights | None, dname: str, *, builds: bool = True) -> None:
+                 dweights: shapes.Weights | None, dname: str, *, builds: bool = True,
+                 tables: bool = True) -> None:
     """Before anything is built: the configs' sizes against their weights, and the weights against
     the device's memory (PairError, naming its input: ``tname`` or ``dname``). ``builds``: the
     drafter is built from its config's layer count (not an MTP head's folder, whose config states
-    the target's)."""
+    the target's). ``tables``: the drafter holds a vocabulary table of its own (not DFlash)."""
     memory = shapes.device_memory()
     shapes.check_config(tconfig, tweights, tname, memory=memory)
     if dweights is not None and dconfig is not None:
-        shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
+        shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds, tables=tables)
         shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
 
 
@@ -330,7 +331,8 @@ def check_pair(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint
     except ConfigError as e:
         raise e.about(tname) from None
     check_shapes(tck.config, tck.weights, tname, dck.config if dck is not None else None,
-                 dck.weights if dck is not None else None, dname, builds=kind is not DrafterKind.MTP)
+                 dck.weights if dck is not None else None, dname, builds=kind is not DrafterKind.MTP,
+                 tables=kind is not DrafterKind.DFLASH)
     tokenizer = _load_tokenizer(tck.path, tname, tck.config)
     if kind is DrafterKind.MODEL:  # then the tokenizers themselves, before any model is built
         why = vocabulary_mismatch(tck, dck, target_tokenizer=tokenizer)

@@ -170,6 +170,20 @@ def test_malformed_dflash_refused(ckpts, tmp_path, change, msg):
     assert "\n" not in str(e.value) and str(bad) in str(e.value)
 
 
+def test_a_dflash_drafters_sizes_count_no_vocabulary_table(ckpts, tmp_path):
+    """A DFlash drafter reads the target's embedding and LM head, so its config's vocab_size
+    names no table it holds: SmolLM2-135M's trained drafter (8.4M weights, vocabulary 49152 x
+    576) was refused as a config "describing about 35,389,440 weights". Here a drafter whose
+    vocabulary would be most of it reaches the check that names what is really wrong."""
+    from blockwidth.engine import shapes
+
+    big = _edit(ckpts["dflash"], tmp_path / "big", lambda c: c.update(vocab_size=49152))
+    with pytest.raises(BlockwidthError, match="vocabulary of 49152 tokens differs from the target's 2048"):
+        load_pair(TARGET, big, "dflash")
+    cfg = json.loads((big / "config.json").read_text())
+    assert shapes.implied_parameters(cfg) - shapes.implied_parameters(cfg, tables=False) == 49152 * 256
+
+
 def test_malformed_mtp_refused(ckpts, tmp_path):
     other = _edit(ckpts["deepseek-v3"], tmp_path / "other", lambda c: c.update(model_type="deepseek_v3"))
     with pytest.raises(BlockwidthError, match="made for another architecture: model_type deepseek_v3"):
