@@ -242,8 +242,10 @@ def swapped(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint) -
     try:
         tck = target if isinstance(target, Checkpoint) else read_checkpoint(target, "target")
         dck = drafter if isinstance(drafter, Checkpoint) else read_checkpoint(drafter, "draft")
-        t = tck.weights.parameters(tck.quantization.bits)
-        d = dck.weights.parameters(dck.quantization.bits)
+        from blockwidth.engine.checkpoint import module_bits
+
+        t = tck.weights.parameters(tck.quantization.bits, module_bits(tck.config))
+        d = dck.weights.parameters(dck.quantization.bits, module_bits(dck.config))
     except (CheckpointError, ConfigError, BlockwidthError, KeyError, TypeError, ValueError):
         return None  # each load reports its own unreadable file, naming it
     if not t or not d or d <= t:

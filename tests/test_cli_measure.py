@@ -56,10 +56,10 @@ def test_sweep_json_and_record(tmp_path, blockwidth):
 @pytest.mark.parametrize("w4", [50.0, 200.0], ids=["decline", "win"])
 def test_sweep_save_saves_what_the_session_decided(tmp_path, blockwidth, monkeypatch, w4):
     """The entry is what the session decided: a decline where every width measured slower (what
-    a CPU's 4-bit verify gives, which costs every row), and where the width in effect (4, added
-    to the arms and measured too) wins, that win. The decodes are real; their clocks are set
-    (classic 100 tok/s, w2 30, w4 ``w4``), so the verdict is known on any host rather than left
-    to a noisy n = 2, and the real work is kept small (widths 2 and 4, 8 tokens)."""
+    a CPU's 4-bit verify gives, which costs every row), and where w4 wins, that win. The decodes
+    are real; their clocks are set (classic 100 tok/s, w2 30, w4 ``w4``), so the verdict is known
+    on any host, and the real work is kept small (widths 2 and 4, 8 tokens; n 3, the fewest whose
+    permutation p can be below 0.05 with the closing run)."""
     import itertools
 
     from tests.conftest import clocked_decodes
@@ -68,7 +68,7 @@ def test_sweep_save_saves_what_the_session_decided(tmp_path, blockwidth, monkeyp
     clocked_decodes(monkeypatch, {None: itertools.repeat(100.0), 2: itertools.cycle([30.0, 31.0]),
                                   4: itertools.cycle([w4, w4 + 1])})
     prof = tmp_path / "p.toml"
-    p = blockwidth("sweep", "--demo-target", "4bit", "--widths", "2", "-n", "2",
+    p = blockwidth("sweep", "--demo-target", "4bit", "--widths", "2,4", "-n", "3",
                    "--max-tokens", "8", "--save", "--profile", str(prof), "--record-dir", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     e = profile.load(prof).entries

@@ -115,7 +115,7 @@ def test_lookup_session_on_a_chat_request(real_models):
     rounds = [x for r in s.requests for run in r.arms[0].runs for x in run.rounds]
     assert any(x.accepted for x in rounds)  # the repeated list is drafted and kept
     # the record says what the cost was measured on: the tensors' dtypes, not config.json's word
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
     assert record.build(s, pair, host={})["pair"]["target_dtypes"] == {"weights": "bfloat16", "scales": None}
 

@@ -552,7 +552,7 @@ def test_a_one_request_workload_records_its_request_not_the_demo_prompt(tmp_path
     """A --workload of one request recorded the built-in demo prompt as its prompt and
     `requests: null`. Its request is recorded as a workload's are, its rounds once."""
     from blockwidth.console.cli import main
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
     wl = _write(tmp_path / "one.jsonl", [{"id": "only", "prompt": "def area(r):\n    return"}])
     assert main(["sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "4",
@@ -572,7 +572,7 @@ def test_runs_without_decode_time_leave_no_interval_and_keep_the_session():
     """A served width whose stream sent every token in one chunk has no decode time;
     the interval's 'no decode time to divide by' ended the sweep (exit 2, the runs lost). Now
     the session stands on its ranges and says, in one warning, why there is no interval."""
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from blockwidth.engine.ab import AbConfig, Arm, Session, Verdict, decide
     from blockwidth.engine.decode import DecodeRun
     from blockwidth.engine.identity import compare
