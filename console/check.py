@@ -23,7 +23,7 @@ from blockwidth.policy.checks import (Category, Check, EntryMark, Mark, Status, 
                            duplicate_checks, entry_label, exit_code, for_device, marks,
                            measured_status, outcome, shadow_checks, stale_check)
 from blockwidth.policy.device import Device
-from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.text import error_line, error_lines, shown
 from blockwidth.policy.profile import Override, Profile
 from blockwidth.policy.resolve import Resolution, Source
 
@@ -473,7 +473,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             if why:
                 problems.append(why)
         for p in problems:
-            print(f"blockwidth: error: {shown(p)}", file=err)
+            print(f"blockwidth: error: {error_line(p)}", file=err)
         if args.json:  # a CI step parsing stdout gets the reason, not an empty document
             print(files.dumps_json({**meta, "exit_code": int(ExitCode.USAGE), "errors": problems,
                               "counts": {}, "checks": []}, indent=1), file=out)
@@ -515,7 +515,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     from blockwidth.console.outputs import kept_note
 
     for line in late:
-        print(f"blockwidth: error: {shown(line)}{kept_note()}", file=err)
+        print(f"blockwidth: error: {error_line(line)}{kept_note()}", file=err)
     return code
 
 

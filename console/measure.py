@@ -17,7 +17,7 @@ from blockwidth.console import outputs
 from blockwidth.console import distributed
 from blockwidth.console.save import save_session
 from blockwidth.policy import bounds, files
-from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.text import error_line, error_lines, shown
 
 
 def record_dir(value: str | None) -> Path:
@@ -488,7 +488,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 say(f"{'answer' if i == 0 else '':<6} {line}")
     sys.stdout.flush()  # the results are out before the line that says what failed after them
     for line in late:
-        print(f"blockwidth: error: {shown(line)}{outputs.kept_note()}", file=sys.stderr)
+        print(f"blockwidth: error: {error_line(line)}{outputs.kept_note()}", file=sys.stderr)
     return _sweep_exit(session, refusal, late)
 
 

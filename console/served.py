@@ -15,7 +15,7 @@ from typing import Any
 from blockwidth.console import outputs
 from blockwidth.console.inputs import ExitCode, InputError, pair_paths, user_path
 from blockwidth.policy import files
-from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.text import error_line, error_lines, shown
 
 PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or mlx-lm-server (the "
              "installed mlx_lm.server on loopback: one process with the draft model, one without, "
@@ -236,7 +236,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
             print(shown(f"{'answer' if i == 0 else '':<6} {line}"))
     sys.stdout.flush()
     for line in late:
-        print(f"blockwidth: error: {shown(line)}{outputs.kept_note()}", file=sys.stderr)
+        print(f"blockwidth: error: {error_line(line)}{outputs.kept_note()}", file=sys.stderr)
     return _exit(session, written, late)
 
 

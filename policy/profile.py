@@ -21,15 +21,16 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from blockwidth.policy import files
-from blockwidth.policy.auto import AUTO, AutoError, Plan
+from blockwidth.policy.auto import AUTO, WIDTH_BOUND, AutoError, Plan
 from blockwidth.policy.errors import BlockwidthError
 from blockwidth.policy.integers import shorten
 from blockwidth.policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.quantization import Quantization, Scheme
+from blockwidth.policy.text import hidden_char
 
 SCHEMA = 1
-MAX_WIDTH = 64
+MAX_WIDTH = WIDTH_BOUND  # one bound: policy.auto holds it (an auto plan's widths too)
 MIN_WIDTH = 2
 # What an entry measured: this engine's decode loop, or the real mlx_lm.server (issue 27).
 PATH_ENGINE = "engine"
@@ -68,6 +69,9 @@ def server_env_problems(env: object) -> list[str]:
     return errs
 MAX_BYTES = 16 * files.MiB  # far above any real profile; bounds a read of /dev/zero or a huge file
 SHOW_PROBLEMS = 10  # problems printed before "and N more"
+# Entries a profile may hold: a team's file for every machine it has holds dozens; the bound
+# keeps every check of a file (each linear in its entries) within seconds.
+MAX_ENTRIES = 10_000
 
 
 def default_path() -> Path:
@@ -340,6 +344,9 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
     """Parse and validate profile text; every problem is reported at once."""
     if files.nesting_depth(text, toml=True) > files.MAX_NESTING:
         raise ProfileError(path, [f"nested deeper than {files.MAX_NESTING} levels; not a profile"])
+    lines = _override_lines(text)
+    if len(lines) > MAX_ENTRIES:  # before tomllib builds them all
+        raise ProfileError(path, [f"{len(lines):,} entries: at most {MAX_ENTRIES:,}"])
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -362,7 +369,8 @@ def parse(text: str, path: Path) -> tuple[Override, ...]:
     if not isinstance(raw, list):
         problems.append("override must be an array of tables ([[override]])")
         raw = []
-    lines = _override_lines(text)
+    if len(raw) > MAX_ENTRIES:  # written inline (override = [{...}, ...]): no headers counted
+        raise ProfileError(path, [f"{len(raw):,} entries: at most {MAX_ENTRIES:,}"])
     entries = []
     seen: dict[tuple, str] = {}
     for i, item in enumerate(raw):
@@ -401,10 +409,45 @@ def _toml_repr(v: Any) -> str:
     return _short(v)
 
 
+def _strings(value: Any, where: str):
+    """Every string in an entry (keys too), with where it is: ``evidence.record``, ``server.args[2]``."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            at = f"{where}.{k}" if where else str(k)
+            yield at, str(k)
+            yield from _strings(v, at)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{where}[{i}]")
+
+
+def string_problems(item: Mapping[str, Any]) -> list[str]:
+    """A profile is shared through a team's repository, and its strings are printed into shell
+    commands, Python, comments and reports: one that holds a control, format or separator
+    character (a newline, ESC, BEL, a bidirectional override) cannot be printed as written and
+    mean the same, so it is refused here, where the file is read, naming the key. So is an
+    evidence.record that no file system can name."""
+    errs = []
+    for where, text in _strings(item, ""):
+        bad = hidden_char(text)
+        if bad is not None:
+            errs.append(f"{where} = {_short(text)} holds {bad}: a profile's strings reach commands, "
+                        f"comments and reports as written, so none may hold a control character")
+            if len(errs) >= SHOW_PROBLEMS:
+                break
+    rec = item.get("evidence", {}).get("record") if isinstance(item.get("evidence"), dict) else None
+    if isinstance(rec, str) and not errs and files.name_problem(rec):
+        errs.append(f"evidence.record: {files.name_problem(rec)}")
+    return errs
+
+
 def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
     errs: list[str] = []
     if not isinstance(item, dict):
         return None, ["is not a table"]
+    errs.extend(string_problems(item))
     unknown = set(item) - _KNOWN_KEYS
     if unknown:
         errs.append(f"unknown keys {_short(sorted(unknown), 160)}")
