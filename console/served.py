@@ -255,7 +255,7 @@ def _kept(written) -> str:
 def _print(session, written, pair) -> None:
     from blockwidth.console.outcome import headline
     from blockwidth.engine.served import level_warnings, server_env, server_version
-    from blockwidth.policy.profile import env_words
+    from blockwidth.policy.commands import env_words, shell
 
     def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped
         print(shown(line), **kw)
@@ -266,7 +266,7 @@ def _print(session, written, pair) -> None:
     say(f"pair   {pair.describe()}")
     env = server_env()
     say(f"path   mlx-lm-server: mlx_lm.server {server_version()} ({how})"
-        + (f", args {' '.join(c.server_args)}" if c.server_args else "")
+        + (f", args {shell(c.server_args)}" if c.server_args else "")
         + (f", environment {env_words(env)}" if env else ""))
     ref = session.reference
     say(f"prompt {ref.prompt_tokens} tokens, {c.ab.max_tokens} new (classic's first sending made "

@@ -39,7 +39,9 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from blockwidth.policy.errors import BlockwidthError
-from blockwidth.policy.profile import MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_env_problems
+from blockwidth.policy.text import shown
+from blockwidth.policy.profile import (MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_arg_problem,
+                                      server_env_problems)
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -51,8 +53,6 @@ CRASH_WAIT_S = 2.0  # a failed request: how long its server may take to exit bef
 # process with blockwidth's verify-attention dispatcher active in its generation thread.
 STOCK_COMMAND = ("-m", "mlx_lm", "server")
 DISPATCH_COMMAND = ("-m", "blockwidth.engine.mlxserver")
-# Arguments blockwidth sets itself: the operator's pass-through arguments may not set them.
-OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--port")
 
 
 class ServedError(BlockwidthError):
@@ -77,21 +77,26 @@ def server_version() -> str | None:
 
 
 def check_server_args(args: Sequence[str], what: str = "--server-args") -> tuple[str, ...]:
-    """The operator's extra mlx_lm.server arguments: any but those blockwidth sets itself."""
+    """The operator's extra mlx_lm.server arguments: any but those blockwidth sets itself or
+    never passes, and their abbreviations (policy.profile.server_arg_problem, which a profile
+    entry's server.args meet too)."""
     out = tuple(str(a) for a in args)
-    for a in out:
-        name = a.split("=", 1)[0]
-        if name in OWNED_ARGS:
-            raise ServedError(f"{what}: {name} is set by blockwidth (the pair and a loopback port); "
-                              f"leave it out")
+    why = server_arg_problem(list(out))
+    if why:
+        raise ServedError(f"{what}: {why}")
     return out
 
 
 def port_free(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """Whether mlx_lm.server could listen on ``host:port`` now. SO_REUSEADDR, as its HTTP
+    server sets it: a port whose last server stopped a moment ago holds only TIME_WAIT
+    connections, which a listener may reuse (a bare bind called the port in use)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
+        except (OSError, OverflowError):
             return False
     return True
 
@@ -128,22 +133,29 @@ class ServerSpec:
     port: int | None = None  # None: a free loopback port
     host: str = HOST
     env: tuple[tuple[str, str], ...] = ()  # added to this process's environment
+    draft_tokens: int | None = None  # --num-draft-tokens for the process (None: per request)
+
+    def _arguments(self, port: int | None) -> list[str]:
+        out = ["--model", str(self.model)]
+        if self.draft is not None:
+            out += ["--draft-model", str(self.draft)]
+            if self.draft_tokens is not None:
+                out += ["--num-draft-tokens", str(self.draft_tokens)]
+        out += list(self.args)
+        return out + ([] if port is None else ["--host", self.host, "--port", str(port)])
 
     def argv(self, port: int) -> list[str]:
         head = [sys.executable, *(STOCK_COMMAND if self.verify_attention is None else
                                   (*DISPATCH_COMMAND, "--verify-attention", self.verify_attention))]
-        out = head + ["--model", str(self.model), "--host", self.host, "--port", str(port)]
-        if self.draft is not None:
-            out += ["--draft-model", str(self.draft)]
-        return out + list(self.args)
+        return head + self._arguments(port)
 
-    def command_line(self) -> list[str]:
-        """The server's arguments as an operator would type them (no interpreter, no port)."""
-        out = ["mlx_lm.server" if self.verify_attention is None else
-               f"blockwidth serve --verify-attention {self.verify_attention}", "--model", str(self.model)]
-        if self.draft is not None:
-            out += ["--draft-model", str(self.draft)]
-        return out + list(self.args)
+    def command_line(self, port: int | None = None) -> list[str]:
+        """``argv(port)`` as an operator types it: mlx_lm.server's console script (or the
+        dispatcher's module) for the interpreter, the same arguments in the same order; with no
+        ``port``, no host and port either."""
+        head = (["mlx_lm.server"] if self.verify_attention is None else
+                ["python", *DISPATCH_COMMAND, "--verify-attention", self.verify_attention])
+        return head + self._arguments(port)
 
 
 class Server:
@@ -210,7 +222,8 @@ class Server:
                 log.write(raw)
                 log.flush()
                 with contextlib.suppress(OSError, ValueError):
-                    self.tee.write(raw.decode("utf-8", errors="replace"))
+                    # the server's log echoes folder names and requests: one shown line each
+                    self.tee.write(shown(raw.decode("utf-8", errors="replace").rstrip("\r\n")) + "\n")
                     self.tee.flush()
         finally:
             log.close()
@@ -330,7 +343,7 @@ class Server:
 
 
 def _bounded(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
+    text = shown(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 

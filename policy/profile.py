@@ -46,10 +46,37 @@ _ENV_NAME = re.compile(r"MLX_[A-Z0-9_]{1,60}")
 _ENV_VALUE = re.compile(r"[A-Za-z0-9._:/+-]{0,200}")
 
 
-def env_words(env: Mapping[str, str]) -> str:
-    """``MLX_CUDA_USE_CUDNN_SDPA=0 ...``: how a shell line sets them (values are plain, so no
-    quoting: server_env_problems refuses any other)."""
-    return " ".join(f"{k}={v}" for k, v in env.items())
+# mlx_lm.server's options that decide what is measured or where it listens: blockwidth sets them
+# from the pair, the width and its loopback port, and no other argument may (argparse takes the
+# last of two, and reads any unambiguous prefix as the option: --ho 0.0.0.0 is --host 0.0.0.0).
+OWNED_SERVER_OPTIONS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--port")
+# And two it never passes: another model's weights on the target, and checkpoint code.
+REFUSED_SERVER_OPTIONS = {
+    "--adapter-path": "loads adapter weights onto the target, another model than the record names",
+    "--trust-remote-code": "runs code shipped with the checkpoint, which blockwidth never does",
+}
+
+
+def server_arg_problem(args: object) -> str | None:
+    """Why ``args`` (mlx_lm.server arguments an operator or an entry passes through) may not be
+    passed: one of OWNED_SERVER_OPTIONS or REFUSED_SERVER_OPTIONS, or any prefix of one (every
+    prefix is refused, whether argparse would take it as that option or find it ambiguous);
+    None when they may. ``--name=value`` is judged by its name."""
+    if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
+        return f"{_short(args)}: expected a list of strings"
+    for a in args:
+        name = a.split("=", 1)[0]
+        if not name.startswith("--") or len(name) < 3:
+            continue
+        for option in (*OWNED_SERVER_OPTIONS, *REFUSED_SERVER_OPTIONS):
+            if not option.startswith(name):
+                continue
+            said = option if name == option else f"{_short(name, 40)} (an abbreviation of {option} to argparse)"
+            if option in REFUSED_SERVER_OPTIONS:
+                return f"{said} {REFUSED_SERVER_OPTIONS[option]}; leave it out"
+            return (f"{said} is set by blockwidth (the pair, the width and a loopback port); "
+                    f"leave it out")
+    return None
 
 
 def server_env_problems(env: object) -> list[str]:
@@ -549,6 +576,8 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
             args = server.get("args", [])
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
                 errs.append(f"server.args = {_short(args)}: expected a list of strings")
+            elif server_arg_problem(args):  # what serve would start and export would print
+                errs.append(f"server.args: {server_arg_problem(args)}")
             for key in ("mlx_lm", "verify_attention"):
                 if server.get(key) is not None and not isinstance(server[key], str):
                     errs.append(f"server.{key} = {_short(server[key])}: expected a string")
