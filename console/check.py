@@ -246,8 +246,10 @@ def _workload_for(e: Override) -> tuple[Any, str]:
 
 
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
-                 on_event: Callable[[Any], None] | None = None) -> Check:
-    """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
+                 on_event: Callable[[Any], None] | None = None, cancel: Any = None) -> Check:
+    """A short A/B of the entry this pair matches here: its width, or the widths it declined.
+    ``cancel`` (a threading.Event; Ctrl-C, SIGTERM or SIGHUP set it): the session stops after
+    the forward under way and its record is written, marked cancelled."""
     from blockwidth.console import records
     from blockwidth.engine import host, record
     from blockwidth.engine.ab import AbConfig, run_session
@@ -287,8 +289,14 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                       predict=False, verify_attention=options.verify_attention, workload=replay,
                       auto_max=e.auto.max_width if e.auto is not None else None,
                       **({"min_gain": float(gain)} if isinstance(gain, (int, float)) and 0 <= gain < 1 else {}))
+    import threading
+
+    from blockwidth.console.measure import run_interruptibly
+
+    cancel = cancel if cancel is not None else threading.Event()
     try:
-        session = run_session(pair, config, on_event=on_event)
+        session, _ = run_interruptibly(lambda: run_session(pair, config, on_event=on_event, cancel=cancel),
+                                       cancel, f"measuring {p.label}")
     except DecodeError as err:
         raise DecodeError(f"{p.label}: {err}") from None
     except Exception as err:  # the engine broke on this runner: that is the check's answer
@@ -480,20 +488,27 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         return ExitCode.USAGE
 
     checks = static_checks(prof, device, mlx, pairs)
+    import threading
+
+    cancel = threading.Event()  # Ctrl-C, SIGTERM: the session under way keeps its record; none after it
     if measure:
         options = MeasureOptions(n=n, max_tokens=max_tokens, record_dir=record_dir,
                                  verify_attention=getattr(args, "verify_attention", None) or "auto")
         for p in pairs:
+            if cancel.is_set():
+                break
             def progress(e: Any, label: str = p.label) -> None:
                 if e.kind in ("warmup", "rep", "done"):
                     print(shown(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip()), file=err)
             try:
-                checks.append(measure_pair(p, prof, options, progress))
+                checks.append(measure_pair(p, prof, options, progress, cancel))
             except BlockwidthError as e:  # a pair from the flags is named by them
                 for line in error_lines(e, CLI_NAMES if p.origin == "command line" else None):
                     print(f"blockwidth: error: {line}", file=err)
                 return ExitCode.USAGE
     code = exit_code(checks, strict=strict, allow_inconclusive=allow)
+    if cancel.is_set():
+        code = 130  # as Ctrl-C ends every measuring command; the report says what finished
     # The files first, so that what stdout says (exit_code in the JSON, the tally's exit) is
     # what the process exits with; a write that fails is exit 2, said after the report.
     late = [c.figures["record_error"] for c in checks if c.figures.get("record_error")]

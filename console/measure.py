@@ -87,7 +87,7 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str 
 
 
 def run_interruptibly(work, cancel, what: str):
-    """Run ``work()`` in a thread while this (main) thread waits: Ctrl-C sets ``cancel``, which
+    """Run ``work()`` in a thread while this (main) thread waits: Ctrl-C (or SIGTERM, SIGHUP) sets ``cancel``, which
     the work checks between forwards, so it stops after the one under way and returns what it
     measured; a second Ctrl-C quits at once. MLX does not return to Python inside a forward,
     so a Ctrl-C met there waited for the whole measurement (two were ignored for 7 minutes).
@@ -112,18 +112,22 @@ def run_interruptibly(work, cancel, what: str):
     thread.start()
     interrupted = False
     # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
-    # finished while it still runs.
-    while not finished.is_set():
-        try:
-            finished.wait(0.2)
-        except KeyboardInterrupt:
-            if interrupted:
-                print("\nblockwidth: interrupted", file=sys.stderr, flush=True)
-                os._exit(130)
-            interrupted = True
-            cancel.set()
-            print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
-                  file=sys.stderr, flush=True)
+    # finished while it still runs. SIGTERM and SIGHUP are Ctrl-C here (console.signals): a
+    # supervisor's stop keeps the record of what finished too.
+    from blockwidth.console.signals import as_interrupt
+
+    with as_interrupt():
+        while not finished.is_set():
+            try:
+                finished.wait(0.2)
+            except KeyboardInterrupt:
+                if interrupted:
+                    print("\nblockwidth: interrupted", file=sys.stderr, flush=True)
+                    os._exit(130)
+                interrupted = True
+                cancel.set()
+                print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
+                      file=sys.stderr, flush=True)
     thread.join()  # done: it only returns now
     if "error" in box:
         raise box["error"]

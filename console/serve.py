@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any, Sequence
 
+from blockwidth.console import signals
 from blockwidth.console.inputs import ExitCode, InputError
 from blockwidth.policy.commands import Unprintable, env_words, shell
 from blockwidth.policy.text import shown
@@ -167,7 +168,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     server = Server(spec, log_dir, tee=sys.stderr)
     timeout = args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S
     try:
-        with _interruptible():
+        with signals.as_interrupt():  # SIGTERM and SIGHUP stop the server as Ctrl-C does
             try:
                 server.start()
                 server.wait_ready(time.monotonic() + timeout)
@@ -181,59 +182,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return ExitCode.USAGE if code else ExitCode.OK
     except KeyboardInterrupt:
         print("blockwidth serve: stopping mlx_lm.server", file=sys.stderr)
-        with _shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
+        with signals.shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
             server.stop(graceful=True)
         return 130
     finally:
-        with _shielded():
+        with signals.shielded():
             server.stop(graceful=True)
         import shutil
 
         shutil.rmtree(log_dir, ignore_errors=True)
-
-
-class _signals:
-    """``handler`` for ``sigs`` inside the block (the main thread's alone: only it may set
-    them), the old handlers back after it."""
-
-    def __init__(self, handler, *sigs) -> None:
-        self.handler, self.sigs, self.old = handler, sigs, {}
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.sigs:
-                self.old[sig] = signal.signal(sig, self.handler)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        for sig, h in self.old.items():
-            signal.signal(sig, h)
-        return False
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _interruptible() -> _signals:
-    """SIGTERM and SIGHUP to blockwidth serve stop the server as Ctrl-C does."""
-    import signal
-
-    return _signals(_raise_interrupt, signal.SIGTERM, signal.SIGHUP)
-
-
-def _shielded() -> _signals:
-    """SIGINT, SIGTERM and SIGHUP ignored while the server stops (bounded: stop's own timeout,
-    then a kill): outside _interruptible a second signal would end blockwidth at once and
-    leave mlx_lm.server, in its own session, running with nobody to stop it."""
-    import signal
-
-    return _signals(signal.SIG_IGN, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def register(sub, resolution_args, pair_args) -> None:

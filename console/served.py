@@ -206,9 +206,14 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         written.append((lv, rec, path, saved, refusal))
 
     cancel = threading.Event()
+    from blockwidth.console.signals import cancelling
+
     try:
-        session = run_served(pair, config, on_event=on_event, on_server=on_server, on_level=on_level,
-                             cancel=cancel)
+        # Ctrl-C, SIGTERM or SIGHUP: the level under way stops after the request in flight and
+        # its record is written, marked cancelled, as a finished level's is; a second one quits
+        with cancelling(cancel, "the served session"):
+            session = run_served(pair, config, on_event=on_event, on_server=on_server, on_level=on_level,
+                                 cancel=cancel)
     except ServedError as e:
         raise ServedError(str(e) + _kept(written)) from None
     except KeyboardInterrupt:

@@ -402,6 +402,9 @@ class Servers:
                 shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def _trap_signals(self) -> None:
+        """SIGTERM and SIGHUP, where nothing handles them (they would end the process and leave
+        the servers running), raise KeyboardInterrupt, so the servers are stopped on the way out;
+        a handler the caller set (the served sweep's, which cancels) stays."""
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -409,6 +412,8 @@ class Servers:
             raise KeyboardInterrupt
 
         for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is not signal.SIG_DFL:
+                continue
             with contextlib.suppress(ValueError, OSError):
                 self._signals[sig] = signal.signal(sig, interrupt)
 
@@ -802,9 +807,11 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
                on_level: Callable[[ServedSession, ServedLevel], None] | None = None,
                cancel: threading.Event | None = None) -> ServedSession:
     """A served A/B session at every concurrency level. Each finished level is handed to
-    ``on_level`` at once (so a record is written before the next level can fail). Raises
-    ServedError when a server cannot start, load its model, or dies; KeyboardInterrupt passes
-    through after every server has stopped."""
+    ``on_level`` at once (so a record is written before the next level can fail); so is the
+    level under way when ``cancel`` is set, after the request in flight, with what it kept
+    (marked cancelled). Raises ServedError when a server cannot start, load its model, or dies;
+    KeyboardInterrupt passes through after every server has stopped (a cancel before any
+    timed run was kept is one)."""
     from blockwidth.engine import ab
     from blockwidth.engine.attention import current_backend, effective
 
@@ -860,6 +867,8 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
                 break
             lv = _run_level(pair, config, widths, level, servers, session, warm_prompt, shift,
                             attention, backend, emit, cancel)
+            if lv.session.cancelled and not any(a.runs for a in (lv.session.classic, *lv.session.arms)):
+                raise KeyboardInterrupt  # cancelled before anything was kept: no record of nothing
             session.levels.append(lv)
             if on_level is not None:
                 on_level(session, lv)
