@@ -410,10 +410,13 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             device = None
 
     prof_path = Path(args.profile).expanduser() if args.profile else profiles.default_path()
+    too_long = files.name_problem(args.profile) if args.profile else None
     if args.profile == "":
         problems.append("--profile '': give a file name")
+    elif too_long:  # as every path option is refused (policy.files.user_path)
+        problems.append(f"--profile {too_long}")
     prof = None
-    if args.profile != "":
+    if args.profile != "" and not too_long:
         try:
             prof = profiles.load(prof_path, missing_ok=False)
         except profiles.ProfileError as e:

@@ -18,7 +18,7 @@ from typing import Any, Sequence
 
 from blockwidth.console import signals
 from blockwidth.console.inputs import ExitCode, InputError
-from blockwidth.policy.commands import Unprintable, env_words, shell
+from blockwidth.policy.commands import Unprintable, env_words, printable, shell
 from blockwidth.policy.text import shown
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "
@@ -53,9 +53,12 @@ def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[s
     # the MLX_* switches it was measured with go before the command, as a shell sets them
     server: dict[str, Any] = {"argv": line, "env": env, "measured": measured == "mlx-lm-server"}
     try:
-        server["line"] = shell(line, env, "a folder")
+        printable(target, "the target's folder")
+        if drafter is not None:
+            printable(drafter, "the drafter's folder")
+        server["line"] = shell(line, env)
         server["serve"] = shell(["blockwidth", "serve", "--target", target]
-                                + (["--draft", drafter] if drafter is not None else []), what="a folder")
+                                + (["--draft", drafter] if drafter is not None else []))
     except Unprintable as e:
         server.update(line=None, serve=None, refusal=f"no command is printed: {e}")
     if entry is not None and (entry.server or {}).get("verify_attention"):
@@ -147,7 +150,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     spec = dataclasses.replace(server_spec(res, paths.target, drafter, rest),
                                verify_attention=args.verify_attention, port=port, host=host,
                                env=tuple(env.items()))
-    launch = shell(spec.command_line(port), in_effect, "a folder")
+    launch = shell(spec.command_line(port), in_effect, "an argument")
     print(f"blockwidth serve: {shown(provenance(res))}", flush=True)
     from blockwidth.console.answer import caution
 

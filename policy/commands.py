@@ -31,7 +31,7 @@ def printable(value: object, what: str) -> str:
     text = str(value)
     bad = hidden_char(text)
     if bad is not None:
-        raise Unprintable(f"{what} {shown(text)!r} holds {bad}, which no printed command keeps as "
+        raise Unprintable(f"{what} {shown(text)} holds {bad}, which no printed command keeps as "
                           f"written; rename it (or name another)")
     return text
 
