@@ -11,7 +11,7 @@ from pathlib import Path
 from blockwidth.engine import attention, linear
 from blockwidth.console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
 from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
-from blockwidth.console.request import (add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
+from blockwidth.console.request import (add_exact, add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)
 from blockwidth.console import outputs
 from blockwidth.console import distributed
@@ -329,7 +329,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                       sequential=args.sequential, max_reps=args.max_reps,
                       max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
                       verify_linear=args.verify_linear, workload=workload, min_gain=args.min_gain,
-                      seed=args.seed, auto_max=args.auto_max)
+                      seed=args.seed, auto_max=args.auto_max, exact=getattr(args, "exact", "auto"))
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -439,6 +439,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 say(line)
             say()
             say("per pass (one run of every request):")
+        if session.exact is not None:
+            say(f"exact path: {session.exact.reason}")
         say(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
             f"{'identity':<16} verdict")
         for row in arm_table(session):
@@ -513,6 +515,9 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     rows = costcurve.parse_rows(args.rows)
     _qmv_call()
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
+    from blockwidth.engine import exact as exact_path
+
+    plan = exact_path.plan(pair.target, getattr(args, "exact", "auto"))
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2
     _context_bound(pair, "costcurve", args.context + max(rows) + steps,
@@ -540,14 +545,14 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
         curve, _ = run_interruptibly(
             lambda: costcurve.measure(pair.target, rows, context=args.context, repeats=args.repeats,
                                       attention=args.verify_attention, linear=args.verify_linear,
-                                      on_progress=progress, cancel=cancel.is_set),
+                                      on_progress=progress, cancel=cancel.is_set, exact=plan),
             cancel, "the cost curve")
     except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
         raise RewindError(f"costcurve: {e}") from None
     if not args.json and tty:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
-            "mlx": mlx_version(), **curve.to_dict()}
+            "mlx": mlx_version(), **curve.to_dict(), "exact": plan.to_dict()}
     comm = distributed.communication(pair, rows) if distributed.active() else None
     if comm is not None:
         data["group"] = {**distributed.active().rank.to_dict(), "communication": comm.to_dict()}
@@ -641,6 +646,7 @@ def register(sub) -> None:
     # runs mlx_lm.server in-process with the dispatcher in that mode).
     p.set_defaults(verify_attention=None)
     add_verify_linear(p)
+    add_exact(p)
     from blockwidth.console import served
 
     served.add_arguments(p)
@@ -660,6 +666,7 @@ def register(sub) -> None:
                    help="timed repeats per row count (median), 1..1000")
     add_verify_attention(p)
     add_verify_linear(p)
+    add_exact(p)
     distributed.add_arguments(p, drafter=False)
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_costcurve)

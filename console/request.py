@@ -260,6 +260,17 @@ def add_verify_linear(p: argparse.ArgumentParser) -> None:
                         "engine/linear.py)")
 
 
+def add_exact(p: argparse.ArgumentParser) -> None:
+    """``--exact``, declared once (engine.exact's modes)."""
+    from blockwidth.engine.exact import CHOICES, Exact
+
+    p.add_argument("--exact", choices=CHOICES, default=Exact.AUTO.value,
+                   help="the exact path: every forward of 1..16 rows, classic's steps too, on "
+                        "row-invariant kernels so a width's output is classic's byte for byte "
+                        "(CUDA; auto = on where every op of the pair is covered, with the reason "
+                        "said; on a CPU the stock kernels already are)")
+
+
 def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:
     """An argparse type: ASCII digits only (int() also reads '1_0' and Arabic-Indic digits),
     within [lo, hi]; ``why`` says where the bound comes from."""

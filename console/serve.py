@@ -149,7 +149,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     # one spec: what is printed below is what is started (argv, environment, host and port)
     spec = dataclasses.replace(server_spec(res, paths.target, drafter, rest),
                                verify_attention=args.verify_attention, port=port, host=host,
-                               env=tuple(env.items()))
+                               env=tuple(env.items()), exact=args.exact)
     launch = shell(spec.command_line(port), in_effect, "an argument")
     print(f"blockwidth serve: {shown(provenance(res))}", flush=True)
     from blockwidth.console.answer import caution
@@ -210,6 +210,10 @@ def register(sub, resolution_args, pair_args) -> None:
                    help="the load it will serve: picks the profile entry measured at N concurrent "
                         "requests (else the nearest level below)")
     add_verify_attention(p, served=True)
+    p.add_argument("--exact", action="store_true",
+                   help="run mlx_lm.server in-process on the exact path: every forward of 1..16 rows "
+                        "on row-invariant kernels, so a speculative server answers byte for byte what "
+                        "a classic one answers (CUDA; a no-op route on a CPU)")
     p.add_argument("--host", default="127.0.0.1", metavar="HOST",
                    help="where mlx_lm.server listens (default 127.0.0.1); one beyond this machine only "
                         "with --allow-non-loopback")

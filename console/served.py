@@ -148,7 +148,10 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
                  verify_attention=args.verify_attention or "fused",
                  min_gain=args.min_gain, seed=args.seed),
         levels, extra, args.verify_attention, args.port,
-        args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S)
+        args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S,
+        # the served path's default is the stock server an operator runs: on asks for the
+        # exact path in-process (engine.exact), on every server alike
+        exact=getattr(args, "exact", "auto") == "on")
     quiet = args.json
     identity = host.identity()
     written: list[tuple[Any, dict, Any, str | None, str | None]] = []

@@ -28,9 +28,10 @@ import statistics
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable
+from typing import Any, Callable
 
 from blockwidth.engine import attention, costcurve, host, kvcache, linear
+from blockwidth.engine import exact as exact_path
 from blockwidth.engine import auto as auto_width
 from blockwidth.engine.decode import DecodeError, DecodeRun, decode
 from blockwidth.engine.kvcache import RewindError
@@ -44,6 +45,7 @@ from blockwidth.policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disj
 
 
 REPLAY_FACTOR = 1.5  # first run at a position this much slower than repeats: replay-flattered
+STOCK_CLASSIC = "classic-stock"  # the arm of classic on stock kernels, beside exact classic
 
 
 def per_token_acceptance(runs: list[DecodeRun]) -> float | None:
@@ -62,10 +64,15 @@ class Arm:
     why: str = ""
     identity: Identity | None = None
     range_why: str = ""  # the range rule's words, before the interval rule's (one request)
+    # Classic on stock kernels beside classic on the exact path (engine.exact): the speed-up's
+    # control when it is the faster of the two; identity is always judged against exact classic.
+    stock: bool = False
 
     @property
     def name(self) -> str:
-        return "classic" if self.width is None else AUTO if self.width == AUTO else f"w{self.width}"
+        if self.width is None:
+            return STOCK_CLASSIC if self.stock else "classic"
+        return AUTO if self.width == AUTO else f"w{self.width}"
 
     @property
     def auto(self) -> bool:
@@ -151,6 +158,7 @@ class AbConfig:
     seed: int | None = None  # the statistics' seed; None: drawn when the session starts
     resamples: int = stats.RESAMPLES
     rollback: str = kvcache.DEFAULT_METHOD.value  # how recurrent state follows the kept rows
+    exact: str = "auto"  # engine.exact: auto | on | off (the exact path for every 1..16-row forward)
 
     @property
     def request_count(self) -> int:
@@ -179,9 +187,12 @@ class AbConfig:
     def planned_runs(self) -> int:
         """Warm-ups, n interleaved repetitions of every arm on every request, and the closing
         classic pass."""
-        arms = 1 + len(dict.fromkeys(self.widths))
+        arms = 1 + len(dict.fromkeys(self.widths)) + int(self.stock_classic)
         k = self.request_count
         return arms * (self.n * k + int(self.warmup)) + k
+
+    # Set by run_session when the exact path is on: classic on stock kernels runs beside it.
+    stock_classic: bool = False
 
 
 def single_request(prompt: str, ids: list[int], max_tokens: int) -> Prepared:
@@ -196,21 +207,26 @@ class RequestArms:
     prepared: Prepared
     classic: Arm
     arms: list[Arm]
+    stock: Arm | None = None  # classic on stock kernels, when the session is on the exact path
+    control: Arm | None = None  # the speed-up's control: classic, or stock classic when faster
 
     @property
     def id(self) -> str:
         return self.prepared.id
 
     def arm(self, width: int | None) -> Arm:
+        if width == STOCK_CLASSIC:
+            return self.stock
         return self.classic if width is None else next(a for a in self.arms if a.width == width)
 
     def ratio(self, width: int) -> float | None:
         """This request's speed-up of ``width``: its total tokens over total decode time,
-        against classic's on this request."""
+        against the control's on this request (classic, or stock classic where faster)."""
         a = self.arm(width)
-        if not a.runs or not self.classic.runs:
+        control = self.control or self.classic
+        if not a.runs or not control.runs:
             return None
-        return stats.ratio([_samples(a)], [_samples(self.classic)])
+        return stats.ratio([_samples(a)], [_samples(control)])
 
     def best(self) -> int | None:
         """The fixed width with the highest speed-up on this request whose output is classic's;
@@ -292,6 +308,17 @@ class Session:
     seed: int = 0  # of the bootstrap and the permutations: the record reproduces from it
     estimates: dict[int, stats.Estimate] = field(default_factory=dict)  # per width with runs
     choice: stats.Choice | None = None  # the tie rule's pick among the winners
+    # The exact path (engine.exact.Plan): whether every 1..16-row forward took row-invariant
+    # kernels, and why; with it on, stock classic runs beside exact classic and the speed-up's
+    # control is the faster of the two (``baseline``).
+    exact: Any = None
+    stock: Arm | None = None
+    baseline: str = "classic"
+
+    @property
+    def control(self) -> Arm:
+        """The arm speed-ups are measured against: classic, or stock classic where faster."""
+        return self.stock if self.baseline == STOCK_CLASSIC and self.stock is not None else self.classic
 
     @property
     def workload(self) -> Workload | None:
@@ -324,7 +351,7 @@ class Session:
     def stats_samples(self) -> tuple[list[list[tuple[float, float]]], dict[int, list]]:
         """(classic, {width: ...}): per request, each run's (new tokens, decode seconds), for
         every width that ran on every request: what ``policy.stats`` is given."""
-        classic = [_samples(r.classic) for r in self.per_request]
+        classic = [_samples(r.control or r.classic) for r in self.per_request]
         arms = {}
         for w in (a.width for a in self.arms):
             got = [_samples(r.arm(w)) for r in self.per_request]
@@ -526,14 +553,18 @@ def judge(classic: Arm, arm: Arm) -> None:
 def decide(session: Session) -> None:
     """Verdicts, drift, the estimates and the recommendation, from the samples in ``session``
     (policy.stats for the estimates, policy.verdict.decide for the rules)."""
-    classic, arms = session.stats_samples()
     c = session.config
     session.estimates = {}
     # A cancelled session has no verdict to draw an interval for (and a workload's bootstrap
     # takes seconds on a busy CPU, between the cancel and the screen saying it stopped).
+    choose_baseline(session)
+    classic, arms = session.stats_samples()  # against the control just chosen
     if arms and all(classic) and not session.cancelled:
         session.estimates = stats.estimates(classic, arms, seed=session.seed, resamples=c.resamples)
+    control = session.control
     d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a, session) for a in session.arms],
+                     control_tok_s=([r.decode_tok_s for r in control.runs] if control is not session.classic
+                                    else None),
                      # how to get more repetitions is each front end's to say (console.outcome.advice)
                      cancelled=session.cancelled, reps=session.reps,
                      blind=rules.warm_blind(warmup_shift=session.warmup_shift,
@@ -544,6 +575,20 @@ def decide(session: Session) -> None:
     session.drift, session.drift_chance, session.drift_why = d.drift.drifted, d.drift.chance, d.drift.why
     session.recommendation, session.decision, session.why = d.recommendation, d.decision, d.why
     session.choice = d.choice
+
+
+def choose_baseline(session: Session) -> None:
+    """On the exact path, the speed-up's control is the faster (median decode tok/s, every run
+    of the session's arm) of exact classic and stock classic, so a width never wins by a slower
+    baseline; the choice is set on the session and every request."""
+    stock = session.stock
+    session.baseline = "classic"
+    if stock is not None and stock.runs and session.classic.runs:
+        fast = statistics.median(r.decode_tok_s for r in stock.runs)
+        if fast > statistics.median(r.decode_tok_s for r in session.classic.runs):
+            session.baseline = STOCK_CLASSIC
+    for r in session.per_request:
+        r.control = r.stock if session.baseline == STOCK_CLASSIC else None
 
 
 def _all_decided(session: Session) -> bool:
@@ -609,7 +654,7 @@ def _rotated(arms: list[Arm], k: int) -> list[Arm]:
 def _add_pass(session: Session, widths: list[int | None]) -> None:
     """One run per arm in ``widths`` on the session's own (workload) arms: its last pass."""
     for w in widths:
-        agg = session.classic if w is None else session.arm(w)
+        agg = session.classic if w is None else session.stock if w == STOCK_CLASSIC else session.arm(w)
         runs = [r.arm(w).runs for r in session.requests]
         if all(len(x) > len(agg.runs) for x in runs):
             agg.runs.append(pass_run(w, [x[len(agg.runs)] for x in runs]))
@@ -630,7 +675,7 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
     many = len(requests) > 1
     if config.warmup:
         first = requests[0]
-        for arm in [first.classic, *first.arms]:
+        for arm in [first.classic, *([first.stock] if first.stock else []), *first.arms]:
             emit(Event("warmup", arm.name))
             one(arm, 0, keep=False)
             if cancel.is_set():
@@ -651,7 +696,8 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
 
     def one_pass(rep: int, active: list[int]) -> None:
         for k, req in enumerate(requests):
-            for arm in [req.classic, *_rotated([req.arm(w) for w in active], k)]:
+            for arm in [req.classic, *([req.stock] if req.stock else []),
+                        *_rotated([req.arm(w) for w in active], k)]:
                 one(arm, rep)
                 if cancel.is_set():
                     return
@@ -672,7 +718,8 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
             if cancel.is_set():
                 break
             if many:
-                _add_pass(session, [None, *(a.width for a in active)])
+                _add_pass(session, [None, *([STOCK_CLASSIC] if session.stock else []),
+                                    *(a.width for a in active)])
             session.reps = rep
             session.rep_ends.append(time.monotonic() - t_start)
             emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
@@ -751,19 +798,28 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     if not 0 <= config.min_gain < 1:
         raise DecodeError(f"min gain {config.min_gain}: expected a fraction from 0 up to 1")
     prepared = _prepare(pair, config)
-    requests = [RequestArms(p, Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths])
+    backend = attention.current_backend()
+    plan = exact_path.plan(pair.target, config.exact, backend)
+    if plan.active:  # classic on stock kernels beside exact classic: the faster is the control
+        config = dataclasses.replace(config, stock_classic=True)
+
+    def stock_arm() -> Arm | None:
+        return Arm(None, verdict=Verdict.CONTROL, stock=True) if plan.active else None
+
+    requests = [RequestArms(p, Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths], stock_arm())
                 for p in prepared]
     many = len(requests) > 1
     if many:
-        classic, arms = Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths]
+        classic, arms, stock = Arm(None, verdict=Verdict.CONTROL), [Arm(w) for w in widths], stock_arm()
     else:
-        classic, arms = requests[0].classic, requests[0].arms
+        classic, arms, stock = requests[0].classic, requests[0].arms, requests[0].stock
     ids = list(prepared[0].ids)
     seed = seed_of(config)
     if lockstep is not None:
         seed = lockstep.agree(seed)  # the verdicts' bootstrap: rank 0's seed on every rank
     session = Session(config, ids, classic, arms, requests=requests, seed=seed)
-    session.backend = attention.current_backend()
+    session.exact, session.stock = plan, stock
+    session.backend = backend
     session.attention = attention.effective(config.verify_attention, session.backend).value
     # The verify projections of every speculative forward this session runs: the arms, and the
     # exactness probe, divergence replay and cost curve that judge and predict them.
@@ -781,7 +837,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     started = [0]  # runs begun so far
     clocks = host.ClockWatch()
 
-    owner = {id(a): r for r in requests for a in [r.classic, *r.arms]}  # each arm's request
+    owner = {id(a): r for r in requests for a in [r.classic, *r.arms, *([r.stock] if r.stock else [])]}
 
     def one(arm: Arm, rep: int, keep: bool = True, closing: bool = False) -> DecodeRun | None:
         if cancel.is_set():
@@ -796,6 +852,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                    elapsed=time.monotonic() - t_start))
         kw = {} if arm.width is None else {"attention": session.attention, "linear": lin,
                                            "rollback": config.rollback}
+        kw["exact"] = None if arm.stock else plan  # every arm on the path but stock classic
         if arm.auto and session.auto is None:
             return None  # cancelled while the controller was calibrating: nothing to run
         width = session.auto.run() if arm.auto else arm.width  # auto: a width per round
@@ -843,7 +900,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             if cancel.is_set():
                 break  # cancelled as the stage was shown: its probe does not start
             if len(block) == w:
-                session.exactness[w] = probe(pair.target, ids, block, session.attention, lin)
+                session.exactness[w] = probe(pair.target, ids, block, session.attention, lin, exact=plan)
                 emit(Event("exactness", f"w{w}", message=session.exactness[w].describe()))
 
     if not cancel.is_set():
@@ -863,7 +920,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 ex = session.exactness.get(arm.width) if req is first else None
                 if ex is None:
                     block = ref[:arm.width] if ref else []
-                    ex = (probe(pair.target, req_ids, block, session.attention, lin)
+                    ex = (probe(pair.target, req_ids, block, session.attention, lin, exact=plan)
                           if len(block) == arm.width else None)
                 # a stage of its own on screen (the bar would sit at the probe's last width)
                 emit(Event("phase", f"{arm.name}" + (f" on {req.id}" if many else ""), run=len(fixed),
@@ -873,7 +930,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity
                 margin = divergence_margin(pair, req_ids, arm.width, ref, differing.tokens,
                                            ident.first_divergence, ex.max_abs_diff if ex else 0.0,
-                                           session.attention, lin)
+                                           session.attention, lin, exact=plan)
                 arm.identity = dataclasses.replace(ident, margin=margin)
     if many:
         # The session's arm speaks for the workload: the first request whose output differs,
@@ -905,7 +962,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 try:
                     session.curve = costcurve.measure(
                         pair.target, rows, repeats=5, context=ctx, attention=session.attention,
-                        linear=lin, rollback=config.rollback,
+                        linear=lin, rollback=config.rollback, exact=plan,
                         on_progress=lambda i, n: emit(Event("phase", run=i, runs=n, phase="costcurve")),
                         cancel=cancel.is_set)
                 except (RewindError, ValueError) as e:  # the arms' figures stand without it

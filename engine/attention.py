@@ -112,6 +112,12 @@ class Routing:
     unrouted: int = 0  # verify-shaped calls with arguments the dispatcher does not know (fused)
     fallback: int = 0  # ``rows`` calls its kernel could not take (no CUDA, a mask array): plain
     cuda: bool = False  # the backend is CUDA (``rows`` runs its kernel only there)
+    # The exact path (engine.exact): every call of 1..EXACT_MAX_ROWS query rows, with or without
+    # a cache, goes to the ``rows`` kernel, 1-row decode included, so a row's result does not
+    # depend on how many rows its forward holds; calls the kernel cannot take are counted here
+    # ({reason: calls}) and the exact path says it was not exact.
+    exact: bool = False
+    inexact: dict = field(default_factory=dict)
     buckets: set[int] = field(default_factory=set)
     # The additive causal mask of the current verify shape: every layer of one forward
     # asks for the same (rows, keys), so it is built once per forward, not once per layer.
@@ -129,7 +135,41 @@ class Routing:
                "unrouted_calls": self.unrouted, "buckets": sorted(self.buckets)}
         if self.mode is VerifyAttention.ROWS:  # the other modes' records read as before
             out["plain_fallback_calls"] = self.fallback
+        if self.exact:
+            out.update(exact=True, inexact_calls=dict(sorted(self.inexact.items())))
         return out
+
+
+EXACT_MAX_ROWS = 16  # the exact path's row bound (DFlash drafters are trained at block 16)
+
+
+class WindowMask(str):
+    """``"causal"`` within a sliding window of ``window`` keys: what the engine's WindowCache
+    (engine.kvcache) hands a forward on the exact path, so that the ``rows`` kernel takes the
+    window itself, reading every row's keys in the order a 1-row step reads them (an array mask
+    would send the call to ``plain``, whose matmuls are not row-invariant on CUDA). Anything
+    else that meets one gets the equivalent array (:func:`window_array`)."""
+
+    window: int
+
+    def __new__(cls, window: int) -> "WindowMask":
+        s = super().__new__(cls, "causal")
+        s.window = int(window)
+        return s
+
+
+def window_array(rows: int, keys: int, window: int) -> mx.array:
+    """The boolean mask a WindowMask stands for: bottom-right causal, each row its last
+    ``window`` keys (mlx-lm's create_causal_mask with window_size)."""
+    q = mx.arange(keys - rows, keys)[:, None]
+    k = mx.arange(keys)[None]
+    return (q >= k) & (q < k + window)
+
+
+def exact_active() -> bool:
+    """Whether this thread is inside an exact-path block (engine.exact)."""
+    r = _active.get()
+    return r is not None and r.exact
 
 
 _active: ContextVar[Routing | None] = ContextVar("blockwidth_verify_attention", default=None)
@@ -259,6 +299,9 @@ _ROWS_SOURCE = """
     const int L = q_shape[2];
     const int S = k_shape[2];
     const int limit = CAUSAL ? S - L + row + 1 : S;
+    // a sliding window: the row's last WINDOW keys, walked from the window's first key so that
+    // every warp takes the keys it takes in a 1-row step at the same position
+    const int lo = WINDOW > 0 ? max(0, limit - WINDOW) : 0;
     const float qscale = __int_as_float(SCALE_BITS) * 1.4426950408889634f;
     const float neg_inf = __int_as_float(0xff800000);  // MLX 0.32.4's kernel header has no inf
     const T* qp = q + b * q_strides[0] + h * q_strides[1] + row * q_strides[2];
@@ -273,7 +316,7 @@ _ROWS_SOURCE = """
     }
     float m = neg_inf;
     float l = 0.0f;
-    for (int j = warp; j < limit; j += WARPS) {
+    for (int j = lo + warp; j < limit; j += WARPS) {
         const T* kr = kp + j * k_strides[2];
         float s = 0.0f;
         #pragma unroll
@@ -338,12 +381,15 @@ def rows_fits(q_shape: tuple, k_shape: tuple, v_shape: tuple, dtypes: tuple, mas
         return False
     if sinks is not None or not (mask is None or (isinstance(mask, str) and mask == "causal")):
         return False
+    if isinstance(mask, WindowMask) and mask.window < 1:
+        return False
     return isinstance(scale, (int, float)) and scale > 0
 
 
 def rows_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
-                   causal: bool = True) -> mx.array:
-    """Verify attention through the ``rows`` CUDA kernel (the caller checks ``rows_fits``)."""
+                   causal: bool = True, window: int = 0) -> mx.array:
+    """Verify attention through the ``rows`` CUDA kernel (the caller checks ``rows_fits``);
+    ``window`` > 0: each row sees its last ``window`` keys only."""
     global _rows_kernel
     if _rows_kernel is None:
         _rows_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_attention",
@@ -353,13 +399,42 @@ def rows_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
     bits = struct.unpack("<i", struct.pack("<f", float(scale)))[0]
     return _rows_kernel(inputs=[q, k, v],
                         template=[("T", q.dtype), ("D", D), ("GQA", n_q // k.shape[1]),
-                                  ("CAUSAL", bool(causal)), ("SCALE_BITS", bits)],
+                                  ("CAUSAL", bool(causal)), ("SCALE_BITS", bits),
+                                  ("WINDOW", int(window))],
                         grid=(n_q * 1024, L, B), threadgroup=(1024, 1, 1),
                         output_shapes=[(B, n_q, L, D)], output_dtypes=[q.dtype])[0]
 
 
+def _exact(routing: Routing, q, k, v, args, kwargs, scale, mask, sinks):
+    """The exact path's attention: 1..EXACT_MAX_ROWS query rows to the ``rows`` kernel; what it
+    cannot take is counted by reason and goes where it would have gone off the path."""
+    L = q.shape[2] if q.ndim == 4 else 0
+    if args or kwargs or q.ndim != 4 or not 1 <= L <= EXACT_MAX_ROWS:
+        if 1 <= L <= EXACT_MAX_ROWS:
+            routing.inexact["arguments the dispatcher does not know"] = \
+                routing.inexact.get("arguments the dispatcher does not know", 0) + 1
+        routing.passed += 1  # prefill chunks past the bound: stock, the same in every arm
+        return None
+    if routing.cuda and rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), mask, sinks, scale):
+        routing.routed += 1
+        return rows_attention(q, k, v, scale=scale, causal=mask is not None,
+                              window=mask.window if isinstance(mask, WindowMask) else 0)
+    why = ("sinks" if sinks is not None else "an array mask" if mask is not None and not isinstance(mask, str)
+           else "no CUDA" if not routing.cuda else "a shape the rows kernel does not take")
+    routing.inexact[why] = routing.inexact.get(why, 0) + 1
+    return None
+
+
 def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
     routing = _active.get()
+    if routing is not None and routing.exact:
+        out = _exact(routing, q, k, v, args, kwargs, scale, mask, sinks)
+        if out is not None:
+            return out
+        if isinstance(mask, WindowMask):  # off the kernel: the window as the array it stands for
+            mask = window_array(q.shape[2], k.shape[2], mask.window)
+    if isinstance(mask, WindowMask):  # never reaches a stock kernel as plain "causal"
+        mask = window_array(q.shape[2], k.shape[2], mask.window)
     if (routing is None or routing.mode in (VerifyAttention.FUSED, VerifyAttention.AUTO)
             or args or kwargs or q.ndim != 4
             or (not routing.any_shape
@@ -400,11 +475,13 @@ def install() -> None:
 
 @contextmanager
 def verify_attention(mode: str | VerifyAttention | None, backend: str | None = None,
-                     any_shape: bool = False) -> Iterator[Routing]:
+                     any_shape: bool = False, exact: bool = False) -> Iterator[Routing]:
     """Inside this block (this thread only), verify-shaped attention uses ``mode``
-    (``any_shape``: every attention call does, e.g. a drafter's training forward)."""
+    (``any_shape``: every attention call does, e.g. a drafter's training forward; ``exact``:
+    the exact path, engine.exact, every call of 1..EXACT_MAX_ROWS rows on the ``rows``
+    kernel, and ``mode`` for what is left)."""
     install()
-    routing = Routing(effective(mode, backend), any_shape)
+    routing = Routing(effective(mode, backend), any_shape, exact=exact)
     routing.cuda = current_backend() == "cuda"  # where the kernel can run, whatever "auto" means
     token = _active.set(routing)
     try:

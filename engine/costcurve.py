@@ -19,6 +19,7 @@ from __future__ import annotations
 import dataclasses
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Sequence
 
@@ -195,7 +196,8 @@ def positions(rows: Sequence[int], repeats: int, warmup: int = 2, warm: bool = T
 def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, repeats: int = 7,
             warmup: int = 2, attention=None, linear=None, warm: bool = True,
             rollback=None, on_progress: Callable[[int, int], None] | None = None,
-            cancel: Callable[[], bool] | None = None, prefill_step: int | None = None) -> CostCurve:
+            cancel: Callable[[], bool] | None = None, prefill_step: int | None = None,
+            exact=None) -> CostCurve:
     """Time one ``rows``-row forward after a ``context``-token prefix, and the rollback after it.
 
     Cold: in passes over every row count (``warmup`` discarded passes, then ``repeats``), each
@@ -213,10 +215,13 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     a cancelled curve keeps the passes it finished.
     ``prefill_step``: the prefix in forwards of at most that many tokens (None: one), untimed
     (lab/probe_qmv.py keeps a fresh CUDA host from JIT-compiling a kernel only a long prefill
-    would use)."""
-    from blockwidth.engine.attention import verify_attention
-    from blockwidth.engine.kvcache import DEFAULT_METHOD, Rollback, _is_state, make_cache, mark, restore
-    from blockwidth.engine.linear import VerifyLinear, prepare, verify_linear
+    would use).
+    ``exact`` (an active engine.exact plan): the prefix and every forward on the exact path
+    (its verify attention and projections, not ``attention`` / ``linear``), the curve's mode
+    ``exact``."""
+    from blockwidth.engine import exact as exact_path
+    from blockwidth.engine.kvcache import DEFAULT_METHOD, Rollback, _is_state, make_cache
+    from blockwidth.engine.linear import prepare
 
     if context < 1:
         raise ValueError(f"context = {context}: must be at least 1")
@@ -228,21 +233,16 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
     rows = list(rows)
     total = len(curve_forwards(rows, context, repeats, warmup, warm)) - 1
     done = 0
-    prepare(linear, model)  # qmv's kernels compile before the first timed forward
+    on_path = exact is not None and exact.active
+    if on_path:  # qmv's kernels compile before the first timed forward
+        exact_path.prepare(exact, model)
+    else:
+        prepare(linear, model)
     cache = make_cache(model, slack=max(rows, default=1) + warmup + repeats + 1)
     rb = Rollback(model, cache, rollback or DEFAULT_METHOD)
     kv = [c for c in rb.leaves if not _is_state(c)]
     prefix = mx.array(context_ids(context), mx.uint32)
     step = prefill_step or context
-    for i in range(0, context, step):
-        mx.eval(model(prefix[None, i:i + step], cache=cache))
-    xs = {k: mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32) for k in rows}
-    cold: dict[int, list[float]] = {k: [] for k in rows}
-    hot: dict[int, list[float]] = {k: [] for k in rows}
-    backs: dict[int, list[float]] = {k: [] for k in rows}
-    first: dict[int, float] = {}
-    passes = 0  # cold passes finished
-    stopped = stop()
 
     def shorten(n: int) -> None:  # KV rows only: recurrent state's size is what it costs
         for c in kv:
@@ -254,10 +254,30 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
         if on_progress:
             on_progress(done, total)
 
-    mode = "fused"
     # One projection block and one attention routing around the whole curve: their counts are its.
-    with verify_linear(linear) as lrouting, verify_attention(attention) as routing:
-        mode = routing.mode.value
+    with exact_path.path(exact, attention) as routed:
+        return _measure_passes(model, rows, context, repeats, warmup, attention, linear, warm, rb, kv,
+                               cache, prefix, step, stop, tick, routed, shorten)
+
+
+def _measure_passes(model, rows, context, repeats, warmup, attention, linear, warm, rb, kv, cache,
+                    prefix, step, stop, tick, routed, shorten) -> CostCurve:
+    from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.kvcache import mark, restore
+    from blockwidth.engine.linear import VerifyLinear, verify_linear
+
+    for i in range(0, context, step):
+        mx.eval(model(prefix[None, i:i + step], cache=cache))
+    xs = {k: mx.array([[(11 * j + 5) % 200 + 10 for j in range(k)]], mx.uint32) for k in rows}
+    cold: dict[int, list[float]] = {k: [] for k in rows}
+    hot: dict[int, list[float]] = {k: [] for k in rows}
+    backs: dict[int, list[float]] = {k: [] for k in rows}
+    first: dict[int, float] = {}
+    passes = 0  # cold passes finished
+    stopped = stop()
+    with (verify_linear(linear) if routed is None else _none()) as lrouting, \
+            (verify_attention(attention) if routed is None else _none()) as routing:
+        mode = routing.mode.value if routing is not None else "exact"
         for r in range(warmup + repeats):
             for i, k in enumerate(rows):
                 if stop():  # between forwards: one pass of a large target on a CPU is minutes
@@ -301,10 +321,18 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
                     first_ms=first.get(k),
                     rollback_ms=statistics.median(backs[k][:kept]) if backs[k] else None)
               for k in rows] if kept else []
-    lsum = None if lrouting.mode is VerifyLinear.STOCK else lrouting.summary()
+    if routed is not None:
+        lsum = routed.summary()
+    else:
+        lsum = None if lrouting.mode is VerifyLinear.STOCK else lrouting.summary()
     how = rb.effective.value if rb.effective else "trim"
     return CostCurve(context, kept if stopped else repeats, mark_boundaries(points, repeats=kept), mode, lsum,
                      how, cancelled=stopped)
+
+
+@contextmanager
+def _none():
+    yield None
 
 
 def forward_seconds(model) -> float:

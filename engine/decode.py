@@ -9,11 +9,13 @@ timed apart from decode. EOS is ignored: runs are fixed-length measurements.
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
 import mlx.core as mx
 
+from blockwidth.engine import exact as exact_path
 from blockwidth.engine.attention import VerifyAttention, verify_attention
 from blockwidth.engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
 from blockwidth.engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
@@ -192,13 +194,18 @@ def _stream():
 
 
 def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress | None = None,
-            cancel: Callable[[], bool] | None = None, on_logits: LogitsHook | None = None) -> DecodeRun:
-    """Greedy decoding of the target alone (mirrors mlx_lm.generate_step)."""
+            cancel: Callable[[], bool] | None = None, on_logits: LogitsHook | None = None,
+            exact: exact_path.Plan | None = None) -> DecodeRun:
+    """Greedy decoding of the target alone (mirrors mlx_lm.generate_step). ``exact`` (an active
+    engine.exact plan): every step on the exact path, with the caches and prefill chunks the
+    speculative loop uses, so a width's output can be compared with this one byte for byte."""
     from mlx_lm.models.cache import make_prompt_cache
 
     _check(prompt, max_tokens, pair.context_length)
     model = pair.target
-    cache = make_prompt_cache(model)
+    on_path = exact is not None and exact.active
+    cache = make_cache(model, slack=1) if on_path else make_prompt_cache(model)
+    exact_path.prepare(exact, model)
     tokens: list[int] = []
     rounds: list[Round] = []
 
@@ -211,9 +218,10 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
             made[0] += 1
         return greedy(logits)
 
-    with mx.stream(_stream()):
+    with mx.stream(_stream()), exact_path.path(exact) as routed:
         t0 = time.perf_counter()
-        rest = prefill_cache(model, cache, mx.array(prompt, mx.uint32), 2048)
+        rest = prefill_cache(model, cache, mx.array(prompt, mx.uint32),
+                             exact_path.PREFILL_STEP if on_path else 2048)
         t1 = time.perf_counter()
         y = step(rest)
         mx.async_eval(y)
@@ -235,7 +243,10 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
             if n + 1 < max_tokens:
                 y = nxt
         t2 = time.perf_counter()
-    return DecodeRun(None, tokens, len(prompt), t1 - t0, t2 - t1, rounds)
+    run = DecodeRun(None, tokens, len(prompt), t1 - t0, t2 - t1, rounds)
+    if routed is not None:
+        run.attention = {"exact": routed.summary()}
+    return run
 
 
 SPLIT_EVERY = 8
@@ -246,7 +257,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
                 cancel: Callable[[], bool] | None = None, split_every: int = SPLIT_EVERY,
                 attention: str | VerifyAttention | None = None,
                 on_logits: LogitsHook | None = None, linear: str | None = None,
-                rollback: Method | str = DEFAULT_METHOD) -> DecodeRun:
+                rollback: Method | str = DEFAULT_METHOD,
+                exact: exact_path.Plan | None = None) -> DecodeRun:
     """Speculative greedy decoding at ``width`` rows per verify (mirrors
     mlx_lm.speculative_generate_step with num_draft_tokens = width - 1).
 
@@ -267,7 +279,11 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     KV caches trim and sliding windows drop their rejected tail whatever it says.
 
     ``width`` is an int, or a width source (engine.auto's Run) asked for each round's width
-    with the rounds so far: width 1 then verifies the pending token alone (nothing drafted)."""
+    with the rounds so far: width 1 then verifies the pending token alone (nothing drafted).
+
+    ``exact`` (an active engine.exact plan): the prefill, every verify and every 1-row forward
+    on the exact path (it chooses the verify's attention and projections: ``linear`` is not
+    used; ``attention`` takes only what the path leaves, verifies wider than it covers)."""
     source = None if isinstance(width, int) else width
     if source is None and width < 2:
         raise DecodeError(f"width = {width!r}: a speculative width is at least 2 (1 is classic)")
@@ -284,17 +300,22 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     rounds: list[Round] = []
     ids = mx.array(prompt, mx.uint32)
     perf = time.perf_counter
+    on_path = exact is not None and exact.active
     # qmv: its kernels compile here, before the clock starts (a no-op once compiled, and for
     # every other mode)
-    prepare(linear, model, getattr(pair, "drafter", None))
+    if on_path:
+        exact_path.prepare(exact, model, getattr(pair, "drafter", None))
+    else:
+        prepare(linear, model, getattr(pair, "drafter", None))
 
-    with mx.stream(_stream()):
+    with mx.stream(_stream()), exact_path.path(exact, attention) as routed:
         t0 = perf()
         drafter.prefill(ids)
         with watching(drafter, model):  # DFlash / MTP read the hidden states of this forward
-            y = prefill_cache(model, cache, ids, 512)
+            y = prefill_cache(model, cache, ids, exact_path.PREFILL_STEP)
         t1 = perf()
-        with verify_attention(attention) as routing, verify_linear(linear) as lrouting:
+        with (verify_attention(attention) if not on_path else _nothing()) as routing, \
+                (verify_linear(linear) if not on_path else _nothing()) as lrouting:
             try:
                 _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens,
                         (lambda _: width) if source is None else source, split_every,
@@ -302,9 +323,12 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
             except RewindError as e:
                 raise DecodeError(str(e)) from None
         t2 = perf()
-    summary = routing.summary()
-    if lrouting.mode is not VerifyLinear.STOCK:
-        summary["linear"] = lrouting.summary()
+    if routed is not None:
+        summary = {"mode": "exact", "exact": routed.summary()}
+    else:
+        summary = routing.summary()
+        if lrouting.mode is not VerifyLinear.STOCK:
+            summary["linear"] = lrouting.summary()
     if source is None:
         run = DecodeRun(width, tokens, len(prompt), t1 - t0, t2 - t1, rounds, summary)
     else:
@@ -314,6 +338,11 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     run.rollback = {"method": rb.effective.value if rb.effective else "trim",
                     "fallback": rb.fallback or None}
     return run
+
+
+@contextmanager
+def _nothing():
+    yield None
 
 
 def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, split_every,

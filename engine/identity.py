@@ -110,7 +110,7 @@ def classify_margin(position: int, classic_token: int, width_token: int, classic
 
 def divergence_margin(pair, prompt: list[int], width: int, classic_tokens: list[int],
                       width_tokens: list[int], position: int, max_abs_diff: float,
-                      attention=None, linear=None) -> Margin:
+                      attention=None, linear=None, exact=None) -> Margin:
     """Replay classic and the width (same length, so every round has the session's shape)
     until ``position``, their first divergence, and read the two tokens' logits there from
     classic's 1-row step and from the verify row that emitted the width's token (with the
@@ -133,9 +133,10 @@ def divergence_margin(pair, prompt: list[int], width: int, classic_tokens: list[
     def on_progress(done: int, _total: int) -> None:
         past[0] = done > position
 
-    classic(pair, prompt, len(classic_tokens), on_logits=on_classic, cancel=lambda: "classic" in seen)
+    classic(pair, prompt, len(classic_tokens), on_logits=on_classic, cancel=lambda: "classic" in seen,
+            exact=exact)
     speculative(pair, prompt, len(width_tokens), width, attention=attention, on_logits=on_width,
-                on_progress=on_progress, cancel=lambda: past[0], linear=linear)
+                on_progress=on_progress, cancel=lambda: past[0], linear=linear, exact=exact)
     cl, wl = seen["classic"], seen["width"]
     reproduced = int(mx.argmax(cl).item()) == c and int(mx.argmax(wl).item()) == w
     return classify_margin(position, c, w, float((cl[c] - cl[w]).item()), float((wl[w] - wl[c]).item()),
@@ -163,37 +164,47 @@ class Exactness:
         return d
 
 
-def probe(model, prefix: list[int], block: list[int], attention=None, linear=None) -> Exactness:
+def probe(model, prefix: list[int], block: list[int], attention=None, linear=None,
+          exact=None) -> Exactness:
     """One ``len(block)``-row forward (with the session's verify ``attention`` and projections,
-    ``linear``: engine.linear) against ``len(block)`` single-row steps, both after ``prefix``."""
+    ``linear``: engine.linear) against ``len(block)`` single-row steps, both after ``prefix``.
+    ``exact`` (an active engine.exact plan): both on the exact path, with its caches, as the
+    session's classic and speculative runs are."""
     from mlx_lm.models.cache import make_prompt_cache
 
+    from blockwidth.engine import exact as exact_path
     from blockwidth.engine.attention import verify_attention
     from blockwidth.engine.drafters import prefill_cache
+    from blockwidth.engine.kvcache import make_cache
     from blockwidth.engine.linear import verify_linear
 
     if not prefix or not block:
         raise ValueError("the exactness probe needs a non-empty prefix and block")
     ids = mx.array(prefix + block[:0], mx.uint32)
+    on_path = exact is not None and exact.active
 
     def prepared():
-        cache = make_prompt_cache(model)
-        rest = prefill_cache(model, cache, ids, 512)
+        cache = make_cache(model, slack=len(block)) if on_path else make_prompt_cache(model)
+        rest = prefill_cache(model, cache, ids, exact_path.PREFILL_STEP)
         model(rest[None], cache=cache)  # the last prefix token, as decoding would have
         mx.eval([c.state for c in cache])
         return cache
 
-    cache = prepared()
-    with verify_attention(attention), verify_linear(linear):
-        wide = model(mx.array(block, mx.uint32)[None], cache=cache)[0]
-    mx.eval(wide)
-    cache = prepared()
-    rows = []
-    for t in block:
-        # one forward an eval: a pipeline-split target (engine.distributed) sends and receives
-        # inside each, and two forwards in one graph could meet their peers' in another order
-        rows.append(model(mx.array([t], mx.uint32)[None], cache=cache)[0, -1])
-        mx.eval(rows[-1])
+    with exact_path.path(exact, attention):
+        cache = prepared()
+        if on_path:
+            wide = model(mx.array(block, mx.uint32)[None], cache=cache)[0]
+        else:
+            with verify_attention(attention), verify_linear(linear):
+                wide = model(mx.array(block, mx.uint32)[None], cache=cache)[0]
+        mx.eval(wide)
+        cache = prepared()
+        rows = []
+        for t in block:
+            # one forward an eval: a pipeline-split target (engine.distributed) sends and receives
+            # inside each, and two forwards in one graph could meet their peers' in another order
+            rows.append(model(mx.array([t], mx.uint32)[None], cache=cache)[0, -1])
+            mx.eval(rows[-1])
     narrow = mx.stack(rows)
     w32, n32 = wide.astype(mx.float32), narrow.astype(mx.float32)
     equal = bool(mx.array_equal(wide, narrow).item())

@@ -211,14 +211,19 @@ class WindowCache:
     def make_mask(self, N: int, window_size: int | None = None, return_array: bool = False):
         from mlx_lm.models.base import create_causal_mask
 
+        from blockwidth.engine.attention import WindowMask, exact_active
+
         w = min(window_size or self.window, self.window)
         seen = self._visible()
+        # On the exact path (engine.exact) the window goes to the rows kernel as a WindowMask,
+        # which reads each row's keys as a 1-row step does; elsewhere an array mask, as mlx-lm's.
+        exact = exact_active() and not return_array
         if N > 1:
             if seen + N > w or return_array:
-                return create_causal_mask(N, seen, window_size=w)
+                return WindowMask(w) if exact else create_causal_mask(N, seen, window_size=w)
             return "causal"
         if seen + 1 > w:  # a model window smaller than this cache's
-            return create_causal_mask(1, seen, window_size=w)
+            return WindowMask(w) if exact else create_causal_mask(1, seen, window_size=w)
         return None
 
     def is_trimmable(self) -> bool:

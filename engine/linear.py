@@ -49,7 +49,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Iterator
+from typing import Callable, Iterator
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -177,9 +177,20 @@ class LinearRouting:
     served: dict = field(default_factory=dict)  # qmv: "N x K bits/group" -> calls the kernel took
     stock_reasons: dict = field(default_factory=dict)  # qmv: engine.qmv.REASONS key -> calls left
     _plans: dict = field(default_factory=dict, repr=False)  # call signature -> (reason, label)
+    # The exact path (engine.exact): every projection of 1..EXACT_MAX_ROWS rows, 1-row steps
+    # included, on a row-invariant kernel (qmv for affine 4/8-bit, gemv for 16-bit, tied
+    # heads' as_linear too), 9+ rows in chunks of CHUNK_ROWS; what they cannot take is counted
+    # by reason in ``inexact`` ({reason: calls}); rows past the bound (prefill) stay stock in
+    # ``passed``, the same in every arm.
+    exact: bool = False
+    inexact: dict = field(default_factory=dict)
 
     def summary(self) -> dict:
         out = {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
+        if self.exact:
+            out.update(mode="exact", served=dict(sorted(self.served.items())),
+                       inexact_calls=dict(sorted(self.inexact.items())), call=self.call)
+            return out
         if self.mode is VerifyLinear.QMV:  # the other modes' records read as before
             out.update(auto=self.auto, served=dict(sorted(self.served.items())),
                        stock_reasons=dict(sorted(self.stock_reasons.items())),
@@ -315,7 +326,7 @@ def gemv_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> 
     return out + bias if bias is not None else out
 
 
-def gemv_fits(x_shape: tuple, x_dtype, w_shape: tuple, w_dtype, dtypes: tuple) -> bool:
+def gemv_fits(x_shape: tuple, x_dtype, w_shape: tuple, w_dtype, dtypes: tuple, min_rows: int = MIN_ROWS) -> bool:
     """Whether the gemv kernel computes ``x @ w.T`` exactly as its source assumes: 2..8 rows,
     a 2-D weight whose input width is x's last dim (the kernel reads D = x's last dim from every
     weight row, so a narrower weight, which the stock matmul rejects, would be read past its
@@ -327,7 +338,7 @@ def gemv_fits(x_shape: tuple, x_dtype, w_shape: tuple, w_dtype, dtypes: tuple) -
     rows = 1
     for n in x_shape[:-1]:
         rows *= n
-    return (MIN_ROWS <= rows <= GEMV_MAX_ROWS and d > 0 and d % 8 == 0 and w_shape[1] == d
+    return (min_rows <= rows <= GEMV_MAX_ROWS and d > 0 and d % 8 == 0 and w_shape[1] == d
             and w_shape[0] > 0 and w_dtype in dtypes and x_dtype == w_dtype)
 
 
@@ -335,10 +346,104 @@ def _name(dtype) -> str:
     return str(dtype).rsplit(".", 1)[-1]
 
 
+EXACT_MAX_ROWS = 16  # the exact path's bound (engine.attention's too): DFlash trains at block 16
+CHUNK_ROWS = 8  # qmv's MMA columns and gemv's register accumulators: 9..16 rows take two calls
+
+
+def chunks(rows: int, size: int = CHUNK_ROWS) -> list[tuple[int, int]]:
+    """[start, end) row ranges of at most ``size`` rows covering ``rows``: each chunk is one
+    kernel call, and a row's result is the same whatever chunk (or call) it sits in."""
+    return [(a, min(a + size, rows)) for a in range(0, rows, size)]
+
+
+def _inexact(routing: LinearRouting, why: str) -> None:
+    routing.inexact[why] = routing.inexact.get(why, 0) + 1
+
+
+def _rows_of(x) -> tuple[int, int]:
+    width = x.shape[-1] if x.ndim else 0
+    return (x.size // width if width else 0), width
+
+
+def _chunked(x, n: int, fns: list, *args):
+    """``fns[i](chunk_i, *args)`` over the row chunks of ``x``, joined back to ``x``'s leading
+    shape with ``n`` outputs (one call, no reshape, when one chunk holds every row)."""
+    if len(fns) == 1:
+        return fns[0](x, *args)
+    rows, width = _rows_of(x)
+    flat = x.reshape(rows, width)
+    parts = [fn(flat[a:b], *args) for fn, (a, b) in zip(fns, chunks(rows))]
+    return mx.concatenate(parts, axis=0).reshape(*x.shape[:-1], n)
+
+
+def exact_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bits: int, group: int,
+                    stock: Callable[[], mx.array], bias=None):
+    """``x @ dequant(w).T (+ bias)`` on the exact path: the qmv kernel for 1..EXACT_MAX_ROWS rows
+    (in chunks of CHUNK_ROWS), else ``stock()`` (which adds its own bias) with the reason counted.
+    Shared by nn.QuantizedLinear and a tied quantized head's as_linear."""
+    rows, width = _rows_of(x)
+    key = ("exact", rows, width, x.dtype, w.shape, scales.dtype, mode, bits, group, biases is None)
+    plan = routing._plans.get(key)
+    if plan is None:
+        n = w.shape[0]
+        if not 1 <= rows <= EXACT_MAX_ROWS:
+            why = "rows"
+        else:
+            why = qmv.refusal(routing.backend, mode, bits, group, min(rows, CHUNK_ROWS), _name(x.dtype),
+                              _name(scales.dtype), biases is not None, width, tuple(w.shape), min_rows=1)
+        label = f"{n}x{width} {mode}-{bits} g{group}"
+        fns = None
+        if why is None:
+            shapes = [x.shape] if rows <= CHUNK_ROWS else [(b - a, width) for a, b in chunks(rows)]
+            fns = [qmv.bound(s, n, x.dtype, bits, group, routing.call) for s in shapes]
+        plan = routing._plans[key] = (why, label, fns, n)
+    why, label, fns, n = plan
+    if why is not None:
+        if why == "rows" and rows > EXACT_MAX_ROWS:
+            routing.passed += 1  # prefill: stock in every arm alike
+        else:
+            _inexact(routing, f"quantized projection: {qmv.REASONS.get(why, why)}")
+        return stock()
+    routing.routed += 1
+    routing.served[label] = routing.served.get(label, 0) + 1
+    y = _chunked(x, n, fns, w, scales, biases)
+    return y + bias if bias is not None else y
+
+
+_EXACT_DTYPES = (mx.bfloat16, mx.float16)
+
+
+def exact_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array], bias=None):
+    """``x @ weight.T (+ bias)`` on the exact path: the gemv kernel for 1..EXACT_MAX_ROWS rows of
+    16-bit weights (in chunks of CHUNK_ROWS), else ``stock()`` (bias its own) with the reason
+    counted."""
+    rows, width = _rows_of(x)
+    if rows > EXACT_MAX_ROWS:
+        routing.passed += 1
+        return stock()
+    if routing.backend != "cuda":
+        _inexact(routing, "16-bit projection: no CUDA")
+        return stock()
+    if not (rows >= 1 and gemv_fits((min(rows, CHUNK_ROWS), width), x.dtype, weight.shape, weight.dtype,
+                                    _EXACT_DTYPES, min_rows=1)):
+        _inexact(routing, "16-bit projection: not bfloat16/float16 of one dtype, or a width that is "
+                          "not a multiple of 8")
+        return stock()
+    routing.routed += 1
+    label = f"{weight.shape[0]}x{width} {_name(weight.dtype)}"
+    routing.served[label] = routing.served.get(label, 0) + 1
+    y = _chunked(x, weight.shape[0], [gemv_linear] * len(chunks(rows)), weight)
+    return y + bias if bias is not None else y
+
+
 def _qdispatch(self, x):
     """nn.QuantizedLinear.__call__ while a qmv block is open: the kernel, or stock with the
     reason counted. The plan is worked out once per call signature (shapes, dtypes, mode)."""
     routing = _active.get()
+    if routing is not None and routing.exact and type(self) is nn.QuantizedLinear:
+        return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"), self.mode,
+                               self.bits, self.group_size, lambda: _stock_qcall(self, x),
+                               self["bias"] if "bias" in self else None)
     if routing is None or routing.mode is not VerifyLinear.QMV or type(self) is not nn.QuantizedLinear:
         return _stock_qcall(self, x)
     w, s = self["weight"], self["scales"]
@@ -366,6 +471,9 @@ def _qdispatch(self, x):
 
 def _dispatch(self, x):
     routing = _active.get()
+    if routing is not None and routing.exact and type(self) is nn.Linear:
+        return exact_dense(routing, x, self["weight"], lambda: _stock_call(self, x),
+                           self["bias"] if "bias" in self else None)
     if routing is None or routing.mode not in (VerifyLinear.GATHER, VerifyLinear.GEMV) \
             or type(self) is not nn.Linear:
         return _stock_call(self, x)
@@ -385,6 +493,30 @@ def _dispatch(self, x):
     return gather_linear(x, w, bias)
 
 
+_stock_emb = None  # the stock nn.Embedding.as_linear
+_stock_qemb = None  # the stock nn.QuantizedEmbedding.as_linear
+
+
+def _emb_as_linear(self, x):
+    """nn.Embedding.as_linear (a tied 16-bit head) while a block is open: on the exact path the
+    gemv kernel, else stock."""
+    routing = _active.get()
+    if routing is not None and routing.exact and type(self) is nn.Embedding:
+        return exact_dense(routing, x, self["weight"], lambda: _stock_emb(self, x))
+    return _stock_emb(self, x)
+
+
+def _qemb_as_linear(self, x):
+    """nn.QuantizedEmbedding.as_linear (a tied quantized head, which calls mx.quantized_matmul
+    itself, past nn.QuantizedLinear) while a block is open: on the exact path the qmv kernel."""
+    routing = _active.get()
+    if routing is not None and routing.exact and type(self) is nn.QuantizedEmbedding:
+        return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"),
+                               getattr(self, "mode", "affine"), self.bits, self.group_size,
+                               lambda: _stock_qemb(self, x))
+    return _stock_qemb(self, x)
+
+
 _holders = 0  # gather/gemv blocks open in any thread: the dispatcher is in place only while > 0
 
 
@@ -392,9 +524,15 @@ def install() -> None:
     """Put the dispatchers in front of ``nn.Linear.__call__`` and ``nn.QuantizedLinear.__call__``.
     They are there only while a ``gather``, ``gemv`` or ``qmv`` block is open: every other forward
     keeps the stock methods, with no added Python call per projection."""
-    global _stock_call, _stock_qcall, _holders
+    global _stock_call, _stock_qcall, _stock_emb, _stock_qemb, _holders
     with _install_lock:
         _holders += 1
+        if nn.Embedding.as_linear is not _emb_as_linear:
+            _stock_emb = nn.Embedding.as_linear
+            nn.Embedding.as_linear = _emb_as_linear
+        if nn.QuantizedEmbedding.as_linear is not _qemb_as_linear:
+            _stock_qemb = nn.QuantizedEmbedding.as_linear
+            nn.QuantizedEmbedding.as_linear = _qemb_as_linear
         # Re-checked every time: a probe that swaps nn.Linear.__call__ and restores what it
         # found must not leave this module routing nothing.
         if nn.Linear.__call__ is not _dispatch:
@@ -413,6 +551,10 @@ def uninstall() -> None:
             nn.Linear.__call__ = _stock_call
         if _holders == 0 and nn.QuantizedLinear.__call__ is _qdispatch:
             nn.QuantizedLinear.__call__ = _stock_qcall
+        if _holders == 0 and nn.Embedding.as_linear is _emb_as_linear:
+            nn.Embedding.as_linear = _stock_emb
+        if _holders == 0 and nn.QuantizedEmbedding.as_linear is _qemb_as_linear:
+            nn.QuantizedEmbedding.as_linear = _stock_qemb
 
 
 def routing_for(mode: str | VerifyLinear | None, backend: str | None = None) -> LinearRouting:
@@ -452,6 +594,23 @@ def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
         _active.reset(token)
         if gather:
             uninstall()
+
+
+@contextmanager
+def exact_linear(backend: str | None = None) -> Iterator[LinearRouting]:
+    """Inside this block (this thread only), every projection of 1..EXACT_MAX_ROWS rows, and a
+    tied head's as_linear, takes a row-invariant kernel where one fits (engine.exact)."""
+    backend = backend or current_backend()
+    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True)
+    if backend == "cuda":
+        routing.call = qmv.call_strategy()
+    install()
+    token = _active.set(routing)
+    try:
+        yield routing
+    finally:
+        _active.reset(token)
+        uninstall()
 
 
 def prepare(mode: str | VerifyLinear | None, *models) -> dict[str, float]:

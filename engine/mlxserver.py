@@ -18,27 +18,41 @@ import sys
 from typing import Sequence
 
 
-def _generator_class(mode: str):
+def _generator_class(mode: str, exact: bool = False):
     from mlx_lm import server
 
     from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.linear import exact_linear
 
     class DispatchingResponseGenerator(server.ResponseGenerator):
         """mlx_lm.server's generator, whose generation thread runs with the dispatcher active
-        (a context variable: the thread that enters it, and only that one)."""
+        (a context variable: the thread that enters it, and only that one); ``exact``: on the
+        exact path (engine.exact), every forward of 1..16 rows, its 1-row steps and the draft
+        path's verifies alike, on row-invariant kernels."""
 
         routing = None
 
         def _run_generate(self):
-            with verify_attention(mode) as routing:
+            with verify_attention(mode, exact=exact) as routing, \
+                    (exact_linear() if exact else _nothing()) as lrouting:
                 type(self).routing = routing
                 try:
                     super()._run_generate()
                 finally:
-                    logging.info("blockwidth verify attention %s: %s", routing.mode.value,
-                                 routing.summary())
+                    logging.info("blockwidth verify attention %s%s: %s", routing.mode.value,
+                                 " (exact path)" if exact else "", routing.summary())
+                    if lrouting is not None:
+                        logging.info("blockwidth exact projections: %s", lrouting.summary())
 
     return DispatchingResponseGenerator
+
+
+class _nothing:
+    def __enter__(self):
+        return None
+
+    def __exit__(self, *exc):
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -46,15 +60,22 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m engine.mlxserver", add_help=False)
     ap.add_argument("--verify-attention", choices=CHOICES, required=True)
+    ap.add_argument("--exact", choices=("on", "off"), default="off")
     ours, rest = ap.parse_known_args(list(sys.argv[1:] if argv is None else argv))
     from mlx_lm import server
 
     mode = effective(ours.verify_attention)
+    exact = ours.exact == "on"
+    backend = current_backend()
     note = " (no-op route on this backend: every call reaches the stock kernel)" if mode.value == "fused" else ""
+    if exact:
+        note += ("; exact path: every forward of 1..16 rows on row-invariant kernels"
+                 if backend == "cuda" else "; exact path: nothing to route on this backend "
+                 "(the CPU's kernels are row-invariant)")
     print(f"blockwidth: mlx_lm.server in-process, verify attention {ours.verify_attention} = "
-          f"{mode.value} on {current_backend()}{note}", file=sys.stderr, flush=True)
+          f"{mode.value} on {backend}{note}", file=sys.stderr, flush=True)
     # run() builds its ResponseGenerator by name from the module: this one for this process.
-    server.ResponseGenerator = _generator_class(ours.verify_attention)
+    server.ResponseGenerator = _generator_class(ours.verify_attention, exact)
     sys.argv = ["mlx_lm.server", *rest]
     server.main()
     return 0

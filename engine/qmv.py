@@ -138,10 +138,12 @@ REASONS = {
 
 
 def refusal(backend: str, mode: str, bits: int, group: int, rows: int, x_dtype: str,
-            scales_dtype: str, has_biases: bool, x_width: int, w_shape: tuple) -> str | None:
+            scales_dtype: str, has_biases: bool, x_width: int, w_shape: tuple,
+            min_rows: int = 2) -> str | None:
     """None when the kernel computes this projection exactly as its source assumes; else the
     key of :data:`REASONS` that keeps it on the stock quantized matmul. Pure: names in, a name
-    out (dtypes as MLX names them: ``bfloat16``)."""
+    out (dtypes as MLX names them: ``bfloat16``). ``min_rows`` 1: the exact path (engine.exact),
+    which sends 1-row steps to the kernel too (it computes M = 1..8)."""
     if backend != "cuda":
         return "metal" if backend == "metal" else "cpu"
     if mode != "affine":
@@ -150,7 +152,7 @@ def refusal(backend: str, mode: str, bits: int, group: int, rows: int, x_dtype: 
         return "bits"
     if group not in GROUPS:
         return "group"
-    if not 2 <= rows <= MAX_ROWS:
+    if not min_rows <= rows <= MAX_ROWS:
         return "rows"
     if x_dtype not in DTYPES or scales_dtype != x_dtype or not has_biases:
         return "dtype"
@@ -662,7 +664,8 @@ def instances_for(model) -> dict[tuple, set]:
     backend = current_backend()
     out: dict[tuple, set] = {}
     for _, m in model.named_modules():
-        if type(m) is not nn.QuantizedLinear:
+        # a tied quantized head (QuantizedEmbedding.as_linear) too: the exact path routes it
+        if type(m) not in (nn.QuantizedLinear, nn.QuantizedEmbedding):
             continue
         w, s = m["weight"], m["scales"]
         dtype = str(s.dtype).rsplit(".", 1)[-1]

@@ -51,8 +51,11 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         arms.append(d)
     requests = None
     if many:
-        requests = [{**r.to_dict(), "arms": [_arm(a) for a in [r.classic, *r.arms]]}
+        requests = [{**r.to_dict(), "arms": [_arm(a) for a in [r.classic, *r.arms]],
+                     "classic_stock": _arm(r.stock) if getattr(r, "stock", None) is not None else None}
                     for r in session.per_request]
+    stock = getattr(session, "stock", None)
+    plan = getattr(session, "exact", None)
     c = session.config
     opening, closing = session.opening_closing()
     return {
@@ -105,6 +108,12 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
                   "opening_tok_s": opening.to_list() if opening else None,
                   "closing_tok_s": closing.to_list() if closing else None},
         "exactness": {str(k): v.to_dict() for k, v in session.exactness.items()},
+        # The exact path (engine.exact): whether every 1..16-row forward, classic's included, took
+        # row-invariant kernels, and why; with it on, classic on stock kernels ran beside it and
+        # the speed-ups are against the faster of the two (``baseline``).
+        "exact": plan.to_dict() if plan is not None else None,
+        "classic_stock": _arm(stock, rounds=not many) if stock is not None else None,
+        "baseline": getattr(session, "baseline", "classic"),
         "costcurve": session.curve.to_dict() if session.curve else None,
         "costcurve_skipped": session.curve_skipped or None,
         "rollback": session.rollback_line() or None,
@@ -139,12 +148,16 @@ def auto_section(session) -> dict[str, Any] | None:
 def stats_samples(record: dict) -> tuple[list, dict[int, list]]:
     """(classic, {width: ...}) per request, each run's (new tokens, decode seconds), read back
     from a record: what its statistics were computed from."""
-    per_request = record.get("requests") or [{"arms": record["arms"]}]
+    per_request = record.get("requests") or [{"arms": record["arms"],
+                                               "classic_stock": record.get("classic_stock")}]
     arms: dict[int | None, list] = {}
     for req in per_request:
         for a in req["arms"]:
             arms.setdefault(a["width"], []).append([(s["tokens"], s["decode_s"]) for s in a["samples"]])
     classic = arms.pop(None)
+    if record.get("baseline") == "classic-stock":  # the faster classic was the control
+        classic = [[(s["tokens"], s["decode_s"]) for s in req["classic_stock"]["samples"]]
+                   for req in per_request]
     return classic, {w: got for w, got in arms.items() if all(got)}
 
 
@@ -368,6 +381,14 @@ def markdown(record: dict) -> str:
                       f"{p['verify_ms']} |" for p in pred["widths"]]
     lines += _clock_lines(record)
     lines += _host_lines(record)
+    ex = record.get("exact")
+    if ex:
+        lines.append(f"\nExact path: {ex['reason']}"
+                     + (f"; speed-ups against {record.get('baseline')}" if ex.get("active") else ""))
+        if record.get("classic_stock"):
+            cs, c = record["classic_stock"], record["arms"][0]
+            lines.append(f"classic on the exact path {_r(c['decode_tok_s'])} tok/s, classic on stock kernels "
+                         f"{_r(cs['decode_tok_s'])} tok/s (decode, min/median/max)")
     if record.get("exactness"):
         lines.append("\n| width | bitwise equal | max abs diff | argmax agreement |\n|---|---|---|---|")
         for k, e in record["exactness"].items():

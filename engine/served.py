@@ -134,6 +134,16 @@ class ServerSpec:
     host: str = HOST
     env: tuple[tuple[str, str], ...] = ()  # added to this process's environment
     draft_tokens: int | None = None  # --num-draft-tokens for the process (None: per request)
+    exact: bool = False  # the exact path in-process (engine.exact): the dispatcher, whatever mode
+
+    @property
+    def dispatcher(self) -> str | None:
+        """The verify attention the in-process server runs with; None: the stock server."""
+        return self.verify_attention or ("auto" if self.exact else None)
+
+    def _dispatch(self) -> list[str]:
+        return [*DISPATCH_COMMAND, "--verify-attention", str(self.dispatcher),
+                *(("--exact", "on") if self.exact else ())]
 
     def _arguments(self, port: int | None) -> list[str]:
         out = ["--model", str(self.model)]
@@ -145,16 +155,14 @@ class ServerSpec:
         return out + ([] if port is None else ["--host", self.host, "--port", str(port)])
 
     def argv(self, port: int) -> list[str]:
-        head = [sys.executable, *(STOCK_COMMAND if self.verify_attention is None else
-                                  (*DISPATCH_COMMAND, "--verify-attention", self.verify_attention))]
+        head = [sys.executable, *(STOCK_COMMAND if self.dispatcher is None else self._dispatch())]
         return head + self._arguments(port)
 
     def command_line(self, port: int | None = None) -> list[str]:
         """``argv(port)`` as an operator types it: mlx_lm.server's console script (or the
         dispatcher's module) for the interpreter, the same arguments in the same order; with no
         ``port``, no host and port either."""
-        head = (["mlx_lm.server"] if self.verify_attention is None else
-                ["python", *DISPATCH_COMMAND, "--verify-attention", self.verify_attention])
+        head = ["mlx_lm.server"] if self.dispatcher is None else ["python", *self._dispatch()]
         return head + self._arguments(port)
 
 
@@ -747,6 +755,7 @@ class ServedConfig:
     server_args: tuple[str, ...] = ()
     verify_attention: str | None = None  # None: stock mlx_lm.server
     port: int | None = None  # the classic server's; the draft server takes the next one
+    exact: bool = False  # every server on the exact path (engine.exact), in-process
     ready_timeout: float = READY_TIMEOUT_S
 
 
@@ -780,6 +789,7 @@ class ServedSession:
                 "args": list(c.server_args),
                 "env": server_env(),  # MLX_* switches the servers inherited (picks kernels)
                 "verify_attention": c.verify_attention,  # None: the stock server
+                "exact": c.exact,  # every server in-process on the exact path
                 "processes": self.servers,
                 "first_sending": "a third process with --prompt-cache-size 0 (no request there "
                                  "reuses a cache), one request per width",
@@ -828,12 +838,13 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
     draft_port = None if config.port is None else config.port + 1
     specs = [
         ServerSpec("classic", pair.target_path, None, config.server_args, config.verify_attention,
-                   classic_port),
+                   classic_port, exact=config.exact),
         ServerSpec("draft", pair.target_path, pair.drafter_path, config.server_args,
-                   config.verify_attention, draft_port),
+                   config.verify_attention, draft_port, exact=config.exact),
         # every request there is a first sending: the cache keeps nothing
         ServerSpec("first-sending", pair.target_path, pair.drafter_path,
-                   (*config.server_args, "--prompt-cache-size", "0"), config.verify_attention, None),
+                   (*config.server_args, "--prompt-cache-size", "0"), config.verify_attention, None,
+                   exact=config.exact),
     ]
     backend = current_backend()
     attention = "fused" if config.verify_attention is None else effective(config.verify_attention, backend).value

@@ -228,7 +228,7 @@ def interval_verdict(verdict: Verdict, why: str, est: stats.Estimate | None, *, 
 def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelled: bool = False,
            reps: int = 0, blind: bool = False, more: str = "",
            estimates: Mapping[int, stats.Estimate] | None = None, min_gain: float = stats.MIN_GAIN,
-           single: bool = True) -> Decision:
+           single: bool = True, control_tok_s: Sequence[float] | None = None) -> Decision:
     """Verdicts, drift and the recommendation, from the decode speeds of a session.
 
     ``blind``: every run may be warm (``warm_blind``), so no win is drawn; ``more``: how to
@@ -236,7 +236,10 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
     advice is each front end's, console.outcome.advice).
     ``estimates`` (per width, ``policy.stats``): the interval rule applies on top of the range
     rule (``single``: one request) or alone (a workload), and the tie rule picks the winner."""
-    classic = Range.of(classic_tok_s) if classic_tok_s else None
+    # ``control_tok_s``: the speed-up's control when it is not classic's own runs (stock classic,
+    # faster than classic on the exact path); drift is always classic's opening against closing.
+    control = control_tok_s if control_tok_s else classic_tok_s
+    classic = Range.of(control) if control else None
     verdicts, range_whys = [], []
     for arm in arms:
         v, why = judge(classic, arm.range, speculative_rounds=arm.speculative_rounds,

@@ -26,7 +26,7 @@ MAX_LINES = 4 * MAX_REQUESTS  # blank lines included: bounds the scan before any
 MAX_NEW_TOKENS = 65536  # as sweep's --max-tokens
 KEYS = ("prompt", "messages", "max_tokens", "id")
 MAX_ID_CHARS = 200  # a request id names it in tables and error lines
-BUILTIN = ("mixed",)  # names --workload takes besides a file
+BUILTIN = ("mixed", "chat")  # names --workload takes besides a file (chat: chat-template requests)
 
 
 class WorkloadError(BlockwidthError, ValueError):

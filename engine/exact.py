@@ -1,0 +1,248 @@
+"""The exact path: greedy speculative output byte for byte classic's, on every backend.
+
+Greedy speculative decoding is lossless only if a ``width``-row verify computes, for each of its
+rows, exactly what a 1-row step computes. On a CPU MLX does (the exactness probe shows it in every
+session). On CUDA stock kernels do not: a quantized matmul of 1-7 rows (MLX's ``qmv``, one row at
+a time) differs from one of 8+ (``qmm``), a bfloat16 matmul of 1 row (gemv) from one of 2+
+(cuBLAS), and fused attention across row counts (cuDNN), so greedy output flips at near-ties and
+no width can be saved (a real SmolLM2 on the H200: every width differed from classic).
+
+The exact path sends every forward of 1..``MAX_ROWS`` rows against a cache, classic's 1-row
+steps and the verify alike, through kernels whose per-row result does not depend on the number
+of rows (an H200 probe compared each row of a 1..8-row call bitwise with the same row of an 8-row
+call; lab/probe_exact.py):
+
+- affine 4- and 8-bit projections (groups 32, 64, 128), and a tied quantized head's
+  ``as_linear`` (which calls ``mx.quantized_matmul`` itself): engine.qmv's kernel, one MMA
+  column per row; 9..16 rows in two calls of at most 8;
+- 16-bit projections and a tied 16-bit head: engine.linear's gemv kernel (one warp per output
+  feature, one float sum per row), 9..16 rows in two calls;
+- attention: engine.attention's ``rows`` kernel (a block per (head, row), the row's keys walked
+  in one order whatever the row count), sliding windows included (a WindowMask, not an array).
+
+What the path does not cover is named, never assumed exact: :func:`plan` reads the model and its
+caches before a session and says, per op, what is not covered (MoE expert gathers, recurrent state
+updates, attention sinks, quantized KV caches, float32 or mxfp/nvfp weights, a family whose other
+ops no probe has checked). ``--exact auto`` (the default) takes the path on CUDA where every op is
+covered and says why not elsewhere; ``on`` takes it where it can and marks the session "not
+exact" with the ops named; ``off`` never. Rows past ``MAX_ROWS`` (prefill chunks) stay on stock
+kernels: every arm prefills the same prompt the same way.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Any, Iterator
+
+from blockwidth.policy.errors import BlockwidthError
+
+MAX_ROWS = 16  # engine.attention.EXACT_MAX_ROWS and engine.linear.EXACT_MAX_ROWS
+PREFILL_STEP = 512  # on the path, classic prefills in the chunks speculative decoding does
+
+
+class ExactError(BlockwidthError, ValueError):
+    """A bad ``--exact`` value: the message names the choices."""
+
+
+class Exact(str, Enum):
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+CHOICES = tuple(m.value for m in Exact)
+
+# Families whose forwards, past the projections and attention this path routes, are made of ops
+# the H200 probe found row-invariant (RMSNorm, RoPE with an offset, SiLU/GELU, residual adds,
+# embedding lookups, the greedy argmax) and nothing else row-dependent: lab/probe_exact.py.
+FAMILIES = frozenset({"llama", "mistral", "qwen2", "qwen3", "gemma3_text", "gemma3", "smollm3",
+                      "olmo2", "granite", "phi3", "starcoder2", "cohere"})
+
+
+def parse(value: str | Exact | None) -> Exact:
+    if value is None:
+        return Exact.AUTO
+    if isinstance(value, Exact):
+        return value
+    try:
+        return Exact(str(value).strip().lower())
+    except ValueError:
+        raise ExactError(f"exact {value!r}: expected one of {', '.join(CHOICES)}") from None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Whether a session's forwards take the exact path, and why (one line)."""
+
+    asked: Exact
+    backend: str
+    active: bool  # the routing is on for every 1..MAX_ROWS-row forward, classic's included
+    exact: bool  # what the identity of a width with classic rests on: row-invariant kernels
+    reason: str
+    uncovered: tuple[str, ...] = ()  # ops the path does not make row-invariant, named
+
+    def to_dict(self) -> dict:
+        return {"asked": self.asked.value, "backend": self.backend, "active": self.active,
+                "exact": self.exact, "reason": self.reason, "uncovered": list(self.uncovered),
+                "max_rows": MAX_ROWS}
+
+    def width_note(self, width: int) -> str | None:
+        """Why ``width``'s verify is not on the path (wider than it covers), else None."""
+        if self.active and width > MAX_ROWS:
+            return f"width {width}: not exact, its verify is wider than the {MAX_ROWS} rows the path covers"
+        return None
+
+
+def _dtype(a) -> str:
+    return str(a.dtype).rsplit(".", 1)[-1]
+
+
+def uncovered_ops(model: Any, cache: list | None = None) -> list[str]:
+    """What in ``model`` (and its ``cache``, mlx-lm's per-layer objects) the exact path cannot
+    make row-invariant on CUDA, one phrase an op kind; empty when every op is covered. Reads the
+    modules' types, dtypes and shapes only: no forward, no device."""
+    import mlx.nn as nn
+
+    from blockwidth.engine import qmv
+
+    out: dict[str, None] = {}
+    args = getattr(model, "args", None)
+    family = getattr(args, "model_type", None) or type(model).__module__.rsplit(".", 1)[-1]
+    if family not in FAMILIES:
+        out[f"the {family} family's other ops (norms, activations, positions) are not probed"] = None
+    for name, m in model.named_modules():
+        kind = type(m).__name__
+        if "Switch" in kind or "MoE" in kind or "Expert" in kind:
+            out[f"mixture-of-experts layers ({kind}: expert gathers)"] = None
+        elif type(m) in (nn.QuantizedLinear, nn.QuantizedEmbedding):
+            w, s = m["weight"], m["scales"]
+            k = w.shape[-1] * 32 // m.bits if w.ndim == 2 else 0
+            dt = _dtype(s)
+            why = qmv.refusal("cuda", getattr(m, "mode", "affine"), m.bits, m.group_size, 1, dt, dt,
+                              m.get("biases") is not None, k, tuple(w.shape), min_rows=1)
+            if why is not None:
+                out[f"quantized projections ({qmv.REASONS[why]})"] = None
+        elif type(m) in (nn.Linear, nn.Embedding):
+            w = m["weight"]
+            if _dtype(w) not in ("bfloat16", "float16"):
+                out[f"{_dtype(w)} projections (the gemv kernel takes bfloat16 and float16)"] = None
+            elif w.ndim != 2 or w.shape[1] % 8:
+                out["16-bit projections whose input width is not a multiple of 8"] = None
+        elif "sinks" in m:
+            out["attention sinks"] = None
+    head = _head_dim(args)
+    if head is not None and not (head % 32 == 0 and 32 <= head <= 256):
+        out[f"attention of head size {head} (the rows kernel takes multiples of 32 up to 256)"] = None
+    from mlx_lm.models import cache as mc
+
+    for c in cache or []:
+        for leaf in _leaves(c):
+            kind = type(leaf).__name__
+            if isinstance(leaf, mc.QuantizedKVCache) or hasattr(leaf, "bits"):
+                out[f"a quantized KV cache ({kind})"] = None
+            elif isinstance(leaf, mc.ArraysCache):
+                out[f"recurrent state updates ({kind})"] = None
+    return list(out)
+
+
+def _leaves(c) -> list:
+    caches = getattr(c, "caches", None)
+    if caches is not None:
+        return [x for s in caches for x in _leaves(s)]
+    return [c]
+
+
+def _head_dim(args) -> int | None:
+    if args is None:
+        return None
+    head = getattr(args, "head_dim", None)
+    if head:
+        return int(head)
+    hidden, heads = getattr(args, "hidden_size", None), getattr(args, "num_attention_heads", None)
+    return int(hidden) // int(heads) if hidden and heads else None
+
+
+def plan(model: Any, asked: str | Exact | None = None, backend: str | None = None,
+         cache: list | None = None) -> Plan:
+    """Whether ``model``'s session takes the exact path on ``backend`` (probed when None)."""
+    from blockwidth.engine.attention import current_backend
+
+    asked = parse(asked)
+    backend = backend or current_backend()
+    if asked is Exact.OFF:
+        return Plan(asked, backend, False, backend == "cpu",
+                    "off, as asked: stock kernels" + (" (row-invariant on a CPU)" if backend == "cpu" else ""))
+    if backend == "cpu":
+        return Plan(asked, backend, False, True,
+                    "nothing to route: on a CPU MLX's kernels give a K-row verify bitwise equal to K "
+                    "single steps (the exactness probe checks it every session)")
+    if backend != "cuda":
+        return Plan(asked, backend, False, False,
+                    f"{backend}: the path's kernels are CUDA source; the exactness probe says what "
+                    "this backend's verify does")
+    if cache is None:
+        from blockwidth.engine.kvcache import make_cache
+
+        try:
+            cache = make_cache(model, slack=1)
+        except Exception:  # a cache kind no rewind takes: the pair refuses it elsewhere
+            cache = None
+    missing = tuple(uncovered_ops(model, cache))
+    if not missing:
+        return Plan(asked, backend, True, True,
+                    f"on: every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, "
+                    "rows attention), classic's steps included")
+    if asked is Exact.AUTO:
+        return Plan(asked, backend, False, False, "off (auto): not covered: " + "; ".join(missing), missing)
+    return Plan(asked, backend, True, False,
+                "on, but not exact: not covered: " + "; ".join(missing), missing)
+
+
+@dataclass
+class PathRouting:
+    """What one block of the path routed: the attention's and the projections' routings."""
+
+    attention: Any
+    linear: Any
+    summary_extra: dict = field(default_factory=dict)
+
+    def summary(self) -> dict:
+        out = {"attention": self.attention.summary(), "linear": self.linear.summary()}
+        inexact = {**{f"attention: {k}": v for k, v in self.attention.inexact.items()},
+                   **self.linear.inexact}
+        out["inexact_calls"] = inexact
+        out["exact"] = not inexact
+        return out
+
+
+@contextmanager
+def path(p: Plan | None, attention_mode: str | None = None) -> Iterator[PathRouting | None]:
+    """Inside this block (this thread only) every 1..MAX_ROWS-row forward takes the exact path
+    when ``p`` is active; otherwise nothing changes (yields None). ``attention_mode``: the verify
+    attention for what the path leaves (rows past MAX_ROWS against a cache)."""
+    if p is None or not p.active:
+        yield None
+        return
+    from blockwidth.engine.attention import verify_attention
+    from blockwidth.engine.linear import exact_linear
+
+    with verify_attention(attention_mode, exact=True) as att, exact_linear(p.backend) as lin:
+        yield PathRouting(att, lin)
+
+
+def prepare(p: Plan | None, *models) -> dict[str, float]:
+    """Before anything is timed: the qmv kernel instances the path needs for ``models``, at every
+    row count 1..8 a call can hold (engine.qmv.prepare), so a measured forward never compiles."""
+    if p is None or not p.active or p.backend != "cuda":
+        return {}
+    import mlx.nn as nn
+
+    from blockwidth.engine import qmv
+
+    done = {}
+    for m in models:
+        if isinstance(m, nn.Module):
+            done.update(qmv.prepare(m, rows=tuple(range(1, qmv.MAX_ROWS + 1))))
+    return done

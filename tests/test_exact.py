@@ -1,0 +1,249 @@
+"""The exact path (engine.exact): what it routes, what it refuses, what a session records.
+
+The kernels themselves run on CUDA only and are checked on the H200 (lab/probe_exact.py, its
+records under lab/evidence). Here, on the CPU, the routing is driven as it is on CUDA: the backend
+reads "cuda" and each kernel is replaced by a reference that computes every row alone (what the
+real kernels do, bitwise, by the H200 probe). So these tests check the plumbing the GPU run rests
+on: every projection, tied head and attention call of 1..16 rows reaches a kernel, 9..16 rows go in
+two calls, a sliding window reaches the attention kernel as a window (not an array mask), classic
+and every width take the same path, and what no kernel covers is named."""
+
+from __future__ import annotations
+
+import json
+
+import mlx.core as mx
+import mlx.nn as nn
+import pytest
+
+from blockwidth.engine import attention, exact, linear, qmv
+from blockwidth.engine.decode import classic, speculative
+from blockwidth.engine.identity import probe
+from tests import families
+
+calls: dict[str, list] = {}
+
+
+def _rowwise_qmv(x_shape, n, dt, bits, group, strategy="direct"):
+    def fn(x, w, s, b):
+        rows = x.size // x.shape[-1]
+        calls.setdefault("qmv", []).append(rows)
+        assert rows <= qmv.MAX_ROWS, rows  # one kernel call holds at most 8 rows
+        flat = x.reshape(rows, x.shape[-1])
+        out = [mx.quantized_matmul(flat[r:r + 1], w, s, b, transpose=True, group_size=group, bits=bits)
+               for r in range(rows)]
+        return mx.concatenate(out, axis=0).reshape(*x.shape[:-1], n)
+    return fn
+
+
+def _rowwise_gemv(x, weight, bias=None):
+    rows = x.size // x.shape[-1]
+    calls.setdefault("gemv", []).append(rows)
+    assert rows <= linear.GEMV_MAX_ROWS, rows
+    flat = x.reshape(rows, x.shape[-1])
+    out = mx.concatenate([flat[r:r + 1] @ weight.T for r in range(rows)], axis=0)
+    out = out.reshape(*x.shape[:-1], weight.shape[0])
+    return out + bias if bias is not None else out
+
+
+def _rowwise_rows(q, k, v, *, scale, causal=True, window=0):
+    """Each query row alone against the keys it may see (its window's, when there is one)."""
+    calls.setdefault("rows", []).append((q.shape[2], window))
+    L, S = q.shape[2], k.shape[2]
+    outs = []
+    for r in range(L):
+        limit = S - L + r + 1 if causal else S
+        lo = max(0, limit - window) if window else 0
+        outs.append(attention._fused(q[:, :, r:r + 1], k[:, :, lo:limit], v[:, :, lo:limit],
+                                     scale=scale, mask=None))
+    return mx.concatenate(outs, axis=2)
+
+
+@pytest.fixture
+def cuda(monkeypatch):
+    """The routing as it runs on CUDA, with row-by-row references for the kernels."""
+    calls.clear()
+    for mod in (attention, linear, exact):
+        monkeypatch.setattr(mod, "current_backend", lambda: "cuda", raising=False)
+    monkeypatch.setattr("blockwidth.engine.attention.current_backend", lambda: "cuda")
+    monkeypatch.setattr(qmv, "bound", _rowwise_qmv)
+    monkeypatch.setattr(linear, "gemv_linear", _rowwise_gemv)
+    monkeypatch.setattr(attention, "rows_attention", _rowwise_rows)
+    monkeypatch.setattr(exact, "prepare", lambda *a, **k: {})
+    attention.install()
+    return calls
+
+
+class _Pair:
+    def __init__(self, model):
+        self.target = model
+        self.context_length = None
+
+
+def _llama(quantize: int | None = None, tied: bool = True, dtype: str = "bfloat16"):
+    cfg = dict(families.NAMED["llama"], head_dim=32, num_attention_heads=2, num_key_value_heads=1,
+               tie_word_embeddings=tied)
+    model = families.build(cfg, seed=3, dtype=dtype)
+    if quantize:
+        nn.quantize(model, group_size=32, bits=quantize)
+        mx.eval(model.parameters())
+    return model
+
+
+PROMPT = [5, 9, 17, 33, 2, 40, 41, 7, 19, 23, 29, 31]
+
+
+@pytest.mark.parametrize("quantize", [None, 4, 8])
+def test_classic_and_every_width_take_the_path_and_agree(cuda, quantize):
+    """A 16-bit and an affine 4/8-bit target with a tied head: classic's 1-row steps and every
+    verify route every projection (the tied head's as_linear too) and every attention call,
+    widths past 8 in chunks of at most 8 rows, nothing left inexact; output identical."""
+    model = _llama(quantize)
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.exact and plan.uncovered == ()
+    pair = _Pair(model)
+    base = classic(pair, PROMPT, 12, exact=plan)
+    routed = base.attention["exact"]
+    assert routed["exact"] and routed["inexact_calls"] == {}
+    assert routed["linear"]["routed_calls"] > 0 and routed["attention"]["routed_calls"] > 0
+    kernel = "gemv" if quantize is None else "qmv"
+    assert 1 in calls[kernel]  # classic's steps: one row a call
+    head = [k for k in routed["linear"]["served"] if k.startswith(f"{families.VOCAB}x")]
+    assert head, routed["linear"]["served"]  # the tied head (as_linear) reached the kernel
+
+    for width in (2, 5, 12):
+        calls.clear()
+        run = speculative(pair, PROMPT, 12, width, drafter=_Echo(base.tokens), exact=plan)
+        assert run.tokens == base.tokens
+        assert run.attention["mode"] == "exact" and run.attention["exact"]["exact"]
+        if width > linear.CHUNK_ROWS:
+            assert max(calls[kernel]) == linear.CHUNK_ROWS  # 12 rows: two calls, 8 and 4
+            assert width - linear.CHUNK_ROWS in calls[kernel]
+        assert (width, 0) in calls["rows"]  # the verify's attention: one kernel call, every row
+
+
+class _Echo:
+    """A drafter that proposes classic's own next tokens (every draft accepted), so every
+    verify holds ``width`` rows."""
+
+    kind = None
+
+    def __init__(self, tokens):
+        self.tokens = tokens
+        self.pos = 0
+
+    def prefill(self, ids):
+        pass
+
+    def propose(self, n):
+        got = self.tokens[self.pos:self.pos + n]
+        return mx.array(got, mx.uint32)
+
+    def commit(self, drafted, n, nxt):
+        self.pos += n + 1
+
+
+def test_a_sliding_window_reaches_the_kernel_as_a_window_past_it(cuda):
+    """Gemma 3 past its window: the verify's window goes to the rows kernel as a WindowMask
+    (never an array mask, which would leave the path), and classic's steps read the window the
+    cache slices; the output is classic's."""
+    cfg = dict(families.NAMED["gemma3_text"], head_dim=32, num_attention_heads=2, num_key_value_heads=1)
+    window = cfg["sliding_window"]
+    model = families.build(cfg, seed=4)
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active, plan.reason
+    pair = _Pair(model)
+    prompt = [(7 * i + 3) % (families.VOCAB - 1) + 1 for i in range(window + 9)]
+    base = classic(pair, prompt, 10, exact=plan)
+    assert base.attention["exact"]["exact"], base.attention
+    calls.clear()
+    run = speculative(pair, prompt, 10, 4, drafter=_Echo(base.tokens), exact=plan)
+    assert run.tokens == base.tokens
+    assert any(w == window and n > 1 for n, w in calls["rows"]), calls["rows"]
+    assert run.attention["exact"]["inexact_calls"] == {}
+
+
+def test_the_probe_is_bitwise_on_the_path(cuda):
+    model = _llama(4)
+    plan = exact.plan(model, "on", backend="cuda")
+    for k in (2, 9, 16):
+        ex = probe(model, PROMPT, [3 + i for i in range(k)], exact=plan)
+        assert ex.bitwise_equal and ex.max_abs_diff == 0.0
+
+
+def test_what_is_not_covered_is_named_and_auto_stays_off():
+    """float32 weights, a head size the rows kernel does not take, a family no probe checked,
+    recurrent state: each named; auto keeps the stock path and says why; on runs it marked not
+    exact; a CPU needs nothing routed."""
+    f32 = _llama(dtype="float32")
+    p = exact.plan(f32, "auto", backend="cuda")
+    assert not p.active and not p.exact and "float32 projections" in p.reason
+    on = exact.plan(f32, "on", backend="cuda")
+    assert on.active and not on.exact and on.uncovered == p.uncovered
+    odd = families.build(dict(families.NAMED["llama"], head_dim=16), seed=1)
+    assert any("head size 16" in u for u in exact.uncovered_ops(odd))
+    hybrid = families.build(families.tiny_config("qwen3_next"), seed=1)
+    from blockwidth.engine.kvcache import make_cache
+
+    missing = exact.uncovered_ops(hybrid, make_cache(hybrid, slack=1))
+    assert any("recurrent state" in u for u in missing) and any("not probed" in u for u in missing)
+    assert any("mixture-of-experts" in u for u in missing), missing
+    cpu = exact.plan(f32, "auto", backend="cpu")
+    assert not cpu.active and cpu.exact and "CPU" in cpu.reason
+    assert not exact.plan(_llama(), "off", backend="cuda").active
+    assert exact.plan(_llama(), "on", backend="cuda").width_note(24).startswith("width 24: not exact")
+    with pytest.raises(exact.ExactError, match="auto, on, off"):
+        exact.parse("sometimes")
+
+
+def test_an_uncovered_call_on_the_path_is_counted_not_hidden(cuda):
+    """`on` over a float32 target: the path runs, and every projection it could not route is
+    counted by reason in the run's summary, so the session can say it was not exact."""
+    model = _llama(dtype="float32")
+    plan = exact.plan(model, "on", backend="cuda")
+    run = classic(_Pair(model), PROMPT, 4, exact=plan)
+    got = run.attention["exact"]
+    assert not got["exact"] and any("16-bit projection" in k for k in got["inexact_calls"])
+
+
+def test_a_window_mask_never_reaches_a_stock_kernel_as_plain_causal():
+    """Off the kernel (a CPU, or a shape it does not take) a WindowMask becomes the array mask it
+    stands for: stock attention must not read it as full causal attention."""
+    mx.random.seed(0)
+    q = mx.random.normal((1, 2, 3, 32))
+    k = mx.random.normal((1, 1, 10, 32))
+    v = mx.random.normal((1, 1, 10, 32))
+    attention.install()
+    with attention.verify_attention("fused", exact=True):
+        got = mx.fast.scaled_dot_product_attention(q, k, v, scale=0.2, mask=attention.WindowMask(4))
+    want = attention._fused(q, k, v, scale=0.2, mask=attention.window_array(3, 10, 4))
+    assert mx.array_equal(got, want).item()
+    full = attention._fused(q, k, v, scale=0.2, mask="causal")
+    assert not mx.array_equal(got, full).item()
+
+
+def test_a_session_on_the_path_records_both_classics_and_its_control(cuda, tmp_path):
+    """With the path on, stock classic runs beside exact classic in every pass, the record keeps
+    both and the plan, and the speed-ups' control is the faster of the two, which the record's
+    samples reproduce."""
+    from blockwidth.engine import record as records
+    from blockwidth.engine.ab import AbConfig, STOCK_CLASSIC, run_session
+    from blockwidth.engine.pair import load_pair
+    from tests.conftest import ROOT
+
+    demo = ROOT / "engine" / "demo" / "pair"
+    pair = load_pair(demo / "target-bf16", demo / "drafter")
+    s = run_session(pair, AbConfig(widths=(2,), prompt="def add(a, b):", n=2, max_tokens=6,
+                                   exactness=True, predict=False, seed=7))
+    assert s.exact.active and s.stock is not None and len(s.stock.runs) == 2
+    assert STOCK_CLASSIC in s.order and s.order.count("classic") == 3  # opening two and closing
+    assert s.arm(2).identity.identical_ids
+    assert s.exactness[2].bitwise_equal
+    rec = records.build(s, pair, host={})
+    json.dumps(rec)
+    assert rec["exact"]["active"] and rec["classic_stock"]["arm"] == STOCK_CLASSIC
+    assert rec["baseline"] in ("classic", STOCK_CLASSIC)
+    control = s.stock if rec["baseline"] == STOCK_CLASSIC else s.classic
+    faster = max((s.classic, s.stock), key=lambda a: a.decode_range().median)
+    assert control is faster
+    assert records.reproduce(rec)[2].ratio == pytest.approx(s.estimates[2].ratio)
