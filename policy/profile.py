@@ -370,7 +370,8 @@ _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capabilit
 def parse(text: str, path: Path) -> tuple[Override, ...]:
     """Parse and validate profile text; every problem is reported at once."""
     if files.nesting_depth(text, toml=True) > files.MAX_NESTING:
-        raise ProfileError(path, [f"nested deeper than {files.MAX_NESTING} levels; not a profile"])
+        raise ProfileError(path, [f"nested deeper than {files.MAX_NESTING} levels (brackets, and the dots of "
+                                  f"a line outside strings: dotted keys); not a profile"])
     lines = _override_lines(text)
     if len(lines) > MAX_ENTRIES:  # before tomllib builds them all
         raise ProfileError(path, [f"{len(lines):,} entries: at most {MAX_ENTRIES:,}"])

@@ -94,12 +94,13 @@ _TYPES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
           float: "a number", type(None): "null"}
 
 
-def _quoted(v: Any, limit: int = 60) -> str:
-    """A value as an error line quotes it: JSON, and short (a 1 MB id made a 1 MB line)."""
+def _quoted(v: Any, limit: int = 60, as_json: bool = True) -> str:
+    """A value as an error line quotes it (JSON, or Python's repr), short: a 1 MB id made a 1 MB
+    line."""
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10 ** 60:
         return "(a number of more than 60 digits)"
-    text = json.dumps(v)
-    return text if len(text) <= limit else text[:limit - 4] + "...\""
+    text = json.dumps(v) if as_json else repr(v)
+    return text if len(text) <= limit else text[:limit - 4] + "..." + text[-1]
 
 
 def _what(v: Any) -> str:
@@ -175,7 +176,8 @@ def parse(data: bytes, where: str, name: str, source: str) -> Workload:
             raise WorkloadError(f"{where}: {e}") from None
         req = _request(item, where, line)
         if req.id in seen:
-            raise WorkloadError(f"{where}: line {line}: id {_quoted(req.id)} is also line {seen[req.id]}'s")
+            raise WorkloadError(f"{where}: line {line}: id {_quoted(req.id, as_json=False)} is also "
+                                f"line {seen[req.id]}'s")
         seen[req.id] = line
         requests.append(req)
     if not requests:
