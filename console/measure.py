@@ -476,6 +476,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 f"{session.predicted_best}  [{pred}]")
         if session.curve_skipped:
             say(session.curve_skipped)
+        for line in session.round_lines():
+            say(line)
         if session.rollback_line():
             say(session.rollback_line())
         for warning in session.warnings():

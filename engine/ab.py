@@ -110,6 +110,40 @@ class Arm:
         return sum(x.rollback_s for x in rounds) / len(rounds) * 1e3 if rounds else None
 
     @property
+    def overhead_ms_per_round(self) -> float | None:
+        """Mean host work after a verify (tokens to Python, acceptance, the drafter's commit),
+        rollback excluded, per round: the Round's sync_s."""
+        if self.width is None or not all(hasattr(r, "rounds") for r in self.runs):
+            return None  # classic, or a served run: no rounds of ours
+        rounds = [x for r in self.runs for x in r.rounds]
+        return sum(x.sync_s for x in rounds) / len(rounds) * 1e3 if rounds else None
+
+    def round_breakdown(self, step_ms: float | None) -> dict | None:
+        """A round's wall time by part (ms, mean over the split rounds, where draft and verify
+        are timed apart), the whole round's mean over every round, and against ``step_ms``
+        (classic's measured step): what a round costs beside the token it must beat."""
+        if self.width is None or not self.runs or not all(hasattr(r, "rounds") for r in self.runs):
+            return None
+        split = [x for r in self.runs for x in r.rounds if x.split]
+        rounds = [x for r in self.runs for x in r.rounds]
+        if not rounds:
+            return None
+
+        def mean(v):
+            return round(sum(v) / len(v) * 1e3, 4) if v else None
+
+        whole = sum(r.decode_s for r in self.runs) / len(rounds) * 1e3
+        out = {"draft_ms": mean([x.draft_s for x in split]), "verify_ms": mean([x.verify_s for x in split]),
+               "overhead_ms": mean([x.sync_s for x in split]), "rollback_ms": mean([x.rollback_s for x in split]),
+               "round_ms": round(whole, 4), "split_rounds": len(split), "rounds": len(rounds),
+               "tokens_per_round": round(sum(len(r.tokens) if not isinstance(r.tokens, int) else r.tokens
+                                             for r in self.runs) / len(rounds), 4),
+               "classic_step_ms": None if step_ms is None else round(step_ms, 4)}
+        if step_ms:
+            out["round_over_step"] = round(whole / step_ms, 4)
+        return out
+
+    @property
     def draft_ms_per_token(self) -> float | None:
         """From the split rounds only: the others do not time drafting apart."""
         split = [x for r in self.runs for x in r.rounds if x.split and x.drafted]
@@ -359,6 +393,14 @@ class Session:
                 arms[w] = got
         return classic, arms
 
+    def classic_step_ms(self) -> float | None:
+        """The control's measured decode step, ms a token (median over its runs): what a round
+        must beat per token it emits."""
+        runs = self.control.runs
+        per = [r.decode_s / len(r.tokens) * 1e3 for r in runs
+               if not isinstance(r.tokens, int) and r.tokens and r.decode_s > 0]
+        return statistics.median(per) if per else None
+
     def opening_closing(self) -> tuple[Range | None, Range | None]:
         return rules.opening_closing([r.decode_tok_s for r in self.classic.runs])
 
@@ -507,6 +549,21 @@ class Session:
                  f"{self.draft_cost_ms:.2f} ms {unit}"]
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
         return lines
+
+    def round_lines(self) -> list[str]:
+        """Each width's round by part against classic's step: where a round's time goes."""
+        step = self.classic_step_ms()
+        out = []
+        for a in self.arms:
+            b = a.round_breakdown(step)
+            if not b or b["draft_ms"] is None:
+                continue
+            parts = (f"draft {b['draft_ms']:.2f} + verify {b['verify_ms']:.2f} + after the verify "
+                     f"{b['overhead_ms']:.2f} + rollback {b['rollback_ms']:.2f}")
+            against = (f"; {b['round_over_step']:.2f}x classic's step of {step:.2f} ms, "
+                       f"{b['tokens_per_round']:.2f} tokens a round" if step else "")
+            out.append(f"  {a.name:<5} round {b['round_ms']:.2f} ms ({parts} ms in the split rounds){against}")
+        return (["round by part (mean ms; the split rounds time draft and verify apart):"] + out) if out else []
 
     def rollback_line(self) -> str:
         """How the target's cache went back to the kept rows each round, and what it cost."""
@@ -983,7 +1040,11 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             session.draft_cost_ms = draft_ms
             session.prediction = costcurve.predict_terms(
                 session.curve, acc, draft_ms, fixed, session.draft_cost,
-                {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None})
+                {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None},
+                # the round's host work after its verify, measured; the 1-row baseline stays the
+                # curve's, measured beside the verifies it is divided by (classic's session step
+                # met other noise: on a busy host it made w2 read 7.7x)
+                {a.width: a.overhead_ms_per_round for a in measured if a.overhead_ms_per_round is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
             # noise once predicted w2 at 5.42x against ~1.1x measured.

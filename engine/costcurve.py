@@ -375,9 +375,16 @@ class Prediction:
     # fastest 1-row step, and the other way round): how far the repeats let it move.
     low: float | None = None
     high: float | None = None
+    # The round's own overhead: host work after the verify (tokens to Python, acceptance, the
+    # drafter's bookkeeping), per round, measured in the session's decoding (0: not measured).
+    overhead_ms: float = 0.0
+    # What a token costs classic: its measured decode step where the session has one (a pipelined
+    # step costs less than the curve's lone 1-row forward on a host-bound target), else the curve's.
+    step_ms: float | None = None
 
     def describe(self) -> str:
         back = f" + rollback {self.rollback_ms:.2f}" if self.rollback_ms >= 0.005 else ""
+        back += f" + round overhead {self.overhead_ms:.2f}" if self.overhead_ms >= 0.005 else ""
         spread = f", {self.low:.2f}-{self.high:.2f}x over the curve's repeats" if self.low is not None else ""
         return (f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round over "
                 f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms)")
@@ -386,7 +393,8 @@ class Prediction:
         return {"width": self.width, "speedup": round(self.speedup, 4),
                 "tokens_per_round": round(self.tokens_per_round, 4),
                 "draft_ms": round(self.draft_ms, 4), "verify_ms": round(self.verify_ms, 4),
-                "rollback_ms": round(self.rollback_ms, 4),
+                "rollback_ms": round(self.rollback_ms, 4), "overhead_ms": round(self.overhead_ms, 4),
+                "step_ms": None if self.step_ms is None else round(self.step_ms, 4),
                 "low": None if self.low is None else round(self.low, 4),
                 "high": None if self.high is None else round(self.high, 4)}
 
@@ -401,11 +409,15 @@ def rollback_per_round(curve: CostCurve, acceptance: float, width: int) -> float
 
 def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: Sequence[int],
                   model: DraftCost = DraftCost.LINEAR,
-                  rollback_ms: dict[int, float] | None = None) -> dict[int, Prediction]:
-    """Per width: E(K) / (draft(K) + verify(K) + rollback(K)) against 1 / verify(1), each term
-    kept. ``draft_ms`` is per drafted token for a LINEAR drafter and per round for a FLAT one;
-    ``rollback_ms`` per round by width where measured in decoding (a session's arms), else the
-    curve's rollback weighted by how often a round rolls back."""
+                  rollback_ms: dict[int, float] | None = None,
+                  overhead_ms: dict[int, float] | None = None,
+                  step_ms: float | None = None) -> dict[int, Prediction]:
+    """Per width: E(K) / (draft(K) + verify(K) + rollback(K) + overhead(K)) against one classic
+    step, each term kept. ``draft_ms`` is per drafted token for a LINEAR drafter and per round
+    for a FLAT one; ``rollback_ms`` per round by width where measured in decoding (a session's
+    arms), else the curve's rollback weighted by how often a round rolls back; ``overhead_ms``
+    the round's host work after its verify, per width where measured; ``step_ms`` classic's
+    measured step (else the curve's 1-row forward: the repeats' spread is the curve's then)."""
     by_rows = {p.rows: p for p in curve.points}
     one = by_rows.get(1)
     out: dict[int, Prediction] = {}
@@ -419,8 +431,11 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
         e = expected_tokens(acceptance, k)
         b = (rollback_ms or {}).get(k)
         b = rollback_per_round(curve, acceptance, k) if b is None else b
-        out[k] = Prediction(k, e / (d + p.median_ms + b) * one.median_ms, e, d, p.median_ms, b,
-                            e / (d + p.max_ms + b) * one.min_ms, e / (d + p.min_ms + b) * one.max_ms)
+        o = (overhead_ms or {}).get(k) or 0.0
+        s_med, s_min, s_max = (step_ms, step_ms, step_ms) if step_ms else (one.median_ms, one.min_ms, one.max_ms)
+        out[k] = Prediction(k, e / (d + p.median_ms + b + o) * s_med, e, d, p.median_ms, b,
+                            e / (d + p.max_ms + b + o) * s_min, e / (d + p.min_ms + b + o) * s_max,
+                            overhead_ms=o, step_ms=step_ms)
     return out
 
 

@@ -41,6 +41,19 @@ from blockwidth.policy.errors import BlockwidthError
 MAX_ROWS = 16  # engine.attention.EXACT_MAX_ROWS and engine.linear.EXACT_MAX_ROWS
 PREFILL_STEP = 512  # on the path, classic prefills in the chunks speculative decoding does
 
+# How the path makes a verify row equal a 1-row step:
+# - ``kernels``: every forward of 1..16 rows, 1-row steps included, on the engine's kernels;
+# - ``stock1``: 1-row steps untouched (MLX's own fused attention and quantized matmul, so classic
+#   costs what it costs off the path), and the verify brought to them: its attention on ``rows``
+#   (whose 1-row result the H200 probe compares with the fused kernel's) and its quantized
+#   projections on MLX's own kernel in calls of at most 7 rows (its per-row qmv); 16-bit
+#   projections stay on the gemv kernel either way (MLX's 1-row gemv has no multi-row twin).
+# BLOCKWIDTH_EXACT_ROUTE chooses; ``auto`` (the default) is ``kernels`` until a committed H200
+# record shows ``stock1`` bitwise (ROUTE_RECORDS).
+ROUTES = ("kernels", "stock1")
+ROUTE_ENV = "BLOCKWIDTH_EXACT_ROUTE"
+ROUTE_RECORDS: dict[str, str] = {}  # route -> the committed record that showed it exact on CUDA
+
 
 class ExactError(BlockwidthError, ValueError):
     """A bad ``--exact`` value: the message names the choices."""
@@ -82,11 +95,12 @@ class Plan:
     exact: bool  # what the identity of a width with classic rests on: row-invariant kernels
     reason: str
     uncovered: tuple[str, ...] = ()  # ops the path does not make row-invariant, named
+    route: str = "kernels"  # ROUTES
 
     def to_dict(self) -> dict:
         return {"asked": self.asked.value, "backend": self.backend, "active": self.active,
                 "exact": self.exact, "reason": self.reason, "uncovered": list(self.uncovered),
-                "max_rows": MAX_ROWS}
+                "max_rows": MAX_ROWS, "route": self.route}
 
     def width_note(self, width: int) -> str | None:
         """Why ``width``'s verify is not on the path (wider than it covers), else None."""
@@ -164,9 +178,30 @@ def _head_dim(args) -> int | None:
     return int(hidden) // int(heads) if hidden and heads else None
 
 
+def route() -> str:
+    """The route BLOCKWIDTH_EXACT_ROUTE names (``auto``: ``kernels``, or the route a committed
+    record showed exact); an ExactError names a bad value."""
+    import os
+
+    v = os.environ.get(ROUTE_ENV, "auto").strip().lower() or "auto"
+    if v == "auto":
+        return "stock1" if "stock1" in ROUTE_RECORDS else "kernels"
+    if v not in ROUTES:
+        raise ExactError(f"{ROUTE_ENV}={v!r}: expected auto, {', '.join(ROUTES)}")
+    return v
+
+
 def plan(model: Any, asked: str | Exact | None = None, backend: str | None = None,
          cache: list | None = None) -> Plan:
     """Whether ``model``'s session takes the exact path on ``backend`` (probed when None)."""
+    import dataclasses
+
+    got = _plan(model, asked, backend, cache)
+    return dataclasses.replace(got, route=route()) if got.active else got
+
+
+def _plan(model: Any, asked: str | Exact | None = None, backend: str | None = None,
+          cache: list | None = None) -> Plan:
     from blockwidth.engine.attention import current_backend
 
     asked = parse(asked)
@@ -228,7 +263,8 @@ def path(p: Plan | None, attention_mode: str | None = None) -> Iterator[PathRout
     from blockwidth.engine.attention import verify_attention
     from blockwidth.engine.linear import exact_linear
 
-    with verify_attention(attention_mode, exact=True) as att, exact_linear(p.backend) as lin:
+    with verify_attention(attention_mode, exact=True, route=p.route) as att, \
+            exact_linear(p.backend, route=p.route) as lin:
         yield PathRouting(att, lin)
 
 

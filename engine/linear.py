@@ -184,11 +184,16 @@ class LinearRouting:
     # ``passed``, the same in every arm.
     exact: bool = False
     inexact: dict = field(default_factory=dict)
+    # The exact path's route for quantized projections: ``kernels`` (every row count on the qmv
+    # kernel) or ``stock1`` (1-row steps on MLX's own quantized matmul, untouched, and a verify's
+    # rows through it in calls of at most STOCK1_ROWS, the rows its per-row qmv takes: the same
+    # per-row arithmetic, if the H200 probe finds it row-invariant; engine.exact.ROUTES).
+    route: str = "kernels"
 
     def summary(self) -> dict:
         out = {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
         if self.exact:
-            out.update(mode="exact", served=dict(sorted(self.served.items())),
+            out.update(mode="exact", route=self.route, served=dict(sorted(self.served.items())),
                        inexact_calls=dict(sorted(self.inexact.items())), call=self.call)
             return out
         if self.mode is VerifyLinear.QMV:  # the other modes' records read as before
@@ -348,6 +353,7 @@ def _name(dtype) -> str:
 
 EXACT_MAX_ROWS = 16  # the exact path's bound (engine.attention's too): DFlash trains at block 16
 CHUNK_ROWS = 8  # qmv's MMA columns and gemv's register accumulators: 9..16 rows take two calls
+STOCK1_ROWS = 7  # MLX 0.32's CUDA quantized matmul: 1..7 rows on its per-row qmv, 8+ on qmm
 
 
 def chunks(rows: int, size: int = CHUNK_ROWS) -> list[tuple[int, int]]:
@@ -377,11 +383,25 @@ def _chunked(x, n: int, fns: list, *args):
 
 
 def exact_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bits: int, group: int,
-                    stock: Callable[[], mx.array], bias=None):
+                    stock: Callable[[], mx.array], bias=None, stock_on: Callable | None = None):
     """``x @ dequant(w).T (+ bias)`` on the exact path: the qmv kernel for 1..EXACT_MAX_ROWS rows
     (in chunks of CHUNK_ROWS), else ``stock()`` (which adds its own bias) with the reason counted.
-    Shared by nn.QuantizedLinear and a tied quantized head's as_linear."""
+    On the ``stock1`` route, MLX's own matmul in calls of at most STOCK1_ROWS rows
+    (``stock_on(rows)``: the stock call on those rows, bias and all). Shared by
+    nn.QuantizedLinear and a tied quantized head's as_linear."""
     rows, width = _rows_of(x)
+    if routing.route == "stock1" and stock_on is not None and 1 <= rows <= EXACT_MAX_ROWS:
+        if rows == 1:
+            routing.passed += 1  # a classic step: MLX's own kernel, untouched
+            return stock()
+        routing.routed += 1
+        label = f"{w.shape[0]}x{width} {mode}-{bits} g{group} stock<={STOCK1_ROWS}"
+        routing.served[label] = routing.served.get(label, 0) + 1
+        if rows <= STOCK1_ROWS:
+            return stock()
+        flat = x.reshape(rows, width)
+        parts = [stock_on(flat[a:b]) for a, b in chunks(rows, STOCK1_ROWS)]
+        return mx.concatenate(parts, axis=0).reshape(*x.shape[:-1], parts[0].shape[-1])
     key = ("exact", rows, width, x.dtype, w.shape, scales.dtype, mode, bits, group, biases is None)
     plan = routing._plans.get(key)
     if plan is None:
@@ -443,7 +463,8 @@ def _qdispatch(self, x):
     if routing is not None and routing.exact and type(self) is nn.QuantizedLinear:
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"), self.mode,
                                self.bits, self.group_size, lambda: _stock_qcall(self, x),
-                               self["bias"] if "bias" in self else None)
+                               self["bias"] if "bias" in self else None,
+                               stock_on=lambda rows: _stock_qcall(self, rows))
     if routing is None or routing.mode is not VerifyLinear.QMV or type(self) is not nn.QuantizedLinear:
         return _stock_qcall(self, x)
     w, s = self["weight"], self["scales"]
@@ -513,7 +534,7 @@ def _qemb_as_linear(self, x):
     if routing is not None and routing.exact and type(self) is nn.QuantizedEmbedding:
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"),
                                getattr(self, "mode", "affine"), self.bits, self.group_size,
-                               lambda: _stock_qemb(self, x))
+                               lambda: _stock_qemb(self, x), stock_on=lambda rows: _stock_qemb(self, rows))
     return _stock_qemb(self, x)
 
 
@@ -597,11 +618,12 @@ def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
 
 
 @contextmanager
-def exact_linear(backend: str | None = None) -> Iterator[LinearRouting]:
+def exact_linear(backend: str | None = None, route: str = "kernels") -> Iterator[LinearRouting]:
     """Inside this block (this thread only), every projection of 1..EXACT_MAX_ROWS rows, and a
-    tied head's as_linear, takes a row-invariant kernel where one fits (engine.exact)."""
+    tied head's as_linear, takes a row-invariant kernel where one fits (engine.exact); ``route``
+    ``stock1``: quantized ones keep MLX's own kernel, a verify's rows in calls it computes per row."""
     backend = backend or current_backend()
-    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True)
+    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True, route=route)
     if backend == "cuda":
         routing.call = qmv.call_strategy()
     install()

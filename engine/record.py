@@ -48,6 +48,9 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
                                             "p_method": None})
         if many and arm.width is not None:
             d["differs_on"] = session.differing_requests(arm.width)
+        if arm.width is not None and hasattr(arm, "round_breakdown"):
+            # a round by part against classic's step (the engine path: a served run has no rounds)
+            d["round_breakdown"] = arm.round_breakdown(session.classic_step_ms())
         arms.append(d)
     requests = None
     if many:

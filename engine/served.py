@@ -755,8 +755,8 @@ class ServedConfig:
     server_args: tuple[str, ...] = ()
     verify_attention: str | None = None  # None: stock mlx_lm.server
     port: int | None = None  # the classic server's; the draft server takes the next one
-    exact: bool = False  # every server on the exact path (engine.exact), in-process
     ready_timeout: float = READY_TIMEOUT_S
+    exact: bool = False  # every server on the exact path (engine.exact), in-process
 
 
 @dataclass

@@ -46,6 +46,7 @@ import shutil
 import sys
 import sysconfig
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -62,10 +63,38 @@ from blockwidth.engine.demo.prompts import PromptsFileError, read_prompts
 from blockwidth.engine.demo import PAIR_DIR as PAIR  # noqa: E402  (the demo pair stays in the product)
 # The writers of the published formats: the tests' tiny checkpoints and the trained drafters
 # are written by the same code, which lives with the tests (the product's tests need it).
-from tests.checkpoints import BLOCK, dflash_config, mtp_head, write_dflash, write_mtp  # noqa: E402
+from tests.checkpoints import dflash_config, mtp_head, write_dflash, write_mtp  # noqa: E402
 
 
 # -- training -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Greedy:
+    """A target's greedy text as training rows: ``rows`` (N, S) token ids, row i a prompt of
+    ``first[i]`` tokens, then the target's own greedy continuation up to ``end[i]`` (exclusive),
+    then padding. Prompts of different lengths (chat requests) make rows of different lengths;
+    they are padded on the right, where causal attention never lets a real position see the
+    padding, so the target's states and argmax at every real position are those of the row alone.
+    The demo pair's rows are all one corpus prompt and one continuation: ``Greedy.of``."""
+
+    rows: np.ndarray
+    first: np.ndarray
+    end: np.ndarray
+
+    @classmethod
+    def of(cls, rows: "np.ndarray | Greedy", prompt: int) -> "Greedy":
+        """``rows`` as they are, or unpadded rows whose first ``prompt`` tokens are the prompt."""
+        if isinstance(rows, Greedy):
+            return rows
+        n, seq = rows.shape
+        return cls(rows, np.full(n, prompt, dtype=np.int64), np.full(n, seq, dtype=np.int64))
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def take(self, idx) -> "Greedy":
+        return Greedy(self.rows[idx], self.first[idx], self.end[idx])
 
 
 def target_features(target, x: mx.array, layers: tuple[int, ...]) -> tuple[mx.array, dict]:
@@ -88,11 +117,15 @@ def dflash_blocks(model, target, feats: mx.array, tokens: np.ndarray, starts: np
     return hidden.lm_head(target)(h)
 
 
-def _leading(hit: mx.array) -> float:
+def _leading(hit: mx.array, weight: mx.array | None = None) -> float:
     """Mean accepted drafts per drafted token of width-4 rounds from (..., 3) matches: a draft
-    counts only when every one before it matched."""
+    counts only when every one before it matched. ``weight`` (hit's leading shape): which rounds
+    count (1) and which do not (0: padding)."""
     a, b, c = hit[..., 0], hit[..., 1], hit[..., 2]
-    return ((a + a * b + a * b * c) / 3).mean().item()
+    runs = (a + a * b + a * b * c) / 3
+    if weight is None:
+        return runs.mean().item()
+    return ((runs * weight).sum() / mx.maximum(weight.sum(), 1)).item()
 
 
 def _features(target, x: mx.array, layers: tuple[int, ...]) -> mx.array:
@@ -100,11 +133,13 @@ def _features(target, x: mx.array, layers: tuple[int, ...]) -> mx.array:
     return mx.stop_gradient(mx.concatenate([got[i] for i in layers], axis=-1))
 
 
-def train_dflash(targets, text: list[np.ndarray], steps: int, batch: int, blocks: int, lr: float,
-                 config: dict, rng: np.random.Generator, prompt: int,
-                 val: list[np.ndarray] | None = None, init: Path | None = None):
-    """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text; a batch pairs a
-    target's hidden states with its own text, so every label is that target's argmax.
+def train_dflash(targets, text: list[np.ndarray | Greedy], steps: int, batch: int, blocks: int,
+                 lr: float, config: dict, rng: np.random.Generator, prompt: int,
+                 val: list[np.ndarray | Greedy] | None = None, init: Path | None = None):
+    """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text (arrays whose first
+    ``prompt`` tokens are the prompt, or Greedy rows); a batch pairs a target's hidden states with
+    its own text, so every label is that target's argmax. Blocks are drawn of every size from 2
+    to the config's ``block_size``.
     ``init``: continue from that DFlash checkpoint (of this config) instead of random weights."""
     from blockwidth.engine.dflash import DFlashModel, load_model, parse_spec
 
@@ -117,18 +152,25 @@ def train_dflash(targets, text: list[np.ndarray], steps: int, batch: int, blocks
     else:
         model = DFlashModel(spec)
     layers = spec.target_layer_ids
-    seq = text[0].shape[1]
-    first = max(prompt - 1, 1)  # blocks start at the prompt's last token or later: every label is
-    # then the target's own greedy text (the corpus prompt is not what the target would say)
+    text = [Greedy.of(t, prompt) for t in text]
+    val = None if val is None else [Greedy.of(t, prompt) for t in val]
+
+    def first(g: Greedy) -> np.ndarray:
+        # blocks start at the prompt's last token or later: every label is then the target's own
+        # greedy text (the prompt is not what the target would say)
+        return np.maximum(g.first - 1, 1)
 
     def make_batch():
         k = int(rng.integers(len(targets)))
-        target, src = targets[k], text[k]
-        rows = src[rng.integers(0, len(src), size=batch)]
+        target = targets[k]
+        src = text[k].take(rng.integers(0, len(text[k]), size=batch))
+        rows = src.rows
         feats = _features(target, mx.array(rows), layers)
-        # a block of every width the engine may run (2..16 rows), one length per step
-        size = int(rng.integers(2, BLOCK + 1))
-        starts = rng.integers(first, seq - size + 1, size=(batch, blocks)).reshape(-1)
+        # a block of every width the engine may run (2..block_size rows), one length per step
+        size = int(rng.integers(2, spec.block_size + 1))
+        lo = first(src)
+        hi = np.maximum(src.end - size, lo)  # the last start whose block ends in the text
+        starts = rng.integers(lo[:, None], hi[:, None] + 1, size=(batch, blocks)).reshape(-1)
         seq_of = np.repeat(np.arange(batch), blocks)
         tokens = rows[seq_of[:, None], starts[:, None] + np.arange(size)[None, :]]
         return (feats, tokens, starts, seq_of, target)
@@ -147,11 +189,12 @@ def train_dflash(targets, text: list[np.ndarray], steps: int, batch: int, blocks
         got = []
         for target, held in zip(targets, val):
             for i in range(0, len(held), 64):
-                rows = held[i:i + 64]
+                part = held.take(slice(i, i + 64))
+                rows = part.rows
                 feats = _features(target, mx.array(rows), layers)
-                per = np.arange(first, seq - 4 + 1, 4)
-                starts = np.tile(per, len(rows))
-                seq_of = np.repeat(np.arange(len(rows)), len(per))
+                per = [np.arange(lo, end - 4 + 1, 4) for lo, end in zip(first(part), part.end)]
+                starts = np.concatenate(per)
+                seq_of = np.repeat(np.arange(len(rows)), [len(p) for p in per])
                 tokens = rows[seq_of[:, None], starts[:, None] + np.arange(4)[None, :]]
                 logits = dflash_blocks(model, target, feats, tokens, starts, seq_of)
                 hit = (mx.argmax(logits, axis=-1) == mx.array(tokens[:, 1:])).astype(mx.float32)
@@ -230,19 +273,29 @@ def init_from_last_layer(head, target) -> None:
     mx.eval(head.parameters())
 
 
-def train_mtp(targets, text: list[np.ndarray], steps: int, batch: int, lr: float, target_config: dict,
-              rng: np.random.Generator, prompt: int, val: list[np.ndarray] | None = None,
-              init_target=None):
+def train_mtp(targets, text: list[np.ndarray | Greedy], steps: int, batch: int, lr: float,
+              target_config: dict, rng: np.random.Generator, prompt: int,
+              val: list[np.ndarray | Greedy] | None = None, init_target=None):
     """``text[k]`` (and ``val[k]``): rows of ``targets[k]``'s own greedy text, as train_dflash.
     ``init_target``: an unquantized target to start the head from (init_from_last_layer)."""
     head = mtp_head(target_config)
     if init_target is not None:
         init_from_last_layer(head, init_target)
-    # Chained depths read the text as the drafts they stand for: only where it is the target's
-    # own greedy continuation (t + 2 >= prompt). Depth 1 is labelled by the target's argmax.
-    seq = text[0].shape[1]
+    text = [Greedy.of(t, prompt) for t in text]
+    val = None if val is None else [Greedy.of(t, prompt) for t in val]
+    seq = text[0].rows.shape[1]
     n = seq - MTP_DEPTH - 1  # rows t whose deepest label x[t + depth + 1] is in the text
-    greedy_rows = mx.array(np.arange(n) + 2 >= prompt)
+    t = np.arange(n)[None, :]
+
+    def weight(g: Greedy, depth: int) -> mx.array:
+        """(rows, n): which rows t a head at ``depth`` learns from. Depth 1 is labelled by the
+        target's argmax at t + 1, anywhere in the text; chained depths read the text as the
+        drafts they stand for, so only where it is the target's own greedy continuation
+        (t + 2 >= first); and never a label in the padding (t + depth + 1 < end)."""
+        w = t + depth + 1 < g.end[:, None]
+        if depth > 1:
+            w &= t + 2 >= g.first[:, None]
+        return mx.array(w.astype(np.float32))
 
     def features(target, rows):
         logits, got = target_features(target, rows, (hidden.FINAL,))
@@ -250,19 +303,21 @@ def train_mtp(targets, text: list[np.ndarray], steps: int, batch: int, lr: float
 
     def make_batch():
         k = int(rng.integers(len(targets)))
-        target, src = targets[k], text[k]
-        rows = mx.array(src[rng.integers(0, len(src), size=batch)])
+        target = targets[k]
+        src = text[k].take(rng.integers(0, len(text[k]), size=batch))
+        rows = mx.array(src.rows)
         h, am = features(target, rows)
-        return (h, rows, am, target)
+        return (h, rows, am, [weight(src, d) for d in range(1, MTP_DEPTH + 1)], target)
 
-    def loss_fn(head, h, rows, am, target):
+    def loss_fn(head, h, rows, am, ws, target):
         outs = mtp_forward(head, hidden.embed(target), h[:, :n], rows, MTP_DEPTH)
         lm = hidden.lm_head(target)
-        total = nn.losses.cross_entropy(lm(outs[0]), am[:, 1:n + 1], reduction="mean")
-        w = greedy_rows.astype(mx.float32)
-        for d in range(2, MTP_DEPTH + 1):
-            ce = nn.losses.cross_entropy(lm(outs[d - 1]), rows[:, d + 1:d + 1 + n], reduction="none")
-            total = total + 0.7 ** (d - 1) * (ce * w).sum() / (w.sum() * ce.shape[0])
+        total = 0.0
+        for d in range(1, MTP_DEPTH + 1):
+            labels = am[:, 1:n + 1] if d == 1 else rows[:, d + 1:d + 1 + n]
+            ce = nn.losses.cross_entropy(lm(outs[d - 1]), labels, reduction="none")
+            w = ws[d - 1]
+            total = total + 0.7 ** (d - 1) * (ce * w).sum() / mx.maximum(w.sum(), 1)
         return total
 
     def validate() -> float:
@@ -271,13 +326,16 @@ def train_mtp(targets, text: list[np.ndarray], steps: int, batch: int, lr: float
         got = []
         for target, held in zip(targets, val):
             for i in range(0, len(held), 64):
-                rows = mx.array(held[i:i + 64])
+                part = held.take(slice(i, i + 64))
+                rows = mx.array(part.rows)
                 h, _ = features(target, rows)
                 outs = mtp_forward(head, hidden.embed(target), h[:, :n], rows, MTP_DEPTH)
                 lm = hidden.lm_head(target)
                 hit = mx.stack([mx.argmax(lm(o), axis=-1) == rows[:, d + 2:d + 2 + n]
-                                for d, o in enumerate(outs)], axis=-1)[:, prompt:]
-                got.append(_leading(hit.astype(mx.float32)))
+                                for d, o in enumerate(outs)], axis=-1)
+                # rounds that start in the continuation and whose last draft is in the text
+                w = (t >= part.first[:, None]) & (t + MTP_DEPTH + 1 < part.end[:, None])
+                got.append(_leading(hit.astype(mx.float32), mx.array(w.astype(np.float32))))
         return float(np.mean(got))
 
     return head, _fit(head, loss_fn, make_batch, steps, lr, "mtp", validate if val is not None else None)

@@ -52,11 +52,37 @@ step() {  # $1 name, $2 seconds, then the command; runs only when its limit fits
     log "$name: rc $rc"
     return $rc
 }
-sweep() {  # $1 name, $2 limit, then sweep's arguments: a record dir and JSON of its own
-    local name=$1 limit=$2
+route_for() {  # the exact route the models probe found bitwise at every K and fastest for
+              # classic on target $1 (lab/probe_exact.py's models.json); kernels when unknown
+    python3 - "$1" "$R/models.json" "$R/models5b.json" <<'PY'
+import json, sys
+best = ("kernels", 0.0)
+for path in sys.argv[2:]:
+    try:
+        models = json.load(open(path))["models"]
+    except (OSError, ValueError, KeyError):
+        continue
+    for m in models:
+        if m.get("target") != sys.argv[1] or "exactness" not in m:
+            continue
+        speed = (m.get("classic_speed") or {}).get("ratio_to_stock", {})
+        for route in ("kernels", "stock1"):
+            rows = [v.get(route) for v in m["exactness"].values()]
+            if rows and all(r and r["bitwise_equal"] for r in rows) and speed.get(route, 0) > best[1]:
+                best = (route, speed.get(route, 0))
+print(best[0])
+PY
+}
+sweep() {  # $1 name, $2 limit, then sweep's arguments: a record dir and JSON of its own; the
+           # target (the argument after --target) runs on the route route_for found for it
+    local name=$1 limit=$2 target="" prev="" a
     shift 2
-    step "$name" "$limit" $BW sweep "$@" --record-dir "$R/records-$name" --json \
-        > "$R/$name.json" 2> "$R/$name.err"
+    for a in "$@"; do [ "$prev" = "--target" ] && target=$a; prev=$a; done
+    local route
+    route=$(route_for "$target")
+    log "$name: exact route $route"
+    BLOCKWIDTH_EXACT_ROUTE=$route step "$name" "$limit" $BW sweep "$@" --record-dir "$R/records-$name" \
+        --json > "$R/$name.json" 2> "$R/$name.err"
 }
 case $verb in
 run)
@@ -78,9 +104,10 @@ run)
     fi
     # training: nothing below is timed until it is done (the sweeps wait for it)
     if want train; then
-        if [ -f lab/smollm_drafters.sh ] && [ -f "$S/bf16/config.json" ]; then
+        if [ -f lab/target_drafters_gpu.sh ] && [ -f "$S/bf16/config.json" ]; then
             log "train: drafters for SmolLM2 in the background"
-            ( timeout -k 15 "${DRAFTERS_LIMIT:-360}" bash lab/smollm_drafters.sh "$S/bf16" "$W/drafters" \
+            ( TARGET="$S/bf16" RESULTS="$W/drafters" DEADLINE="${DRAFTERS_LIMIT:-360}" \
+                timeout -k 15 "$(( ${DRAFTERS_LIMIT:-360} + 30 ))" bash lab/target_drafters_gpu.sh run \
                 > "$R/drafters-build.txt" 2>&1; echo $? > "$R/drafters.rc" ) &
         fi
         if [ ! -f "$P/target-4bit/config.json" ]; then
@@ -107,14 +134,15 @@ run)
     want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
         --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
     if want drafters && [ -d "$W/drafters" ]; then
-        for k in dflash mtp model; do
-            d="$W/drafters/$k"
+        for k in dflash:dflash mtp:mtp drafter:model; do  # folder:kind (lab/target_drafters_gpu.sh)
+            d="$W/drafters/${k%%:*}"
             [ -f "$d/config.json" ] || continue
-            kind=$k
-            sweep "smol-$k-chat" 180 --target "$S/bf16" --draft "$d" --kind "$kind" --workload chat \
+            sweep "smol-${k##*:}-chat" 180 --target "$S/bf16" --draft "$d" --kind "${k##*:}" --workload chat \
                 --widths 2,4,8 "${common[@]}"
         done
-        cp -r "$W/drafters"/*.json "$W/drafters"/*.log "$R/" 2>/dev/null
+        mkdir -p "$R/drafters"
+        cp "$W/drafters"/*.json "$W/drafters"/*.log "$R/drafters/" 2>/dev/null
+        for k in dflash mtp drafter; do cp "$W/drafters/$k/config.json" "$R/drafters/$k-config.json" 2>/dev/null; done
     fi
     if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
         step models5b 200 python3 -m lab.probe_exact models --target "$P/target-bf16" --target "$P/target-4bit" \

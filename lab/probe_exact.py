@@ -106,6 +106,8 @@ def ops(dtype=mx.bfloat16) -> dict:
                                                                  lambda r: _alone(lambda y: dense(1, x=y), x, r)))
         record(f"gemv bf16 {n}x{k} exact", lambda: compare_rows(lambda L: dense(L, exact=True),
                                                                lambda r: _alone(lambda y: dense(1, x=y, exact=True), x, r)))
+        record(f"gemv bf16 {n}x{k} exact against a stock 1-row step",
+               lambda: compare_rows(lambda L: dense(L, exact=True), lambda r: _alone(lambda y: dense(1, x=y), x, r)))
         for bits, group in ((4, 32), (4, 64), (8, 32), (8, 64), (4, 128)):
             if k % group:
                 continue
@@ -122,6 +124,9 @@ def ops(dtype=mx.bfloat16) -> dict:
             record(f"qmv {tag} exact",
                    lambda: compare_rows(lambda L: quant(L, exact=True),
                                         lambda r: _alone(lambda y: quant(1, x=y, exact=True), x, r)))
+            record(f"qmv {tag} exact against a stock 1-row step",
+                   lambda: compare_rows(lambda L: quant(L, exact=True),
+                                        lambda r: _alone(lambda y: quant(1, x=y), x, r)))
     # a tied head: Embedding / QuantizedEmbedding.as_linear
     emb = nn.Embedding(4096, 576)
     emb.set_dtype(dtype)
@@ -187,7 +192,16 @@ def ops(dtype=mx.bfloat16) -> dict:
 
             record(f"attention {tag} {'exact (rows)' if exact else 'stock'}",
                    lambda att=att, alone=alone: compare_rows(att, alone))
+            if exact:  # the stock1 route: the verify's rows against classic's fused 1-row step
+                record(f"attention {tag} rows against a fused 1-row step",
+                       lambda att=att: compare_rows(att, lambda r: _fused_alone(qa, ka, va, ctx, r, window, scale)))
     return out
+
+
+def _fused_alone(qa, ka, va, ctx, r, window, scale):
+    lo = max(0, ctx + r + 1 - window) if window else 0
+    return mx.fast.scaled_dot_product_attention(qa[:, :, r:r + 1], ka[:, :, lo:ctx + r + 1],
+                                                va[:, :, lo:ctx + r + 1], scale=scale, mask=None)[0, :, 0]
 
 
 def _mask(L: int, S: int, window: int, exact: bool):
@@ -294,9 +308,12 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
     from blockwidth.engine.identity import probe
 
     t0 = time.perf_counter()
+    import dataclasses
+
     model, tok = _load(target)
     vocab = getattr(getattr(model, "args", None), "vocab_size", 32000)
     on = exact_path.plan(model, "on")
+    routes = {r: dataclasses.replace(on, route=r) for r in exact_path.ROUTES} if on.active else {"kernels": on}
     out = {"target": target, "plan": on.to_dict(), "load_s": round(time.perf_counter() - t0, 2)}
     prefix = _prefix(tok, prefix_tokens, vocab)
     block_src = _prefix(tok, prefix_tokens + max(widths), vocab)[prefix_tokens:]
@@ -305,35 +322,38 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
     res = {}
     for K in widths:
         row = {}
-        for name, plan in (("exact", on), ("stock", None)):
+        for name, plan in (*routes.items(), ("stock", None)):
             ex = probe(model, prefix, block_src[:K], attention="auto", linear="auto", exact=plan)
             row[name] = {"bitwise_equal": ex.bitwise_equal, "max_abs_diff": ex.max_abs_diff,
                          "argmax_agree": sum(ex.argmax_agree)}
         res[K] = row
-        print(f"  {target} K={K}: exact {'bitwise' if row['exact']['bitwise_equal'] else row['exact']['max_abs_diff']}, "
-              f"stock {'bitwise' if row['stock']['bitwise_equal'] else row['stock']['max_abs_diff']}",
+        print(f"  {target} K={K}: " + ", ".join(
+            f"{n} {'bitwise' if v['bitwise_equal'] else v['max_abs_diff']}" for n, v in row.items()),
               file=sys.stderr, flush=True)
     out["exactness"] = res
     if speed_reps:
         pair = _Pair(model)
         prompt = prefix[:64]
-        _decode_tok_s(pair, prompt, 8, on)  # warm both paths: kernels compile outside the clock
-        _decode_tok_s(pair, prompt, 8, None)
-        exact_s, stock_s = [], []
-        same = True
-        for _ in range(speed_reps):
-            a, ta = _decode_tok_s(pair, prompt, speed_tokens, on)
-            b, tb = _decode_tok_s(pair, prompt, speed_tokens, None)
-            exact_s.append(a)
-            stock_s.append(b)
-            same = same and ta == tb
-        out["classic_speed"] = {"exact_tok_s": exact_s, "stock_tok_s": stock_s,
-                                "ratio_median": statistics.median(exact_s) / statistics.median(stock_s),
-                                "tokens": speed_tokens, "same_text": same}
-        print(f"  {target} classic exact/stock {out['classic_speed']['ratio_median']:.3f}", file=sys.stderr, flush=True)
+        arms = {**routes, "stock": None}
+        for plan in arms.values():  # warm every path: kernels compile outside the clock
+            _decode_tok_s(pair, prompt, 8, plan)
+        speeds: dict[str, list[float]] = {k: [] for k in arms}
+        texts: dict[str, list[int]] = {}
+        for _ in range(speed_reps):  # interleaved, repetition by repetition
+            for name, plan in arms.items():
+                tps, toks = _decode_tok_s(pair, prompt, speed_tokens, plan)
+                speeds[name].append(tps)
+                texts.setdefault(name, toks)
+        base = statistics.median(speeds["stock"])
+        out["classic_speed"] = {"tok_s": speeds, "tokens": speed_tokens,
+                                "ratio_to_stock": {k: statistics.median(v) / base for k, v in speeds.items()},
+                                "same_text_as_stock": {k: texts[k] == texts["stock"] for k in texts}}
+        print(f"  {target} classic against stock: " + ", ".join(
+            f"{k} {v:.3f}" for k, v in out["classic_speed"]["ratio_to_stock"].items()), file=sys.stderr, flush=True)
     if curve:
-        cc = costcurve.measure(model, list(range(1, MAX_ROWS + 1)), context=128, repeats=5, exact=on)
-        out["costcurve_exact"] = cc.to_dict()
+        for name, plan in routes.items():
+            cc = costcurve.measure(model, list(range(1, MAX_ROWS + 1)), context=128, repeats=5, exact=plan)
+            out[f"costcurve_{name}"] = cc.to_dict()
         cs = costcurve.measure(model, list(range(1, MAX_ROWS + 1)), context=128, repeats=5)
         out["costcurve_stock"] = cs.to_dict()
     out["seconds"] = round(time.perf_counter() - t0, 2)

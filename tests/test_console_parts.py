@@ -107,7 +107,7 @@ def test_the_stylesheet_ships_in_the_wheel():
     sheet = Path(BlockwidthApp.CSS_PATH)
     assert (ROOT / "console" / sheet).is_file()
     data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
-    assert any(fnmatch(sheet.name, pattern) for pattern in data.get("console", [])), data
+    assert any(fnmatch(sheet.name, pattern) for pattern in data.get("blockwidth.console", [])), data
 
 
 def test_the_top_panel_drops_a_sessions_note_with_its_results(tmp_path):

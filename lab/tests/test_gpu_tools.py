@@ -529,7 +529,7 @@ def test_the_h200_side_chain_can_train_a_dflash_drafter_for_the_target_and_the_p
     calls = (work / "calls").read_text().splitlines()
     train = [c for c in calls if "lab.build_drafters" in c]
     assert len(train) == 1 and f"--pair {work / 'gpupair'} --out {work / 'results' / 'dflashpair'} --only dflash --targets bf16" in train[0], train
-    sweep = [c for c in calls if "blockwidth.console.cli sweep" in c and "records-dflash-bf16" in c]
+    sweep = [c for c in calls if "-m blockwidth sweep" in c and "records-dflash-bf16" in c]
     assert len(sweep) == 1 and f"--draft {work / 'dflashpair'} " in sweep[0], sweep
     assert (work / "dflashpair" / "config.json").exists() and not (work / "results" / "dflashpair" / "dflash").exists()
     # no target: no DFlash drafter, and the one the run above left is not swept

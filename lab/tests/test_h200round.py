@@ -47,8 +47,8 @@ def test_every_step_runs_in_its_order_with_its_flags(tmp_path):
     assert p.returncode == 0, p.stderr
     calls = [c for c in _calls(tmp_path) if "-m" in c.split()]
     # most needed first: the served path, then the 4-bit control beside the kernel (2026-12-02b)
-    assert [c.split()[1] for c in calls] == ["lab.build_gpu", "lab.served_gpu", "blockwidth.console.cli",
-                                             "blockwidth.console.cli", "blockwidth.console.cli", "blockwidth.console.cli"]
+    assert [c.split()[1] for c in calls] == ["lab.build_gpu", "lab.served_gpu", "blockwidth",
+                                             "blockwidth", "blockwidth", "blockwidth"]
     build, served, stock, qmv, last, workload = calls
     assert "--shape 5b" in build and "--target-seconds 90" in build
     assert "--widths 2,3,4,5,6,7,8" in qmv and "--verify-linear qmv" in qmv and "target-4bit" in qmv
@@ -76,7 +76,7 @@ def test_no_pair_stops_the_round_and_says_so(tmp_path):
     assert p.returncode == 1
     r = tmp_path / "w" / "round"
     assert "no pair in" in (r / "round.log").read_text() and (r / "done").is_file()
-    assert not any("blockwidth.console.cli" in c for c in _calls(tmp_path))
+    assert not any("-m blockwidth " in c for c in _calls(tmp_path))
 
 
 def test_wait_packs_what_the_round_has_so_far(tmp_path):
