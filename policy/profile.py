@@ -65,6 +65,9 @@ def server_arg_problem(args: object) -> str | None:
     if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
         return f"{_short(args)}: expected a list of strings"
     for a in args:
+        bad = hidden_char(a)
+        if bad is not None:  # every command that names them prints them (serve, export, a record)
+            return f"{_short(a, 40)} holds {bad}, which no printed command keeps as written"
         name = a.split("=", 1)[0]
         if not name.startswith("--") or len(name) < 3:
             continue

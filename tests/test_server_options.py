@@ -79,6 +79,7 @@ def test_every_abbreviation_mlx_lm_server_reads_as_an_owned_option_is_refused():
     ("--ho 0.0.0.0", "--host"), ("--draft /models/d", "--draft-model"), ("--mod T4", "--model"),
     ("--num-draft-tokens=15", "--num-draft-tokens"), ("--po 9", "--port"),
     ("--adapter-path /a", "--adapter-path"), ("--trust", "--trust-remote-code"),
+    ("--chat-template 'a\x1b[2Jb'", "\\x1b"),
 ])
 def test_server_args_that_set_the_pair_the_width_or_the_address_are_refused(capsys, tmp_path, words, named):
     code = cli.main(["sweep", "--path", "mlx-lm-server", f"--server-args={words}",
