@@ -25,6 +25,7 @@ from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.profile import PATH_ENGINE as ENGINE_PATH  # blockwidth's own decode loop
 from blockwidth.policy.profile import PATH_SERVER as SERVER_PATH  # the real mlx_lm.server (the served path)
 from blockwidth.policy.commands import Unprintable, env_words, printable, shell
+from blockwidth.policy.profile import num_draft_tokens
 from blockwidth.policy.resolve import Source, label
 
 # Why mlx_lm.server cannot draft with a kind, said where the command would be.
@@ -48,11 +49,11 @@ CUDA_SERVED = ("on CUDA, stock mlx_lm.server's draft path ran 0.22-0.43x classic
                "mlx-lm-server before serving it")
 
 
-def caution(res: Any, path: str | None) -> str | None:
+def caution(res: Any, route: str | None) -> str | None:
     """CUDA_SERVED where a speculative mlx_lm.server command on CUDA was not measured on the
-    served path (``path``: the path the width was measured on), else None."""
+    served path (``route``: the path the width was measured on), else None."""
     device = getattr(res, "device", None)
-    if path != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
+    if route != SERVER_PATH and getattr(getattr(device, "backend", None), "value", None) == "cuda":
         return CUDA_SERVED
     return None
 
@@ -81,7 +82,7 @@ class Answer:
 
     @property
     def num_draft_tokens(self) -> int | None:
-        return None if self.width is None else self.width - 1
+        return None if self.width is None else num_draft_tokens(self.width)
 
     def head(self) -> str:
         """One line: the width, num_draft_tokens, the source and, in the same line, whether it
@@ -229,7 +230,7 @@ def _answer(res: Any, paths: Any, base: dict, path: str | None, session_decline:
                  f"width {res.width} runs on blockwidth's engine (BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width})")
         return Answer(command=None, refusal=f"{why}; {where}", **base)
     argv = ["mlx_lm.server", "--model", target, "--draft-model", _abs(paths.drafter, "the drafter's folder"),
-            "--num-draft-tokens", str(res.width - 1)]
+            "--num-draft-tokens", str(num_draft_tokens(res.width))]
     env: dict[str, str] = {}
     entry = getattr(res, "entry", None)
     server = getattr(entry, "server", None) if entry is not None else None

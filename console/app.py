@@ -28,7 +28,7 @@ from textual.widgets import Button, DataTable, Footer, Header, Input, TabbedCont
 from textual.worker import Worker, WorkerState
 
 from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES
-from blockwidth.console.messages import AbDone, AbEvent, PairReady, Resolved, ResolveFailed, Saved
+from blockwidth.console.messages import AbDone, AbEvent, Deleted, PairReady, Resolved, ResolveFailed, Saved
 from blockwidth.console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from blockwidth.console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
 from blockwidth.console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
@@ -38,7 +38,7 @@ from blockwidth.console.widgets.identity import IdentityTab, IdentityViews
 from blockwidth.console.widgets.profile import ProfileTab
 from blockwidth.console.widgets.records import RecordsTab
 from blockwidth.console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
-from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError, ExitCode
 from blockwidth.policy.profile import ProfileError
 from blockwidth.policy.text import shown
 
@@ -68,9 +68,14 @@ class BlockwidthApp(App):
         Binding("o", "open_pair", "Open pair", show=False),
         Binding("m", "export_markdown", "Markdown", show=False),
         Binding("p", "next_prompt", "Prompt preset", show=False),
+        # not in the footer (at 80 columns it pushed "q Quit" off during a session): the headline
+        # names it where it applies ("next: n ..."), and ? lists it
+        Binding("n", "next_step", "Next step", show=False),
         Binding("r", "refresh", "Re-resolve", show=False),
         Binding("left_square_bracket", "pick_width(-1)", "Prev width", key_display="[", show=False),
         Binding("right_square_bracket", "pick_width(1)", "Next width", key_display="]", show=False),
+        Binding("left_curly_bracket", "pick_request(-1)", "Prev request", key_display="{", show=False),
+        Binding("right_curly_bracket", "pick_request(1)", "Next request", key_display="}", show=False),
         Binding("1", "tab('tab-ab')", "A/B tab", key_display="1-5", show=False),
         Binding("2", "tab('tab-identity')", "Identity tab", show=False),
         Binding("3", "tab('tab-chain')", "Chain tab", show=False),
@@ -93,9 +98,13 @@ class BlockwidthApp(App):
         "copy_env": "copy the resolution as BLOCKWIDTH_DRAFT_BLOCK_SIZE=N (here and in the y dialog)",
         "export_markdown": "export the session (or the highlighted record) as Markdown",
         "next_prompt": "put the next prompt preset in the prompt field",
+        "next_step": "after an undecided session: set the fields its next step names (on the results) "
+                     "and run it",
         "refresh": "re-resolve the width (re-reads the profile and environment)",
         "pick_width(-1)": "Identity tab: the previous width",
         "pick_width(1)": "Identity tab: the next width",
+        "pick_request(-1)": "Identity tab, after a workload: the previous request",
+        "pick_request(1)": "Identity tab, after a workload: the next request",
         "tab('tab-ab')": "A/B tab", "tab('tab-identity')": "Identity tab", "tab('tab-chain')": "Chain tab",
         "tab('tab-profile')": "Profile tab", "tab('tab-records')": "Records tab",
         "leave_field": "leave a field (focus goes to the results)",
@@ -116,12 +125,16 @@ class BlockwidthApp(App):
         self.pair: Any = None
         self._cancel = threading.Event()
         self._selected_width: int | None = None
+        self._selected_request: int | None = None  # a workload's request shown on the Identity tab
         self._identity: IdentityViews | None = None
         self._prompt_index = 0
         # Pair errors name the flags the console was started with, until the operator opens a
         # pair in the console's own fields.
         # How errors word the pair's inputs: as the flags it came from, or as the open-pair fields.
         self._names: Any = CLI_NAMES
+        self.pace: Any = None  # policy.pace.Pace: the pilot's rates on this host (None: no pilot)
+        self._run_as_set: Any = None  # fields the operator chose to run despite the warning
+        self._quitting = False  # q during a session: exit once its record is written
 
     # ---- the state, read as the parts it is made of
     @property
@@ -208,7 +221,7 @@ class BlockwidthApp(App):
             return True if not self.phase.busy else None
         if action == "delete":
             return tab == "tab-profile"
-        if action == "pick_width":
+        if action in ("pick_width", "pick_request"):
             return tab == "tab-identity"
         return True
 
@@ -310,9 +323,31 @@ class BlockwidthApp(App):
         o = self.options
         # No download from inside the console (its progress would have nowhere to go).
         paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False)
-        self.post_message(PairReady(load_pair(paths.target, paths.drafter, o.kind)))
+        pair = load_pair(paths.target, paths.drafter, o.kind)
+        self.call_from_thread(self._show_phase, Phase.LOADING, "pilot: timing a few tokens on this host")
+        self.post_message(PairReady(pair, self._pilot(pair)))
+
+    def _pilot(self, pair: Any) -> Any:
+        """A few tokens decoded, classic and at width 2, on the default workload's request of
+        about its mean length: the rates every session's estimate is priced by (policy.pace).
+        None where it cannot run (a context too short for that request): then no estimate."""
+        from blockwidth.engine.pace import pilot
+        from blockwidth.engine.workload import prepare
+        from blockwidth.policy.workload import builtin
+
+        try:
+            prepared = prepare(builtin("mixed"), pair.tokenizer, 8)
+            mean = sum(len(p.ids) for p in prepared) / len(prepared)
+            ids = list(min(prepared, key=lambda p: abs(len(p.ids) - mean)).ids)
+            ctx = pair.context_length
+            if ctx is not None and len(ids) + 16 > ctx:
+                ids = ids[-max(ctx - 16, 1):]
+            return pilot(pair, ids, 2, cancel=self._cancel.is_set)
+        except (BlockwidthError, ValueError, RuntimeError):  # MLX raises these: no estimate, the pair stays
+            return None
 
     def on_pair_ready(self, message: PairReady) -> None:
+        self.pace = message.pace
         self.set_pair(message.pair)
 
     def set_pair(self, pair: Any) -> None:
@@ -328,11 +363,12 @@ class BlockwidthApp(App):
         o = self.options
         self.push_screen(PairScreen(o.target or "", o.draft or "", o.kind or ""), self._open_pair)
 
-    def _reopen_pair(self, values: tuple[str, str, str], error: str) -> None:
+    def _reopen_pair(self, values: tuple[str, str, str], error: str, field: str | None = None) -> None:
         """A bad entry: the dialog again, with what was typed and why it was refused (the error
-        line keeps it too, for after Escape)."""
+        line keeps it too, for after Escape), the field to fix marked and focused as the A/B
+        fields are: marked, the cursor at its end, nothing selected."""
         self._error(error)
-        self.push_screen(PairScreen(*values, error=error), self._open_pair)
+        self.push_screen(PairScreen(*values, error=error, bad=field), self._open_pair)
 
     def _open_pair(self, values: tuple[str, str, str] | None) -> None:
         if values is None:
@@ -341,7 +377,7 @@ class BlockwidthApp(App):
 
         target, draft, kind = values
         if kind and kind not in KINDS:
-            self._reopen_pair(values, f"kind {kind!r}: one of {', '.join(KINDS)}")
+            self._reopen_pair(values, f"kind {kind!r}: one of {', '.join(KINDS)}", "kind")
             return
         from blockwidth.console.inputs import pair_paths
 
@@ -351,7 +387,8 @@ class BlockwidthApp(App):
                        kind or None, weights=True, download=False)
         except BlockwidthError as e:
             self._reopen_pair(values, f"{e.say(CONSOLE_NAMES)} — still on "
-                                      f"{self.pair.describe() if self.pair else 'the previous pair'}")
+                                      f"{self.pair.describe() if self.pair else 'the previous pair'}",
+                              e.input_name)
             return
         # a demo target is the demo pair's: a pair opened from folders has none
         self.options = replace(self.options, target=target or None, draft=draft or None, kind=kind or None,
@@ -368,6 +405,54 @@ class BlockwidthApp(App):
     def _submitted(self) -> None:
         self.action_start_ab()
 
+    def action_next_step(self) -> None:
+        """Run the one step the shown undecided session names (console.outcome.next_step): its
+        fields set as the operator would type them, then a (which may warn first)."""
+        from blockwidth.console.outcome import next_step
+
+        s = self.session
+        if self.phase.busy:
+            self._error("a session is running: c cancels it", refusal=True)
+            return
+        step = next_step(s) if s is not None and not self.query_one(AbTab).stale else None
+        if step is None:
+            self._error("no next step: n runs the step an undecided session names, and the one shown "
+                        "has none" if s is not None else "no next step: run an A/B session first (a)",
+                        refusal=True)
+            return
+        self._clear_refusal()
+        tab = self.query_one(AbTab)
+        for name, value in step.fields:
+            if name == "prompt" and step.requests:
+                try:
+                    value = "@" + str(self._write_requests(step.requests))
+                except OSError as e:
+                    self._error(f"not run: the next step's workload cannot be written in "
+                                f"{self._record_dir()} ({e.strerror or e})")
+                    return
+            tab.set_field(name, value)
+        self.notify(f"next step: {step.says}", timeout=5, markup=False)
+        self.action_start_ab()
+
+    def _write_requests(self, requests: Any) -> Path:
+        """A part of a workload as a JSONL file beside the records (the prompt field names it,
+        and the session's record names it as its source)."""
+        import json
+
+        from blockwidth.console.atomic import create
+
+        lines = []
+        for r in requests:
+            item = {"id": r.id, **({"messages": [m.to_dict() for m in r.messages]} if r.chat else {"prompt": r.prompt})}
+            if r.max_tokens is not None:
+                item["max_tokens"] = r.max_tokens
+            lines.append(json.dumps(item, ensure_ascii=False))
+        where = self._record_dir()
+        where.mkdir(parents=True, exist_ok=True)
+        stem = f"next-{time.strftime('%Y%m%dT%H%M%S')}-{len(lines)}"
+        return create(where, [f"{stem}.jsonl", *(f"{stem}-{i}.jsonl" for i in range(2, 100))],
+                      "\n".join(lines) + "\n", prefix="next")
+
     def action_next_prompt(self) -> None:
         from blockwidth.engine.demo.prompts import PRESETS
 
@@ -375,6 +460,46 @@ class BlockwidthApp(App):
         name, text = PRESETS[self._prompt_index]
         self.query_one(AbTab).set_prompt(text)
         self.notify(f"prompt preset: {name}", timeout=4)
+
+    # ---- the pilot's estimate
+    def plan_for(self, req: SessionRequest, workload: Any = None, widths: Any = None) -> Any:
+        """What a session of ``req`` can do here, priced by the pilot (policy.pace.Plan), or None
+        (no pilot, no pair, or fields that do not read)."""
+        from blockwidth.policy import pace
+
+        if self.pace is None or self.pair is None:
+            return None
+        try:
+            if req.workload is not None:
+                from blockwidth.engine.workload import prepare
+
+                w = workload if workload is not None else read_workload(req, self.pair)
+                shape_reqs = tuple((len(p.ids), p.max_tokens) for p in prepare(w, self.pair.tokenizer, req.tokens))
+            else:
+                shape_reqs = ((len(self.pair.encode(literal_prompt(req.prompt))), req.tokens),)
+        except BlockwidthError:
+            return None
+        arms = len(widths if widths is not None else self._with_width_in_effect(req.widths)[0])
+        shape = pace.Shape(shape_reqs, arms, req.n, req.sequential, req.max_reps, req.max_seconds)
+        return pace.plan(self.pace, shape)
+
+    def estimate_words(self, req: SessionRequest) -> str | None:
+        """The settings line's estimate for these fields (None: no pilot)."""
+        from blockwidth.policy.pace import minutes
+
+        plan = self.plan_for(req)
+        if plan is None:
+            return None
+        said = f"about {minutes(plan.first_s)} for its n {req.n} at the pilot's pace (the host's load moves it)"
+        if not plan.can_decide:
+            said += f"; a win needs {plan.need} repetitions, which these fields do not reach"
+        return said
+
+    def _with_width_in_effect(self, widths: tuple) -> tuple[tuple, Any]:
+        w = self.res.engine_width if self.res is not None else None
+        if w is not None and w not in widths:
+            return (*widths, w), w
+        return widths, None
 
     # ---- A/B
     def action_start_ab(self) -> None:
@@ -402,30 +527,81 @@ class BlockwidthApp(App):
             self._error(self._words(e))
             return
         self._error("")
-        widths, added = req.widths, None
-        w = self.res.engine_width if self.res is not None else None
-        if w is not None and w not in widths:
-            widths, added = (*widths, w), w
-        from blockwidth.engine.ab import AbConfig
+        widths, added = self._with_width_in_effect(req.widths)
+        plan = self.plan_for(req, workload, widths)
+        if plan is not None and self._run_as_set != req and self._warn(req, plan):
+            return  # the warning asks first; its choice runs (or not)
+        from blockwidth.console import session as recorded_session
 
-        config = AbConfig(widths=widths, prompt=literal_prompt(req.prompt), n=req.n, max_tokens=req.tokens,
-                          sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
-                          verify_attention=self.options.verify_attention, workload=workload)
+        config = recorded_session.config(req, widths=widths, prompt=literal_prompt(req.prompt),
+                                         verify_attention=self.options.verify_attention, workload=workload)
         self.begin(req, config.planned_runs, added)
         self._cancel = threading.Event()
         self.run_ab(config)
 
+    def _warn(self, req: SessionRequest, plan: Any) -> bool:
+        """Before a session that cannot reach the repetitions a win needs within its fields, or
+        whose n repetitions alone take more than twice its seconds budget: the pilot's figures
+        and a choice (FirstSessionScreen). True: the screen asks, nothing runs yet."""
+        from blockwidth.console.screens import FirstSessionScreen
+        from blockwidth.engine.demo.prompts import PRESETS
+        from blockwidth.policy.pace import minutes
+
+        over = req.sequential and plan.first_s > 2 * req.max_seconds
+        if plan.can_decide and not over:
+            return False
+        if not plan.can_decide:
+            why = (f"these fields run {plan.reached} repetition{'' if plan.reached == 1 else 's'} "
+                   f"(about {minutes(plan.first_s)} here); a win needs {plan.need} (its p below "
+                   f"{self._alpha()}), about {minutes(plan.need_s)}")
+        else:
+            why = (f"its n {req.n} repetitions take about {minutes(plan.first_s)} here, past twice its "
+                   f"{req.max_seconds:g} s budget")
+        budget = max(plan.seconds_for_need(), int(req.max_seconds))
+        raise_ = None if plan.can_decide else (budget, max(req.max_reps, plan.need))
+        one = next((name for name, text in PRESETS if not text.startswith("@")), None)
+        single = None
+        if req.workload is not None and one is not None:
+            text = next(t for name, t in PRESETS if name == one)
+            alt = self.plan_for(replace(req, prompt=text))
+            single = (one, minutes(alt.need_s) if alt is not None else "?")
+
+        def chose(choice: str | None) -> None:
+            tab = self.query_one(AbTab)
+            if choice == "raise" and raise_ is not None:
+                tab.set_field("secs", str(raise_[0]))
+                tab.set_field("reps", str(raise_[1]))
+                tab.set_field("sequential", True)
+            elif choice == "single" and single is not None:
+                self._prompt_index = next(i for i, (name, _) in enumerate(PRESETS) if name == one)
+                tab.set_prompt(PRESETS[self._prompt_index][1])
+            elif choice == "as set":
+                self._run_as_set = req
+            else:
+                self.notify("not run: the fields are as they were", timeout=4)
+                return
+            self.action_start_ab()
+
+        self.push_screen(FirstSessionScreen(why, self.pace.describe(), raise_, single, plan.can_decide), chose)
+        return True
+
+    @staticmethod
+    def _alpha() -> str:
+        from blockwidth.policy.stats import ALPHA
+
+        return f"{ALPHA:g}"
+
     def begin(self, req: SessionRequest, planned: int, added_width: int | None = None) -> None:
         """Clear the last results and show a session starting (the worker's events follow)."""
         self._focus_results()  # before the buttons change: focus must not fall into a field
-        self.session_state = SessionView(req, planned=planned, added_width=added_width)
+        self.session_state = SessionView(req, planned=planned, added_width=added_width,
+                                         estimate=self.estimate_words(req))
         self._show_phase(Phase.WARMUP, f"stage 1/3 · run 0/{planned}", 0.0)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="ab", name="A/B session")
     def run_ab(self, config: Any) -> None:
-        from blockwidth.console import records
-        from blockwidth.engine import host, record
-        from blockwidth.engine.ab import run_session
+        from blockwidth.console import records, session as recorded_session
+        from blockwidth.engine.session import host
 
         gate = host.gate()
         last = [0.0]
@@ -440,16 +616,15 @@ class BlockwidthApp(App):
                 last[0] = now
             self.post_message(AbEvent(e))
 
-        session = run_session(self.pair, config, on_event=post, cancel=self._cancel)
-        rec = record.build(session, self.pair, host.identity(), gate.to_dict())
         where = Path(self.options.record_dir) if self.options.record_dir else None
-        try:
-            path, error = records.write(rec, where), None
-        except OSError as e:  # a full disk must not cost the session: it is shown, said unkept
-            path, error = None, (f"record directory {where or records.default_dir()}: the record cannot be "
-                                 f"written ({e.strerror or e}); the results are shown but not kept, and "
-                                 f"cannot be saved")
-        self.post_message(AbDone(session, path, list(gate.warnings), error))
+        done = recorded_session.run(self.pair, config, record_dir=where, gate=gate, on_event=post,
+                                    cancel=self._cancel)
+        error, e = None, done.write_error
+        if e is not None:  # a full disk must not cost the session: it is shown, said unkept
+            error = (f"record directory {where or records.default_dir()}: the record cannot be "
+                     f"written ({e.strerror or e}); the results are shown but not kept, and "
+                     f"cannot be saved")
+        self.post_message(AbDone(done.session, done.record_path, list(gate.warnings), error))
 
     def on_ab_event(self, message: AbEvent) -> None:
         e = message.event
@@ -468,7 +643,7 @@ class BlockwidthApp(App):
                 self._show_phase(phase, f"stage 1/3 · {detail} · {where}{tokens}", fraction)
             else:
                 self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
-        elif e.kind == "phase" and e.message == "divergence margin":
+        elif e.kind == "phase" and e.phase == "divergence":
             # where a width's output first differs: a probe and two decodes, one per width and request
             self._show_phase(Phase.EXACTNESS, f"stage 2/3 · divergence margin of {e.arm}")
         elif e.kind == "phase":
@@ -479,6 +654,9 @@ class BlockwidthApp(App):
             self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
 
     def on_ab_done(self, message: AbDone) -> None:
+        if self._quitting:  # q during the session: its record is written, nothing more to show
+            self.exit()
+            return
         self.show_session(message.session, message.record_path, message.gate_warnings)
         if message.error:  # after the results, which stay on screen
             self._error(message.error)
@@ -504,27 +682,42 @@ class BlockwidthApp(App):
             self.show_identity(pick)
 
     def session_failed(self, err: BaseException) -> None:
-        from blockwidth.engine.decode import DecodeError
-
-        what = str(err) if isinstance(err, DecodeError) else f"{type(err).__name__}: {err}"
+        what = str(err) if isinstance(err, BlockwidthError) else f"{type(err).__name__}: {err}"
         self._error(f"the A/B session failed: {what}")
         self._show_phase(Phase.FAILED, f"{what}; nothing was measured or saved")
         if self.session_state is not None:
             self.session_state = replace(self.session_state, error=what)
 
     # ---- identity
-    def show_identity(self, width: int) -> None:
+    def show_identity(self, width: int, request: int | None = None) -> None:
+        """``width``'s diff against classic on a request: ``request`` (an index), else the one
+        shown if the width stays, else its first request whose output differs."""
         s = self.session
         if s is None or self.pair is None:
             return
         if self._identity is None or self._identity.session is not s:
             self._identity = IdentityViews(s, self.pair.tokenizer)
-        view = self._identity.get(width)
+            self._selected_request = None
+        if request is None:
+            request = (self._selected_request if self._selected_request is not None
+                       and width == self._selected_width else self._identity.first_request(width))
+        view = self._identity.get(width, request)
         if view is None:
             return
-        self._selected_width = width
+        self._selected_width, self._selected_request = width, request
         self.query_one(IdentityTab).show(view)
         self.query_one(AbTab).show_identity(view.side)
+
+    def action_pick_request(self, step: int) -> None:
+        if self.session is None or self._identity is None or self._selected_width is None:
+            return
+        n = self._identity.requests
+        start = self._selected_request or 0
+        for k in range(1, n + 1):  # the next request that ran on this width (a cancel may leave gaps)
+            i = (start + step * k) % n
+            if self._identity.get(self._selected_width, i) is not None:
+                self.show_identity(self._selected_width, i)
+                return
 
     def action_pick_width(self, step: int) -> None:
         s = self.session
@@ -631,14 +824,25 @@ class BlockwidthApp(App):
                                        f"from {self._profile_path()}?"), answer)
 
     def _delete(self, entry: Any) -> None:
+        self.delete_in_background(entry)
+
+    @work(thread=True, exit_on_error=False, group="delete", name="delete")
+    def delete_in_background(self, entry: Any) -> None:
+        """The profile's lock (up to its wait) and the write stay off the UI thread."""
         from blockwidth.console import profile_file
 
         try:
             profile_file.delete(self._profile_path(), entry)
         except ProfileError as e:
-            self._error(str(e))
+            self.post_message(Deleted(entry, str(e)))
             return
-        self.notify(f"deleted {entry.describe_keys()}", timeout=6, markup=False)
+        self.post_message(Deleted(entry))
+
+    def on_deleted(self, message: Deleted) -> None:
+        if message.error:
+            self._error(message.error)
+            return
+        self.notify(f"deleted {message.entry.describe_keys()}", timeout=6, markup=False)
         self.resolve_in_background()
 
     def action_refresh(self) -> None:
@@ -723,7 +927,7 @@ class BlockwidthApp(App):
     def export_in_background(self, path: Path) -> None:
         """A record can hold every round of every run: read and render it off the UI thread."""
         from blockwidth.console.outputs import OutputError, write_output
-        from blockwidth.engine import record
+        from blockwidth.engine.session import record
 
         out = path.with_suffix(".md")
         try:
@@ -753,8 +957,21 @@ class BlockwidthApp(App):
             self._show_phase(Phase.LOAD_FAILED, "why: above; o opens another pair")
         elif group == "ab":
             self.session_failed(err)
+            if self._quitting:
+                self.exit()
         else:
             self._error(f"{event.worker.name} failed: {self._words(err)}")
+
+    async def action_quit(self) -> None:
+        """Quit; during a session, first stop it after the run in flight and write its record (a
+        measured result is never lost), saying so on screen; q again quits at once."""
+        if not self.phase.busy or self._quitting:
+            self.exit()
+            return
+        self._quitting = True
+        self._cancel.set()
+        self._show_phase(Phase.CANCELLING, "quitting after the run in flight, once its record is written; "
+                                           "q again quits now")
 
     def on_unmount(self) -> None:
         self._cancel.set()  # a session stops at its next round instead of keeping the process alive
@@ -762,8 +979,13 @@ class BlockwidthApp(App):
 
 
 def run_app(options: Options) -> int:
+    import asyncio
+
     from blockwidth.console.inputs import note_mlx_thread
 
     note_mlx_thread()  # sessions run in workers: the exit must skip MLX's teardown (cli.entry)
-    BlockwidthApp(options).run()
-    return 0
+    # A loop of its own, not asyncio.run's: that one's exit joins the worker threads, so a q
+    # during a session left a blank terminal (the app gone) until the run in flight ended, 6-9 s.
+    # The app waits for the session itself, on screen (action_quit); entry() leaves by os._exit.
+    BlockwidthApp(options).run(loop=asyncio.new_event_loop())
+    return ExitCode.OK

@@ -23,14 +23,15 @@ from blockwidth.policy.checks import (Category, Check, EntryMark, Mark, Status, 
                            duplicate_checks, entry_label, exit_code, for_device, marks,
                            measured_status, outcome, shadow_checks, stale_check)
 from blockwidth.policy.device import Device
+from blockwidth.policy.errors import BlockwidthError
 from blockwidth.policy.text import error_line, error_lines, shown
-from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.profile import Entry, Profile
 from blockwidth.policy.resolve import Resolution, Source
 
 
 # ---- the entries, read statically -------------------------------------------------------------
 
-def record_path(e: Override, profile: Profile) -> Path | None:
+def record_path(e: Entry, profile: Profile) -> Path | None:
     """The record an entry names; a relative path is read beside the profile (records
     committed with it), an absolute one as written."""
     rec = e.evidence.get("record") if isinstance(e.evidence, Mapping) else None
@@ -40,7 +41,7 @@ def record_path(e: Override, profile: Profile) -> Path | None:
     return p if p.is_absolute() else profile.path.parent / p
 
 
-def record_check(i: int, e: Override, profile: Profile) -> Check:
+def record_check(i: int, e: Entry, profile: Profile) -> Check:
     name = f"entry {i}: record"
     path = record_path(e, profile)
     if path is None:
@@ -106,14 +107,16 @@ def configure_pair(*, target: str | None, draft: str | None, kind: str | None, v
                    flag: str | None, device: Device, profile: Profile, mlx: str | None,
                    origin: str, env: Mapping[str, str] | None = None) -> ConfiguredPair:
     """Resolve one pair against the loaded profile and device. Raises a BlockwidthError."""
-    from blockwidth.console.inputs import drafter_info, pair_paths, target_quantization
+    from blockwidth.console.inputs import drafter_info, pair_paths, read_checkpoint, target_quantization
     from blockwidth.engine.checkpoint import pair_id
     from blockwidth.policy.resolve import resolve
 
     paths = pair_paths(target, draft, variant, kind)
-    info = drafter_info(paths, kind)
-    quant = target_quantization(paths.target)
-    pid = pair_id(paths.target, paths.drafter)
+    drafter_ck = read_checkpoint(paths.drafter, "draft") if paths.drafter is not None else None
+    info = drafter_info(paths, kind, drafter=drafter_ck)
+    target_ck = read_checkpoint(paths.target, "target")  # each folder read once
+    quant = target_quantization(target_ck)
+    pid = pair_id(target_ck, drafter_ck)
     res = resolve(drafter_kind=info.kind, device=device, quantization=quant, flag=flag,
                   env=os.environ if env is None else env, profile=profile,
                   declared_width=info.declared_width, declared_detail=info.detail, pair=pid,
@@ -190,7 +193,7 @@ def profile_marks(profile: Profile, device: Device, mlx: str | None = None) -> l
 DEFAULT_DECLINED = (2, 4, 8)  # widths a decline is re-tried at when it says none itself
 
 
-def declined_widths(e: Override, profile: Profile) -> tuple[tuple[int, ...], str]:
+def declined_widths(e: Entry, profile: Profile) -> tuple[tuple[int, ...], str]:
     """The widths a decline declined: its evidence, else its record's session, else a default."""
     ws = e.evidence.get("widths") if isinstance(e.evidence, Mapping) else None
     if isinstance(ws, list) and ws and all(isinstance(w, int) and w >= 2 for w in ws):
@@ -214,7 +217,7 @@ class MeasureOptions:
     verify_attention: str = "auto"  # the engine's choice of verify attention (--verify-attention)
 
 
-def _prompt_for(e: Override) -> tuple[str, str]:
+def _prompt_for(e: Entry) -> tuple[str, str]:
     """The demo prompt the entry was measured on, when its hash names one; else the default."""
     import hashlib
 
@@ -228,7 +231,7 @@ def _prompt_for(e: Override) -> tuple[str, str]:
                                                           if want else ""))
 
 
-def _workload_for(e: Override) -> tuple[Any, str]:
+def _workload_for(e: Entry) -> tuple[Any, str]:
     """The workload the entry was decided on, when its evidence names one that is here with the
     same content: (workload, where it came from); else (None, why not, or "" when it names none)."""
     from blockwidth.policy import workload
@@ -250,10 +253,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     """A short A/B of the entry this pair matches here: its width, or the widths it declined.
     ``cancel`` (a threading.Event; Ctrl-C, SIGTERM or SIGHUP set it): the session stops after
     the forward under way and its record is written, marked cancelled."""
-    from blockwidth.console import records
-    from blockwidth.engine import host, record
-    from blockwidth.engine.ab import AbConfig, run_session
-    from blockwidth.engine.decode import DecodeError
+    from blockwidth.console import records, session as recorded_session
+    from blockwidth.engine.session import host
     from blockwidth.engine.pair import RUNNABLE, load_pair
     from blockwidth.policy.drafter import DrafterKind
 
@@ -285,8 +286,8 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     gain = e.evidence.get("min_gain") if isinstance(e.evidence, Mapping) else None
     pair = load_pair(p.target, p.drafter, p.kind)  # a PairError names its input; run() words it
     gate = host.gate()
-    config = AbConfig(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
-                      predict=False, verify_attention=options.verify_attention, workload=replay,
+    config = recorded_session.config(widths=widths, prompt=prompt, n=options.n, max_tokens=options.max_tokens,
+                                     predict=False, verify_attention=options.verify_attention, workload=replay,
                       auto_max=e.auto.max_width if e.auto is not None else None,
                       **({"min_gain": float(gain)} if isinstance(gain, (int, float)) and 0 <= gain < 1 else {}))
     import threading
@@ -295,22 +296,18 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
 
     cancel = cancel if cancel is not None else threading.Event()
     try:
-        session, _ = run_interruptibly(lambda: run_session(pair, config, on_event=on_event, cancel=cancel),
-                                       cancel, f"measuring {p.label}")
-    except DecodeError as err:
-        raise DecodeError(f"{p.label}: {err}") from None
+        done, _ = run_interruptibly(
+            lambda: recorded_session.run(pair, config, record_dir=options.record_dir, gate=gate,
+                                         on_event=on_event, cancel=cancel),
+            cancel, f"measuring {p.label}")
+    except BlockwidthError as err:  # bad input (a DecodeError, a WorkloadError...): said, not a failed check
+        raise err.adding(before=f"{p.label}: ") from None
     except Exception as err:  # the engine broke on this runner: that is the check's answer
         return Check(name, Status.FAIL, f"{head}: the measurement failed ({type(err).__name__}: {err})",
                      Category.MEASURE, {"widths": list(widths)}, entry=p.entry, line=e.line)
-    rec = record.build(session, pair, host.identity(), gate.to_dict())
+    session, rec_path, err = done.session, done.record_path, done.write_error
     record_error = None
-    try:
-        rec_path = records.write(rec, options.record_dir)
-        from blockwidth.console import outputs
-
-        outputs.keep("record", rec_path)
-    except OSError as err:  # the measurement stands; run() reports the write after the results
-        rec_path = None
+    if err is not None:  # the measurement stands; run() reports the write after the results
         record_error = (f"--record-dir {options.record_dir or records.default_dir()}: the record of "
                         f"{p.label} cannot be written ({err.strerror or err})")
     status, why = measured_status(e, session)
@@ -430,7 +427,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
         problems.append("--record-dir is for --check --measure (where its session records go)")
     record_dir = None
     if measure:  # where the sessions' records go, checked (and created) before anything runs
-        from blockwidth.console.measure import record_dir as checked_record_dir
+        from blockwidth.console.session import record_dir as checked_record_dir
 
         try:
             record_dir = checked_record_dir(args.record_dir)
@@ -511,7 +508,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
                 return ExitCode.USAGE
     code = exit_code(checks, strict=strict, allow_inconclusive=allow)
     if cancel.is_set():
-        code = 130  # as Ctrl-C ends every measuring command; the report says what finished
+        code = ExitCode.INTERRUPTED  # as Ctrl-C ends every measuring command; the report says what finished
     # The files first, so that what stdout says (exit_code in the JSON, the tally's exit) is
     # what the process exits with; a write that fails is exit 2, said after the report.
     late = [c.figures["record_error"] for c in checks if c.figures.get("record_error")]

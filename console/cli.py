@@ -10,12 +10,14 @@ import os
 import signal
 import sys
 
+from blockwidth.policy.errors import ExitCode  # light: no MLX, no Textual
+
 
 def _interrupted_while_starting(signum: int, frame: object) -> None:
     # Ctrl-C while the imports below run would print a traceback from inside some library;
     # main() puts the ordinary handler back once it is running.
     sys.stderr.write("blockwidth: interrupted\n")
-    os._exit(130)
+    os._exit(ExitCode.INTERRUPTED)
 
 
 _ARGV0 = (sys.argv[0] if sys.argv else "").replace(os.sep, "/")
@@ -30,7 +32,7 @@ import json  # noqa: E402
 from typing import Any, Callable, Mapping, NoReturn, Sequence  # noqa: E402
 
 from blockwidth.console import check  # noqa: E402
-from blockwidth.console.inputs import CLI_NAMES, ExitCode, chain_lines, resolution  # noqa: E402
+from blockwidth.console.inputs import CLI_NAMES, chain_lines, resolution  # noqa: E402
 from blockwidth.policy import files  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
 from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
@@ -173,7 +175,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
 
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
-                                  variant=args.demo_target, path=args.path,
+                                  variant=args.demo_target, route=args.path,
                                   concurrency=args.concurrency)
     from blockwidth.console.answer import answer
 
@@ -245,13 +247,16 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     from blockwidth.engine.checkpoint import CheckpointError, parameter_count
     from blockwidth.policy.config import size
     from blockwidth.policy.drafter import DrafterKind, detect_drafter
-    from blockwidth.policy.config import ConfigError, read_config, read_sidecar
+    from blockwidth.policy.config import ConfigError, names_no_model, read_config, read_sidecar
     from blockwidth.policy.quantization import classify
 
     path = checkpoint_dir(args.path, "inspect")
     try:
         config = read_config(path)
         sidecar = read_sidecar(path)
+        empty = names_no_model(path, config)
+        if empty:
+            raise empty
     except ConfigError as e:
         # named after what was typed before the path, as resolve's --target and sweep's are
         raise e.about("inspect") from None
@@ -336,7 +341,7 @@ def _console(args: argparse.Namespace) -> int:
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)
-    from blockwidth.console.measure import record_dir
+    from blockwidth.console.session import record_dir
 
     record_dir(args.record_dir)  # where sessions will be written: checked before it opens
     from blockwidth.console.app import Options, run_app  # Textual loads only here
@@ -422,10 +427,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         return e.exit_code
     except KeyboardInterrupt:
         print("blockwidth: interrupted", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except BrokenPipeError:  # `blockwidth ... | head`: the reader left; say nothing more
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 128 + signal.SIGPIPE
+        return ExitCode.BROKEN_PIPE
     finally:
         outputs.unguard_stdout()
 

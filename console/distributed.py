@@ -179,10 +179,10 @@ def _code_of(e: BaseException) -> int:
     if isinstance(e, BlockwidthError):  # each says its own (a held profile lock: 1)
         return e.exit_code
     if isinstance(e, KeyboardInterrupt):
-        return 130
+        return ExitCode.INTERRUPTED
     if isinstance(e, SystemExit):
-        return e.code if isinstance(e.code, int) else 1
-    return 1
+        return e.code if isinstance(e.code, int) else ExitCode.ENVIRONMENT
+    return ExitCode.ENVIRONMENT  # not an expected failure: the rank's environment failed
 
 
 def _write_result(group_dir: str, rank: int, code: int | None, error: str) -> None:
@@ -249,7 +249,7 @@ def _watchdog(seconds: float) -> None:
     def fire() -> None:
         sys.stderr.write(f"blockwidth: error: rank stopped after --group-timeout {seconds:g}s\n")
         sys.stderr.flush()
-        os._exit(124)
+        os._exit(ExitCode.TIMED_OUT)
 
     t = threading.Timer(seconds, fire)
     t.daemon = True
@@ -454,10 +454,10 @@ def run_group(cmd: list[str], env: dict, timeout: float) -> int | None:
     except subprocess.TimeoutExpired:
         print(f"blockwidth: error: the group ran past --group-timeout {timeout:g}s: every rank "
               f"stopped", file=sys.stderr)
-        return 124
+        return ExitCode.TIMED_OUT
     except KeyboardInterrupt:
         print("blockwidth: interrupted: every rank stopped", file=sys.stderr)
-        return 130
+        return ExitCode.INTERRUPTED
     except _Stopped as e:
         return e.code
     finally:

@@ -19,6 +19,7 @@ from typing import Any
 
 from blockwidth.console.inputs import ExitCode, InputError
 from blockwidth.policy.commands import Name, comment, json_text, printable, python_call, shell
+from blockwidth.policy.profile import num_draft_tokens
 
 FORMATS = ("mlx-lm", "vllm", "sglang", "llama.cpp", "trtllm")
 
@@ -52,6 +53,23 @@ def _record_pair(entry, profile_path: Path) -> tuple[str | None, str | None]:
     except (files.FileProblem, ValueError, AttributeError):
         return None, None
     return tuple(n if isinstance(n, str) and n else None for n in names)  # type: ignore[return-value]
+
+
+def _here(path: str | None, placeholder: str, flag: str, out: list[str]) -> str:
+    """A folder the record names, where it is a folder on this machine; else the placeholder,
+    with a comment naming only the folder's last part: a record keeps the measuring host's
+    absolute paths (a helper's worktree, a GPU host's results), which mean nothing here and are
+    that host's business."""
+    from blockwidth.policy import files
+    from blockwidth.policy.text import shown
+
+    if not path:
+        return placeholder
+    if files.name_problem(path) is None and Path(path).is_dir():  # a record is input: any name
+        return path
+    out.append(comment(f"{placeholder}: the record's was a folder named {shell([shown(Path(path).name)])} "
+                       f"on the machine that measured it (not here); {flag} names yours"))
+    return placeholder
 
 
 def _levels(entries: list) -> list:
@@ -92,7 +110,7 @@ def _ranges(levels: list) -> list[tuple[int, int, Any]]:
 
 
 def _k(e) -> int:
-    return 0 if e.decline else e.width - 1
+    return 0 if e.decline else num_draft_tokens(e.width)
 
 
 def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
@@ -113,7 +131,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
         for e in levels:
             cmd = ["mlx_lm.server", "--model", target]
             if not e.decline:
-                cmd += ["--draft-model", drafter, "--num-draft-tokens", str(e.width - 1)]
+                cmd += ["--draft-model", drafter, "--num-draft-tokens", str(_k(e))]
             cmd += list((e.server or {}).get("args") or [])  # checked when the profile was read
             if len(levels) > 1:
                 lines.append(comment(f"for a load of about {e.load} concurrent requests"))
@@ -138,7 +156,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
             cmd = ["python", "-m", "sglang.launch_server", "--model-path", target]
             if not e.decline:
                 cmd += ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", drafter,
-                        "--speculative-num-steps", str(e.width - 1), "--speculative-eagle-topk", "1",
+                        "--speculative-num-steps", str(_k(e)), "--speculative-eagle-topk", "1",
                         "--speculative-num-draft-tokens", str(e.width)]
             lines.append(shell(cmd))
         if widths:
@@ -150,7 +168,7 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
                 lines.append(comment(f"for a load of about {e.load} concurrent requests"))
             cmd = ["llama-server", "-m", f"{target}.gguf"]
             if not e.decline:
-                cmd += ["-md", f"{drafter}.gguf", "--draft-max", str(e.width - 1)]
+                cmd += ["-md", f"{drafter}.gguf", "--draft-max", str(_k(e))]
             lines.append(shell(cmd))
         lines.append(comment("-m/-md: the GGUF conversions of these checkpoints; --draft-max is the "
                              "drafted tokens (width - 1); llama.cpp may draft fewer (--draft-min, "
@@ -191,11 +209,15 @@ def cmd_export(args: argparse.Namespace) -> int:
         first = levels[0]
         t, d = _record_pair(first, prof.path)
         rec = (first.evidence or {}).get("record")
-        # a name that a printed command cannot hold as written is refused, naming where it came from
-        target = printable(args.target or t or "TARGET", "--target" if args.target else f"the target record {rec} names")
-        drafter = printable(args.draft or d or "DRAFT", "--draft" if args.draft else f"the drafter record {rec} names")
         out.append("")
         out.append(comment(first.describe_keys().split(', served by')[0].split(', concurrency')[0]))
+        # a name that a printed command cannot hold as written is refused, naming where it came from
+        target = printable(args.target or _here(t, "TARGET", "--target", out),
+                           "--target" if args.target else f"the target record {rec} names")
+        # a decline's command names no drafter: nothing to say about one
+        drafter = printable(args.draft or (_here(d, "DRAFT", "--draft", out) if any(not e.decline for e in levels)
+                                           else "DRAFT"),
+                            "--draft" if args.draft else f"the drafter record {rec} names")
         if first.drafter_kind.value != "model":
             out.append(comment(f"drafter kind {first.drafter_kind.value}: the command below assumes a "
                                f"draft model; map it to the engine's own {first.drafter_kind.value} drafter"))

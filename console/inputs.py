@@ -12,14 +12,14 @@ from pathlib import Path
 from typing import Mapping
 
 from blockwidth.engine import demo
-from blockwidth.engine.checkpoint import pair_id
+from blockwidth.engine.checkpoint import Checkpoint, pair_id, read_checkpoint
 from blockwidth.policy import files
 from blockwidth.policy import profile as profiles
 from blockwidth.policy.device import Device, parse_device_spec
-from blockwidth.policy.drafter import DrafterInfo, DrafterKind, read_drafter
+from blockwidth.policy.drafter import DrafterInfo, DrafterKind, detect_drafter, kind_problem
 from blockwidth.policy.errors import BlockwidthError, ExitCode, InputError  # noqa: F401 (the front ends take them from here)
 from blockwidth.policy.config import ConfigError
-from blockwidth.policy.quantization import Quantization, read_quantization
+from blockwidth.policy.quantization import Quantization
 from blockwidth.policy.resolve import Resolution, Step, resolve
 from blockwidth.policy.text import shown
 
@@ -117,12 +117,13 @@ def checkpoint_dir(value: str | os.PathLike, what: str, weights: bool = False,
     return path
 
 
-def target_quantization(path: Path) -> Quantization:
+def target_quantization(path: Path | Checkpoint) -> Quantization:
     """The target's quantization. A folder without a readable config.json is not a checkpoint:
     an error, as it is for a drafter (a config that parses but names an odd scheme is
     ``unknown``, with the reason)."""
+    target = read_checkpoint(path, "target")
     try:
-        return read_quantization(path)
+        return target.quantization
     except ConfigError as e:
         raise e.about("target") from None
 
@@ -191,18 +192,19 @@ def pair_paths(target: str | None, draft: str | None, variant: str | None = None
 
 
 def drafter_info(paths: PairPaths, kind: str | None,
-                 names: Mapping[str, str] = CLI_NAMES) -> DrafterInfo:
+                 names: Mapping[str, str] = CLI_NAMES, drafter: Checkpoint | None = None) -> DrafterInfo:
     """``names``: how the detail words the inputs (CLI_NAMES or CONSOLE_NAMES), so a drafter
-    opened in the console's fields is not described by a ``--draft`` flag nobody gave."""
+    opened in the console's fields is not described by a ``--draft`` flag nobody gave.
+    ``drafter``: the drafter's folder as already read."""
     explicit = DrafterKind(kind) if kind else None
     if paths.drafter is None:
         k = explicit or DrafterKind.LOOKUP
         how = f"{names['kind']} given" if explicit else f"no {names['draft']}: the model-free lookup drafter"
         return DrafterInfo(k, None, how)
-    try:
-        detected = read_drafter(paths.drafter)
-    except ConfigError as e:
-        raise e.about("draft") from None
+    detected = detect_drafter(read_checkpoint(drafter or paths.drafter, "draft").config)
+    problem = kind_problem(explicit, detected, paths.drafter)
+    if problem:
+        raise problem
     if explicit and explicit is not detected.kind:
         return DrafterInfo(explicit, detected.declared_width,
                            f"{names['kind']} {explicit.value} given (detection said {detected.kind.value})")
@@ -213,28 +215,31 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
                flag: str | None, device: str | None, profile: str | None,
                env: Mapping[str, str] | None = None, variant: str | None = None,
                profile_missing_ok: bool = False, download: bool = True,
-               names: Mapping[str, str] = CLI_NAMES, path: str = profiles.PATH_ENGINE,
+               names: Mapping[str, str] = CLI_NAMES, route: str = profiles.PATH_ENGINE,
                concurrency: int = 1) -> tuple[Resolution, PairPaths, DrafterInfo]:
-    """The resolution every front end shows: ``path`` and ``concurrency`` are what it is for
+    """The resolution every front end shows: ``route`` and ``concurrency`` are what it is for
     (``blockwidth serve`` resolves for mlx_lm.server under its load)."""
     paths = pair_paths(target, draft, variant, kind, download=download)
-    info = drafter_info(paths, kind, names)
-    if info.kind is DrafterKind.MODEL and paths.drafter is not None:
+    # each folder read once for the whole resolution (its config, quantization, fingerprint)
+    drafter_ck = read_checkpoint(paths.drafter, "draft") if paths.drafter is not None else None
+    info = drafter_info(paths, kind, names, drafter_ck)
+    target_ck = read_checkpoint(paths.target, "target")
+    if info.kind is DrafterKind.MODEL and drafter_ck is not None:
         # The pair the console refuses to load, resolve refuses too: one rule (engine.pair).
-        from blockwidth.engine.pair import PairError, vocabulary_mismatch
+        from blockwidth.engine.pair import PairError, swapped, vocabulary_mismatch
 
-        why = vocabulary_mismatch(paths.target, paths.drafter)  # a PairError names its input
+        why = vocabulary_mismatch(target_ck, drafter_ck) or swapped(target_ck, drafter_ck)  # a PairError names its input
         if why:
             raise PairError(why, "draft")
-    quant = target_quantization(paths.target)
+    quant = target_quantization(target_ck)
     dev = device_for(device)
     prof = load_profile(profile, profile_missing_ok)
-    pid = pair_id(paths.target, paths.drafter)
+    pid = pair_id(target_ck, drafter_ck)
     res = resolve(
         drafter_kind=info.kind, device=dev, quantization=quant, flag=flag,
         env=os.environ if env is None else env, profile=prof,
         declared_width=info.declared_width, declared_detail=info.detail,
-        pair=pid, mlx_version=mlx_version(), path=path, concurrency=concurrency,
+        pair=pid, mlx_version=mlx_version(), route=route, concurrency=concurrency,
     )
     return res, paths, info
 

@@ -6,49 +6,19 @@ import argparse
 import math
 import os
 import sys
-from pathlib import Path
 
-from blockwidth.engine import attention, linear
-from blockwidth.console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
+from blockwidth.engine import linear
+from blockwidth.console.inputs import BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
 from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from blockwidth.console.request import (add_exact, add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)
 from blockwidth.console import outputs
 from blockwidth.console import distributed
 from blockwidth.console.save import save_session
+from blockwidth.console.session import answer_after, profile_for_save, record_dir  # noqa: F401 (their home)
 from blockwidth.policy import bounds, files
+from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH
 from blockwidth.policy.text import error_line, error_lines, shown
-
-
-def record_dir(value: str | None) -> Path:
-    """The record directory, checked before any model loads: it exists (or is created) and a
-    file can be written in it. Raises InputError naming it."""
-    import tempfile
-
-    from blockwidth.console import records
-
-    d = user_path(value, "record dir") or records.default_dir()
-    what = f"--record-dir {d}" if value is not None else f"record directory {d}"
-    try:
-        d.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=d, prefix=".record.probe.", suffix=".tmp"):
-            pass
-    except FileExistsError:
-        raise InputError(f"{what}: is a file, not a directory") from None
-    except OSError as e:
-        raise InputError(f"{what}: cannot be written ({e.strerror})") from None
-    return d
-
-
-def profile_for_save(value: str | None, inputs: list[tuple[str, Path | None]] = ()):
-    """The profile a --save will write, validated before any model loads: a profile that can be
-    written, and none of the run's other inputs under another name (``inputs``)."""
-    from blockwidth.console import profile_file
-    from blockwidth.policy import profile as profiles
-
-    path = user_path(value, "profile")
-    profile_file.check_writable(path)
-    outputs.not_an_input(path or profiles.default_path(), "--profile", inputs)
 
 
 def _memory_bytes() -> int | None:
@@ -70,10 +40,10 @@ def _context_bound(pair, what: str, tokens: int, detail: str) -> None:
 
 def _widest(widths, auto_max: int | None) -> int:
     """The widest verify a sweep may run: its fixed widths and, with auto, auto's widest."""
-    from blockwidth.policy.auto import AUTO, MAX_WIDTH
+    from blockwidth.policy.auto import AUTO, DEFAULT_AUTO_MAX
 
     fixed = [w for w in widths if w != AUTO]
-    cap = (auto_max or max(fixed, default=MAX_WIDTH)) if AUTO in widths else 0
+    cap = (auto_max or max(fixed, default=DEFAULT_AUTO_MAX)) if AUTO in widths else 0
     return max([*fixed, cap])
 
 
@@ -123,7 +93,7 @@ def run_interruptibly(work, cancel, what: str):
             except KeyboardInterrupt:
                 if interrupted:
                     print("\nblockwidth: interrupted", file=sys.stderr, flush=True)
-                    os._exit(130)
+                    os._exit(ExitCode.INTERRUPTED)
                 interrupted = True
                 cancel.set()
                 print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
@@ -162,6 +132,39 @@ def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel,
           file=sys.stderr, flush=True)
 
 
+def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, cancel) -> None:
+    """Before a session of a minute or more: what it costs here, from a pilot (a few tokens
+    decoded, classic and at its smallest width: policy.pace), prefill counted (a forward-count
+    estimate said 9.2 s for a run of minutes), and whether its repetitions can reach a win."""
+    from blockwidth.engine.pace import pilot
+    from blockwidth.policy import pace
+
+    fixed = [w for w in config.widths if isinstance(w, int)]
+    try:
+        rates = pilot(pair, ids, min(fixed) if fixed else 2, cancel=cancel.is_set)
+    except (BlockwidthError, ValueError, RuntimeError):  # no estimate; the session says what fails
+        return
+    if rates is None:
+        return
+    shape = pace.Shape(reqs, len(dict.fromkeys(config.widths)), config.n, config.sequential,
+                       config.max_reps, config.max_seconds)
+    plan = pace.plan(rates, shape)
+    if plan.first_s < LONG_TOTAL_S and plan.can_decide:
+        return
+    said = f"about {pace.minutes(plan.first_s)} here for its n {config.n}, prefill counted ({rates.describe()})"
+    if not plan.can_decide:
+        said += (f"; a win needs {plan.need} repetitions (its p below {stats_alpha()}), which it does not reach"
+                 + (f": -n {plan.need}, or --sequential --max-seconds {plan.seconds_for_need()}"
+                    if not config.sequential else f": --max-seconds {plan.seconds_for_need()}"))
+    print(f"blockwidth: sweep: {said} (Ctrl-C stops it between forwards)", file=sys.stderr, flush=True)
+
+
+def stats_alpha() -> str:
+    from blockwidth.policy.stats import ALPHA
+
+    return f"{ALPHA:g}"
+
+
 def _dur(s: float) -> str:
     return f"{s:.1f} s" if s < 90 else f"{s / 60:.0f} min" if s < 5400 else f"{s / 3600:.1f} h"
 
@@ -181,23 +184,6 @@ def _width_in_effect(args: argparse.Namespace) -> tuple[int | str, str] | None:
     # an auto entry: the engine runs auto (the console's rule: Resolution.engine_width)
     width = res.engine_width
     return (width, label(res.source)) if width is not None else None
-
-
-def answer_after(args: argparse.Namespace, session, path: str = "engine"):
-    """The answer as ``resolve`` now gives it (after the save) for ``path``, with this session's
-    word on it."""
-    from blockwidth.console.answer import answer
-    from blockwidth.console.inputs import resolution
-    from blockwidth.console.outcome import in_effect_note
-
-    try:
-        res, paths, _ = resolution(target=args.target, draft=args.draft, kind=args.kind, flag=None,
-                                   device=None, profile=args.profile, variant=args.demo_target,
-                                   profile_missing_ok=True, path=path)
-    except BlockwidthError as e:
-        return answer(None, None, resolve_error=e.say(CLI_NAMES))
-    note = in_effect_note(session, res.width)
-    return answer(res, paths, session=note[0] if note else None)
 
 
 def read_workload(value: str | None, prompt: str | None, prompt_file: str | None):
@@ -253,11 +239,8 @@ def gain(text: str) -> float:
 def cmd_sweep(args: argparse.Namespace) -> int:
     import threading
 
-    from blockwidth.console import records as record_files
-    from blockwidth.engine import host, record
-    from blockwidth.engine.ab import AbConfig, run_session
-
-    from blockwidth.console import served
+    from blockwidth.console import served, session as recorded_session
+    from blockwidth.engine.session import host
 
     code = distributed.run(args, cmd_sweep)  # --distributed: as a rank of a group, or its launcher
     if code is not None:
@@ -325,11 +308,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     gate = host.gate(wait_s=args.wait_quiet)
     for w in gate.warnings:
         print(f"blockwidth: warning: {shown(w)}", file=sys.stderr)
-    config = AbConfig(widths=widths, prompt=prompt, n=args.n, max_tokens=args.max_tokens,
-                      sequential=args.sequential, max_reps=args.max_reps,
-                      max_seconds=args.max_seconds, verify_attention=args.verify_attention or "auto",
-                      verify_linear=args.verify_linear, workload=workload, min_gain=args.min_gain,
-                      seed=args.seed, auto_max=args.auto_max, exact=getattr(args, "exact", "auto"))
+    config = recorded_session.config(req, widths=widths, verify_attention=args.verify_attention or "auto",
+                                     verify_linear=args.verify_linear, workload=workload,
+                                     min_gain=args.min_gain, seed=args.seed, auto_max=args.auto_max,
+                                     exact=getattr(args, "exact", "auto"))
     quiet = args.json
 
     tty = sys.stderr.isatty()
@@ -348,8 +330,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
-            stage = "exactness probe" if e.phase == "exactness" else "cost curve"
-            unit = "widths" if e.phase == "exactness" else "forwards"
+            stage, unit = {"exactness": ("exactness probe", "widths"),
+                           "divergence": ("divergence margin", "widths")}.get(e.phase, ("cost curve", "forwards"))
             print(f"\r  {stage} {e.run}/{e.runs} {unit} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
             print(f"\r  {e.kind}: {shown(e.message)}".ljust(60), file=sys.stderr)
@@ -359,43 +341,51 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
     cancel = threading.Event()
-    # at least: every planned run's prefill, and its tokens at the widest width's rate
-    per_run = -(-args.max_tokens // _widest(widths, args.auto_max))
-    longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
-    _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
-                  quiet=args.json, cancel=cancel, lower_only=True)
+    if distributed.active():
+        # at least: every planned run's prefill, and its tokens at the widest width's rate (a
+        # group's ranks time one forward together: a pilot's decodes would be collectives too)
+        per_run = -(-args.max_tokens // _widest(widths, args.auto_max))
+        longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
+        _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
+                      quiet=args.json, cancel=cancel, lower_only=True)
+    elif not args.json:
+        reqs = (((n_prompt, args.max_tokens),) if workload is None
+                else tuple((len(p.ids), p.max_tokens) for p in prepared))
+        ids = (pair.encode(prompt) if workload is None
+               else list(min(prepared, key=lambda p: abs(len(p.ids) - sum(r[0] for r in reqs) / len(reqs))).ids))
+        _say_pilot(pair, ids, reqs, config, cancel)
     # Ctrl-C stops the session after the forward under way; the cancelled session's record is
     # written, as any other (a measured result is never lost). A DecodeError is a BlockwidthError:
     # it reaches the front end as it is.
-    session, _ = run_interruptibly(lambda: run_session(pair, config, on_event=on_event, cancel=cancel,
-                                                       lockstep=distributed.lockstep()),
-                                   cancel, "the session")
-    rec = record.build(session, pair, host.identity(), gate.to_dict())
-    distributed.annotate(rec, pair, session)  # the group, when sharded (every rank, collective)
+    # The record is written as the session ends (console.session), the group's part added when
+    # sharded (distributed.annotate: every rank, collective).
+    done, _ = run_interruptibly(
+        lambda: recorded_session.run(pair, config, record_dir=records, gate=gate, on_event=on_event,
+                                     cancel=cancel, lockstep=distributed.lockstep(),
+                                     annotate=lambda rec, s: distributed.annotate(rec, pair, s)),
+        cancel, "the session")
+    session, rec, record_file = done.session, done.record, done.record_path
     # The measurement is done: a write that fails now (a full disk, a file-size limit, a profile
     # made read-only or rewritten as bad TOML meanwhile) is reported after the results, in one
     # line that names what was kept, and exits 2; it never throws the results away.
     late: list[str] = []
-    path = None
-    try:
-        path = record_files.write(rec, records)
-        outputs.keep("record", path)
-    except OSError as e:
+    if done.write_error is not None:
+        e = done.write_error
         late.append(f"record directory {records}: the record cannot be written ({e.strerror or e})")
 
     saved, refusal = None, None
-    if args.save and path is None:
+    if args.save and record_file is None:
         late.append("--save: nothing saved (a profile entry names its record, which was not written)")
     elif args.save:
         from blockwidth.console.profile_file import ProfileBusy
         from blockwidth.policy.profile import ProfileError
 
         try:
-            saved, refusal = save_session(session, pair, path, args.profile,
+            saved, refusal = save_session(session, pair, record_file, args.profile,
                                           allow_nonidentical=args.allow_nonidentical,
                                           pair_specific=args.pair_specific)
         except ProfileBusy as e:  # the record stays; the operator can save from it later
-            refusal = f"{e} (the record is kept: {path})"
+            refusal = f"{e} (the record is kept: {record_file})"
         except ProfileError as e:
             late.append("; ".join(error_lines(e)) + " (nothing saved)")
         else:
@@ -407,7 +397,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     said = answer_after(args, session) if args.save else None
     if args.json:
         out = dict(rec)
-        out["record_path"] = str(path) if path else None
+        out["record_path"] = str(record_file) if record_file else None
         out["saved"] = saved
         out["save_refused"] = refusal
         if said is not None:
@@ -486,7 +476,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
         say(f"verdict: {headline(session).text}")  # the same words as the console's headline
         say(f"decision: {session.decision} — {session.why}")
-        say(f"record: {path}" if path else "record: not written (below)")
+        say(f"record: {record_file}" if record_file else "record: not written (below)")
         if saved:
             say(f"saved: {saved}")
         if refusal:
@@ -504,7 +494,7 @@ def _sweep_exit(session, refusal: str | None, late: list[str]) -> int:
     if late:
         return ExitCode.USAGE
     if session.cancelled:
-        return 130
+        return ExitCode.INTERRUPTED
     return ExitCode.CHECK_FAILED if refusal else ExitCode.OK
 
 
@@ -550,7 +540,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
                                       on_progress=progress, cancel=cancel.is_set, exact=plan),
             cancel, "the cost curve")
     except RewindError as e:  # the cache cannot put a forward back: one line, not a traceback
-        raise RewindError(f"costcurve: {e}") from None
+        raise e.adding(before="costcurve: ") from None
     if not args.json and tty:
         print(file=sys.stderr)
     data = {"target": str(pair.target_path), "target_quantization": pair.quantization.to_dict(),
@@ -598,7 +588,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     if curve.cancelled:
         print(f"cancelled: {curve.repeats} of {args.repeats} repeats per row count were measured "
               f"(the figures above are theirs)")
-        return 130
+        return ExitCode.INTERRUPTED
     return ExitCode.OK
 
 
@@ -608,7 +598,7 @@ def register(sub) -> None:
     p.add_argument("--widths", default="2,3,4,6,8",
                    help="comma-separated widths (default 2,3,4,6,8); auto is one more arm: a width "
                         "per round from the process-wide controller")
-    p.add_argument("--auto-max", type=integer(2, 64, "the auto arm's widest width"), default=None,
+    p.add_argument("--auto-max", type=integer(MIN_WIDTH, MAX_WIDTH, "the auto arm's widest width"), default=None,
                    metavar="N", help="the auto arm's widest width (default: the widest fixed width "
                                      "swept, 16 with none)")
     p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=3,

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from textual.message import Message
 
@@ -38,6 +38,7 @@ class ResolveFailed(Message):
 @dataclass
 class PairReady(Message):
     pair: Pair
+    pace: Any = None  # policy.pace.Pace from the pilot that followed the load (None: none ran)
 
 
 @dataclass
@@ -73,6 +74,27 @@ class Saved(Message):
     saved: str | None
     refusal: str | None
     session: Session | None = None  # the session it was asked for (the screen may show another by now)
+
+
+@dataclass
+class Deleted(Message):
+    """The profile entry delete (under the profile's lock, off the UI thread): ``error`` None when
+    the entry is gone."""
+
+    entry: Any
+    error: str | None = None
+
+
+@dataclass
+class ProfileRead(Message):
+    """The profile parsed and its static check run off the UI thread (the check reads the records
+    its entries name): the entries and one mark each, or the profile's error lines.
+    ``generation``: which read it answers (a later read's answer replaces an earlier one's)."""
+
+    generation: int
+    profile: Any | None
+    marks: list[Any]
+    error: list[str] | None = None
 
 
 @dataclass

@@ -18,7 +18,7 @@ from blockwidth.policy import stats
 from blockwidth.policy.auto import AUTO
 from blockwidth.policy.device import Device
 from blockwidth.policy.drafter import DrafterKind
-from blockwidth.policy.profile import Override
+from blockwidth.policy.profile import Entry
 from blockwidth.policy.quantization import Quantization
 from blockwidth.policy.text import shown
 from blockwidth.policy.verdict import Budget, RefusalKind, Verdict, refusal
@@ -93,6 +93,20 @@ class MoreRuns:
             return None
         return _round_up(self.last_rep_at + (self.more - 0.5) * self.rep_s)
 
+    def raises(self) -> list[tuple[str, str, int]]:
+        """(flag, console field, value) for each budget to raise so that ``more`` repetitions
+        follow this session's, from its measured times (empty where they are not measured, or the
+        session did not stop on a budget)."""
+        secs = self.seconds_for_more()
+        if secs is None or self.budget_out is None:
+            return []
+        out = []
+        if self.budget_out is Budget.SECONDS or secs > self.max_seconds:
+            out.append(("--max-seconds", "secs", max(secs, _round_up(self.max_seconds + 1))))
+        if self.reps + self.more > self.max_reps:
+            out.append(("--max-reps", "reps", self.reps + self.more))
+        return out
+
     def say(self, front: Front) -> str:
         cli = front is Front.CLI
         if self.overlap:
@@ -111,15 +125,9 @@ class MoreRuns:
         if not self.sequential:
             return ("add --sequential (it adds repetitions until decided)" if cli
                     else "turn on sequential (it adds repetitions until decided)")
-        secs = self.seconds_for_more()
-        if secs is not None and self.budget_out is not None:
+        raise_ = self.raises()
+        if self.seconds_for_more() is not None and self.budget_out is not None:
             # measured: how long a repetition of the open arms took, and the budget for more
-            reps = self.reps + self.more
-            raise_ = []
-            if self.budget_out is Budget.SECONDS or secs > self.max_seconds:
-                raise_.append(("--max-seconds", "secs", max(secs, _round_up(self.max_seconds + 1))))
-            if reps > self.max_reps:
-                raise_.append(("--max-reps", "reps", reps))
             said = (" ".join(f"{flag} {v}" for flag, _, v in raise_) if cli
                     else " and ".join(f"the {name} field to {v}" for _, name, v in raise_))
             ran = ("it ran out of time" if self.budget_out is Budget.SECONDS else "it stopped")
@@ -193,6 +201,70 @@ def _spread(session: Session, open_, bar: float) -> tuple[str, float, float] | N
     return None
 
 
+@dataclass(frozen=True)
+class NextStep:
+    """The one step the console runs for an undecided session (its ``n`` key): the fields it
+    sets, then a run. ``requests``: a workload's requests to run instead (written to a JSONL
+    file, which the prompt field then names)."""
+
+    says: str  # what the key does, in words
+    fields: tuple[tuple[str, Any], ...]  # (field id, value): widths, n, tokens, reps, secs, prompt, sequential
+    requests: tuple = ()  # policy.workload.Request, when the step runs a part of the workload
+
+    def field(self, name: str) -> Any:
+        return dict(self.fields).get(name)
+
+
+def next_step(session: Session) -> NextStep | None:
+    """The step the advice names, as fields to set and run (None: nothing to run, or not
+    undecided). Ranges that overlap: longer runs; a workload whose requests disagree: the
+    requests where the width best on most of them was best, on their own; a budget spent:
+    the budget its own repetitions' times ask for; sequential off: on."""
+    if session.cancelled:
+        return None
+    why = refusal(cancelled=session.cancelled, drifted=session.drift,
+                  recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms])
+    if not (why is RefusalKind.UNDECIDED or (why is RefusalKind.DRIFT and session.drift_could_be_noise)):
+        return None
+    m = more_runs(session)
+    if m.overlap:
+        to = min(m.tokens * 4, MAX_ADVISED_TOKENS)
+        return NextStep(f"runs it again with {to}-token runs", (("tokens", to),)) if to > m.tokens else None
+    if m.spread is not None:
+        return _where_best(session)
+    if not m.sequential:
+        return NextStep("runs it again with sequential on", (("sequential", True),))
+    raise_ = m.raises()
+    if raise_:
+        said = " and ".join(f"{name} {v}" for _, name, v in raise_)
+        return NextStep(f"runs it again with {said} (for {m.more} more repetitions)",
+                        tuple((name, v) for _, name, v in raise_))
+    if m.budget_out is Budget.SECONDS:
+        return NextStep(f"runs it again with secs {m.max_seconds * 2:g}", (("secs", m.max_seconds * 2),))
+    if m.budget_out is Budget.REPS:
+        reps = max(m.max_reps, m.reps) * 2
+        return NextStep(f"runs it again with reps {reps}", (("reps", reps),))
+    return None
+
+
+def _where_best(session: Session) -> NextStep | None:
+    """A workload whose requests disagree: the width best on most requests, on those requests
+    alone, as a workload of their own (what traffic like them gets; the rest is another mix)."""
+    measured = [r for r in session.per_request if r.measured]
+    counts: dict[Any, int] = {}
+    for r in measured:
+        if r.best() is not None:
+            counts[r.best()] = counts.get(r.best(), 0) + 1
+    if not counts:
+        return None
+    width, k = max(counts.items(), key=lambda wk: (wk[1], -wk[0] if isinstance(wk[0], int) else 0))
+    if k < 2 or k == len(session.per_request):
+        return None
+    reqs = tuple(r.prepared.request for r in measured if r.best() == width)
+    return NextStep(f"runs w{width} against classic on the {k} requests where it was best "
+                    f"(a workload of their own)", (("widths", str(width)), ("prompt", "@")), reqs)
+
+
 def advice(session: Session, front: Front) -> str | None:
     """The one piece of advice an undecided (or drift-or-noise) session gets, or None."""
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
@@ -222,17 +294,17 @@ class PairFacts:
     kind: DrafterKind
     quantization: Quantization
     pair_id: str
-    # the names every reason that matches the entry repeats (policy.profile.Override.measured_on)
+    # the names every reason that matches the entry repeats (policy.profile.Entry.measured_on)
     target_name: str | None = None
     drafter_name: str | None = None
 
 
 def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str | None,
                   measured_at: str, record: str, allow_nonidentical: bool = False,
-                  pair_specific: bool = False, path: str = "engine", concurrency: int | None = None,
-                  server: dict | None = None) -> Override | Refusal:
+                  pair_specific: bool = False, route: str = "engine", concurrency: int | None = None,
+                  server: dict | None = None) -> Entry | Refusal:
     """The profile entry a session earns (a width, or a decline), or the refusal and why.
-    ``path``, ``concurrency`` and ``server``: what measured it (the served path's level and
+    ``route`` (the entry's ``path``), ``concurrency`` and ``server``: what measured it (the served path's level and
     mlx_lm.server's version and arguments)."""
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms],
@@ -274,6 +346,10 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
             evidence.update(ratio=round(est.ratio, 4), ratio_ci=est.ci.to_list(), p_value=round(est.p, 6))
     evidence["min_gain"] = session.config.min_gain
     evidence["seed"] = session.seed
+    plan_ = getattr(session, "exact", None)
+    if plan_ is not None:  # how identity was had (engine.exact), and the speed-ups' control
+        evidence["exact"] = {"asked": plan_.asked.value, "active": plan_.active, "exact": plan_.exact,
+                             "control": getattr(session, "baseline", "classic")}
     if session.workload is not None:
         evidence["workload"] = {k: shown(v) if isinstance(v, str) else v
                                 for k, v in session.workload.to_dict().items()}
@@ -281,13 +357,13 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
     if width == AUTO:  # the auto arm won: its plan, and the fixed width for what cannot adapt
         plan = session.auto.plan()
         width = plan.static_width
-    return Override(
+    return Entry(
         backend=device.backend, drafter_kind=pair.kind, width=width, decline=width is None, auto=plan,
         compute_capability=device.compute_capability, device_name=device.name or None,
         quant_scheme=q.scheme.value, quant_bits=q.bits,
         quant_group_size=q.group_size, pair=pair.pair_id if pair_specific else None,
         mlx=mlx, measured_at=measured_at, byte_identical=identical, evidence=evidence,
-        path=path, concurrency=concurrency, server=server, group=device.group,
+        path=route, concurrency=concurrency, server=server, group=device.group,
     )
 
 
@@ -335,14 +411,27 @@ def headline(session: Session, planned_runs: int | None = None, front: Front = F
         return Headline(f"undecided: {_open(session)}; {advice(session, front)}", Tone.WARN, False)
     if why is RefusalKind.NOT_MEASURED:
         return Headline("no width was measured: the drafter declined every round", Tone.WARN, False)
-    if session.recommendation == AUTO:
-        return Headline("the auto width beats classic", Tone.GOOD, True)
     if session.recommendation is not None:
-        return Headline(f"width {session.recommendation} beats classic", Tone.GOOD, True)
+        lead = "the auto width" if session.recommendation == AUTO else f"width {session.recommendation}"
+        return Headline(f"{lead} beats classic{tie_note(session)}", Tone.GOOD, True)
     if any(a.verdict is Verdict.NO_GAIN for a in session.arms):
         return Headline(f"classic wins: no measured width clears the {session.config.min_gain:.0%} minimum "
                         "gain (saves as a decline)", Tone.PLAIN, True)
     return Headline("classic wins: every measured width is slower (saves as a decline)", Tone.PLAIN, True)
+
+
+def _arm_name(width) -> str:
+    return str(width) if isinstance(width, str) else f"w{width}"
+
+
+def tie_note(session: Session) -> str:
+    """Where the tie rule chose a width that is not the fastest winner: said in the table's words
+    ("chosen", "fastest"), so no sentence calls a width faster than the one the table marks."""
+    c = getattr(session, "choice", None)
+    if c is None or c.width == c.best:
+        return ""
+    return (f" (chosen by the tie rule: {_arm_name(c.best)} is the fastest, but its interval overlaps "
+            f"{_arm_name(c.width)}'s, so not measurably faster)")
 
 
 def _open(session: Session) -> str:
@@ -368,8 +457,16 @@ def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | No
     if v is Verdict.WINS and session.recommendation == width:
         return (f"width {width} in effect is the best measured here", Tone.GOOD)
     if v is Verdict.WINS:
-        best = session.arm(session.recommendation).name if session.recommendation is not None else "another"
-        return (f"width {width} in effect beats classic, but {best} is faster", Tone.WARN)
+        # in the table's words: the tie rule's pick is "chosen", the highest speed-up "fastest"
+        c, pick = session.choice, session.recommendation
+        chosen = _arm_name(pick) if pick is not None else "another width"
+        if c is not None and c.best == width:
+            return (f"width {width} in effect is the fastest here, but the tie rule chooses {chosen}: "
+                    f"w{width} is not measurably faster", Tone.WARN)
+        if c is not None and c.best != pick:
+            return (f"width {width} in effect beats classic; the tie rule chooses {chosen} "
+                    f"({_arm_name(c.best)} is the fastest)", Tone.WARN)
+        return (f"width {width} in effect beats classic; {chosen} is chosen (the fastest)", Tone.WARN)
     if v is Verdict.SLOWER:
         return (f"width {width} in effect is SLOWER than classic here", Tone.BAD)
     if v is Verdict.NO_GAIN:

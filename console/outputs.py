@@ -24,7 +24,7 @@ from typing import Iterable, TextIO
 
 from blockwidth.console.inputs import InputError
 from blockwidth.policy import files
-from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError, ExitCode
 from blockwidth.policy.text import shown
 
 
@@ -165,13 +165,11 @@ def unguard_stdout() -> None:
 def stdout_failed(e: StreamError) -> int:
     """Say in one line that stdout failed and what was kept; stop later flushes from failing
     again at exit. A reader that left (``| head``) is told nothing: 128 + SIGPIPE, as before."""
-    import signal
-
     with contextlib.suppress(OSError):
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.__stdout__.fileno())
     if e.errno == errno.EPIPE:
-        return 128 + signal.SIGPIPE
+        return ExitCode.BROKEN_PIPE
     with contextlib.suppress(OSError):
         print(f"blockwidth: error: stdout cannot be written ({shown(e.strerror)}){kept_note()}",
               file=sys.stderr)
-    return 2
+    return ExitCode.USAGE

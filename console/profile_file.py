@@ -163,7 +163,7 @@ def _current_text(path: Path, shown: Path, must_exist: bool) -> str | None:
         raise profiles.ProfileError(shown, [str(e)]) from None
 
 
-def save(path: Path | None, entry: profiles.Override, *, wait_s: float | None = None) -> profiles.Profile:
+def save(path: Path | None, entry: profiles.Entry, *, wait_s: float | None = None) -> profiles.Profile:
     """Add ``entry`` (replacing one in the same slot) to what is on disk now."""
     shown = Path(path) if path is not None else profiles.default_path()
     real = real_path(shown)
@@ -176,7 +176,7 @@ def save(path: Path | None, entry: profiles.Override, *, wait_s: float | None = 
     return profiles.load(shown)
 
 
-def delete(path: Path | None, entry: profiles.Override, *, wait_s: float | None = None) -> profiles.Profile:
+def delete(path: Path | None, entry: profiles.Entry, *, wait_s: float | None = None) -> profiles.Profile:
     """Remove the entry in ``entry``'s slot from what is on disk now."""
     shown = Path(path) if path is not None else profiles.default_path()
     real = real_path(shown)

@@ -1,6 +1,6 @@
 """Where session records go and how one is written: atomically (``console.atomic``), under a
 name that never replaces another record, cleaning what writers killed mid-write left behind.
-What a record holds, and reading one, is ``engine.record``."""
+What a record holds, and reading one, is ``engine.session.record``."""
 
 from __future__ import annotations
 

@@ -70,12 +70,14 @@ def speedup_lines(session) -> list[str]:
         return []
     c = session.config
     drawn, unit = ("runs", "runs") if session.single else ("requests, then runs", "passes")
+    from blockwidth.policy.stats import ALPHA
+
     control = "classic" if getattr(session, "baseline", "classic") == "classic" else \
         "classic on stock kernels (faster than classic on the exact path)"
     out = ["", f"speed-up over {control} (total new tokens / total decode time); 95 % bootstrap interval "
            f"resampling {drawn}, seed {session.seed}; one-sided permutation p of the {unit}; a win's "
-           f"interval clears {1 + c.min_gain:.2f}" + (" and its ranges are disjoint" if session.single else "")
-           + ":"]
+           f"interval clears {1 + c.min_gain:.2f}, its p is below {ALPHA:g}"
+           + (" and its ranges are disjoint" if session.single else "") + ":"]
     for a in session.arms:
         e = session.estimates.get(a.width)
         if e is None:
@@ -103,7 +105,7 @@ def request_table(session, fold: int | None = None) -> list[str]:
                 f"best by w{key_w}; all in the record)")
         reqs = [r for r in reqs if id(r) in keep]
     head = f"{'request':<14} {'tok':>4} {'classic':>7} " + " ".join(f"{a.name:>6}" for a in session.arms)
-    out = ["\nper request (classic decode tok/s; each width's speed-up there):",
+    out = ["", "per request (classic decode tok/s; each width's speed-up there):",
            head + f" {'best':>7} {'accept':>6}"]
     for r in reqs:
         c = r.classic.decode_range()
@@ -114,16 +116,23 @@ def request_table(session, fold: int | None = None) -> list[str]:
             cells.append(f"{'-' if x is None else f'{x:.2f}' + ('!' if ident and not ident.identical_ids else 'x'):>6}")
         best = r.best()
         acc = r.arm(best).acceptance if best is not None else None
-        out.append(f"{r.id[:14]:<14} {len(r.prepared.ids):>4} {c.median if c else 0:7.1f} " + " ".join(cells)
-                   + f" {('w' + str(best)) if best else 'classic':>7} {f'{acc:.2f}' if acc is not None else '-':>6}")
+        # a request the session stopped before measuring on every arm has no best (not "classic")
+        named = f"w{best}" if best else "classic" if r.measured else "-"
+        out.append(f"{r.id[:14]:<14} {len(r.prepared.ids):>4} {f'{c.median:7.1f}' if c else '      -'} "
+                   + " ".join(cells) + f" {named:>7} {f'{acc:.2f}' if acc is not None else '-':>6}")
     if any(r.arm(w).identity and not r.arm(w).identity.identical_ids for r in session.requests for w in widths):
         out.append("  ! output differs from classic's on that request")
     if note:
         out.append(note)
-    spread = [r.best() for r in session.requests]
+    measured = [r for r in session.requests if r.measured]
+    spread = [r.best() for r in measured]
     counts = {w: spread.count(w) for w in [*widths, None] if spread.count(w)}
-    out.append("best width per request: " + ", ".join(
-        f"{'classic' if w is None else f'w{w}'} on {k}" for w, k in counts.items()))
+    unrun = len(session.requests) - len(measured)
+    said = ", ".join(f"{'classic' if w is None else f'w{w}'} on {k}" for w, k in counts.items())
+    if unrun:
+        said = (said + "; " if said else "") + (f"{unrun} request{'' if unrun == 1 else 's'} not measured on "
+                                                f"every arm (cancelled): no best there")
+    out.append("best width per request: " + said)
     return out
 
 
@@ -135,7 +144,7 @@ def ratio_rows(session) -> list[tuple[str, float, float, float, str]]:
     for a in session.arms:
         got = [x for r in session.requests if (x := r.ratio(a.width)) is not None]
         if got:
-            wins = sum(1 for r in session.requests if r.best() == a.width)
+            wins = sum(1 for r in session.requests if r.measured and r.best() == a.width)
             rows.append((a.name, min(got), statistics.median(got), max(got), f"best on {wins}"))
     return rows
 _LEVELS = "▁▂▃▄▅▆▇█"

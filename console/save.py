@@ -15,9 +15,11 @@ from blockwidth.console.inputs import mlx_version, user_path
 
 def save_session(session, pair, record_path: Path, profile_path: str | Path | None, *,
                  allow_nonidentical: bool = False, pair_specific: bool = False,
-                 front=None, path: str = "engine", concurrency: int | None = None,
+                 front=None, route: str = "engine", concurrency: int | None = None,
                  server: dict | None = None) -> tuple[str | None, str | None]:
-    """Store a session's outcome in the profile: (what was saved, None) or (None, why not)."""
+    """Store a session's outcome in the profile: (what was saved, None) or (None, why not).
+    ``route``: what measured it (``engine`` or ``mlx-lm-server``: the profile's and the record's
+    ``path`` key, named apart in code from a file's path)."""
     from blockwidth.console import profile_file
     from blockwidth.console.outcome import Front, PairFacts, Refusal, profile_entry
     from blockwidth.engine.device import probe
@@ -29,11 +31,11 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
                           mlx=mlx_version(), measured_at=profile_file.now_iso(),
                           record=str(Path(record_path).resolve()),  # --check reads a relative one beside the profile
                           allow_nonidentical=allow_nonidentical, pair_specific=pair_specific,
-                          path=path, concurrency=concurrency, server=server)
+                          route=route, concurrency=concurrency, server=server)
     if isinstance(entry, Refusal):
         return None, entry.say(front or Front.CLI)
-    path = user_path(profile_path, "profile") if profile_path is not None else None
-    prof = profile_file.save(path, entry)
+    profile_file_path = user_path(profile_path, "profile") if profile_path is not None else None
+    prof = profile_file.save(profile_file_path, entry)
     what = f"width {entry.width}" if entry.width is not None else "decline (no width beat classic)"
     scope = "" if entry.pair else " (generic: any pair of this kind on this device and quantization)"
     return f"{what} for {entry.describe_keys()}{scope} in {prof.path}", None

@@ -84,7 +84,7 @@ class TextScreen(ModalScreen[None]):
 class PairScreen(ModalScreen[tuple[str, str, str] | None]):
     """Open another pair: target and drafter as folders or cached hub ids, and the drafter kind."""
 
-    AUTO_FOCUS = "#open-target"
+    AUTO_FOCUS = ""  # on_mount focuses the field to fix
     BINDINGS = [Binding("escape", "dismiss(None)", "Cancel")]
     CSS = """
     PairScreen { align: center middle; }
@@ -93,10 +93,16 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
     #open Input { margin: 0 0 1 0; }
     """
 
-    def __init__(self, target: str, draft: str, kind: str, error: str | None = None) -> None:
+    def __init__(self, target: str, draft: str, kind: str, error: str | None = None,
+                 bad: str | None = None) -> None:
         super().__init__()
         self.values = (target, draft, kind)
         self.error = error  # why the last entry was refused: what was typed stays to be fixed
+        # the field the refusal is about (target, draft, kind): marked and focused, as the A/B
+        # fields mark theirs, the cursor at its end and nothing selected (a whole path selected
+        # here, and nothing in the A/B fields, was two behaviours for one thing)
+        self.bad = {"target": "target", "draft": "draft", "kind": "kind"}.get(bad or "")
+        self._dropped = ""  # the drafter the kind lookup took out of its field
 
     def compose(self) -> ComposeResult:
         with Vertical(id="open"):
@@ -108,11 +114,33 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
             if self.error:
                 yield Static(Text(self.error, style="bold red"), id="open-error")
             yield Label("target: folder or Hugging Face repo id in the local cache")
-            yield Input(self.values[0], id="open-target", compact=True)
-            yield Label("drafter: folder or repo id")
-            yield Input(self.values[1], id="open-draft", compact=True)
+            yield Input(self.values[0], id="open-target", compact=True, select_on_focus=False)
+            yield Label("drafter: folder or repo id (none with kind lookup)")
+            yield Input(self.values[1], id="open-draft", compact=True, select_on_focus=False)
             yield Label("kind (model, lookup, dflash, mtp; empty: detected)")
-            yield Input(self.values[2], id="open-kind", compact=True)
+            yield Input(self.values[2], id="open-kind", compact=True, select_on_focus=False)
+
+    def on_mount(self) -> None:
+        field = self.query_one(f"#open-{self.bad or 'target'}", Input)
+        if self.bad:
+            field.add_class("-bad")
+        field.focus()
+        field.cursor_position = len(field.value)
+
+    @on(Input.Changed)
+    def _changed(self, event: Input.Changed) -> None:
+        refused = dict(zip(("open-target", "open-draft", "open-kind"), self.values))
+        if event.value != refused.get(event.input.id):  # edited (Textual also posts the first value)
+            event.input.remove_class("-bad")
+        if event.input.id != "open-kind":
+            return
+        # Prompt lookup uses no checkpoint: the kind lookup takes the old drafter out of its
+        # field (it was kept, and the pair then refused), and another kind puts it back.
+        draft = self.query_one("#open-draft", Input)
+        if event.value.strip() == "lookup" and draft.value:
+            self._dropped, draft.value = draft.value, ""
+        elif event.value.strip() != "lookup" and self._dropped and not draft.value:
+            draft.value, self._dropped = self._dropped, ""
 
     @on(Input.Submitted)
     def _open(self, event: Input.Submitted) -> None:
@@ -216,3 +244,41 @@ class SaveScreen(ModalScreen[str | None]):
 
     def action_answer(self, scope: str | None) -> None:
         self.dismiss(scope)
+
+
+class FirstSessionScreen(ModalScreen[str | None]):
+    """Before a session the pilot priced out of its fields' reach: what it can and cannot do here,
+    and the choice. ``r`` raises the budget to what the repetitions a win needs take here, ``o``
+    runs one prompt instead of the workload, ``a`` runs the fields as set, Escape goes back."""
+
+    BINDINGS = [Binding("r", "answer('raise')", "Raise the budget"), Binding("o", "answer('single')", "One prompt"),
+                Binding("a", "answer('as set')", "Run as set"), Binding("escape,n", "answer(None)", "Back")]
+    CSS = """
+    FirstSessionScreen { align: center middle; }
+    #first { width: 90%; max-width: 110; height: auto; border: thick $warning; padding: 0 1;
+             background: $surface; }
+    """
+
+    def __init__(self, why: str, pilot: str, raise_: tuple[int, int] | None,
+                 single: tuple[str, str] | None, can_decide: bool) -> None:
+        super().__init__()
+        self.why, self.pilot, self.raise_, self.single, self.can_decide = why, pilot, raise_, single, can_decide
+
+    def compose(self) -> ComposeResult:
+        parts: list = [("this session cannot decide a win as set" if not self.can_decide
+                        else "this session is long for its budget", "bold"), "\n", self.why, "\n",
+                       (f"({self.pilot})", "dim"), "\n\n"]
+        if self.raise_ is not None:
+            parts += [("r", "bold"), f"  raise the budget to secs {self.raise_[0]}, reps {self.raise_[1]} and run\n"]
+        if self.single is not None:
+            parts += [("o", "bold"), f"  run one prompt instead ({self.single[0]}): about {self.single[1]} to "
+                                     "decide here\n"]
+        parts += [("a", "bold"), "  run it as set" + ("" if self.can_decide else
+                                                      " (it can end in a decline or undecided, not in a win)") + "\n",
+                  ("Escape", "bold"), " back to the fields"]
+        yield Static(Text.assemble(*parts), id="first")
+
+    def action_answer(self, choice: str | None) -> None:
+        if choice == "raise" and self.raise_ is None or choice == "single" and self.single is None:
+            return
+        self.dismiss(choice)

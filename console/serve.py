@@ -19,6 +19,7 @@ from typing import Any, Sequence
 from blockwidth.console import signals
 from blockwidth.console.inputs import ExitCode, InputError
 from blockwidth.policy.commands import Unprintable, env_words, printable, shell
+from blockwidth.policy.profile import num_draft_tokens
 from blockwidth.policy.text import shown
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "
@@ -26,10 +27,10 @@ SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says 
 
 
 def server_spec(res, target, drafter, server_args: Sequence[str] = ()):
-    """The mlx_lm.server process for a resolution (engine.served.ServerSpec): the pair, the width
+    """The mlx_lm.server process for a resolution (engine.session.served.ServerSpec): the pair, the width
     (no draft model for a decline), the entry's own arguments (what it was measured with), then
     the operator's. ``resolve`` and ``export`` print it, ``serve`` prints and starts it."""
-    from blockwidth.engine.served import ServerSpec
+    from blockwidth.engine.session.served import ServerSpec
 
     w = res.width
     draft = drafter if w is not None and drafter is not None else None
@@ -116,7 +117,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import os
 
     from blockwidth.console.inputs import resolution
-    from blockwidth.engine.served import READY_TIMEOUT_S, Server, ServedError, check_server_args, port_free
+    from blockwidth.engine.session.served import READY_TIMEOUT_S, Server, ServedError, check_server_args, port_free
     from blockwidth.policy.drafter import DrafterKind
 
     # the operator's mlx_lm.server arguments: none that sets what blockwidth sets (the pair, the
@@ -129,7 +130,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          f"(127.0.0.1)")
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
-                                  variant=args.demo_target, path="mlx-lm-server",
+                                  variant=args.demo_target, route="mlx-lm-server",
                                   concurrency=args.concurrency)
     if paths.drafter is None and info.kind in (DrafterKind.MODEL, DrafterKind.LOOKUP):
         raise InputError("serve needs --draft: mlx_lm.server drafts with a draft model (no prompt "
@@ -176,18 +177,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
                 server.start()
                 server.wait_ready(time.monotonic() + timeout)
             except ServedError as e:
-                raise ServedError(f"serve: {e}") from None
+                raise e.adding(before="serve: ") from None
             print(f"blockwidth serve: ready at {server.url} (pid {server.pid}, {server.ready_s:.1f} s)",
                   file=sys.stderr, flush=True)
             code = server.proc.wait()
         crash = f"mlx_lm.server exited (code {code}): {server.last_error()}"
         print(f"blockwidth serve: {shown(crash)}", file=sys.stderr)
-        return ExitCode.USAGE if code else ExitCode.OK
+        return ExitCode.ENVIRONMENT if code else ExitCode.OK  # it crashed: not the input's fault
     except KeyboardInterrupt:
         print("blockwidth serve: stopping mlx_lm.server", file=sys.stderr)
         with signals.shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
             server.stop(graceful=True)
-        return 130
+        return ExitCode.INTERRUPTED
     finally:
         with signals.shielded():
             server.stop(graceful=True)

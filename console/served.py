@@ -1,6 +1,6 @@
 """``sweep --path mlx-lm-server``: the A/B session through the real mlx_lm.server, headless.
 
-The session is engine.served's; this is its front end: the checks before anything starts, a
+The session is engine.session.served's; this is its front end: the checks before anything starts, a
 record per concurrency level written as soon as the level ends, ``--save`` per level, and the
 table. Nothing here imports Textual.
 """
@@ -79,7 +79,7 @@ def served_only(args: argparse.Namespace) -> None:
 
 
 def server_args(text: str) -> tuple[str, ...]:
-    from blockwidth.engine.served import check_server_args
+    from blockwidth.engine.session.served import check_server_args
 
     try:
         words = shlex.split(text or "")
@@ -91,12 +91,11 @@ def server_args(text: str) -> tuple[str, ...]:
 def cmd_sweep_served(args: argparse.Namespace) -> int:
     import threading
 
-    from blockwidth.console import records as record_files
-    from blockwidth.console.measure import profile_for_save, record_dir
+    from blockwidth.console import session as recorded_session
     from blockwidth.console.request import read_prompt, session_request
-    from blockwidth.engine import host
-    from blockwidth.engine.ab import AbConfig
-    from blockwidth.engine.served import READY_TIMEOUT_S, ServedConfig, ServedError, level_record, run_served, served_pair
+    from blockwidth.console.session import profile_for_save, record_dir
+    from blockwidth.engine.session import host
+    from blockwidth.engine.session.served import READY_TIMEOUT_S, ServedConfig, ServedError, served_pair
     from blockwidth.policy.drafter import DrafterKind
 
     if args.kind not in (None, DrafterKind.MODEL.value):
@@ -142,18 +141,15 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     for w in gate.warnings:
         print(f"blockwidth: warning: {shown(w)}", file=sys.stderr)
     config = ServedConfig(
-        AbConfig(widths=req.widths, prompt=req.prompt, n=req.n, max_tokens=req.tokens,
-                 sequential=req.sequential, max_reps=req.max_reps, max_seconds=req.max_seconds,
-                 exactness=False, predict=False,
-                 verify_attention=args.verify_attention or "fused",
-                 min_gain=args.min_gain, seed=args.seed),
+        recorded_session.config(req, exactness=False, predict=False,
+                                verify_attention=args.verify_attention or "fused",
+                                min_gain=args.min_gain, seed=args.seed),
         levels, extra, args.verify_attention, args.port,
-        args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S,
+        ready_timeout=args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S,
         # the served path's default is the stock server an operator runs: on asks for the
         # exact path in-process (engine.exact), on every server alike
         exact=getattr(args, "exact", "auto") == "on")
     quiet = args.json
-    identity = host.identity()
     written: list[tuple[Any, dict, Any, str | None, str | None]] = []
     late: list[str] = []
 
@@ -173,19 +169,16 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         elif e.kind in ("warmup", "rep"):
             print(shown(f"  [{e.kind}] {e.arm} {e.message}".rstrip()), file=sys.stderr, flush=True)
 
-    def on_level(session, lv) -> None:
-        # Written as the level ends: a later level's failure loses nothing measured here.
-        rec = level_record(session, lv, identity, gate.to_dict())
-        # A write that fails now is said after the results (console.outputs), never instead of them.
-        try:
-            path = record_files.write(rec, records)
-            outputs.keep("record", path)
-        except OSError as e:
-            path = None
+    def on_level(done, lv) -> None:
+        # Written as the level ended (console.session): a later level's failure loses nothing
+        # measured here. A write that failed is said after the results, never instead of them.
+        rec, record_file = done.record, done.record_path
+        if done.write_error is not None:
+            e = done.write_error
             late.append(f"record directory {records}: the record of concurrency {lv.concurrency} "
                         f"cannot be written ({e.strerror or e})")
         saved = refusal = None
-        if args.save and path is None:
+        if args.save and record_file is None:
             late.append(f"--save: nothing saved for concurrency {lv.concurrency} (a profile entry names "
                         f"its record, which was not written)")
         elif args.save:
@@ -198,15 +191,15 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
             if rec["server"].get("env"):  # the MLX_* switches it was measured with
                 srv["env"] = dict(rec["server"]["env"])
             try:
-                saved, refusal = save_session(lv.session, pair, path, args.profile,
+                saved, refusal = save_session(lv.session, pair, record_file, args.profile,
                                               allow_nonidentical=args.allow_nonidentical,
-                                              pair_specific=args.pair_specific, path="mlx-lm-server",
+                                              pair_specific=args.pair_specific, route="mlx-lm-server",
                                               concurrency=lv.concurrency, server=srv)
             except ProfileBusy as e:
-                refusal = f"{e} (the record is kept: {path})"
+                refusal = f"{e} (the record is kept: {record_file})"
             except ProfileError as e:
                 late.append("; ".join(error_lines(e)) + " (nothing saved)")
-        written.append((lv, rec, path, saved, refusal))
+        written.append((lv, rec, record_file, saved, refusal))
 
     cancel = threading.Event()
     from blockwidth.console.signals import cancelling
@@ -215,24 +208,25 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         # Ctrl-C, SIGTERM or SIGHUP: the level under way stops after the request in flight and
         # its record is written, marked cancelled, as a finished level's is; a second one quits
         with cancelling(cancel, "the served session"):
-            session = run_served(pair, config, on_event=on_event, on_server=on_server, on_level=on_level,
-                                 cancel=cancel)
+            session = recorded_session.run_served(pair, config, record_dir=records, gate=gate,
+                                                  on_level=on_level, on_event=on_event,
+                                                  on_server=on_server, cancel=cancel)
     except ServedError as e:
-        raise ServedError(str(e) + _kept(written)) from None
+        raise e.adding(_kept(written)) from None
     except KeyboardInterrupt:
         cancel.set()
         if written:
             print(f"blockwidth: records kept: {', '.join(str(w[2]) for w in written)}", file=sys.stderr)
         raise
-    from blockwidth.console.measure import answer_after
+    from blockwidth.console.session import answer_after
 
     # the answer as resolve now gives it for serving, with the first level's word on it
-    said = answer_after(args, written[0][0].session, path="mlx-lm-server") if args.save and written else None
+    said = answer_after(args, written[0][0].session, route="mlx-lm-server") if args.save and written else None
     if args.json:
         out = []
-        for lv, rec, path, saved, refusal in written:
+        for lv, rec, record_file, saved, refusal in written:
             r = dict(rec)
-            r.update(record_path=str(path) if path else None, saved=saved, save_refused=refusal)
+            r.update(record_path=str(record_file) if record_file else None, saved=saved, save_refused=refusal)
             r["host"] = {k: rec["host"][k] for k in ("device", "mlx", "mlx_lm")}
             out.append(r)
         code = _exit(session, written, late)
@@ -252,7 +246,7 @@ def _exit(session, written, late: list[str]) -> int:
     if late:
         return ExitCode.USAGE
     if session.cancelled:
-        return 130
+        return ExitCode.INTERRUPTED
     return ExitCode.CHECK_FAILED if any(w[4] for w in written) else ExitCode.OK
 
 
@@ -262,7 +256,7 @@ def _kept(written) -> str:
 
 def _print(session, written, pair) -> None:
     from blockwidth.console.outcome import headline
-    from blockwidth.engine.served import level_warnings, server_env, server_version
+    from blockwidth.engine.session.served import level_warnings, server_env, server_version
     from blockwidth.policy.commands import env_words, shell
 
     def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped
@@ -282,7 +276,7 @@ def _print(session, written, pair) -> None:
     for w, first in sorted(session.first_sendings.items()):
         same = "identical" if first.text == ref.text else "DIFFERS"
         say(f"  first sending w{w}: {same} to classic's first sending")
-    for lv, rec, path, saved, refusal in written:
+    for lv, rec, record_file, saved, refusal in written:
         s = lv.session
         figure = "decode tok/s" if lv.concurrency == 1 else "aggregate tok/s"
         say()
@@ -303,7 +297,7 @@ def _print(session, written, pair) -> None:
             say(f"warning: {warning}")
         say(f"verdict: {headline(s).text}")
         say(f"decision: {s.decision} — {s.why}")
-        say(f"record: {path}" if path else "record: not written (below)")
+        say(f"record: {record_file}" if record_file else "record: not written (below)")
         if saved:
             say(f"saved: {saved}")
         if refusal:

@@ -17,18 +17,23 @@ if TYPE_CHECKING:
     from blockwidth.policy.drafter import DrafterInfo
     from blockwidth.policy.resolve import Resolution
 
-DEFAULT_WIDTHS = (2, 4, 8)
+DEFAULT_WIDTHS = (2, 4)
 # The console's first session: the built-in workload (the prompt field's @mixed, 16 requests),
-# n 2 and 32 tokens a request, sequential within 6 repetitions / 180 s. Every run prefills its
-# request whatever the tokens (2164 prompt tokens a pass; on a 2-core CPU about half of a
-# pass's ~70 s), so n and tokens are cut, not the workload. The n repetitions always run in
-# full (about 150 s there, warm-ups and the closing pass included); the seconds budget counts
-# from the start, so 180 s leaves room for a repetition or two of the widths still open, and
-# an undecided session says which field to raise, to what, from its own repetitions' times.
-FIRST_N = 2
+# widths 2 and 4 (and the width in effect, always added), n 3 and 32 tokens a request,
+# sequential within 6 repetitions / 360 s. Sized from what it cost on the 2-core CPU, busy
+# (2026-12-04): every run prefills its request whatever the tokens (2164 prompt tokens a pass,
+# half of a run's time or more there), a pass of classic, w2, w4 and w8 took ~105 s and n 2 of
+# them with warm-ups and the closing pass 253 s. A win needs n 3 (its permutation p below
+# policy.stats.ALPHA: 1/35 with classic's closing pass; n 2 cannot go below 1/10), so n is 3 and
+# w8 (slowest on every CPU record, and added anyway where it is the width in effect) is left
+# out: three passes of three arms cost what two of four did (measured, the same day: 509 s at a
+# load of 19 on the 2 cores, 2 min of CPU; the pilot had said 6.1 min). The budget counts from the start:
+# 360 s leaves room for one more repetition of the widths still open. The pilot at load prices
+# these fields on the host at hand, and a session that cannot reach n 3 is warned before it runs.
+FIRST_N = 3
 FIRST_TOKENS = 32
 BUDGET_REPS = 6
-BUDGET_S = 180
+BUDGET_S = 360
 
 
 @dataclass(frozen=True)
@@ -96,3 +101,4 @@ class SessionView:
     added_width: int | None = None  # the width in effect, added to a run that lacked it
     error: str | None = None
     saved: str | None = None  # what a save of this session stored (the profile entry, in words)
+    estimate: str | None = None  # the pilot's estimate for it when it started (None: no pilot)

@@ -30,8 +30,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from blockwidth.engine import attention, costcurve, host, kvcache, linear
+from blockwidth.engine import attention, costcurve, kvcache, linear
 from blockwidth.engine import exact as exact_path
+from blockwidth.engine.session import host
 from blockwidth.engine import auto as auto_width
 from blockwidth.engine.decode import DecodeError, DecodeRun, decode
 from blockwidth.engine.kvcache import RewindError
@@ -39,8 +40,8 @@ from blockwidth.engine.identity import Exactness, Identity, compare, divergence_
 from blockwidth.engine.workload import PROMPT, Prepared, prepare
 from blockwidth.policy import oracle as hindsight, stats
 from blockwidth.policy import verdict as rules
-from blockwidth.policy.auto import AUTO, MAX_WIDTH as MAX_AUTO
-from blockwidth.policy.workload import Request, Workload, WorkloadError
+from blockwidth.policy.auto import AUTO, DEFAULT_AUTO_MAX
+from blockwidth.policy.workload import Request, Workload
 from blockwidth.policy.verdict import DRIFT_CHANCE, Budget, Range, Verdict, disjoint_by_chance  # noqa: F401 (re-exported)
 
 
@@ -162,7 +163,8 @@ class Event:
     run: int = 0  # runs finished before this one
     runs: int = 1  # runs planned (sequential mode may add more)
     closing: bool = False  # the closing classic bracket, not a repetition
-    phase: str = "runs"  # runs, exactness, costcurve: which stage run/runs count
+    phase: str = "runs"  # runs, exactness, divergence, costcurve: which stage run/runs count (a
+    # front end branches on it, never on ``message``, which is prose)
     elapsed: float = 0.0  # seconds since the session started (the sequential budget's clock)
     request: str = ""  # a workload's request id ("" for a single prompt)
 
@@ -198,7 +200,7 @@ class AbConfig:
     def request_count(self) -> int:
         return len(self.workload.requests) if self.workload is not None else 1
     # The auto arm's widest width (widths holding "auto"); None: the widest fixed width swept,
-    # or policy.auto.MAX_WIDTH when auto is swept alone.
+    # or policy.auto.DEFAULT_AUTO_MAX when auto is swept alone.
     auto_max: int | None = None
 
     @property
@@ -210,7 +212,7 @@ class AbConfig:
         """The auto arm's widest width, None when no auto arm is swept."""
         if AUTO not in self.widths:
             return None
-        return self.auto_max or max(self.fixed_widths, default=MAX_AUTO)
+        return self.auto_max or max(self.fixed_widths, default=DEFAULT_AUTO_MAX)
 
     @property
     def widest(self) -> int:
@@ -262,16 +264,25 @@ class RequestArms:
             return None
         return stats.ratio([_samples(a)], [_samples(control)])
 
+    @property
+    def measured(self) -> bool:
+        """Classic and every arm ran on this request (a cancelled session may have stopped
+        before some did): only then does it have a best width, classic included."""
+        return bool(self.classic.runs) and all(a.runs for a in self.arms)
+
     def best(self) -> int | None:
         """The fixed width with the highest speed-up on this request whose output is classic's;
-        None when none is faster than classic (auto is not a fixed width: the oracle's column)."""
+        None when none is faster than classic (auto is not a fixed width: the oracle's column),
+        or when the request was not measured on every arm (``measured``)."""
+        if not self.measured:
+            return None
         got = [(r, a.width) for a in self.arms
                if not a.auto and a.identity is not None and a.identity.identical_ids
                and (r := self.ratio(a.width)) is not None and r > 1]
         return max(got)[1] if got else None
 
     def to_dict(self) -> dict:
-        return {**self.prepared.to_dict(), "best": self.best(),
+        return {**self.prepared.to_dict(), "best": self.best(), "measured": self.measured,
                 "ratios": {a.name: (round(r, 4) if (r := self.ratio(a.width)) is not None else None)
                            for a in self.arms}}
 
@@ -679,7 +690,7 @@ def seed_of(config: AbConfig) -> int:
 def _prepare(pair, config: AbConfig) -> list[Prepared]:
     """The session's requests, every id of each checked against the pair's embedding tables
     (engine.shapes) before any forward."""
-    from blockwidth.engine.shapes import ShapeError, check_ids
+    from blockwidth.engine.shapes import check_ids
 
     rows, where = getattr(pair, "token_rows", None), f"target {getattr(pair, 'target_path', '')}"
     if config.workload is None:
@@ -687,15 +698,9 @@ def _prepare(pair, config: AbConfig) -> list[Prepared]:
             raise DecodeError("prompt: empty")
         prepared = [single_request(config.prompt, pair.tokenizer.encode(config.prompt), config.max_tokens)]
     else:
-        try:
-            prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)
-        except WorkloadError as e:
-            raise DecodeError(str(e)) from None
-    try:
-        for p in prepared:
-            check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
-    except ShapeError as e:
-        raise DecodeError(e.message, e.input_name) from None
+        prepared = prepare(config.workload, pair.tokenizer, config.max_tokens)  # a WorkloadError names the request
+    for p in prepared:  # a ShapeError names the prompt or the request, as it is
+        check_ids(p.ids, rows, where if config.workload is None else f"request {p.id}, {where}")
     return prepared
 
 
@@ -725,7 +730,7 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
     the budget lasts, and the closing classic pass. ``one(arm, rep, keep=True, closing=False)``
     runs one request's arm once and records it (``keep=False``: the warm-up); a workload's own
     arms get each finished pass (``pass_run``). The engine's decode loop and the served path
-    (engine.served) both run through here. ``lockstep`` (the ranks of a sharded target,
+    (engine.session.served) both run through here. ``lockstep`` (the ranks of a sharded target,
     engine.distributed): the seconds budget is rank 0's clock's."""
     config = session.config
     requests = session.per_request
@@ -981,7 +986,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                           if len(block) == arm.width else None)
                 # a stage of its own on screen (the bar would sit at the probe's last width)
                 emit(Event("phase", f"{arm.name}" + (f" on {req.id}" if many else ""), run=len(fixed),
-                           runs=len(fixed), phase="exactness", message="divergence margin"))
+                           runs=len(fixed), phase="divergence", message="divergence margin"))
                 if cancel.is_set():
                     break
                 differing = next((r for r in arm.runs if r.tokens != ref), arm.runs[0])  # as identity

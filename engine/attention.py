@@ -118,9 +118,6 @@ class Routing:
     # ({reason: calls}) and the exact path says it was not exact.
     exact: bool = False
     inexact: dict = field(default_factory=dict)
-    # ``stock1`` (engine.exact.ROUTES): 1-row calls stay on the fused kernel, untouched, and the
-    # verify's rows go to ``rows``, whose 1-row result the H200 probe compares with the fused one.
-    route: str = "kernels"
     buckets: set[int] = field(default_factory=set)
     # The additive causal mask of the current verify shape: every layer of one forward
     # asks for the same (rows, keys), so it is built once per forward, not once per layer.
@@ -139,7 +136,7 @@ class Routing:
         if self.mode is VerifyAttention.ROWS:  # the other modes' records read as before
             out["plain_fallback_calls"] = self.fallback
         if self.exact:
-            out.update(exact=True, route=self.route, inexact_calls=dict(sorted(self.inexact.items())))
+            out.update(exact=True, inexact_calls=dict(sorted(self.inexact.items())))
         return out
 
 
@@ -412,9 +409,6 @@ def _exact(routing: Routing, q, k, v, args, kwargs, scale, mask, sinks):
     """The exact path's attention: 1..EXACT_MAX_ROWS query rows to the ``rows`` kernel; what it
     cannot take is counted by reason and goes where it would have gone off the path."""
     L = q.shape[2] if q.ndim == 4 else 0
-    if routing.route == "stock1" and L == 1 and not isinstance(mask, WindowMask):
-        routing.passed += 1  # a classic step: the fused kernel, untouched
-        return None
     if args or kwargs or q.ndim != 4 or not 1 <= L <= EXACT_MAX_ROWS:
         if 1 <= L <= EXACT_MAX_ROWS:
             routing.inexact["arguments the dispatcher does not know"] = \
@@ -481,13 +475,13 @@ def install() -> None:
 
 @contextmanager
 def verify_attention(mode: str | VerifyAttention | None, backend: str | None = None,
-                     any_shape: bool = False, exact: bool = False, route: str = "kernels") -> Iterator[Routing]:
+                     any_shape: bool = False, exact: bool = False) -> Iterator[Routing]:
     """Inside this block (this thread only), verify-shaped attention uses ``mode``
     (``any_shape``: every attention call does, e.g. a drafter's training forward; ``exact``:
     the exact path, engine.exact, every call of 1..EXACT_MAX_ROWS rows on the ``rows``
     kernel, and ``mode`` for what is left)."""
     install()
-    routing = Routing(effective(mode, backend), any_shape, exact=exact, route=route)
+    routing = Routing(effective(mode, backend), any_shape, exact=exact)
     routing.cuda = current_backend() == "cuda"  # where the kernel can run, whatever "auto" means
     token = _active.set(routing)
     try:

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from blockwidth.policy import auto as rule
-from blockwidth.policy.auto import AUTO, MAX_WIDTH, Costs, Observation, Params, State  # noqa: F401 (re-exported)
+from blockwidth.policy.auto import AUTO, DEFAULT_AUTO_MAX, Costs, Observation, Params, State  # noqa: F401 (re-exported)
 
 
 def _ms(seconds: float) -> float:
@@ -39,7 +39,7 @@ def costs_from_curve(curve, kind: str, draft_ms: float = 0.0, overhead_ms: float
     return Costs(verify, rule.draft_cost(kind), draft_ms, back, overhead_ms)
 
 
-def calibrate(pair, *, max_width: int = MAX_WIDTH, context: int = 128, attention=None, linear=None,
+def calibrate(pair, *, max_width: int = DEFAULT_AUTO_MAX, context: int = 128, attention=None, linear=None,
               repeats: int = 5, rollback: str | None = None,
               cancel: Callable[[], bool] | None = None) -> tuple[Costs, Any]:
     """Measure this pair's costs once: the target's verify forward at 1..max_width rows (cold, as
@@ -169,7 +169,7 @@ def key(pair, attention: str | None, linear: str | None, max_width: int,
 
 
 def shared(pair, *, attention: str | None = None, linear: str | None = None,
-           max_width: int = MAX_WIDTH, context: int = 128, rollback: str | None = None,
+           max_width: int = DEFAULT_AUTO_MAX, context: int = 128, rollback: str | None = None,
            cancel: Callable[[], bool] | None = None) -> Controller | None:
     """The process's controller for this pair and verify settings, calibrated on first use
     (None when ``cancel`` stopped the calibration: a part-measured curve is never kept)."""

@@ -1,5 +1,7 @@
 """What a checkpoint folder holds, read without loading it: safetensors headers,
-parameter count, and a content fingerprint. No MLX import."""
+parameter count, and a content fingerprint; and ``Checkpoint``, one folder read once (its config,
+quantization, weights' headers, tokenizer files and fingerprint), which a pair load builds per
+folder and passes down. No MLX import."""
 
 from __future__ import annotations
 
@@ -7,10 +9,16 @@ import hashlib
 import math
 import os
 import struct
+from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from blockwidth.policy.errors import BlockwidthError
+
+if TYPE_CHECKING:
+    from blockwidth.engine.shapes import Weights
+    from blockwidth.policy.quantization import Quantization
 
 _SAMPLE = 1 << 16
 
@@ -123,12 +131,15 @@ def parameter_count(path: Path, bits: int | None = None) -> int | None:
     return total
 
 
-def fingerprint(path: Path) -> str:
-    """A content fingerprint: config.json and, per weights file, size and sampled bytes."""
+def fingerprint(path: Path, config_bytes: bytes | None = None) -> str:
+    """A content fingerprint: config.json and, per weights file, size and sampled bytes.
+    ``config_bytes``: config.json as already read (Checkpoint), so it is not read again."""
     path = Path(path)
     h = hashlib.sha256()
     cfg = path / "config.json"
-    if cfg.is_file():
+    if config_bytes is not None:
+        h.update(config_bytes)
+    elif cfg.is_file():
         from blockwidth.policy import files as _files
 
         try:
@@ -153,5 +164,87 @@ def pair_key(target_fp: str, drafter_fp: str | None) -> str:
     return f"{target_fp}+{drafter_fp or 'lookup'}"
 
 
-def pair_id(target: Path, drafter: Path | None) -> str:
-    return pair_key(fingerprint(target), fingerprint(drafter) if drafter else None)
+def pair_id(target: "Path | Checkpoint", drafter: "Path | Checkpoint | None") -> str:
+    """The pair's key; a Checkpoint's fingerprint is the one it already computed."""
+    def fp(c: "Path | Checkpoint") -> str:
+        return c.fingerprint if isinstance(c, Checkpoint) else fingerprint(c)
+
+    return pair_key(fp(target), fp(drafter) if drafter else None)
+
+
+def _file_digest(f: Path) -> str:
+    h = hashlib.sha256()
+    with open(f, "rb") as fh:  # in blocks: a tokenizer file can be large
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+@dataclass(frozen=True, eq=False)
+class Checkpoint:
+    """One checkpoint folder, read once. ``read`` reads config.json (the one read of it: its
+    bytes feed the fingerprint); the quantization sidecar, the weights' headers, the fingerprint
+    and the tokenizer files' digests are read on first use and kept, so a folder that only
+    resolves (a hub checkpoint fetched without weights) reads no weights. A pair load builds one
+    per folder and passes it down (engine.pair); ``resolve`` builds one per resolution."""
+
+    path: Path
+    config: dict[str, Any]
+    config_bytes: bytes = field(repr=False)
+
+    @classmethod
+    def read(cls, path: Path | str) -> "Checkpoint":
+        """The folder's config.json, read and checked (policy.config.ConfigError as it says)."""
+        from blockwidth.policy.config import read_config_bytes
+
+        config, raw = read_config_bytes(Path(path))
+        return cls(Path(path), config, raw)
+
+    @cached_property
+    def sidecar(self) -> dict[str, Any] | None:
+        """ModelOpt's hf_quant_config.json, or None (policy.config.ConfigError when broken)."""
+        from blockwidth.policy.config import read_sidecar
+
+        return read_sidecar(self.path)
+
+    @cached_property
+    def quantization(self) -> "Quantization":
+        from blockwidth.policy.quantization import classify
+
+        return classify(self.config, self.sidecar)
+
+    @cached_property
+    def weights(self) -> "Weights":
+        """Every safetensors header, checked (CheckpointError)."""
+        from blockwidth.engine.shapes import read_weights
+
+        return read_weights(self.path)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        return fingerprint(self.path, self.config_bytes)
+
+    @cached_property
+    def tokenizer_digests(self) -> dict[str, str]:
+        """sha256 of each tokenizer* file (OSError as open raises it)."""
+        return {f.name: _file_digest(f) for f in sorted(self.path.iterdir())
+                if f.name.startswith("tokenizer") and f.is_file()}
+
+    @property
+    def context_length(self) -> int | None:
+        from blockwidth.policy.config import context_length
+
+        return context_length(self.config)
+
+
+def read_checkpoint(path: "Path | str | Checkpoint", what: str) -> Checkpoint:
+    """The folder read once (a Checkpoint is returned as it is); a ConfigError about the input
+    ``what`` (``target``, ``draft``) when its config.json cannot be read or asks to run code."""
+    if isinstance(path, Checkpoint):
+        return path
+    from blockwidth.policy.config import ConfigError
+
+    try:
+        return Checkpoint.read(path)
+    except ConfigError as e:
+        raise e.about(what) from None

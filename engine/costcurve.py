@@ -93,7 +93,11 @@ class CostCurve:
         return [p for p in self.points if p.unresolved]
 
     def boundary_lines(self) -> list[str]:
-        """What the curve says about kernel boundaries, noise labelled as noise."""
+        """What the curve says about kernel boundaries, noise labelled as noise. A curve cancelled
+        before its first repeat measured nothing, and says so instead of "no kernel boundary"."""
+        if not self.points:
+            return ["no repeat finished before the cancel: nothing measured, no kernel boundary judged"
+                    if self.cancelled else "no row count measured"]
         out = []
         if self.boundaries():
             out.append("kernel boundaries: " + "; ".join(f"{p.boundary} at {p.rows} rows ({p.step})"
@@ -103,7 +107,10 @@ class CostCurve:
             need = f"; {MIN_REPEATS} or more tell one" if self.repeats < MIN_REPEATS else ""
             out.append(f"not resolved at this n ({n} per row count{need}): "
                        + "; ".join(f"a {p.unresolved} at {p.rows} rows ({p.step})" for p in self.unresolved()))
-        if not out:
+        if not out and self.cancelled:
+            n = f"{self.repeats} repeat" + ("" if self.repeats == 1 else "s")
+            out.append(f"no kernel boundary in the {n} finished before the cancel (the rest unmeasured)")
+        elif not out:
             out.append("no kernel boundary: time grows smoothly with rows")
         return out
 

@@ -22,6 +22,7 @@ from blockwidth.engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollb
 from blockwidth.engine.linear import VerifyLinear, prepare, verify_linear
 from blockwidth.policy.auto import AUTO
 from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.profile import num_draft_tokens
 
 
 class DecodeError(BlockwidthError, ValueError):
@@ -55,10 +56,10 @@ class DecodeRun:
     decode_s: float
     rounds: list[Round] = field(default_factory=list)
     attention: dict | None = None  # speculative runs: the verify attention and what it routed
-    # The GPU's clocks read just before and after the run by an A/B session (engine.host
+    # The GPU's clocks read just before and after the run by an A/B session (engine.session.host
     # ClockWatch): {"before": {...}, "after": {...}}; None where there is no NVIDIA GPU.
     clocks: dict | None = None
-    # The host's share of the run (engine.host.host_delta: wall, main-thread and process CPU
+    # The host's share of the run (engine.session.host.host_delta: wall, main-thread and process CPU
     # seconds, stolen seconds, context switches, the CPU at each end), read by an A/B session.
     host: dict | None = None
     # Speculative runs: how the target's cache was rolled back each round (engine.kvcache).
@@ -320,8 +321,8 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
                 _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens,
                         (lambda _: width) if source is None else source, split_every,
                         on_progress, cancel, on_logits)
-            except RewindError as e:
-                raise DecodeError(str(e)) from None
+            except RewindError:
+                raise  # the cache that cannot put the rows back, as it is
         t2 = perf()
     if routed is not None:
         summary = {"mode": "exact", "exact": routed.summary()}
@@ -351,7 +352,7 @@ def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, 
     while len(tokens) < max_tokens:
         width = width_of(rounds)
         ta = perf()
-        want = min(max_tokens - len(tokens), width - 1)
+        want = min(max_tokens - len(tokens), num_draft_tokens(width))
         drafts = drafter.propose(want)
         split = len(rounds) % split_every == 0
         if split:

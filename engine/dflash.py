@@ -336,10 +336,11 @@ def load_model(path: Path, spec: DFlashSpec, config: dict, where: str) -> DFlash
     return model
 
 
-def load(path: Path, target: Any, target_config: dict) -> DFlashModel:
-    """A DFlash drafter for ``target``, from a local folder; DrafterFormatError names what is wrong."""
+def load(path: Path, target: Any, target_config: dict, config: dict | None = None) -> DFlashModel:
+    """A DFlash drafter for ``target``, from a local folder; DrafterFormatError names what is wrong.
+    ``config``: the drafter's config.json as the pair load read it (engine.checkpoint.Checkpoint)."""
     where = f"DFlash drafter {path}"
-    config = read_config(path)
+    config = read_config(path) if config is None else config
     spec = parse_spec(config, where)
     check_against_target(spec, where, target_config, hidden.depth(target))
     return load_model(path, spec, config, where)

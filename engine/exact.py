@@ -41,18 +41,6 @@ from blockwidth.policy.errors import BlockwidthError
 MAX_ROWS = 16  # engine.attention.EXACT_MAX_ROWS and engine.linear.EXACT_MAX_ROWS
 PREFILL_STEP = 512  # on the path, classic prefills in the chunks speculative decoding does
 
-# How the path makes a verify row equal a 1-row step:
-# - ``kernels``: every forward of 1..16 rows, 1-row steps included, on the engine's kernels;
-# - ``stock1``: 1-row steps untouched (MLX's own fused attention and quantized matmul, so classic
-#   costs what it costs off the path), and the verify brought to them: its attention on ``rows``
-#   (whose 1-row result the H200 probe compares with the fused kernel's) and its quantized
-#   projections on MLX's own kernel in calls of at most 7 rows (its per-row qmv); 16-bit
-#   projections stay on the gemv kernel either way (MLX's 1-row gemv has no multi-row twin).
-# BLOCKWIDTH_EXACT_ROUTE chooses; ``auto`` (the default) is ``kernels`` until a committed H200
-# record shows ``stock1`` bitwise (ROUTE_RECORDS).
-ROUTES = ("kernels", "stock1")
-ROUTE_ENV = "BLOCKWIDTH_EXACT_ROUTE"
-ROUTE_RECORDS: dict[str, str] = {}  # route -> the committed record that showed it exact on CUDA
 
 
 class ExactError(BlockwidthError, ValueError):
@@ -95,12 +83,11 @@ class Plan:
     exact: bool  # what the identity of a width with classic rests on: row-invariant kernels
     reason: str
     uncovered: tuple[str, ...] = ()  # ops the path does not make row-invariant, named
-    route: str = "kernels"  # ROUTES
 
     def to_dict(self) -> dict:
         return {"asked": self.asked.value, "backend": self.backend, "active": self.active,
                 "exact": self.exact, "reason": self.reason, "uncovered": list(self.uncovered),
-                "max_rows": MAX_ROWS, "route": self.route}
+                "max_rows": MAX_ROWS}
 
     def width_note(self, width: int) -> str | None:
         """Why ``width``'s verify is not on the path (wider than it covers), else None."""
@@ -178,30 +165,9 @@ def _head_dim(args) -> int | None:
     return int(hidden) // int(heads) if hidden and heads else None
 
 
-def route() -> str:
-    """The route BLOCKWIDTH_EXACT_ROUTE names (``auto``: ``kernels``, or the route a committed
-    record showed exact); an ExactError names a bad value."""
-    import os
-
-    v = os.environ.get(ROUTE_ENV, "auto").strip().lower() or "auto"
-    if v == "auto":
-        return "stock1" if "stock1" in ROUTE_RECORDS else "kernels"
-    if v not in ROUTES:
-        raise ExactError(f"{ROUTE_ENV}={v!r}: expected auto, {', '.join(ROUTES)}")
-    return v
-
-
 def plan(model: Any, asked: str | Exact | None = None, backend: str | None = None,
          cache: list | None = None) -> Plan:
     """Whether ``model``'s session takes the exact path on ``backend`` (probed when None)."""
-    import dataclasses
-
-    got = _plan(model, asked, backend, cache)
-    return dataclasses.replace(got, route=route()) if got.active else got
-
-
-def _plan(model: Any, asked: str | Exact | None = None, backend: str | None = None,
-          cache: list | None = None) -> Plan:
     from blockwidth.engine.attention import current_backend
 
     asked = parse(asked)
@@ -263,8 +229,7 @@ def path(p: Plan | None, attention_mode: str | None = None) -> Iterator[PathRout
     from blockwidth.engine.attention import verify_attention
     from blockwidth.engine.linear import exact_linear
 
-    with verify_attention(attention_mode, exact=True, route=p.route) as att, \
-            exact_linear(p.backend, route=p.route) as lin:
+    with verify_attention(attention_mode, exact=True) as att, exact_linear(p.backend) as lin:
         yield PathRouting(att, lin)
 
 
@@ -277,8 +242,27 @@ def prepare(p: Plan | None, *models) -> dict[str, float]:
 
     from blockwidth.engine import qmv
 
+    import time
+
+    import mlx.core as mx
+
+    from blockwidth.engine import linear
+
     done = {}
+    dtypes = set()
     for m in models:
         if isinstance(m, nn.Module):
             done.update(qmv.prepare(m, rows=tuple(range(1, qmv.MAX_ROWS + 1))))
+            dtypes |= {mod["weight"].dtype for _, mod in m.named_modules()
+                       if type(mod) in (nn.Linear, nn.Embedding) and mod["weight"].dtype in (mx.bfloat16, mx.float16)}
+    for dt in sorted(dtypes, key=str):  # the gemv kernel: one compile a dtype serves every shape
+        name = f"blockwidth_rows_gemv_{str(dt).rsplit('.', 1)[-1]}"
+        if name not in _gemv_ready:
+            t0 = time.perf_counter()
+            mx.eval(linear.gemv_linear(mx.zeros((1, 8), dt), mx.zeros((32, 8), dt)))
+            _gemv_ready[name] = time.perf_counter() - t0
+        done[name] = _gemv_ready[name]
     return done
+
+
+_gemv_ready: dict[str, float] = {}  # gemv instances compiled in this process: seconds each took

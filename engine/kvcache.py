@@ -144,8 +144,8 @@ def plan(model: Any, what: str = "the target") -> CachePlan:
         try:
             hows.append(how(c))
         except CacheKindError as e:
-            raise CacheKindError(f"{what}'s layer {i} cache is {e}; speculative decoding would keep "
-                                 "rejected drafts, so this model is refused") from None
+            raise e.adding(before=f"{what}'s layer {i} cache is ",
+                           text="; speculative decoding would keep rejected drafts, so this model is refused") from None
         for s in (c.caches if isinstance(c, mc.CacheList) else (c,)):
             if isinstance(s, mc.RotatingKVCache):
                 windows.append(s.max_size)
@@ -324,7 +324,7 @@ def restore(leaves: list, m: Mark, what: str = "the target") -> None:
             try:
                 done = c.trim(n)
             except RewindError as e:
-                raise RewindError(f"{what}'s {e}") from None
+                raise e.adding(before=f"{what}'s ") from None
             if done != n:
                 raise RewindError(f"{what}'s {type(c).__name__} dropped {done} of {n} rows")
 

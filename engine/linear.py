@@ -184,16 +184,11 @@ class LinearRouting:
     # ``passed``, the same in every arm.
     exact: bool = False
     inexact: dict = field(default_factory=dict)
-    # The exact path's route for quantized projections: ``kernels`` (every row count on the qmv
-    # kernel) or ``stock1`` (1-row steps on MLX's own quantized matmul, untouched, and a verify's
-    # rows through it in calls of at most STOCK1_ROWS, the rows its per-row qmv takes: the same
-    # per-row arithmetic, if the H200 probe finds it row-invariant; engine.exact.ROUTES).
-    route: str = "kernels"
 
     def summary(self) -> dict:
         out = {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
         if self.exact:
-            out.update(mode="exact", route=self.route, served=dict(sorted(self.served.items())),
+            out.update(mode="exact", served=dict(sorted(self.served.items())),
                        inexact_calls=dict(sorted(self.inexact.items())), call=self.call)
             return out
         if self.mode is VerifyLinear.QMV:  # the other modes' records read as before
@@ -277,17 +272,24 @@ def gather_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -
     return out + bias if bias is not None else out
 
 
-# y[r, n] = sum_d x[r, d] * w[n, d] for r < K: one warp per n reads w's row n once, 8
-# 16-bit values (16 bytes) a lane at a time, and keeps one float sum per row of x (read
-# from L1/L2: K rows of D values); the warp's lanes then add their sums.
+# y[r, n] = sum_d x[r, d] * w[n, d] for r < K (K <= 8): one warp per n reads w's row n once, 8
+# 16-bit values (16 bytes) a lane at a time, and keeps one float sum per row of x (read from
+# L1/L2: K rows of D values); the warp's lanes then add their sums. K, D and N are read at run
+# time (x is [K, D], w [N, D]): one compile per dtype serves every shape and row count (a compile
+# per (rows, D, N), as the template once had it, cost ~1.3 s each on the H200 and landed inside
+# timed runs whenever a verify met a new row count). Row r's sum is the same sequence of
+# operations whatever K is, so every row of a K-row call is its 1-row result (lab/probe_exact.py).
 _GEMV_SOURCE = """
+    const int K = x_shape[0];
+    const int D = x_shape[1];
+    const int N = w_shape[0];
     const int lane = threadIdx.x & 31;
     const int n = (blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     if (n >= N) return;
     const T* wr = w + (size_t)n * D;
-    float acc[K];
+    float acc[8];
     #pragma unroll
-    for (int r = 0; r < K; ++r) acc[r] = 0.0f;
+    for (int r = 0; r < 8; ++r) acc[r] = 0.0f;
     for (int i = lane * 8; i < D; i += 32 * 8) {
         const uint4 wv = *reinterpret_cast<const uint4*>(wr + i);
         const T* wp = reinterpret_cast<const T*>(&wv);
@@ -295,38 +297,57 @@ _GEMV_SOURCE = """
         #pragma unroll
         for (int j = 0; j < 8; ++j) wf[j] = static_cast<float>(wp[j]);
         #pragma unroll
-        for (int r = 0; r < K; ++r) {
-            const uint4 xv = *reinterpret_cast<const uint4*>(x + (size_t)r * D + i);
-            const T* xp = reinterpret_cast<const T*>(&xv);
-            #pragma unroll
-            for (int j = 0; j < 8; ++j) acc[r] += wf[j] * static_cast<float>(xp[j]);
+        for (int r = 0; r < 8; ++r) {
+            if (r < K) {
+                const uint4 xv = *reinterpret_cast<const uint4*>(x + (size_t)r * D + i);
+                const T* xp = reinterpret_cast<const T*>(&xv);
+                #pragma unroll
+                for (int j = 0; j < 8; ++j) acc[r] += wf[j] * static_cast<float>(xp[j]);
+            }
         }
     }
     #pragma unroll
-    for (int r = 0; r < K; ++r) {
-        float v = acc[r];
-        #pragma unroll
-        for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
-        if (lane == 0) out[(size_t)r * N + n] = static_cast<T>(v);
+    for (int r = 0; r < 8; ++r) {
+        if (r < K) {
+            float v = acc[r];
+            #pragma unroll
+            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffff, v, o);
+            if (lane == 0) out[(size_t)r * N + n] = static_cast<T>(v);
+        }
     }
 """
 _gemv_kernel = None
+_gemv_calls: dict = {}  # dtype -> the mx.compile'd call (traced once per shape, then replayed)
+
+
+def _gemv_call(dtype):
+    """The kernel's call for one dtype through mx.compile: MLX rebuilds and hashes a custom
+    kernel's source on every direct call (~20 us on the H200, per projection of every step on
+    the exact path); a compiled call replays the traced primitive."""
+    global _gemv_kernel
+    fn = _gemv_calls.get(dtype)
+    if fn is None:
+        if _gemv_kernel is None:
+            _gemv_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_gemv", input_names=["x", "w"],
+                                               output_names=["out"], source=_GEMV_SOURCE)
+
+        def run(x2, weight):
+            rows, n = x2.shape[0], weight.shape[0]
+            return _gemv_kernel(inputs=[x2, weight], template=[("T", x2.dtype)],
+                                grid=(n * 32, 1, 1), threadgroup=(128, 1, 1),
+                                output_shapes=[(rows, n)], output_dtypes=[x2.dtype])[0]
+
+        fn = _gemv_calls[dtype] = mx.compile(run)
+    return fn
 
 
 def gemv_linear(x: mx.array, weight: mx.array, bias: mx.array | None = None) -> mx.array:
-    """``x @ weight.T (+ bias)`` for 2..8 rows of 16-bit ``x`` through the K-row gemv kernel
+    """``x @ weight.T (+ bias)`` for 1..8 rows of 16-bit ``x`` through the K-row gemv kernel
     (CUDA only; the caller checks the shapes: last dim a multiple of 8, dtypes equal)."""
-    global _gemv_kernel
-    if _gemv_kernel is None:
-        _gemv_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_gemv", input_names=["x", "w"],
-                                           output_names=["out"], source=_GEMV_SOURCE)
     d = x.shape[-1]
     rows = x.size // d
     n = weight.shape[0]
-    out = _gemv_kernel(inputs=[x.reshape(rows, d), weight],
-                       template=[("T", x.dtype), ("K", rows), ("D", d), ("N", n)],
-                       grid=(n * 32, 1, 1), threadgroup=(128, 1, 1),
-                       output_shapes=[(rows, n)], output_dtypes=[x.dtype])[0]
+    out = _gemv_call(x.dtype)(x.reshape(rows, d), weight)
     out = out.reshape(*x.shape[:-1], n)
     return out + bias if bias is not None else out
 
@@ -353,7 +374,6 @@ def _name(dtype) -> str:
 
 EXACT_MAX_ROWS = 16  # the exact path's bound (engine.attention's too): DFlash trains at block 16
 CHUNK_ROWS = 8  # qmv's MMA columns and gemv's register accumulators: 9..16 rows take two calls
-STOCK1_ROWS = 7  # MLX 0.32's CUDA quantized matmul: 1..7 rows on its per-row qmv, 8+ on qmm
 
 
 def chunks(rows: int, size: int = CHUNK_ROWS) -> list[tuple[int, int]]:
@@ -383,25 +403,13 @@ def _chunked(x, n: int, fns: list, *args):
 
 
 def exact_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bits: int, group: int,
-                    stock: Callable[[], mx.array], bias=None, stock_on: Callable | None = None):
+                    stock: Callable[[], mx.array], bias=None):
     """``x @ dequant(w).T (+ bias)`` on the exact path: the qmv kernel for 1..EXACT_MAX_ROWS rows
     (in chunks of CHUNK_ROWS), else ``stock()`` (which adds its own bias) with the reason counted.
-    On the ``stock1`` route, MLX's own matmul in calls of at most STOCK1_ROWS rows
-    (``stock_on(rows)``: the stock call on those rows, bias and all). Shared by
-    nn.QuantizedLinear and a tied quantized head's as_linear."""
+    Shared by nn.QuantizedLinear and a tied quantized head's as_linear. (MLX's own quantized
+    matmul of 1..7 rows is row-invariant on the H200, but a verify brought to its 1-row steps
+    still differed there: its attention cannot be, lab/evidence/h200-2026-12-04.)"""
     rows, width = _rows_of(x)
-    if routing.route == "stock1" and stock_on is not None and 1 <= rows <= EXACT_MAX_ROWS:
-        if rows == 1:
-            routing.passed += 1  # a classic step: MLX's own kernel, untouched
-            return stock()
-        routing.routed += 1
-        label = f"{w.shape[0]}x{width} {mode}-{bits} g{group} stock<={STOCK1_ROWS}"
-        routing.served[label] = routing.served.get(label, 0) + 1
-        if rows <= STOCK1_ROWS:
-            return stock()
-        flat = x.reshape(rows, width)
-        parts = [stock_on(flat[a:b]) for a, b in chunks(rows, STOCK1_ROWS)]
-        return mx.concatenate(parts, axis=0).reshape(*x.shape[:-1], parts[0].shape[-1])
     key = ("exact", rows, width, x.dtype, w.shape, scales.dtype, mode, bits, group, biases is None)
     plan = routing._plans.get(key)
     if plan is None:
@@ -463,8 +471,7 @@ def _qdispatch(self, x):
     if routing is not None and routing.exact and type(self) is nn.QuantizedLinear:
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"), self.mode,
                                self.bits, self.group_size, lambda: _stock_qcall(self, x),
-                               self["bias"] if "bias" in self else None,
-                               stock_on=lambda rows: _stock_qcall(self, rows))
+                               self["bias"] if "bias" in self else None)
     if routing is None or routing.mode is not VerifyLinear.QMV or type(self) is not nn.QuantizedLinear:
         return _stock_qcall(self, x)
     w, s = self["weight"], self["scales"]
@@ -534,7 +541,7 @@ def _qemb_as_linear(self, x):
     if routing is not None and routing.exact and type(self) is nn.QuantizedEmbedding:
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"),
                                getattr(self, "mode", "affine"), self.bits, self.group_size,
-                               lambda: _stock_qemb(self, x), stock_on=lambda rows: _stock_qemb(self, rows))
+                               lambda: _stock_qemb(self, x))
     return _stock_qemb(self, x)
 
 
@@ -618,12 +625,11 @@ def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
 
 
 @contextmanager
-def exact_linear(backend: str | None = None, route: str = "kernels") -> Iterator[LinearRouting]:
+def exact_linear(backend: str | None = None) -> Iterator[LinearRouting]:
     """Inside this block (this thread only), every projection of 1..EXACT_MAX_ROWS rows, and a
-    tied head's as_linear, takes a row-invariant kernel where one fits (engine.exact); ``route``
-    ``stock1``: quantized ones keep MLX's own kernel, a verify's rows in calls it computes per row."""
+    tied head's as_linear, takes a row-invariant kernel where one fits (engine.exact)."""
     backend = backend or current_backend()
-    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True, route=route)
+    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True)
     if backend == "cuda":
         routing.call = qmv.call_strategy()
     install()

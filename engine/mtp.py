@@ -35,7 +35,7 @@ import re
 from dataclasses import dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import mlx.core as mx
 import mlx.nn as nn
@@ -190,13 +190,19 @@ def _read_weights(path: Path, prefixes: tuple[str, ...]) -> dict[str, mx.array]:
     return out
 
 
-def load(head_path: Path | None, target: Any, target_path: Path, target_config: dict) -> MTPModel:
-    """MTP heads for ``target``: from ``head_path``, or from the target checkpoint when None."""
+def load(head_path: Path | None, target: Any, target_path: Path, target_config: dict, *,
+         head_config: dict | None = None, tensor_names: Iterable[str] | None = None) -> MTPModel:
+    """MTP heads for ``target``: from ``head_path``, or from the target checkpoint when None.
+    ``head_config`` and ``tensor_names`` (the source folder's tensors): as the pair load read them
+    (engine.checkpoint.Checkpoint), so no file is read twice."""
     from mlx.utils import tree_flatten
 
     source = Path(head_path) if head_path else Path(target_path)
     where = f"MTP head {source}" if head_path else f"target {source}"
-    config = dflash.read_config(source) if head_path else target_config
+    if not head_path:
+        config = target_config
+    else:
+        config = dflash.read_config(source) if head_config is None else head_config
     count = head_count(config)
     if not count:
         raise DrafterFormatError(f"{where}: no MTP layers (num_nextn_predict_layers / "
@@ -208,8 +214,8 @@ def load(head_path: Path | None, target: Any, target_path: Path, target_config: 
                 raise DrafterFormatError(f"{where}: made for another architecture: {key} "
                                          f"{size(config, key)}, the target's is {size(target_config, key)}")
     n_layers = size(target_config, "num_hidden_layers") or hidden.depth(target)
-    keys = set()
-    for f in sorted(source.glob("*.safetensors")):
+    keys = set(tensor_names) if tensor_names is not None else set()
+    for f in sorted(source.glob("*.safetensors")) if tensor_names is None else ():
         from blockwidth.engine.checkpoint import read_header
 
         keys.update(k for k in read_header(f) if k != "__metadata__")

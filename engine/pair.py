@@ -17,11 +17,11 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from blockwidth.engine import shapes  # noqa: E402
-from blockwidth.engine.checkpoint import CheckpointError, fingerprint, pair_key  # noqa: E402
-from blockwidth.policy.config import size  # noqa: E402
-from blockwidth.policy.drafter import DrafterKind, detect_drafter, pairing_problem  # noqa: E402
+from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, read_checkpoint  # noqa: E402
+from blockwidth.policy.config import context_length, size  # noqa: E402
+from blockwidth.policy.drafter import DrafterKind, detect_drafter, kind_problem, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
-from blockwidth.policy.quantization import ConfigError, Quantization, classify, read_config, read_sidecar  # noqa: E402
+from blockwidth.policy.quantization import ConfigError, Quantization  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
 _READ_BY_LOADERS = {".json", ".model", ".jinja", ".txt", ".tiktoken", ".jsonl", ".safetensors"}
@@ -37,7 +37,9 @@ _SIZE_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_laye
 
 class PairError(BlockwidthError):
     """A pair that cannot be loaded: what is wrong, and which input (``target`` or ``draft``),
-    which each front end words its way (the command line's --target, the console's field)."""
+    which each front end words its way (the command line's --target, the console's field).
+    What another reader found (a config, a weights header, a shape, a cache kind, a drafter's
+    format) reaches the front end as that reader raised it, never re-wrapped in a PairError."""
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Pair:
     caches: Any = None  # engine.kvcache.CachePlan of the target: its cache kinds and their rewinds
     drafter_caches: Any = None  # the same for a model drafter
     token_rows: int | None = None  # rows of the pair's smallest embedding table (engine.shapes)
+    checkpoints: dict[str, Checkpoint] = field(default_factory=dict)  # each folder, read once
 
     def encode(self, text: str, what: str = "prompt") -> list[int]:
         """The prompt's ids, each checked to be a row of every embedding table it will meet
@@ -71,8 +74,7 @@ class Pair:
 
     @property
     def context_length(self) -> int | None:
-        v = size(self.target_config, "max_position_embeddings")
-        return v if isinstance(v, int) and not isinstance(v, bool) else None
+        return context_length(self.target_config)
 
     @property
     def window(self) -> int | None:
@@ -87,12 +89,11 @@ class Pair:
         return f"{self.target_path.name} [{self.quantization.describe()}] + {d} ({self.kind.value})"
 
 
-def _check_folder(path: Path, what: str) -> tuple[dict, shapes.Weights]:
-    path = Path(path)
-    try:
-        config = read_config(path)
-    except ConfigError as e:
-        raise PairError(e.message, what) from None
+def _check_folder(path: Path | Checkpoint, what: str) -> Checkpoint:
+    """The folder read once and checked before any loader sees it: the config's sizes, the files
+    the loaders open, every weights header (PairError about ``what``)."""
+    ckpt = read_checkpoint(path, what)
+    path, config = ckpt.path, ckpt.config
     for key in _SIZE_KEYS:
         v = size(config, key)
         # None is a stated "not set" (some configs write head_dim: null); bool is not a size
@@ -108,12 +109,12 @@ def _check_folder(path: Path, what: str) -> tuple[dict, shapes.Weights]:
             raise PairError(f"{f}: {f.stat().st_size / 2**20:,.0f} MiB is over the "
                             f"{_MAX_LOADER_BYTES >> 20} MiB a tokenizer or config file may have", what)
     try:
-        weights = shapes.read_weights(path)  # every header, checked
+        weights = ckpt.weights  # every header, checked
     except CheckpointError as e:
-        raise PairError(e.message, what) from None
+        raise e.about(what) from None
     if not weights.shapes:
         raise PairError(f"{path}: no *.safetensors weights", what)
-    return config, weights
+    return ckpt
 
 
 def _one_line(e: Exception, limit: int = 300) -> str:
@@ -136,12 +137,9 @@ def _load_model(path: Path, what: str):
 
 
 def _cache_plan(model, path: Path, what: str):
-    from blockwidth.engine.kvcache import CacheKindError, plan
+    from blockwidth.engine.kvcache import plan
 
-    try:
-        return plan(model, f"{what} {path}")
-    except CacheKindError as e:
-        raise PairError(str(e)) from None
+    return plan(model, f"{what} {path}")  # a CacheKindError names the kind it cannot rewind
 
 
 def _load_tokenizer(path: Path, what: str, config: dict):
@@ -162,49 +160,33 @@ def _vocab(tokenizer) -> dict:
         return {}
 
 
-def _same_tokenizer_files(a: Path, b: Path) -> bool:
+def _same_tokenizer_files(a: Checkpoint, b: Checkpoint) -> bool:
     """Both folders hold the same tokenizer files, byte for byte (then nothing needs loading)."""
-    import hashlib
-
-    def file_digest(f: Path) -> str:
-        h = hashlib.sha256()
-        with open(f, "rb") as fh:  # in blocks: a tokenizer file can be large
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                h.update(block)
-        return h.hexdigest()
-
-    def digest(p: Path) -> dict[str, str]:
-        return {f.name: file_digest(f) for f in sorted(p.iterdir())
-                if f.name.startswith("tokenizer") and f.is_file()}
-
     try:
-        da, db = digest(a), digest(b)
+        da, db = a.tokenizer_digests, b.tokenizer_digests
     except OSError:
         return False
     return bool(da) and da == db
 
 
-def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = None,
-                        dconfig: dict | None = None, target_tokenizer: Any = None,
-                        sizes_only: bool = False) -> str | None:
+def vocabulary_mismatch(target: Path | Checkpoint, drafter: Path | Checkpoint, *,
+                        target_tokenizer: Any = None, sizes_only: bool = False) -> str | None:
     """Why a model drafter cannot draft for this target (it must share the target's tokenizer),
     or None (``sizes_only``: the configs' vocab sizes alone); the reason is about the ``draft``
     input (``PairError(why, "draft")``). The one rule
-    for the pair load and for ``resolve``, which loads no model: the configs' vocab sizes first,
-    then the tokenizers themselves, loaded only when their files differ. A config or tokenizer
-    that cannot be read raises PairError naming its input."""
+    for the pair load (both paths) and for ``resolve``, which loads no model: the configs' vocab
+    sizes first, then the tokenizers themselves, loaded only when their files differ. A config or
+    tokenizer that cannot be read raises PairError naming its input."""
     tname, dname = "target", "draft"
-    target, drafter = Path(target), Path(drafter)
     # configs only: resolve may meet a hub checkpoint fetched without its weights
-    def config_of(path: Path, role: str) -> dict:
-        try:
-            return read_config(path)
-        except ConfigError as e:
-            raise PairError(e.message, role) from None
-
-    tconfig = tconfig if tconfig is not None else config_of(target, tname)
-    dconfig = dconfig if dconfig is not None else config_of(drafter, dname)
+    tck, dck = read_checkpoint(target, tname), read_checkpoint(drafter, dname)
+    target, drafter = tck.path, dck.path
+    tconfig, dconfig = tck.config, dck.config
     tv, dv = size(tconfig, "vocab_size"), size(dconfig, "vocab_size")  # text_config's, where nested
+    for role, path, v in ((tname, target, tv), (dname, drafter, dv)):
+        if v is None:  # a config of {} said "differs from target's None"
+            raise PairError(f"{path / 'config.json'}: states no vocab_size, so the pair's vocabularies "
+                            f"cannot be compared (not a model checkpoint's config?)", role)
     if tv != dv:
         return (f"{drafter}: vocabulary of {dv} tokens differs from target "
                 f"{target}'s {tv}; a model drafter must share the target's tokenizer")
@@ -218,7 +200,7 @@ def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = N
         for f in sorted(folder.iterdir()):
             if f.suffix in _READ_BY_LOADERS and not f.is_file():
                 raise PairError(f"{f}: is not a regular file", role)
-    if _same_tokenizer_files(target, drafter):
+    if _same_tokenizer_files(tck, dck):
         return None
     tok = target_tokenizer if target_tokenizer is not None else _load_tokenizer(target, tname, tconfig)
     a, b = _vocab(tok), _vocab(_load_tokenizer(drafter, dname, dconfig))
@@ -228,20 +210,40 @@ def vocabulary_mismatch(target: Path, drafter: Path, *, tconfig: dict | None = N
     return None
 
 
+def _millions(n: int) -> str:
+    return f"{n / 1e6:.1f}M" if n >= 1e5 else f"{n:,}"
+
+
+def swapped(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint) -> str | None:
+    """Why a model drafter is no drafter for this target (it has more parameters: the two were
+    likely given the wrong way round), or None; about the ``draft`` input. Counted from the
+    safetensors headers the checkpoints hold, a packed quantized tensor at its bits (a 4-bit
+    target is not counted smaller than it is); a folder without weights (a hub checkpoint
+    resolved from its configs) is not judged. The one rule for the pair load and for ``resolve``."""
+    try:
+        tck = target if isinstance(target, Checkpoint) else read_checkpoint(target, "target")
+        dck = drafter if isinstance(drafter, Checkpoint) else read_checkpoint(drafter, "draft")
+        t = tck.weights.parameters(tck.quantization.bits)
+        d = dck.weights.parameters(dck.quantization.bits)
+    except (CheckpointError, ConfigError, BlockwidthError, KeyError, TypeError, ValueError):
+        return None  # each load reports its own unreadable file, naming it
+    if not t or not d or d <= t:
+        return None
+    return (f"{dck.path}: {_millions(d)} parameters, more than the target's {_millions(t)} ({tck.path}); a "
+            f"drafter must be smaller than its target: are the target and drafter the wrong way round?")
+
+
 def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
                  dweights: shapes.Weights | None, dname: str, *, builds: bool = True) -> None:
     """Before anything is built: the configs' sizes against their weights, and the weights against
     the device's memory (PairError, naming its input: ``tname`` or ``dname``). ``builds``: the
     drafter is built from its config's layer count (not an MTP head's folder, whose config states
     the target's)."""
-    try:
-        memory = shapes.device_memory()
-        shapes.check_config(tconfig, tweights, tname, memory=memory)
-        if dweights is not None and dconfig is not None:
-            shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
-            shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
-    except shapes.ShapeError as e:
-        raise PairError(e.message, e.input_name) from None
+    memory = shapes.device_memory()
+    shapes.check_config(tconfig, tweights, tname, memory=memory)
+    if dweights is not None and dconfig is not None:
+        shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
+        shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
 
 
 def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights: shapes.Weights | None,
@@ -252,15 +254,70 @@ def token_rows(tokenizer: Any, target: Path, tweights: shapes.Weights, dweights:
     tables, heads = shapes.pair_tables(tweights, dweights, tname, dname)
     if tweights.embedding() is None and model is not None:  # named as the headers do not say
         tables += shapes.module_tables(model, f"target {target}", tname)
-    try:
-        rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), target, tname, tables, heads)
-    except shapes.ShapeError as e:
-        raise PairError(e.message, e.input_name) from None
+    rows = shapes.check_token_ids(shapes.tokenizer_ids(tokenizer), target, tname, tables, heads)
     if rows is None:
         raise PairError(f"{target}: no token embedding found (in the weights"
                         f"{' or the built model' if model is not None else ''}) to check the "
                         f"tokenizer's ids against", tname)
     return rows
+
+
+@dataclass(frozen=True)
+class CheckedPair:
+    """A pair that passed every check made before a model is built: the one pair check of the
+    engine path (load_pair) and the served path (engine.session.served.served_pair)."""
+
+    target: Checkpoint
+    drafter: Checkpoint | None
+    kind: DrafterKind
+    tokenizer: Any  # the target's, loaded once (mlx_lm TokenizerWrapper)
+    quantization: Quantization
+
+
+def check_pair(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint | None = None,
+               kind: DrafterKind | str | None = None) -> CheckedPair:
+    """Read each folder once and check the pair before anything is built: the configs' sizes
+    against their weights and the device, the drafter kind, the vocabulary (sizes, then the
+    tokenizers themselves), the quantization sidecar. PairError names its input (``target`` or
+    ``draft``)."""
+    tname, dname = "target", "draft"
+    tck = _check_folder(target, tname)
+    dck = None
+    if kind is not None:
+        kind = DrafterKind(kind)
+    if drafter is None:
+        kind = kind or DrafterKind.LOOKUP
+    else:
+        dck = _check_folder(drafter, dname)
+        detected = detect_drafter(dck.config)
+        wrong = kind_problem(kind, detected, dck.path)  # model on a DFlash checkpoint: one line
+        if wrong:
+            raise PairError(wrong.message, wrong.input_name)
+        kind = kind or detected.kind
+    if kind not in RUNNABLE:
+        raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
+                        f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
+                        f"resolves a width for {kind.value}")
+    problem = pairing_problem(kind, dck.path if dck is not None else None)  # the one rule every front end refuses by
+    if problem:
+        raise PairError(problem.message, problem.input_name)
+
+    if kind is DrafterKind.MODEL:  # the configs' sizes first: nothing is loaded for a refusal
+        why = vocabulary_mismatch(tck, dck, sizes_only=True) or swapped(tck, dck)
+        if why:
+            raise PairError(why, dname)
+    try:
+        quantization = tck.quantization  # reads the sidecar: a broken one is the target's error
+    except ConfigError as e:
+        raise e.about(tname) from None
+    check_shapes(tck.config, tck.weights, tname, dck.config if dck is not None else None,
+                 dck.weights if dck is not None else None, dname, builds=kind is not DrafterKind.MTP)
+    tokenizer = _load_tokenizer(tck.path, tname, tck.config)
+    if kind is DrafterKind.MODEL:  # then the tokenizers themselves, before any model is built
+        why = vocabulary_mismatch(tck, dck, target_tokenizer=tokenizer)
+        if why:
+            raise PairError(why, dname)
+    return CheckedPair(tck, dck, kind, tokenizer, quantization)
 
 
 def load_pair(target: Path | str, drafter: Path | str | None = None,
@@ -269,68 +326,39 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     """Load a pair. ``drafter=None`` means the lookup drafter. A PairError names the input it
     is about (``target`` or ``draft``). ``target_loader``: loads the target's model instead of
     mlx-lm's ``load_model`` (a shard of it: engine.distributed); with ``drafter_model=False`` a
-    model drafter is checked but its weights are not loaded (a rank that does not draft)."""
-    target = Path(target)
+    model drafter is checked but its weights are not loaded (a rank that does not draft).
+    Each folder is read once (engine.checkpoint.Checkpoint) and what was read is passed down;
+    mlx-lm's own loaders read config.json and the tokenizer files again, as they are written."""
     tname, dname = "target", "draft"
-    tconfig, tweights = _check_folder(target, tname)
-    dweights = None
-    if kind is not None:
-        kind = DrafterKind(kind)
-    if drafter is None:
-        kind = kind or DrafterKind.LOOKUP
-    else:
-        drafter = Path(drafter)
-        dconfig, dweights = _check_folder(drafter, dname)
-        kind = kind or detect_drafter(dconfig).kind
-    if kind not in RUNNABLE:
-        raise PairError(f"drafter kind {kind.value}: the embedded engine runs only "
-                        f"{', '.join(k.value for k in RUNNABLE)}; `blockwidth resolve` still "
-                        f"resolves a width for {kind.value}")
-    problem = pairing_problem(kind, drafter)  # the one rule every front end refuses by
-    if problem:
-        raise PairError(problem.message, problem.input_name)
-
-    if kind is DrafterKind.MODEL:  # the configs' sizes first: nothing is loaded for a refusal
-        why = vocabulary_mismatch(target, drafter, tconfig=tconfig, dconfig=dconfig,
-                                  sizes_only=True)
-        if why:
-            raise PairError(why, dname)
-    try:
-        sidecar = read_sidecar(target)
-    except ConfigError as e:
-        raise PairError(e.message, tname) from None
-    own = dweights if kind is DrafterKind.MODEL else None  # dflash and mtp read the target's tables
-    check_shapes(tconfig, tweights, tname, dconfig if dweights is not None else None, dweights, dname,
-                 builds=kind is not DrafterKind.MTP)
-    tokenizer = _load_tokenizer(target, tname, tconfig)
-    if kind is DrafterKind.MODEL:  # then the tokenizers themselves, before any model is built
-        why = vocabulary_mismatch(target, drafter, tconfig=tconfig, dconfig=dconfig,
-                                  target_tokenizer=tokenizer)
-        if why:
-            raise PairError(why, dname)
+    checked = check_pair(target, drafter, kind)
+    tck, dck, kind, tokenizer = checked.target, checked.drafter, checked.kind, checked.tokenizer
+    target = tck.path
+    own = dck.weights if kind is DrafterKind.MODEL else None  # dflash and mtp read the target's tables
     model = target_loader(target) if target_loader is not None else _load_model(target, tname)
-    rows = token_rows(tokenizer, target, tweights, own, tname, dname, model)
-    pair = Pair(model, tokenizer, target, tconfig, classify(tconfig, sidecar), kind,
-                fingerprints={"target": fingerprint(target)}, caches=_cache_plan(model, target, tname),
-                token_rows=rows)
+    rows = token_rows(tokenizer, target, tck.weights, own, tname, dname, model)
+    pair = Pair(model, tokenizer, target, tck.config, checked.quantization, kind,
+                fingerprints={"target": tck.fingerprint}, caches=_cache_plan(model, target, tname),
+                token_rows=rows, checkpoints={"target": tck})
+    if dck is not None:
+        pair.checkpoints["drafter"] = dck
     if kind is DrafterKind.MODEL:
         if drafter_model:  # a rank that does not draft checks the drafter but holds none
-            pair.drafter = _load_model(drafter, dname)
-            pair.drafter_caches = _cache_plan(pair.drafter, drafter, dname)
-        pair.drafter_path = drafter
-        pair.fingerprints["drafter"] = fingerprint(drafter)
+            pair.drafter = _load_model(dck.path, dname)
+            pair.drafter_caches = _cache_plan(pair.drafter, dck.path, dname)
+        pair.drafter_path = dck.path
+        pair.fingerprints["drafter"] = dck.fingerprint
     elif kind in (DrafterKind.DFLASH, DrafterKind.MTP):
         from blockwidth.engine import dflash, mtp
-        from blockwidth.engine.hidden import TargetShapeError
 
-        try:
-            if kind is DrafterKind.DFLASH:
-                pair.drafter = dflash.load(drafter, model, tconfig)
-            else:
-                pair.drafter = mtp.load(drafter, model, target, tconfig)
-        except (dflash.DrafterFormatError, TargetShapeError) as e:
-            raise PairError(str(e)) from None
-        if drafter is not None:
-            pair.drafter_path = drafter
-            pair.fingerprints["drafter"] = fingerprint(drafter)
+        # a DrafterFormatError or a TargetShapeError says what does not fit, as it is
+        if kind is DrafterKind.DFLASH:
+            pair.drafter = dflash.load(dck.path, model, tck.config, config=dck.config)
+        else:
+            source = dck if dck is not None else tck
+            pair.drafter = mtp.load(dck.path if dck is not None else None, model, target, tck.config,
+                                    head_config=dck.config if dck is not None else None,
+                                    tensor_names=source.weights.shapes.keys())
+        if dck is not None:
+            pair.drafter_path = dck.path
+            pair.fingerprints["drafter"] = dck.fingerprint
     return pair

@@ -70,6 +70,23 @@ class Weights:
                  if pattern.search(n) and not _NOT_TOKENS.search(n) and len(s) >= 1]
         return min(found, key=lambda f: f[1]) if found else None
 
+    def parameters(self, bits: int | None = None) -> int | None:
+        """Parameters in these headers (None: no weights), an MLX-quantized weight unpacked at
+        ``bits`` (its packed uint32 words hold 32 / bits values each); scales and biases are not
+        parameters of the model."""
+        if not self.shapes:
+            return None
+        total = 0
+        for name, shape in self.shapes.items():
+            if name.endswith((".scales", ".biases")):
+                continue
+            n = math.prod(shape)
+            base = name[: -len(".weight")] if name.endswith(".weight") else None
+            if base and f"{base}.scales" in self.shapes and self.dtypes.get(name) == "U32" and bits:
+                n = n * 32 // bits
+            total += n
+        return total
+
     def embedding(self) -> tuple[str, int] | None:
         """(tensor name, rows) of the smallest token embedding table, or None."""
         return self._rows(_EMBED)

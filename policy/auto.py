@@ -29,7 +29,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from blockwidth.policy.errors import BlockwidthError
 
 AUTO = "auto"  # the arm, the sweep's width list and the profile entry say it so
-MAX_WIDTH = 16  # widest width the controller considers unless told otherwise
+DEFAULT_AUTO_MAX = 16  # widest width the controller considers unless told otherwise (--auto-max)
 # The width bound every width this tool takes is held to (policy.profile.MAX_WIDTH is this one):
 # a plan's max_width and its cost curve's row counts too, so that an auto entry cannot answer
 # --num-draft-tokens 999 or have --check --measure calibrate 100,000 rows.
@@ -161,7 +161,7 @@ class Costs:
 class Params:
     """The controller's settings (a record stores them, so a replay uses the same)."""
 
-    max_width: int = MAX_WIDTH
+    max_width: int = DEFAULT_AUTO_MAX
     hysteresis: float = 0.05  # leave the current width only for a predicted rate this much higher
     request_decay: float = 0.97  # per speculative round: a request's evidence, about 30 rounds
     pooled_decay: float = 0.99  # the pool's, about 100 rounds over every request
@@ -421,7 +421,7 @@ class Plan:
 
     costs: Costs
     acceptance: float
-    max_width: int = MAX_WIDTH
+    max_width: int = DEFAULT_AUTO_MAX
 
     def __post_init__(self) -> None:
         a = self.acceptance
@@ -458,7 +458,7 @@ class Plan:
             raise AutoError(f"unknown keys {sorted(unknown)}")
         if "acceptance" not in d:
             raise AutoError("acceptance is missing (the pooled acceptance it was saved with)")
-        mw = d.get("max_width", MAX_WIDTH)
+        mw = d.get("max_width", DEFAULT_AUTO_MAX)
         if isinstance(mw, bool) or not isinstance(mw, int) or not 2 <= mw <= WIDTH_BOUND:
             raise AutoError(f"max_width = {_said(mw)}: expected an integer 2..{WIDTH_BOUND} (the width bound)")
         return Plan(Costs.from_dict(d), d["acceptance"], mw)

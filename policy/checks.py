@@ -12,7 +12,7 @@ from typing import Any, Mapping, Sequence
 
 from blockwidth.policy.device import Device, mismatch
 from blockwidth.policy.errors import ExitCode
-from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.profile import Entry, Profile
 from blockwidth.policy.verdict import Verdict
 
 
@@ -73,12 +73,12 @@ def exit_code(checks: Sequence[Check], *, strict: bool = False,
 
 
 
-def entry_label(i: int, e: Override) -> str:
+def entry_label(i: int, e: Entry) -> str:
     """``entry 3 (line 12)``: how every check names an entry, so one grep finds it in the file."""
     return f"entry {i}" + (f" (line {e.line})" if e.line else "")
 
 
-def for_device(e: Override, device: Device) -> tuple[bool, str]:
+def for_device(e: Entry, device: Device) -> tuple[bool, str]:
     """Whether an entry describes this device at all (quantization, kind and pair aside)."""
     why = e.device_mismatch(device)
     if why:
@@ -87,18 +87,18 @@ def for_device(e: Override, device: Device) -> tuple[bool, str]:
     return True, f"applies to {device.describe()}" + (f" ({note})" if note else "")
 
 
-def constraints(e: Override) -> dict[str, Any]:
+def constraints(e: Entry) -> dict[str, Any]:
     """The keys an entry matches on, normalised as the matcher compares them."""
     return dict(e.slot(case_blind=True))
 
 
-def compatible(a: Override, b: Override) -> bool:
+def compatible(a: Entry, b: Entry) -> bool:
     """Some situation matches both: every key both set has the same value."""
     ca, cb = constraints(a), constraints(b)
     return all(ca[k] == cb[k] for k in ca.keys() & cb.keys())
 
 
-def outcome(e: Override) -> str:
+def outcome(e: Entry) -> str:
     if e.auto is not None:
         return f"auto (fixed {e.width} where the width cannot adapt)"
     return "decline" if e.decline else f"width {e.width}"
@@ -133,7 +133,7 @@ def duplicate_checks(profile: Profile) -> list[Check]:
 MAX_SHADOWS = 100
 
 
-def shadow_pairs(entries: Sequence[tuple[int, Override]], keep=lambda i, j: True,
+def shadow_pairs(entries: Sequence[tuple[int, Entry]], keep=lambda i, j: True,
                  limit: int | None = None) -> tuple[list[tuple[int, int]], bool]:
     """The (broad, narrow) pairs of ``entries`` (by their 1-based numbers) where some situation
     matches both and the narrow one, more specific, wins there, and ``keep(broad, narrow)``;
@@ -194,7 +194,7 @@ def shadow_checks(profile: Profile, device: Device) -> list[Check]:
 
 
 
-def stale_check(i: int, e: Override, mlx: str | None) -> Check:
+def stale_check(i: int, e: Entry, mlx: str | None) -> Check:
     name = f"entry {i}: mlx version"
     figures = {"entry_mlx": e.mlx, "running_mlx": mlx}
     if not e.mlx:
@@ -240,7 +240,7 @@ def marks(checks: Sequence[Check], count: int) -> list[EntryMark]:
 
 
 
-def measured_status(e: Override, session: Any) -> tuple[Status, str]:
+def measured_status(e: Entry, session: Any) -> tuple[Status, str]:
     """The check's verdict on one entry from a finished A/B session (engine rules:
     a width wins only with disjoint ranges and identical output).
 

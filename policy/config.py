@@ -117,12 +117,25 @@ def remote_code(path: Path, config: Mapping[str, Any] | None = None) -> str | No
     return None
 
 
+def context_length(config: Any) -> int | None:
+    """The target's context in tokens (``max_position_embeddings``, ``text_config``'s where
+    nested), or None where the config states none: one rule for the engine and the served path."""
+    v = size(config, "max_position_embeddings")
+    return v if isinstance(v, int) and not isinstance(v, bool) else None
+
+
 def read_config(path: Path) -> dict[str, Any]:
     """Read ``PATH/config.json``; ConfigError names the path and what is wrong.
 
     Every reader of a checkpoint folder comes through here (the engine, ``inspect``,
     ``resolve``, the console), so a folder that asks to run its own code is refused here.
     """
+    return read_config_bytes(path)[0]
+
+
+def read_config_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
+    """``read_config``, and the file's bytes as read (a checkpoint's fingerprint hashes them,
+    so the file is read once: engine.checkpoint.Checkpoint)."""
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{path}: no such file or directory")
@@ -132,7 +145,8 @@ def read_config(path: Path) -> dict[str, Any]:
     if not cfg.exists():
         raise ConfigError(f"{path}: has no config.json (not a checkpoint folder)")
     try:
-        data = files.read_json(cfg)
+        raw = files.read_bytes(cfg, files.MAX_JSON_BYTES)
+        data = files.loads_json(raw, cfg)
     except files.FileProblem as e:
         raise ConfigError(str(e)) from None
     if not isinstance(data, dict):
@@ -143,7 +157,22 @@ def read_config(path: Path) -> dict[str, Any]:
     too_big = size_problem(data)  # before any reader computes a shape or builds a model from it
     if too_big:
         raise ConfigError(f"{cfg}: {too_big}")
-    return data
+    return data, raw
+
+
+# What a model's config.json says about the model: one of these at least.
+_DESCRIBES = ("model_type", "architectures", "text_config", "vocab_size", "hidden_size",
+              "quantization", "quantization_config")
+
+
+def names_no_model(path: Path, config: dict[str, Any]) -> ConfigError | None:
+    """A config.json that describes no model (``{}``: no model_type, architectures, sizes or
+    quantization), or None. ``inspect`` answered such a folder with exit 0 and a page of nulls."""
+    if any(k in config for k in _DESCRIBES):
+        return None
+    what = "an empty object" if not config else "an object without " + ", ".join(_DESCRIBES[:3])
+    return ConfigError(f"{Path(path) / 'config.json'}: {what}: it describes no model (not a "
+                       f"checkpoint's config)")
 
 
 def read_sidecar(path: Path) -> dict[str, Any] | None:

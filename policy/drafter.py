@@ -37,6 +37,26 @@ def pairing_problem(kind: DrafterKind | str | None, drafter: object | None) -> P
     return None
 
 
+# Kinds whose checkpoints are not causal LMs: mlx-lm cannot load one as a draft model (it raised
+# "Received 25 parameters not in model" from deep in the load).
+_NOT_A_MODEL = ("dflash", "mtp", "eagle")
+
+
+def kind_problem(kind: "DrafterKind | str | None", detected: "DrafterInfo", drafter: object) -> PairingError | None:
+    """Why the kind given cannot load this drafter checkpoint, or None: ``model`` on a checkpoint
+    detected as a DFlash, MTP or EAGLE drafter (one line, about the ``kind`` input; each front end
+    words it). Other disagreements (a kind given over an ordinary LM's detection) are the
+    operator's call and stay allowed."""
+    if kind is None:
+        return None
+    kind = DrafterKind(kind)
+    if kind is DrafterKind.MODEL and detected.kind.value in _NOT_A_MODEL:
+        return PairingError(f"model: {drafter} is a {detected.kind.value} drafter ({detected.detail}), not a "
+                            f"draft model mlx-lm can load; kind {detected.kind.value} loads it (or leave the "
+                            f"kind out: it is detected)", "kind")
+    return None
+
+
 @dataclass(frozen=True)
 class DrafterInfo:
     kind: DrafterKind

@@ -14,9 +14,15 @@ from typing import Mapping
 
 
 class ExitCode(IntEnum):
+    """Every code a blockwidth command ends with (the README lists them)."""
+
     OK = 0
-    CHECK_FAILED = 1
-    USAGE = 2
+    CHECK_FAILED = 1  # a check failed, a save was refused, the profile is held by another writer
+    USAGE = 2  # bad input or usage: one line naming the input; nothing was run or written
+    ENVIRONMENT = 3  # the environment failed: a server that could not start, crashed or failed a request
+    TIMED_OUT = 124  # a sharded group ran past --group-timeout (as timeout(1) ends)
+    INTERRUPTED = 130  # Ctrl-C (128 + SIGINT): what was measured is kept
+    BROKEN_PIPE = 141  # the reader of stdout left (128 + SIGPIPE): nothing more is said
 
 
 # How an input is called where no front end words it (a library caller, a log line).
@@ -41,6 +47,14 @@ class BlockwidthError(Exception):
         given (a config, a file). Returns the same error, to be raised again."""
         if self.input_name is None:
             self.input_name = input_name
+        return self
+
+    def adding(self, text: str = "", *, before: str = "") -> "BlockwidthError":
+        """This error with ``text`` after its message and ``before`` in front of it (what a front
+        end kept, where a log is, which command): the same error, its class, input and exit code,
+        to be raised again, never wrapped in another."""
+        self.message = f"{before}{self.message}{text}"
+        self.args = (self.message, *self.args[1:])
         return self
 
     def say(self, names: Mapping[str, str] | None = None) -> str:

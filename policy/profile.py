@@ -23,15 +23,23 @@ from typing import Any, Mapping
 from blockwidth.policy import files
 from blockwidth.policy.auto import AUTO, WIDTH_BOUND, AutoError, Plan
 from blockwidth.policy.errors import BlockwidthError
-from blockwidth.policy.integers import shorten
 from blockwidth.policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.quantization import Quantization, Scheme
 from blockwidth.policy.text import hidden_char
 
 SCHEMA = 1
-MAX_WIDTH = WIDTH_BOUND  # one bound: policy.auto holds it (an auto plan's widths too)
+# the widest width any input may give (a flag, a variable, an entry, a field): one bound, which
+# policy.auto holds (an auto plan's widths too)
+MAX_WIDTH = WIDTH_BOUND
 MIN_WIDTH = 2
+
+
+def num_draft_tokens(width: int) -> int:
+    """What mlx-lm (and every server taking a draft count) calls the width: the drafted tokens,
+    ``width - 1`` (the verify adds the one row the target decodes itself)."""
+    return width - 1
+
 # What an entry measured: this engine's decode loop, or the real mlx_lm.server (issue 27).
 PATH_ENGINE = "engine"
 PATH_SERVER = "mlx-lm-server"
@@ -111,8 +119,8 @@ def default_path() -> Path:
 
 
 @dataclass(frozen=True)
-class Override:
-    """One measured override: its match keys, its width (or decline) and its evidence."""
+class Entry:
+    """One profile entry (a measured override): its match keys, its width (or decline) and its evidence."""
 
     backend: Backend
     drafter_kind: DrafterKind
@@ -309,21 +317,21 @@ class Override:
 @dataclass(frozen=True)
 class Profile:
     path: Path
-    entries: tuple[Override, ...]
+    entries: tuple[Entry, ...]
     exists: bool
 
     def match(self, device: Device, quant: Quantization, kind: DrafterKind,
-              pair: str | None, *, path: str | None = None,
-              concurrency: int | None = None) -> Override | None:
-        """The entry for this situation: one measured on ``path`` (default the engine's) before
+              pair: str | None, *, route: str | None = None,
+              concurrency: int | None = None) -> Entry | None:
+        """The entry for this situation: one measured on ``route`` (default the engine's) before
         one measured on the other path; then the one measured at ``concurrency`` (default 1),
         else the highest level below it, else the lowest above; then the most specific."""
         found = [e for e in self.entries if e.matches(device, quant, kind, pair)]
         if not found:
             return None
-        want, load = path or PATH_ENGINE, concurrency or 1
+        want, load = route or PATH_ENGINE, concurrency or 1
 
-        def rank(e: Override) -> tuple:
+        def rank(e: Entry) -> tuple:
             c = e.load
             return (e.path == want, c == load, c <= load, c if c <= load else -c,
                     e.specificity(), e.measured_at or "")
@@ -370,7 +378,7 @@ _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capabilit
                "note", "path", "concurrency", "server", "auto", "group"}
 
 
-def parse(text: str, path: Path) -> tuple[Override, ...]:
+def parse(text: str, path: Path) -> tuple[Entry, ...]:
     """Parse and validate profile text; every problem is reported at once."""
     if files.nesting_depth(text, toml=True) > files.MAX_NESTING:
         raise ProfileError(path, [f"nested deeper than {files.MAX_NESTING} levels (brackets, and the dots of "
@@ -474,7 +482,7 @@ def string_problems(item: Mapping[str, Any]) -> list[str]:
     return errs
 
 
-def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
+def _entry(item: Any, line: int | None) -> tuple[Entry | None, list[str]]:
     errs: list[str] = []
     if not isinstance(item, dict):
         return None, ["is not a table"]
@@ -580,7 +588,8 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
             args = server.get("args", [])
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
                 errs.append(f"server.args = {_short(args)}: expected a list of strings")
-            elif server_arg_problem(args):  # what serve would start and export would print
+            elif not any(hidden_char(a) for a in args) and server_arg_problem(args):
+                # what serve would start and export would print (a control character: said above)
                 errs.append(f"server.args: {server_arg_problem(args)}")
             for key in ("mlx_lm", "verify_attention"):
                 if server.get(key) is not None and not isinstance(server[key], str):
@@ -599,7 +608,7 @@ def _entry(item: Any, line: int | None) -> tuple[Override | None, list[str]]:
                             f"is the entry's own device, backend = {backend.value!r}")
     if errs or backend is None or kind is None:
         return None, errs
-    return Override(
+    return Entry(
         backend=backend, drafter_kind=kind, width=None if decline else width, decline=decline,
         compute_capability=cc, device_name=item.get("device_name"), quant_scheme=scheme,
         quant_bits=bits, quant_group_size=group, pair=item.get("pair"), mlx=item.get("mlx"),
@@ -612,7 +621,7 @@ HEADER = ("blockwidth profile: measured draft block widths. Written by blockwidt
           "edits by hand, comments included, are kept as long as they validate (README, 'Profile').")
 
 
-def _table(entry: Override) -> Any:
+def _table(entry: Entry) -> Any:
     import tomlkit
 
     t = tomlkit.table()
@@ -663,7 +672,7 @@ def _new_document() -> Any:
     return doc
 
 
-def dumps(entries: tuple[Override, ...] | list[Override]) -> str:
+def dumps(entries: tuple[Entry, ...] | list[Entry]) -> str:
     """A fresh profile holding ``entries`` (what a first save writes)."""
     import tomlkit
 
@@ -676,7 +685,7 @@ def dumps(entries: tuple[Override, ...] | list[Override]) -> str:
     return doc.as_string()
 
 
-def edited(text: str | None, path: Path, drop: tuple, add: Override | None) -> str:
+def edited(text: str | None, path: Path, drop: tuple, add: Entry | None) -> str:
     """``text`` with the entries in slot ``drop`` removed and ``add`` appended, edited in
     place so that everything else (comments, order, layout) is kept as the operator left it.
     ``text`` has been validated, so its n-th [[override]] is the n-th parsed entry."""

@@ -21,7 +21,7 @@ from blockwidth.policy.device import Backend, Device
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.auto import AUTO, Plan
 from blockwidth.policy.errors import BlockwidthError
-from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Override, Profile
+from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH, PATH_ENGINE, PATH_SERVER, Entry, Profile
 from blockwidth.policy.quantization import Quantization
 
 ENV_VARS = ("BLOCKWIDTH_DRAFT_BLOCK_SIZE", "MLXCEL_DRAFT_BLOCK_SIZE")
@@ -74,7 +74,7 @@ class Resolution:
     device: Device
     quantization: Quantization
     stale: bool = False
-    entry: Override | None = field(default=None, compare=False)
+    entry: Entry | None = field(default=None, compare=False)
     row: table.MeasuredDefault | None = field(default=None, compare=False)  # the table row applied
     # What the width was measured on (engine | mlx-lm-server; None: nothing measured it, e.g. a
     # flag) and the path and load it was resolved for.
@@ -155,10 +155,10 @@ def resolve(
     declared_detail: str = "",
     pair: str | None = None,
     mlx_version: str | None = None,
-    path: str = PATH_ENGINE,
+    route: str = PATH_ENGINE,
     concurrency: int = 1,
 ) -> Resolution:
-    """Pick the width for ``path`` (what will run it: the engine, or mlx_lm.server) under
+    """Pick the width for ``route`` (what will run it: the engine, or mlx_lm.server) under
     ``concurrency`` requests at once. Raises WidthError for an invalid flag or environment value."""
     env = env or {}
     chain: list[Step] = []
@@ -177,7 +177,7 @@ def resolve(
             shown = f"auto, fixed {width} where the width cannot adapt"
         text = f"{shown} ({_LABEL[source]}: {reason})"
         return Resolution(width, source, text, tuple(chain), drafter_kind, device, quantization,
-                          path=path, concurrency=concurrency, **kw)
+                          path=route, concurrency=concurrency, **kw)
 
     # 1. operator override
     if flag is not None:
@@ -194,7 +194,7 @@ def resolve(
 
     # 2. measured profile override
     if profile is not None:
-        entry = profile.match(device, quantization, drafter_kind, pair, path=path,
+        entry = profile.match(device, quantization, drafter_kind, pair, route=route,
                               concurrency=concurrency)
         if entry is not None:
             stale = bool(entry.mlx and mlx_version and entry.mlx != mlx_version)
@@ -215,7 +215,7 @@ def resolve(
             if note:
                 reason += f"; {note}"
             reason += f"; measured on {entry.measured_on(pair)}"
-            reason += path_note(entry.path, path)
+            reason += path_note(entry.path, route)
             if entry.load != concurrency:
                 reason += f"; measured at concurrency {entry.load}, not at the {concurrency} asked for"
             return done(entry.width, Source.PROFILE, reason, stale=stale, entry=entry,
@@ -264,7 +264,7 @@ def resolve(
         return done(row.width, Source.TABLE,
                     f"{what}; record {row.record}, MLX {row.mlx}" + ("" if row.won else f": {row.evidence}")
                     + _identity_note(row.byte_identical if row.width is not None else None)
-                    + path_note(PATH_ENGINE, path), row=row, measured_path=PATH_ENGINE)
+                    + path_note(PATH_ENGINE, route), row=row, measured_path=PATH_ENGINE)
     chain.append(Step(Source.TABLE, False, None,
                       f"no built-in measurement for {drafter_kind.value} drafter on {keys}"))
 

@@ -25,6 +25,10 @@ Requests = Sequence[Sequence[Sample]]  # per request, its runs
 
 MIN_GAIN = 0.03  # a win must be at least 3 % faster, at the interval's lower end
 LEVEL = 0.95  # the interval's coverage
+# A win's permutation p must be below this too: a bootstrap interval of two runs a side can clear
+# the bar by luck (n = 2 printed "1.74x [1.11, 2.63] p 0.1 wins"), and no p of so few runs can be
+# small. With classic's closing run the smallest p is 1 / C(2n + 1, n): 0.1 at n = 2, 1/35 at 3.
+ALPHA = 0.05
 RESAMPLES = 4000  # bootstrap replicates: the 2.5 % quantile rests on ~100 of them
 EXACT_LIMIT = 100_000  # arrangements enumerated exactly (n = 9 a side with classic's closing run)
 PERMUTATIONS = 9_999  # Monte Carlo relabellings above the limit: p is at least 1 / 10,000
@@ -237,6 +241,9 @@ class Estimate:
     ci: Interval
     p: float
     p_method: str
+    # The smallest p these counts can give (every run of the arm above every run of classic's):
+    # when it is not below ALPHA, no result of this many runs is a win; more runs are.
+    p_floor: float | None = None
 
     def describe(self) -> str:
         return f"{self.ratio:.2f}x (95 % CI {self.ci.lo:.2f}-{self.ci.hi:.2f}, p {self.p:.2g})"
@@ -257,8 +264,10 @@ def estimates(classic: Requests, arms: Mapping[K, Requests], *, seed: int,
     c_pass = passes(classic)
     out = {}
     for k, req in arms.items():
-        test = mann_whitney(passes(req), c_pass, seed=seed)
-        out[k] = Estimate(ratio(req, classic), percentile_interval(reps[k], level), test.p, test.method)
+        a_pass = passes(req)
+        test = mann_whitney(a_pass, c_pass, seed=seed)
+        out[k] = Estimate(ratio(req, classic), percentile_interval(reps[k], level), test.p, test.method,
+                          disjoint_p(len(a_pass), len(c_pass)))
     return out
 
 
@@ -279,6 +288,21 @@ def passes(requests: Requests) -> list[float]:
 def clears(est: Estimate, min_gain: float = MIN_GAIN) -> bool:
     """The interval rule: the speed-up's lower end is above 1 + min_gain."""
     return est.ci.lo > 1 + min_gain
+
+
+def significant(est: Estimate, alpha: float = ALPHA) -> bool:
+    """The p rule: the permutation p-value is below ``alpha`` (a win needs it beside the interval)."""
+    return est.p < alpha
+
+
+def runs_for(alpha: float = ALPHA, closing: int = 1) -> int:
+    """The fewest runs (or passes) a side at which a win's p can fall below ``alpha``, with
+    ``closing`` extra classic runs (its closing bracket): the smallest n with 1 / C(2n + closing, n)
+    below alpha."""
+    n = 1
+    while disjoint_p(n, n + closing) >= alpha:
+        n += 1
+    return n
 
 
 @dataclass(frozen=True)

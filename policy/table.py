@@ -132,6 +132,25 @@ TABLE: tuple[MeasuredDefault, ...] = (
         slower=(2, 3, 4, 5, 6, 7, 8, 10, 12, 14, 16),
         won=False,
     ),
+    # The demo's 4-bit target with its model drafter on the 2-core CPU (examples/records, the
+    # decline the example profile ships): n = 7, 32 tokens, every width slower (w4 0.65x). Without
+    # this row the pair's first answer was the unmeasured per-kind 4, which that record measured
+    # slower: the resolver's first word contradicted the project's own evidence (issue 37).
+    MeasuredDefault(
+        drafter_kind=DrafterKind.MODEL,
+        backend=Backend.CPU,
+        compute_capability=None,
+        scheme=Scheme.AFFINE,
+        bits=4,
+        width=None,
+        mlx="0.32.4",
+        record="examples/records/cpu-demo-4bit-decline.json",
+        evidence="demo 4-bit target + model drafter, n = 7, 32 tokens: classic 8.6-13.5 tok/s "
+        "(median 10.8); width 4 5.3-7.8 (7.0), width 8 4.9-8.0 (6.2): every width slower",
+        byte_identical=True,
+        slower=(4, 8),
+        won=False,
+    ),
 )
 
 # Unmeasured constants: what each kind uses when nothing above applies.

@@ -7,8 +7,9 @@
   at n = 3), and the decision says which it can tell;
 - an arm that ran no speculative round is *not measured*;
 - **the interval rule** (``interval_verdict``): a win also needs the speed-up's bootstrap
-  interval (``policy.stats``) above 1 + the minimum gain; an interval wholly below that bar
-  is *below min gain* (decided: a decline counts it with the slower widths); across a
+  interval (``policy.stats``) above 1 + the minimum gain and its permutation p below
+  ``stats.ALPHA`` (0.05: n = 3 repetitions can reach it, n = 2 cannot); an interval wholly
+  below that bar is *below min gain* (decided: a decline counts it with the slower widths); across a
   workload the interval alone decides; among winners the **tie rule** (``stats.choose``)
   takes the smallest width whose interval overlaps the fastest's;
 - a session is **saveable** only when it is neither cancelled nor drifted and either a width
@@ -188,11 +189,21 @@ def _gain(min_gain: float) -> str:
     return f"{min_gain * 100:g} %"
 
 
+def _not_significant(est: stats.Estimate, alpha: float) -> str:
+    """Why an interval that clears the bar is still no win: its p is not below alpha."""
+    said = f"but p {est.p:.2g} is not below the {alpha:g} a win needs"
+    if est.p_floor is not None and est.p_floor >= alpha:
+        said += f" (these runs cannot give less than {est.p_floor:.2g}: more repetitions can)"
+    return said
+
+
 def interval_verdict(verdict: Verdict, why: str, est: stats.Estimate | None, *, single: bool,
-                     identical: bool, min_gain: float) -> tuple[Verdict, str]:
+                     identical: bool, min_gain: float, alpha: float = stats.ALPHA) -> tuple[Verdict, str]:
     """An arm's verdict under the interval rule, from its range verdict (``judge``'s).
 
-    A win needs the speed-up's interval above 1 + min_gain; an interval wholly below that bar
+    A win needs the speed-up's interval above 1 + min_gain and its permutation p below
+    ``alpha`` (two runs a side can clear any bar by luck; their p cannot go below 0.1, which
+    says so); an interval wholly below that bar
     is decided too (below the minimum gain). On a single prompt the range rule must agree: a
     win needs disjoint ranges as well, and a range loss stays a loss. Across a workload the
     interval alone decides (the ranges are of passes over different requests): slower when it
@@ -203,6 +214,8 @@ def interval_verdict(verdict: Verdict, why: str, est: stats.Estimate | None, *, 
     said, gain = est.describe(), _gain(min_gain)
     if single:
         if verdict in (Verdict.WINS, Verdict.FASTER_DIFFERS):
+            if stats.clears(est, min_gain) and not stats.significant(est, alpha):
+                return Verdict.UNDECIDED, f"{why}; {said}, above the {gain} minimum gain, {_not_significant(est, alpha)}"
             if stats.clears(est, min_gain):
                 return verdict, f"{why}; {said}, above the {gain} minimum gain"
             if est.ci.hi < bar:
@@ -214,6 +227,8 @@ def interval_verdict(verdict: Verdict, why: str, est: stats.Estimate | None, *, 
         if verdict is Verdict.UNDECIDED:
             return verdict, f"{why}; {said}"
         return verdict, why
+    if stats.clears(est, min_gain) and not stats.significant(est, alpha):
+        return Verdict.UNDECIDED, f"{said}, above the {gain} minimum gain, {_not_significant(est, alpha)}"
     if stats.clears(est, min_gain):
         if identical:
             return Verdict.WINS, f"{said}, above the {gain} minimum gain; every request byte-identical"
@@ -228,7 +243,8 @@ def interval_verdict(verdict: Verdict, why: str, est: stats.Estimate | None, *, 
 def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelled: bool = False,
            reps: int = 0, blind: bool = False, more: str = "",
            estimates: Mapping[int, stats.Estimate] | None = None, min_gain: float = stats.MIN_GAIN,
-           single: bool = True, control_tok_s: Sequence[float] | None = None) -> Decision:
+           single: bool = True, control_tok_s: Sequence[float] | None = None,
+           alpha: float = stats.ALPHA) -> Decision:
     """Verdicts, drift and the recommendation, from the decode speeds of a session.
 
     ``blind``: every run may be warm (``warm_blind``), so no win is drawn; ``more``: how to
@@ -247,7 +263,7 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
         range_whys.append(why)
         if estimates is not None:
             v, why = interval_verdict(v, why, estimates.get(arm.width), single=single,
-                                      identical=arm.identical, min_gain=min_gain)
+                                      identical=arm.identical, min_gain=min_gain, alpha=alpha)
         # A win needs its slowest run to beat classic, and the first run at these positions is
         # cold (the warm-up ran elsewhere), so a replay-flattered arm cannot win by itself.
         if blind and v in (Verdict.WINS, Verdict.FASTER_DIFFERS):

@@ -29,7 +29,7 @@ SHOTS = {
 
 
 CONSOLE_SHOTS = {  # name: (state, size, tab)
-    "blockwidth.console.svg": ("done", (140, 40), "tab-ab"),
+    "console.svg": ("done", (140, 40), "tab-ab"),
     "console-80x24.svg": ("done", (80, 24), "tab-ab"),
     "console-200x50.svg": ("done", (200, 50), "tab-ab"),
     "console-running.svg": ("running", (100, 30), "tab-ab"),

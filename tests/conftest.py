@@ -29,6 +29,17 @@ def _isolated_config(tmp_path, monkeypatch):
         monkeypatch.delenv(var, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_pilot(request, monkeypatch):
+    """The console's pilot (a few tokens timed after each pair load) is the subject of the tests
+    marked ``pilot`` only: elsewhere it would add seconds to every load, and warn before every
+    short session a test runs on purpose."""
+    if request.node.get_closest_marker("pilot") is None:
+        from blockwidth.console.app import BlockwidthApp
+
+        monkeypatch.setattr(BlockwidthApp, "_pilot", lambda self, pair: None)
+
+
 def run_cli(*args: str, env: dict | None = None, cwd: Path | None = None):
     """Run ``blockwidth`` as a user would, in a subprocess."""
     import subprocess

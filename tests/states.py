@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from blockwidth.console.app import BUDGET_S, BlockwidthApp, Options, Phase
+from blockwidth.console.app import BlockwidthApp, Options, Phase
 from blockwidth.console.request import SessionRequest
 from blockwidth.engine.ab import AbConfig, Arm, Event, Session, Verdict, decide
 from blockwidth.engine.decode import DecodeRun, Round
@@ -17,6 +17,7 @@ from blockwidth.engine.demo.prompts import DEFAULT_PROMPT
 from blockwidth.engine.identity import Exactness, compare
 
 TOKENS = 16
+BUDGET_S = 180  # the fixture sessions' seconds budget: a fixed figure, not the console's default
 CONTINUATION = " = []\n\n    def push(self, item):\n        self.items.append(item)\n"
 STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
           # issue 25: the screen after a save, a stale session, a sequential session's budget
@@ -26,7 +27,12 @@ STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
           "y-model", "y-lookup", "y-dflash", "y-mtp", "y-undecided", "y-unloaded", "y-decline",
           # a sequential session's n repetitions (the bar counts their runs), the same with its
           # seconds budget spent before they end, and an undecided end with measured advice
-          "sequential-n", "sequential-spent", "undecided")
+          "sequential-n", "sequential-spent", "undecided",
+          # issue 37: the pilot's warning before a session that cannot reach a win (n 2, 60 s)
+          "warned")
+
+# The pilot's rates for the "warned" state (fixed: seconds per token on a busy 2-core CPU).
+PACE = dict(prefill_s=0.005, spec_prefill_s=0.006, decode_s=0.025, spec_decode_s=0.03, width=2)
 
 _PAIRS: dict = {}
 
@@ -162,6 +168,15 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
     else:
         app.set_pair(demo_pair(kind))
     await pilot.pause()
+    if state == "warned":
+        from blockwidth.policy.pace import Pace
+
+        app.pace = Pace(**PACE)
+        app.query_one("#n").value, app.query_one("#secs").value = "2", "60"
+        await pilot.pause()
+        await pilot.press("a")  # the default @mixed, n 2 within 60 s: the warning, before any run
+        await pilot.pause()
+        return
     if state in ("idle", "unloaded", "y-model", "y-lookup", "y-dflash", "y-mtp", "y-unloaded"):
         if state.startswith("y-"):
             await pilot.press("y")

@@ -108,9 +108,9 @@ def test_a_generic_entry_names_the_pair_and_prompt_it_was_measured_on(tmp_path):
     came from: the reason now names the pair and the prompt, and that it was another pair."""
     from blockwidth.policy.device import Backend
     from blockwidth.policy.drafter import DrafterKind
-    from blockwidth.policy.profile import Override
+    from blockwidth.policy.profile import Entry
 
-    entry = Override(backend=Backend.CPU, drafter_kind=DrafterKind.LOOKUP, width=8,
+    entry = Entry(backend=Backend.CPU, drafter_kind=DrafterKind.LOOKUP, width=8,
                      evidence={"measured_on": {"target": "target-bf16", "drafter": "prompt lookup",
                                                "pair": "aaaa", "prompt": "say it again: say it again"},
                                "prompt_tokens": 12})
@@ -118,10 +118,10 @@ def test_a_generic_entry_names_the_pair_and_prompt_it_was_measured_on(tmp_path):
     assert said == ("target-bf16 + prompt lookup (another pair; the entry is generic: any pair of this "
                     "kind), prompt 'say it again: say it again' (12 tokens)")
     assert "(this pair;" in entry.measured_on("aaaa")
-    bare = Override(backend=Backend.CPU, drafter_kind=DrafterKind.LOOKUP, width=8)
+    bare = Entry(backend=Backend.CPU, drafter_kind=DrafterKind.LOOKUP, width=8)
     assert bare.measured_on("bbbb") == ("a pair the entry does not name (a generic entry: any pair of "
                                         "this kind), a prompt the entry does not name")
-    hostile = Override(backend=Backend.CPU, drafter_kind=DrafterKind.LOOKUP, width=8,
+    hostile = Entry(backend=Backend.CPU, drafter_kind=DrafterKind.LOOKUP, width=8,
                        evidence={"measured_on": {"target": ["x"], "prompt": "y" * 500}, "prompt_tokens": True})
     assert len(hostile.measured_on(None)) < 160  # evidence is input: bounded, wrong types ignored
 

@@ -417,7 +417,7 @@ def test_the_width_in_effect_is_always_measured(tmp_path):
                                     record_dir=str(tmp_path / "rec")))
         async with app.run_test(size=(140, 40)) as pilot:
             await _settle(app, pilot)
-            assert app.query_one("#widths", Input).value == "2,4,6,8"  # the default widths gain it
+            assert app.query_one("#widths", Input).value == "2,4,6"  # the default widths gain it
             await _type_fields(pilot, "2", "1", "8", prompt=ONE_PROMPT)
             await pilot.press("enter")
             await _settle(app, pilot)

@@ -135,7 +135,7 @@ def test_the_process_wide_controller_is_one_per_pair_and_settings(pairs):
 
 def test_an_auto_arm_in_a_session_keeps_the_rules_and_its_record_replays(pairs, tmp_path):
     from blockwidth.console import records
-    from blockwidth.engine import host, record
+    from blockwidth.engine.session import host, record
     from blockwidth.engine.ab import AbConfig, Verdict, run_session
 
     auto.forget()
@@ -175,7 +175,7 @@ WORKLOAD = [
 
 
 def test_sweep_over_a_workload_reports_auto_against_the_oracle_and_the_record_reproduces_it(tmp_path):
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from tests.conftest import run_cli
 
     wl = tmp_path / "three.jsonl"

@@ -11,7 +11,7 @@ from blockwidth.policy import profile
 from blockwidth.policy.auto import Costs, DraftCost, Plan
 from blockwidth.policy.device import Backend
 from blockwidth.policy.drafter import DrafterKind
-from blockwidth.policy.profile import Override, ProfileError
+from blockwidth.policy.profile import Entry, ProfileError
 from tests.conftest import run_cli
 
 CURVE = {1: 45.7, 2: 62.4, 3: 50.9, 4: 59.7, 5: 70.2, 6: 171.6, 7: 163.7, 8: 114.5}
@@ -41,13 +41,13 @@ def test_an_auto_entry_reads_with_its_plan_and_its_fixed_width(tmp_path):
     assert e.auto == PLAN and e.width == PLAN.static_width and not e.decline
     # written back (a save), it reads the same: width = "auto", the curve by rows
     q = tmp_path / "saved.toml"
-    profile_file.save(q, Override(Backend.CPU, DrafterKind.MODEL, e.width, auto=PLAN))
+    profile_file.save(q, Entry(Backend.CPU, DrafterKind.MODEL, e.width, auto=PLAN))
     text = q.read_text()
     assert 'width = "auto"' in text and "[override.auto]" in text
     (back,) = profile.load(q).entries
     assert back.auto == PLAN and back.width == e.width
     # an auto entry and a fixed one for one situation share a slot: a save replaces either
-    profile_file.save(q, Override(Backend.CPU, DrafterKind.MODEL, 4))
+    profile_file.save(q, Entry(Backend.CPU, DrafterKind.MODEL, 4))
     (only,) = profile.load(q).entries
     assert only.auto is None and only.width == 4
 

@@ -97,13 +97,13 @@ def test_four_thousand_entries_are_checked_with_work_linear_in_them(capsys, tmp_
     p = tmp_path / "many.toml"
     p.write_text(_cuda_entries(4000))
     calls = [0]
-    slot = profiles.Override.slot
+    slot = profiles.Entry.slot
 
     def counted(self, **kw):
         calls[0] += 1
         return slot(self, **kw)
 
-    monkeypatch.setattr(profiles.Override, "slot", counted)
+    monkeypatch.setattr(profiles.Entry, "slot", counted)
     code = cli.main(["check", "--device", "cuda:9.0", "--profile", str(p), "--json"])
     out, err = capsys.readouterr()
     doc = json.loads(out)
@@ -112,9 +112,9 @@ def test_four_thousand_entries_are_checked_with_work_linear_in_them(capsys, tmp_
 
 
 def test_shadowing_says_the_first_hundred_and_that_there_are_more():
-    broad = [profiles.Override(Backend.CUDA, profiles.DrafterKind.MODEL, 4, quant_scheme="affine", quant_bits=b)
+    broad = [profiles.Entry(Backend.CUDA, profiles.DrafterKind.MODEL, 4, quant_scheme="affine", quant_bits=b)
              for b in range(1, 151)]
-    narrow = [profiles.Override(Backend.CUDA, profiles.DrafterKind.MODEL, 8, pair=f"p{i}") for i in range(2)]
+    narrow = [profiles.Entry(Backend.CUDA, profiles.DrafterKind.MODEL, 8, pair=f"p{i}") for i in range(2)]
     prof = profiles.Profile(Path("p.toml"), tuple(broad + narrow), True)
     found = checks.shadow_checks(prof, Device(Backend.CUDA, compute_capability="9.0"))
     assert len(found) == checks.MAX_SHADOWS + 1 and found[-1].name == "shadowing: more", len(found)

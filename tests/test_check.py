@@ -329,6 +329,9 @@ def test_console_profile_tab_shows_marks(tmp_path):
     async def go():
         app = BlockwidthApp(Options(device="cpu", profile=str(p), record_dir=str(tmp_path / "rec")))
         async with app.run_test(size=(160, 40)) as pilot:
+            await app.workers.wait_for_complete()  # the resolution, then the profile's read (a worker)
+            await pilot.pause()
+            await app.workers.wait_for_complete()
             await pilot.pause()
             table = app.query_one("#profile-table")
             cells = [str(table.get_row_at(i)[0]) for i in range(table.row_count)]
@@ -401,17 +404,18 @@ def _session(classic_tok_s, width_tok_s, width=8, identical=True):
 def _entry(**kw):
     base = dict(backend=parse_device_spec("cpu").backend, drafter_kind=profile.DrafterKind.MODEL, width=8)
     base.update(kw)
-    return profile.Override(**base)
+    return profile.Entry(**base)
 
 
 @pytest.mark.parametrize("entry,classic,width_runs,identical,status,needle", [
-    (dict(), [10, 11, 10.5], [20, 21], True, "pass", "still wins"),
+    # a win takes 3 runs a side (its p below 0.05: policy.stats.ALPHA), as check --measure runs
+    (dict(), [10, 11, 10.5, 10.8], [20, 21, 20.5], True, "pass", "still wins"),
     (dict(), [10, 11, 10.5], [5, 6], True, "fail", "no longer wins"),
     (dict(), [10, 11, 10.5], [10.2, 12], True, "inconclusive", "undecided"),
     (dict(), [10, 11, 10.5], [20, 21], False, "fail", "identity broke"),
-    (dict(byte_identical=False), [10, 11, 10.5], [20, 21], False, "pass", "as the entry records"),
+    (dict(byte_identical=False), [10, 11, 10.5, 10.8], [20, 21, 20.5], False, "pass", "as the entry records"),
     (dict(width=None, decline=True), [10, 11, 10.5], [5, 6], True, "pass", "still loses"),
-    (dict(width=None, decline=True), [10, 11, 10.5], [20, 21], True, "fail", "now wins clearly"),
+    (dict(width=None, decline=True), [10, 11, 10.5, 10.8], [20, 21, 20.5], True, "fail", "now wins clearly"),
     (dict(width=None, decline=True), [10, 11, 10.5], [10.2, 12], True, "inconclusive", "not decided"),
     # classic fell from 20 to 10 tok/s across 8 runs: drift beyond noise (2/C(8,4) < 5%)
     (dict(), [20, 20.5, 21, 20.2, 10, 10.5, 11, 10.2], [30] * 7, True, "inconclusive", "drifted"),

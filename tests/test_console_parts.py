@@ -59,7 +59,7 @@ def test_the_top_panels_redraw_whole_after_a_resize(tmp_path):
 
 def test_records_markdown_is_rendered_off_the_ui_thread_once_per_record(tmp_path, monkeypatch):
     from blockwidth.console import records
-    from blockwidth.engine import host, record
+    from blockwidth.engine.session import host, record
 
     rec_dir = tmp_path / "rec"
     for cancelled in (False, True):

@@ -86,7 +86,7 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     import asyncio
 
     from blockwidth.console import records
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from tests.states import demo_pair, fixture_session
 
     undecided = fixture_session()
@@ -342,3 +342,68 @@ def test_y_after_a_session_that_found_every_width_slower_hands_the_command_witho
             assert app.answer().session_command is None
 
     asyncio.run(go())
+
+
+def test_the_next_step_of_an_undecided_session_is_one_key(tmp_path):
+    """Issue 37: an undecided end names one step, and n sets its fields and runs it."""
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "undecided")
+            head = str(app.query_one("#headline").render())
+            assert "next: n runs it again with secs" in head
+            want = head.split("next: n runs it again with secs ")[1].split()[0]
+            await pilot.press("n")
+            await pilot.pause()
+            assert app.query_one("#secs").value == want and app.phase.busy
+            await pilot.press("c")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert app.session is not None and app.session.cancelled
+
+    _run(go())
+
+
+def test_the_pilots_warning_offers_a_budget_that_reaches_a_win(tmp_path):
+    """Issue 37: n 2 within 60 s on the pilot's rates cannot reach the 3 repetitions a win needs:
+    a warns before anything runs; r raises the budget to what they take here and runs."""
+    async def go():
+        from blockwidth.console.screens import FirstSessionScreen
+
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "warned")
+            assert isinstance(app.screen, FirstSessionScreen) and not app.phase.busy
+            said = str(app.screen.query_one("#first").render())
+            assert "a win needs 3" in said and "pilot: decode classic 40 tok/s" in said
+            await pilot.press("r")
+            await pilot.pause()
+            assert app.phase.busy and int(app.query_one("#secs").value) > 60
+            assert app.plan_for(app.request).can_decide  # what it now runs can reach a win
+            await pilot.press("c")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+    _run(go())
+
+
+def test_q_during_a_session_stops_it_on_screen_then_quits(tmp_path):
+    """Issue 37: q mid-session left a blank terminal while the run in flight ended; now the
+    console says it is quitting, the record is written, then it exits."""
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await enter(app, pilot, "idle")
+            app.query_one("#prompt").value = "def f(x):"
+            app.query_one("#n").value, app.query_one("#tokens").value = "3", "64"
+            await pilot.press("a")
+            await pilot.pause()
+            assert app.phase.busy
+            await pilot.press("q")
+            await pilot.pause()
+            assert "quitting after the run in flight" in str(app.query_one("#status").render())
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+        assert list((tmp_path / "rec").glob("session-*.json"))  # its record was kept
+
+    _run(go())

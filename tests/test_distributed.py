@@ -200,9 +200,9 @@ def _one_gpu():
 def _entry(group=None, width=4):
     from blockwidth.policy.device import Backend
     from blockwidth.policy.drafter import DrafterKind
-    from blockwidth.policy.profile import Override
+    from blockwidth.policy.profile import Entry
 
-    return Override(Backend.CUDA, DrafterKind.MODEL, width, compute_capability="9.0",
+    return Entry(Backend.CUDA, DrafterKind.MODEL, width, compute_capability="9.0",
                     device_name="NVIDIA H200", quant_scheme="affine", quant_bits=4, quant_group_size=64,
                     mlx="0.32.4", group=group)
 
@@ -303,10 +303,10 @@ def test_launched_backend_and_what_cannot_split():
 def test_resolve_for_a_group_named_with_device(tmp_path):
     from blockwidth.policy.device import Backend, Device, group_of
     from blockwidth.policy.drafter import DrafterKind
-    from blockwidth.policy.profile import Override, dumps
+    from blockwidth.policy.profile import Entry, dumps
 
     group = group_of(Device(Backend.CPU), "ring", "tensor", 2)
-    entry = Override(Backend.CPU, DrafterKind.MODEL, 3, mlx="0.32.4", quant_scheme="none", group=group)
+    entry = Entry(Backend.CPU, DrafterKind.MODEL, 3, mlx="0.32.4", quant_scheme="none", group=group)
     prof = tmp_path / "profile.toml"
     prof.write_text(dumps([entry]))
     grouped = json.loads(run_cli("resolve", "--device", "cpu@ring:2:tensor", "--profile", str(prof), "--json").stdout)

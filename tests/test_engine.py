@@ -6,13 +6,15 @@ import json
 import mlx.core as mx
 import pytest
 
+from blockwidth.policy.errors import BlockwidthError  # a refusal reaches the caller as its reader raised it
 from blockwidth.console import records
-from blockwidth.engine import costcurve, demo, record
+from blockwidth.engine import costcurve, demo
+from blockwidth.engine.session import record
 from blockwidth.engine.ab import AbConfig, Arm, Budget, Session, Verdict, decide, run_session
 from blockwidth.engine.decode import DecodeError, DecodeRun, Round, classic, speculative
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 from blockwidth.engine.identity import compare, probe
-from blockwidth.engine.pair import PairError, load_pair
+from blockwidth.engine.pair import load_pair
 
 TOKENS = 48
 
@@ -105,14 +107,14 @@ def test_bad_decode_input(model_pair, prompt_ids, call, msg):
 
 
 def test_bad_pairs(tmp_path):
-    with pytest.raises(PairError, match="no such file"):
+    with pytest.raises(BlockwidthError, match="no such file"):
         load_pair(tmp_path / "nope")
     # a corrupt weights file is named
     import shutil
     bad = tmp_path / "bad"
     shutil.copytree(demo.target("bf16"), bad)
     (bad / "model.safetensors").write_bytes(b"\x00\x01")
-    with pytest.raises(PairError, match="model.safetensors"):
+    with pytest.raises(BlockwidthError, match="model.safetensors"):
         load_pair(bad)
     # a drafter with another vocabulary is refused, naming both sizes
     other = tmp_path / "other"
@@ -120,11 +122,11 @@ def test_bad_pairs(tmp_path):
     cfg = json.loads((other / "config.json").read_text())
     cfg["vocab_size"] = 4096
     (other / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(PairError, match="4096.*2048"):
+    with pytest.raises(BlockwidthError, match="4096.*2048"):
         load_pair(demo.target("bf16"), other)
-    with pytest.raises(PairError, match=r"drafter: architectures \[LlamaForCausalLM\] is not DFlashDraftModel"):
+    with pytest.raises(BlockwidthError, match=r"drafter: architectures \[LlamaForCausalLM\] is not DFlashDraftModel"):
         load_pair(demo.target("bf16"), demo.DRAFTER, "dflash")
-    with pytest.raises(PairError, match="eagle.*runs only model, lookup, dflash, mtp"):
+    with pytest.raises(BlockwidthError, match="eagle.*runs only model, lookup, dflash, mtp"):
         load_pair(demo.target("bf16"), demo.DRAFTER, "eagle")
 
 
@@ -294,7 +296,7 @@ def test_zero_round_arm_is_not_measured():
 
 
 def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     events = []
     cfg = AbConfig(widths=(2, 4), prompt=DEMO_PROMPTS[1], n=2, max_tokens=24)
@@ -347,11 +349,11 @@ def test_session_end_to_end_and_record_round_trip(model_pair, tmp_path):
 
 
 def test_host_delta_is_the_difference_of_two_readings_in_seconds():
-    """blockwidth.engine.host.host_delta: stolen ticks become seconds at the clock tick; where /proc/stat was
+    """blockwidth.engine.session.host.host_delta: stolen ticks become seconds at the clock tick; where /proc/stat was
     not read (None) the stolen time is None, not 0; a real reading has every key."""
     import os
 
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     tick = os.sysconf("SC_CLK_TCK")
     a = {"wall_s": 10.0, "thread_cpu_s": 1.0, "process_cpu_s": 2.0, "voluntary_switches": 5,
@@ -367,10 +369,10 @@ def test_host_delta_is_the_difference_of_two_readings_in_seconds():
 
 
 def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_ten_percent():
-    """blockwidth.engine.host: the clocks an A/B session reads around each run. This machine has no NVIDIA
+    """blockwidth.engine.session.host: the clocks an A/B session reads around each run. This machine has no NVIDIA
     GPU: every reading is None. clock_spread names (lowest, highest) SM clock only when they are
     10 % or more apart, and skips runs without a reading."""
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     watch = host.ClockWatch()
     assert watch.read() is None
@@ -382,10 +384,10 @@ def test_clock_watch_reads_nothing_without_an_nvidia_gpu_and_the_spread_needs_te
 
 
 def test_a_session_that_raises_mid_run_still_closes_its_clock_watch(model_pair, monkeypatch):
-    """run_session opens NVML for the whole session (engine.host.ClockWatch): a run that raises
+    """run_session opens NVML for the whole session (engine.session.host.ClockWatch): a run that raises
     (here the front end's event handler, on the first repetition) must still shut it down, or
     each failed session in the console leaves NVML initialised once more."""
-    from blockwidth.engine import host
+    from blockwidth.engine.session import host
 
     closed = []
 
@@ -451,7 +453,8 @@ def test_sequential_goes_back_when_the_closing_run_takes_a_win_back(model_pair, 
     decodes for real; only the runs' clocks are set, so the ranges are known."""
     from blockwidth.engine import ab
 
-    speeds = {None: iter([100, 110, 100, 130] + [100] * 20), 2: iter([120, 121, 122] + [125] * 20)}
+    # four repetitions: a win's p must be below 0.05, and three runs against three give 1/20
+    speeds = {None: iter([100, 110, 100, 105, 130] + [100] * 20), 2: iter([120, 121, 122, 123] + [125] * 20)}
     real = ab.decode
 
     def timed(pair, prompt, max_tokens, width, **kw):
@@ -460,12 +463,12 @@ def test_sequential_goes_back_when_the_closing_run_takes_a_win_back(model_pair, 
         return run
 
     monkeypatch.setattr(ab, "decode", timed)
-    cfg = AbConfig(widths=(2,), prompt="def f", n=3, max_tokens=8, sequential=True, max_reps=5,
+    cfg = AbConfig(widths=(2,), prompt="def f", n=4, max_tokens=8, sequential=True, max_reps=6,
                    warmup=False, exactness=False, predict=False)
     s = run_session(model_pair, cfg)
-    # after 3 repetitions w2 (120-122) beat classic (100-110); the closing run (130) took it back
-    assert s.reps == 5 and s.budget_out is Budget.REPS
-    assert s.order[:8] == ["classic", "w2"] * 3 + ["classic", "classic"]
+    # after 4 repetitions w2 (120-123) beat classic (100-110); the closing run (130) took it back
+    assert s.reps == 6 and s.budget_out is Budget.REPS
+    assert s.order[:10] == ["classic", "w2"] * 4 + ["classic", "classic"]
     assert s.arms[0].verdict.value == "undecided" and not s.drift
 
 

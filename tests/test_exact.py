@@ -226,7 +226,7 @@ def test_a_session_on_the_path_records_both_classics_and_its_control(cuda, tmp_p
     """With the path on, stock classic runs beside exact classic in every pass, the record keeps
     both and the plan, and the speed-ups' control is the faster of the two, which the record's
     samples reproduce."""
-    from blockwidth.engine import record as records
+    from blockwidth.engine.session import record as records
     from blockwidth.engine.ab import AbConfig, STOCK_CLASSIC, run_session
     from blockwidth.engine.pair import load_pair
     from tests.conftest import ROOT
@@ -249,30 +249,17 @@ def test_a_session_on_the_path_records_both_classics_and_its_control(cuda, tmp_p
     assert records.reproduce(rec)[2].ratio == pytest.approx(s.estimates[2].ratio)
 
 
-def test_the_stock1_route_leaves_classic_untouched_and_chunks_the_verify(cuda, monkeypatch):
-    """BLOCKWIDTH_EXACT_ROUTE=stock1 on a quantized target: classic's 1-row steps reach MLX's own
-    kernels (no projection or attention routed), a 12-row verify's quantized projections go to
-    MLX's matmul in calls of at most 7 rows, its attention to the rows kernel; output identical."""
-    monkeypatch.setenv(exact.ROUTE_ENV, "stock1")
-    model = _llama(4)
-    plan = exact.plan(model, "auto", backend="cuda")
-    assert plan.route == "stock1"
-    split = []
-    real_chunks = linear.chunks
-    monkeypatch.setattr(linear, "chunks", lambda rows, size=linear.CHUNK_ROWS: split.append((rows, size))
-                        or real_chunks(rows, size))
-    pair = _Pair(model)
-    base = classic(pair, PROMPT, 16, exact=plan)
-    lin = base.attention["exact"]["linear"]
-    assert lin["route"] == "stock1" and base.attention["exact"]["exact"]
-    assert "qmv" not in calls and not any(n == 1 for n, _ in calls.get("rows", []))
-    assert all(label.endswith("stock<=7") for label in lin["served"])  # only the prefill's rows
-    split.clear()
-    run = speculative(pair, PROMPT, 16, 12, drafter=_Echo(base.tokens), exact=plan)
-    assert run.tokens == base.tokens
-    assert (12, linear.STOCK1_ROWS) in split  # 12 rows in calls of at most 7: 7 and 5
-    assert linear.chunks(12, linear.STOCK1_ROWS) == [(0, 7), (7, 12)]
-    assert (12, 0) in calls["rows"]
-    monkeypatch.setenv(exact.ROUTE_ENV, "sideways")
-    with pytest.raises(exact.ExactError, match="kernels, stock1"):
-        exact.plan(model, "auto", backend="cuda")
+
+def test_the_served_path_takes_the_exact_path_in_process(tmp_path):
+    """A served spec on the exact path runs mlx_lm.server in-process through the dispatcher with
+    --exact on (every server of a served session alike), and says so as `blockwidth serve
+    --exact`; the stock server stays the default."""
+    from blockwidth.engine.session.served import DISPATCH_COMMAND, ServerSpec
+
+    on = ServerSpec("draft", tmp_path / "t", tmp_path / "d", exact=True)
+    argv = on.argv(8123)
+    assert argv[1:3] == list(DISPATCH_COMMAND) and argv[3:7] == ["--verify-attention", "auto", "--exact", "on"]
+    # printed as it runs (issue 36: what serve prints is what it starts), the interpreter aside
+    assert on.command_line()[:7] == ["python", *DISPATCH_COMMAND, "--verify-attention", "auto", "--exact", "on"]
+    stock = ServerSpec("classic", tmp_path / "t")
+    assert DISPATCH_COMMAND[1] not in stock.argv(8123) and stock.command_line()[0] == "mlx_lm.server"

@@ -15,9 +15,10 @@ from pathlib import Path
 import mlx.core as mx
 import pytest
 
+from blockwidth.policy.errors import BlockwidthError  # a refusal reaches the caller as its reader raised it
 from blockwidth.engine.decode import classic, speculative
 from blockwidth.engine.kvcache import CacheKindError, Method, WindowCache, plan, rewind
-from blockwidth.engine.pair import PairError, load_pair
+from blockwidth.engine.pair import load_pair
 from tests import families as F
 
 PROMPT = "The quick brown fox jumps over the lazy dog, and the dog sleeps under the old tree."
@@ -264,7 +265,7 @@ def test_sizes_under_text_config_are_read(checkpoint, tmp_path):
     cfg = F.tiny_config("qwen3_5")
     cfg["text_config"]["vocab_size"] = 4096
     other = F.write(tmp_path / "other", cfg, seed=2)
-    with pytest.raises(PairError, match="vocabulary of 4096 tokens differs from target .*'s 2048"):
+    with pytest.raises(BlockwidthError, match="vocabulary of 4096 tokens differs from target .*'s 2048"):
         load_pair(target, other, "model")
 
 
@@ -272,7 +273,7 @@ def test_a_cache_kind_without_a_rewind_is_refused_at_load_in_one_line(checkpoint
     from tests.conftest import run_cli
 
     path = checkpoint("deepseek_v41", 1, dtype="float32")
-    with pytest.raises(PairError) as e:
+    with pytest.raises(BlockwidthError) as e:
         load_pair(path)
     msg = str(e.value)
     assert "\n" not in msg and "layer 0 cache is LayerCache" in msg and "refused" in msg
@@ -306,7 +307,7 @@ def test_a_family_with_its_own_embedding_name_loads_and_its_table_bounds_the_ids
     vocab = tok["model"]["vocab"]
     vocab.update({k: v + 40 for k, v in vocab.items() if v >= F.VOCAB - 40})  # ids past the table
     (hostile / "tokenizer.json").write_text(json.dumps(tok))
-    with pytest.raises(PairError) as e:
+    with pytest.raises(BlockwidthError) as e:
         load_pair(hostile)
     msg = str(e.value)
     assert "\n" not in msg and "token id 2,087" in msg and f"{name}.weight has 2,048 rows" in msg, msg
@@ -338,7 +339,7 @@ def test_a_model_with_no_token_embedding_at_all_is_refused_in_one_line(checkpoin
     path = checkpoint("llama", 1)
     tokenizer = load_pair(path).tokenizer
     headless = shapes.Weights(path, {"lm_head.weight": (F.VOCAB, 64)})
-    with pytest.raises(PairError) as e:
+    with pytest.raises(BlockwidthError) as e:
         token_rows(tokenizer, path, headless, None, "target", "draft", nn.Sequential(nn.Linear(64, 64)))
     msg = str(e.value)
     assert "\n" not in msg and "no token embedding found (in the weights or the built model)" in msg
@@ -412,7 +413,7 @@ def test_every_family_runs_byte_identically_or_is_refused_at_load(checkpoint, fa
     path = checkpoint(family, 1, dtype="float32")
     try:
         pair = load_pair(path)
-    except PairError as e:
+    except BlockwidthError as e:
         msg = str(e)
         assert "\n" not in msg and family in F.REFUSED and F.REFUSED[family] in msg
         return

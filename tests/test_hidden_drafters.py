@@ -11,10 +11,11 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
+from blockwidth.policy.errors import BlockwidthError  # a refusal reaches the caller as its reader raised it
 from blockwidth.engine import costcurve, demo, hidden
 from blockwidth.engine.decode import classic, speculative
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
-from blockwidth.engine.pair import PairError, load_pair
+from blockwidth.engine.pair import load_pair
 from blockwidth.policy.drafter import DrafterKind, read_drafter
 from tests import checkpoints as bd
 from tests.conftest import run_cli
@@ -165,14 +166,14 @@ def _drop_mask(c):
 ])
 def test_malformed_dflash_refused(ckpts, tmp_path, change, msg):
     bad = _edit(ckpts["dflash"], tmp_path / "bad", change)
-    with pytest.raises(PairError, match=msg) as e:
+    with pytest.raises(BlockwidthError, match=msg) as e:
         load_pair(TARGET, bad, "dflash")
     assert "\n" not in str(e.value) and str(bad) in str(e.value)
 
 
 def test_malformed_mtp_refused(ckpts, tmp_path):
     other = _edit(ckpts["deepseek-v3"], tmp_path / "other", lambda c: c.update(model_type="deepseek_v3"))
-    with pytest.raises(PairError, match="made for another architecture: model_type deepseek_v3"):
+    with pytest.raises(BlockwidthError, match="made for another architecture: model_type deepseek_v3"):
         load_pair(TARGET, other, "mtp")
     # a block of another kind (MLA attention tensors) under the right names
     mla = tmp_path / "mla"
@@ -180,12 +181,12 @@ def test_malformed_mtp_refused(ckpts, tmp_path):
     w = mx.load(str(mla / "model.safetensors"))
     w["model.layers.6.self_attn.kv_a_proj_with_mqa.weight"] = mx.zeros((8, 256))
     mx.save_safetensors(str(mla / "model.safetensors"), w)
-    with pytest.raises(PairError, match="model.layers.6.self_attn.kv_a_proj_with_mqa.weight does not fit the target's llama block"):
+    with pytest.raises(BlockwidthError, match="model.layers.6.self_attn.kv_a_proj_with_mqa.weight does not fit the target's llama block"):
         load_pair(TARGET, mla, "mtp")
     none = _edit(ckpts["deepseek-v3"], tmp_path / "none", lambda c: c.pop("num_nextn_predict_layers"))
-    with pytest.raises(PairError, match="no MTP layers"):
+    with pytest.raises(BlockwidthError, match="no MTP layers"):
         load_pair(TARGET, none, "mtp")
-    with pytest.raises(PairError, match=f"target {TARGET}: no MTP layers"):
+    with pytest.raises(BlockwidthError, match=f"target {TARGET}: no MTP layers"):
         load_pair(TARGET, None, "mtp")  # the demo target carries none
 
 

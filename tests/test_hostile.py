@@ -239,7 +239,7 @@ def test_every_command_names_a_broken_checkpoint_alike(tmp_path, role, where, ty
 
 def test_records_never_overwrite_and_leftovers_are_cleaned(tmp_path):
     from blockwidth.console import records
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
     rec = {"created": "2026-11-29T10:00:00Z", "prompt": {"sha256": "ab" * 32}, "x": 1}
     first = records.write(rec, tmp_path)

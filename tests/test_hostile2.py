@@ -85,11 +85,14 @@ def test_token_ids_past_the_embedding_are_refused_before_any_forward(tmp_path, s
     assert "token id" in line and "2,048 rows" in line and "embed_tokens" in line, line
     assert not (tmp_path / "rec").exists() or not list((tmp_path / "rec").glob("session-*"))
     # the served path (mlx_lm.server loads the weights) checks the same, through the same door
-    from blockwidth.engine.pair import PairError
-    from blockwidth.engine.served import served_pair
+    from blockwidth.policy.errors import BlockwidthError
+    from blockwidth.engine.session.served import served_pair
 
-    with pytest.raises(PairError, match="token id"):
-        served_pair(t, DEMO / "drafter")
+    # (a drafter with the same shifted tokenizer: the served path compares the tokenizers too)
+    d = copy(DEMO / "drafter", tmp_path / "drafter")
+    _shift_vocab(d, shift, 2048 - 40)
+    with pytest.raises(BlockwidthError, match="token id"):
+        served_pair(t, d)
 
 
 def test_a_prompt_id_the_tables_have_no_row_for_is_refused(tmp_path):

@@ -170,7 +170,7 @@ def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
     said = [w for w in gathered.warnings() if "routed no projection" in w]
     assert said
     # The session's Markdown (m in the console) names the mode and carries the warning too.
-    from blockwidth.engine import host, record
+    from blockwidth.engine.session import host, record
 
     md = record.markdown(record.build(gathered, pair, host.identity(), host.gate().to_dict()))
     assert "- verify linear: gather" in md and f"- {said[0]}" in md
@@ -279,8 +279,8 @@ def test_verify_choices_are_one_declaration_in_the_front_end(flag, said):
 
     helps = {args: help_of(flag, *args) for args in [("blockwidth.console.cli", "sweep"), ("blockwidth.console.cli", "costcurve")]}
     assert len(set(helps.values())) == 1 and said in helps[("blockwidth.console.cli", "sweep")], helps
-    # engine/mlxserver.py is not a command of blockwidth's: it is the process engine.served spawns
-    # (mlx_lm.server's own main with the dispatcher), told its mode on its argv by engine.served.
+    # engine/mlxserver.py is not a command of blockwidth's: it is the process engine.session.served spawns
+    # (mlx_lm.server's own main with the dispatcher), told its mode on its argv by engine.session.served.
     spawned = ROOT / "engine" / "mlxserver.py"
     declared = [p.relative_to(ROOT) for d in ("engine", "console", "lab") for p in (ROOT / d).rglob("*.py")
                 if p != spawned and re.search(rf'add_argument\(\s*"{flag}"', p.read_text(encoding="utf-8"))]

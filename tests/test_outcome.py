@@ -5,7 +5,7 @@ import dataclasses
 from blockwidth.console.outcome import Front, PairFacts, Refusal, RefusalKind, Tone, headline, in_effect_note, profile_entry
 from blockwidth.engine.ab import Budget, Verdict, decide
 from blockwidth.policy.device import parse_device_spec
-from blockwidth.policy.profile import Override
+from blockwidth.policy.profile import Entry
 from tests.states import BUDGET_S, demo_pair, fixture_session
 
 CPU = parse_device_spec("cpu")
@@ -19,7 +19,7 @@ def _entry(session, **kw):
 
 def test_a_win_becomes_an_entry_with_its_evidence():
     e = _entry(fixture_session())
-    assert isinstance(e, Override) and e.width == 4 and not e.decline and e.byte_identical
+    assert isinstance(e, Entry) and e.width == 4 and not e.decline and e.byte_identical
     assert e.backend.value == "cpu" and e.quant_scheme == "none" and e.pair is None
     assert e.evidence["width_tok_s"] == [60.0, 62.0, 63.0] and e.evidence["record"] == "r.json"
     assert _entry(fixture_session(), pair_specific=True).pair == demo_pair().pair_id
@@ -51,7 +51,7 @@ def test_refusals_are_worded_for_each_front_end():
     assert isinstance(r, Refusal) and r.kind is RefusalKind.DIFFERS
     assert "--allow-nonidentical" in r.say(Front.CLI) and "--" not in r.say(Front.CONSOLE)
     kept = _entry(s, allow_nonidentical=True)
-    assert isinstance(kept, Override) and not kept.byte_identical
+    assert isinstance(kept, Entry) and not kept.byte_identical
 
 
 def test_a_lost_width_in_effect_is_flagged():
@@ -70,7 +70,7 @@ def test_every_width_slower_saves_a_decline():
     decide(s)
     assert all(a.verdict is Verdict.SLOWER for a in s.arms)
     e = _entry(s)
-    assert isinstance(e, Override) and e.decline and e.width is None
+    assert isinstance(e, Entry) and e.decline and e.width is None
     assert headline(s).tone is Tone.PLAIN
 
 
@@ -144,7 +144,7 @@ def test_an_undecided_session_is_not_saveable_anywhere():
     session (no drift, not cancelled) while save refused it. The record, what sweep --json
     prints (the record's decision), the headline and save now agree, and a record written
     before the rule reads by its verdicts, not by its stored flag."""
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from blockwidth.policy.verdict import RefusalKind as Kind
 
     host = {"device": {"backend": "cpu"}, "mlx": "0.32.4"}
@@ -155,7 +155,7 @@ def test_an_undecided_session_is_not_saveable_anywhere():
         entry = _entry(s)
         assert s.saveable is (kind is None) is rec["decision"]["saveable"] is headline(s).saveable
         assert record.refusal(rec) is kind
-        assert isinstance(entry, Override) if kind is None else entry.kind is kind
+        assert isinstance(entry, Entry) if kind is None else entry.kind is kind
     old = record.build(_undecided(), demo_pair(), host)
     old["decision"]["saveable"] = True  # as the old rule wrote it
     assert record.refusal(old) is Kind.UNDECIDED
@@ -230,3 +230,18 @@ def test_a_workload_whose_requests_disagree_is_not_advised_more_repetitions():
     said = runs.say(Front.CONSOLE)
     assert said.startswith("w2's requests disagree (0.56x to 1.32x by request)") and "secs" not in said
     assert "the prompt field (@FILE)" in said and "--workload FILE" in runs.say(Front.CLI)
+
+
+def test_an_entry_says_how_its_identity_was_had_and_against_which_classic():
+    """A session on the exact path (engine.exact) saves the plan's answer and the speed-ups'
+    control in the entry's evidence, and the profile keeps it through a write and a read."""
+    from blockwidth.engine import exact
+    from blockwidth.policy import profile
+
+    s = fixture_session()
+    s.exact = exact.Plan(exact.Exact.AUTO, "cuda", True, True, "on: ...")
+    s.baseline = "classic-stock"
+    e = _entry(s)
+    assert e.evidence["exact"] == {"asked": "auto", "active": True, "exact": True, "control": "classic-stock"}
+    back = profile.parse(profile.dumps([e]), "p.toml")
+    assert back[0].evidence["exact"]["control"] == "classic-stock"

@@ -12,7 +12,7 @@ from blockwidth.console import profile_file
 from blockwidth.policy import profile
 from blockwidth.policy.device import Backend
 from blockwidth.policy.drafter import DrafterKind
-from blockwidth.policy.profile import Override, ProfileError
+from blockwidth.policy.profile import Entry, ProfileError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -25,7 +25,7 @@ def entry(**kw):
                           "width_tok_s": [310.0, 320.0, 330.0], "prompt_sha256": "ab" * 8,
                           "record": "/tmp/r.json"})
     base.update(kw)
-    return Override(**base)
+    return Entry(**base)
 
 
 def test_round_trip(tmp_path):
@@ -104,7 +104,7 @@ WRITER = textwrap.dedent("""
     from blockwidth.policy.drafter import DrafterKind
     path, tag, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     for i in range(n):
-        profile_file.save(path, profile.Override(backend=Backend.CPU, drafter_kind=DrafterKind.MODEL,
+        profile_file.save(path, profile.Entry(backend=Backend.CPU, drafter_kind=DrafterKind.MODEL,
                                                  width=2 + i % 8, pair=f"{tag}-{i}"))
 """)
 

@@ -55,7 +55,9 @@ evidence = {{ record = "served-1.json" }}
 
 
 def _export(capsys, tmp_path: Path, fmt: str, *extra: str) -> str:
-    code = cli.main(["export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu", *extra])
+    """(The record's folders are not on this machine, so the pair is named as an operator does.)"""
+    code = cli.main(["export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu",
+                     "--target", TARGET, "--draft", DRAFT, *extra])
     out, err = capsys.readouterr()
     assert code == 0, err
     return out
@@ -183,7 +185,7 @@ def test_the_command_resolve_reports_is_the_one_serve_starts(tmp_path):
     """command_for (resolve's JSON, serve's printed line) and server_spec (what serve starts)
     are one construction: the entry's measured arguments are in both."""
     from blockwidth.console.serve import command_for, server_spec
-    from blockwidth.engine.served import ServerSpec
+    from blockwidth.engine.session.served import ServerSpec
 
     prof = profiles.load(_profile(tmp_path))
     res = _resolution(4)

@@ -6,7 +6,7 @@ import pytest
 
 from blockwidth.policy.device import Backend, parse_device_spec, DeviceSpecError
 from blockwidth.policy.drafter import DrafterKind, detect_drafter
-from blockwidth.policy.profile import Override, Profile
+from blockwidth.policy.profile import Entry, Profile
 from blockwidth.policy.quantization import classify
 from blockwidth.policy.resolve import Source, WidthError, resolve
 
@@ -87,7 +87,7 @@ def test_a_declared_width_a_committed_record_measured_slower_is_not_the_first_an
 def test_each_table_rows_slower_widths_are_slower_in_its_committed_record():
     """A row's ``slower`` widths pass over declarations: each must be "slower" in the record it
     names (where that record is committed here), and its width the fastest that is not."""
-    from blockwidth.engine.record import load
+    from blockwidth.engine.session.record import load
     from blockwidth.policy.table import TABLE
 
     root = Path(__file__).resolve().parent.parent
@@ -123,7 +123,7 @@ def profile_with(*entries):
     return Profile(Path("/tmp/p.toml"), tuple(entries), True)
 
 
-GB10_ENTRY = Override(backend=Backend.CUDA, compute_capability="12.1", drafter_kind=DrafterKind.DFLASH,
+GB10_ENTRY = Entry(backend=Backend.CUDA, compute_capability="12.1", drafter_kind=DrafterKind.DFLASH,
                       width=6, quant_scheme="affine", quant_bits=4, quant_group_size=64, mlx="0.32.4")
 
 
@@ -243,9 +243,9 @@ def test_entries_record_and_match_the_device_name():
     from blockwidth.policy.quantization import Quantization, Scheme
 
     q = Quantization(Scheme.AFFINE, 4, 64)
-    h200 = Override(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=8, compute_capability="9.0",
+    h200 = Entry(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=8, compute_capability="9.0",
                     device_name="NVIDIA H200")
-    generic = Override(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=5, compute_capability="9.0")
+    generic = Entry(backend=Backend.CUDA, drafter_kind=DrafterKind.MODEL, width=5, compute_capability="9.0")
     prof = Profile(Path("p.toml"), (h200,), True)
     on = lambda name: Device(Backend.CUDA, name=name, architecture="sm_90", compute_capability="9.0",  # noqa: E731
                              probed=bool(name))

@@ -239,7 +239,7 @@ def test_a_server_that_dies_mid_session_is_named_and_the_others_stop(tmp_path):
     finally:
         code = p.finish()
     stderr = p.text("stderr")
-    assert code == 2, stderr
+    assert code == 3, stderr  # the environment failed (ExitCode.ENVIRONMENT), not the input
     line = _one_error(stderr)
     assert f"mlx_lm.server (draft, pid {pids['draft']}" in line and "exited (code -9)" in line, line
     assert _gone(pids.values())
@@ -525,7 +525,10 @@ def test_an_engine_entry_resolved_for_serving_says_the_served_path_was_not_measu
                 "draft_len_schedule={15: 2, 16: 0})"]),
 ])
 def test_export_writes_each_engines_options_with_the_record_it_came_from(tmp_path, fmt, expect):
-    r = run_cli("export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu")
+    # the record's folders are not on this machine: named by --target and --draft (without them
+    # export says TARGET and DRAFT rather than print another machine's paths)
+    r = run_cli("export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu",
+                "--target", "/models/t", "--draft", "/models/d")
     assert r.returncode == 0, r.stderr
     for text in expect:
         assert text in r.stdout + "\n", r.stdout
@@ -563,7 +566,7 @@ evidence = { record = "served-env.json" }
 
 
 def test_server_env_keeps_mlx_switches_only():
-    from blockwidth.engine.served import server_env
+    from blockwidth.engine.session.served import server_env
 
     assert server_env({"MLX_CUDA_USE_CUDNN_SDPA": "0", "HOME": "/root", "MLX_BAD": "a b",
                        "MLX_METAL_FAST_SYNCH": "1"}) == {"MLX_CUDA_USE_CUDNN_SDPA": "0",

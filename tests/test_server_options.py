@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from blockwidth.console import cli
-from blockwidth.engine.served import port_free
+from blockwidth.engine.session.served import port_free
 from blockwidth.policy import profile as profiles
 from blockwidth.policy.profile import OWNED_SERVER_OPTIONS, REFUSED_SERVER_OPTIONS, server_arg_problem
 from tests.test_served import Proc, _free_port, _gone

@@ -76,7 +76,7 @@ def test_junit_of_checks_quoting_control_characters_parses():
 
 
 def test_a_records_markdown_shows_its_folder_names_escaped(tmp_path):
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
     rec = json.loads(next((ROOT / "examples/records").glob("*.json")).read_text())
     rec["pair"]["target"] = f"/models/t{ESC}"
@@ -87,7 +87,7 @@ def test_a_records_markdown_shows_its_folder_names_escaped(tmp_path):
 
 def test_the_server_log_serve_shows_is_escaped(tmp_path):
     """serve copies mlx_lm.server's log to stderr; the log echoes folder names and requests."""
-    from blockwidth.engine.served import Server, ServerSpec
+    from blockwidth.engine.session.served import Server, ServerSpec
 
     tee = io.StringIO()
     server = Server(ServerSpec("serve", Path("/m")), tmp_path, tee=tee)

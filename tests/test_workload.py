@@ -169,7 +169,7 @@ def test_sweep_workload_end_to_end(tmp_path):
     request, classic closing with a pass; identity per request; each width's ratio, interval and
     p-value in --json; the record reproduces its intervals from its own samples and seed."""
     from blockwidth.console.inputs import resolution
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
     from blockwidth.policy import stats
 
     target = _templated_copy(tmp_path)
@@ -353,10 +353,10 @@ def test_check_measure_replays_the_entrys_workload(tmp_path):
     """The workload an entry names is found again when its content is the same (the built-in, or
     the file at its path); a changed file is said, and the check falls back to a prompt."""
     from blockwidth.console.check import _workload_for
-    from blockwidth.policy.profile import Override
+    from blockwidth.policy.profile import Entry
 
     def entry(evidence):
-        e = Override.__new__(Override)
+        e = Entry.__new__(Entry)
         object.__setattr__(e, "evidence", evidence)
         return e
 
@@ -537,7 +537,7 @@ def test_the_committed_cpu_workload_record_reproduces_its_intervals():
     intervals and p-values come back from its own samples and seed."""
     import gzip
 
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
     rec = json.load(gzip.open(ROOT / "lab" / "records" / "workload-mixed-cpu-demo.json.gz"))
     assert rec["workload"]["name"] == "mixed" and len(rec["requests"]) == rec["workload"]["requests"] == 16

@@ -18,7 +18,7 @@ from textual.reactive import var
 from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static, TabPane
 
 from blockwidth.console.inputs import InputError, chain_lines
-from blockwidth.console.outcome import Front, headline
+from blockwidth.console.outcome import Front, headline, next_step
 from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
 from blockwidth.console.request import SessionRequest, session_request
 from blockwidth.console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, FIRST_N, FIRST_TOKENS, Phase, ResolutionView, SessionView
@@ -155,7 +155,7 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
         lines.append(Text.assemble(("why: ", "bold"), s.why))
         lines.extend(Text(line) for line in speedup_lines(s) if line)  # no blank line here
         if not s.single:
-            lines.extend(Text(line.strip("\n")) for line in request_table(s, fold=fold))
+            lines.extend(Text(line) for line in request_table(s, fold=fold) if line)
         if s.prediction:
             # both terms per width (draft by the kind's cost model, verify from the curve)
             first, *rest = s.prediction_lines()
@@ -251,6 +251,18 @@ class AbTab(TabPane):
     def set_prompt(self, prompt: str) -> None:
         self.query_one("#prompt", Input).value = escape_prompt(prompt)
 
+    def set_field(self, name: str, value: object) -> None:
+        """Set one field as the operator would type it (a next step, a warning's choice)."""
+        if name == "sequential":
+            self.query_one("#sequential", Checkbox).value = bool(value)
+            return
+        if name == "prompt":
+            self.set_prompt(str(value))
+            return
+        if name == "widths":
+            self._widths_touched = True  # chosen: the resolution no longer fills them
+        self.query_one(f"#{name}", Input).value = str(value)
+
     def mark_bad(self, field: str) -> None:
         """Mark the field to fix (a ``console.request.Field`` value)."""
         ids = {"widths": "widths", "n": "n", "tokens": "tokens", "prompt": "prompt", "max reps": "reps",
@@ -268,10 +280,14 @@ class AbTab(TabPane):
         if event.input.id == "widths" and event.input.has_focus:  # typed by the operator
             self._widths_touched = True
         self._mark_stale()
+        if self._shown() is None and not self.phase.busy:
+            self._draw_settings()  # the estimate follows the fields
 
     @on(Checkbox.Changed)
     def _box_changed(self) -> None:
         self._mark_stale()
+        if self._shown() is None and not self.phase.busy:
+            self._draw_settings()
 
     def _mark_stale(self) -> None:
         state = self.session_state
@@ -360,6 +376,9 @@ class AbTab(TabPane):
                 text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   saved to the profile", "green"))
             else:
                 text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim"))
+                step = next_step(s)
+                if step is not None:  # the one thing to do next, one key away
+                    text.append_text(Text.assemble("\n", ("next: n ", "bold"), step.says))
         self.query_one("#headline", Static).update(text)
 
     def _draw_details(self) -> None:
@@ -389,7 +408,7 @@ class AbTab(TabPane):
         state = self.session_state
         settings = self.query_one("#settings", Static)
         if state is None or state.request is None:
-            settings.update(_NO_SESSION)
+            settings.update(_NO_SESSION + self._estimate())
             return
         said = ("running with " if self.phase.busy else "failed with " if self.phase is Phase.FAILED
                 else "measured with ")
@@ -400,7 +419,18 @@ class AbTab(TabPane):
         if self.stale:
             t = Text.assemble(("STALE ", "bold yellow reverse"), " fields changed since this run; a runs them. ",
                               t)
+        elif self.phase.busy and state.estimate:
+            t.append(f" · {state.estimate}", style="dim")
         settings.update(t)
+
+    def _estimate(self) -> Text:
+        """What the fields' session costs here, from the pilot (nothing without one)."""
+        estimate = getattr(self.app, "estimate_words", None)
+        try:
+            said = estimate(self.read_request()) if estimate is not None else None
+        except InputError:
+            said = None
+        return Text(f" · these fields: {said}", style="dim") if said else Text()
 
     def show_identity(self, side: Text) -> None:
         self.query_one("#side-identity", Static).update(side)

@@ -6,10 +6,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
+from textual import work
 from textual.app import ComposeResult
 from textual.reactive import var
 from textual.widgets import DataTable, Static, TabPane
 
+from blockwidth.console.messages import ProfileRead
 from blockwidth.console.state import ResolutionView
 from blockwidth.console.widgets.common import plural
 from blockwidth.policy.text import error_lines, shown
@@ -28,7 +30,7 @@ def quant_label(scheme: str | None, bits: int | None) -> str:
 
 
 class ProfileTab(TabPane):
-    """Re-read whenever the resolution changes (a save or a delete re-resolves)."""
+    """Re-read whenever the resolution changes (a save or a delete re-resolves), in a thread."""
 
     resolution: var[ResolutionView | None] = var(None)
 
@@ -36,6 +38,7 @@ class ProfileTab(TabPane):
         super().__init__(title, id=id)
         self.path = path
         self.entries: list[Any] = []
+        self._generation = 0  # reads started; only the latest one's answer is drawn
 
     def compose(self) -> ComposeResult:
         yield Static("", id="profile-path")
@@ -54,34 +57,51 @@ class ProfileTab(TabPane):
         return self.entries[row] if self.entries and row is not None and row < len(self.entries) else None
 
     def refresh_entries(self) -> None:
+        """Read the profile again, in a thread: its parse and the static check's record reads
+        never run on the UI thread."""
+        self._generation += 1
+        self.read_profile(self._generation, self.resolution)
+
+    @work(thread=True, exit_on_error=False, group="profile", name="read profile")
+    def read_profile(self, generation: int, view: ResolutionView | None) -> None:
         from blockwidth.policy import profile as profiles
 
-        table = self.query_one(DataTable)
-        table.clear()
         try:
             prof = profiles.load(self.path, missing_ok=True)
         except ProfileError as e:
+            self.post_message(ProfileRead(generation, None, [], error_lines(e)))
+            return
+        self.post_message(ProfileRead(generation, prof, self._marks(prof, view)))
+
+    def on_profile_read(self, message: ProfileRead) -> None:
+        message.stop()
+        if message.generation != self._generation:  # an earlier read, overtaken
+            return
+        table = self.query_one(DataTable)
+        table.clear()
+        prof = message.profile
+        if prof is None:
             self.entries = []
-            self.query_one("#profile-path", Static).update(Text("\n".join(error_lines(e)), style="red"))
+            self.query_one("#profile-path", Static).update(Text("\n".join(message.error or []), style="red"))
             return
         self.entries = list(prof.entries)
         where = shown(self.path) + ("" if prof.exists else " (not created yet)")
         self.query_one("#profile-path", Static).update(Text(
             f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
             f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
-        for e, mark in zip(prof.entries, self._marks(prof)):
+        for e, mark in zip(prof.entries, message.marks):
             table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
                           e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
                           e.drafter_kind.value, "decline" if e.decline else str(e.width), shown(e.mlx or "-"),
                           shown((e.measured_at or "-")[:19]), "yes" if e.byte_identical else "NO",
                           shown((e.pair or "any")[:12]), shown(mark.why))
 
-    def _marks(self, prof: Any) -> list[Any]:
+    @staticmethod
+    def _marks(prof: Any, view: ResolutionView | None) -> list[Any]:
         """The static --check, read-only, for the resolved device: one mark per entry (none
         until the resolution worker has probed the device)."""
         from blockwidth.console.check import EntryMark, Mark, profile_marks
 
-        view = self.resolution
         if view is None or view.res is None:
             return [EntryMark(Mark.UNCHECKED, "no device yet: the resolution has not finished or failed")
                     ] * len(prof.entries)

@@ -46,7 +46,7 @@ class RecordsTab(TabPane):
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
     def read(self, pair_id: str | None, backend: str | None) -> None:
         """The records of this pair (``pair_id``) on this backend; None: any."""
-        from blockwidth.engine import record
+        from blockwidth.engine.session import record
 
         rows = []
         for path in sorted(self.record_dir.glob("session-*.json"), reverse=True)[:MAX_RECORDS]:
@@ -70,7 +70,7 @@ class RecordsTab(TabPane):
         self._markdown = {p: md for p, md in self._markdown.items() if p in listed}
         table = self.query_one(DataTable)
         table.clear()
-        from blockwidth.engine.record import refusal
+        from blockwidth.engine.session.record import refusal
 
         for path, rec in message.rows:
             cfg, dec = rec.get("config", {}), rec.get("decision", {})
@@ -101,7 +101,7 @@ class RecordsTab(TabPane):
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="preview", name="render record")
     def render_markdown(self, path: Path, rec: dict) -> None:
-        from blockwidth.engine import record
+        from blockwidth.engine.session import record
 
         try:
             text = shown_block(record.markdown(rec))

@@ -302,7 +302,7 @@ def test_the_committed_gpu_records_are_data_and_the_table_follows_them():
     was made on CUDA, re-derives its verdicts from its own samples (a width 'wins' only if
     its slowest run beat classic's fastest), and policy/table.py holds a cuda row for a
     (kind, compute capability, quantization scheme) only where some record has a win."""
-    from blockwidth.engine.record import load
+    from blockwidth.engine.session.record import load
     from blockwidth.policy.device import Backend
     from blockwidth.policy.table import TABLE
 

@@ -13,13 +13,20 @@ import time
 from pathlib import Path
 from typing import Any
 
-from blockwidth.engine.decode import ROUND_COLUMNS
 from blockwidth.policy import files, stats
 from blockwidth.policy.commands import env_words, shell
 from blockwidth.policy.profile import server_env_problems
 from blockwidth.policy.text import shown, shown_block
 
 RECORD_SCHEMA = 1
+
+
+def _round_columns() -> tuple[str, ...]:
+    # the decode loop's own names; imported here, not at the top, so that reading or building a
+    # record loads no MLX (engine.session holds what does not run the model)
+    from blockwidth.engine.decode import ROUND_COLUMNS
+
+    return ROUND_COLUMNS
 
 
 def _arm(arm, rounds: bool = True) -> dict[str, Any]:
@@ -35,9 +42,9 @@ def _arm(arm, rounds: bool = True) -> dict[str, Any]:
     }
 
 
-def build(session, pair, host: dict, gate: dict | None = None, path: str = "engine") -> dict[str, Any]:
-    """``path``: what was measured, ``engine`` (this engine's loop) or ``mlx-lm-server`` (the
-    real mlx_lm.server, whose record engine.served completes)."""
+def build(session, pair, host: dict, gate: dict | None = None, route: str = "engine") -> dict[str, Any]:
+    """``route``: what was measured (the record's ``path`` key), ``engine`` (this engine's loop)
+    or ``mlx-lm-server`` (the real mlx_lm.server, whose record engine.session.served completes)."""
     many = not session.single
     arms = []
     for arm in [session.classic, *session.arms]:
@@ -64,7 +71,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
     return {
         "schema": RECORD_SCHEMA,
         "kind": "ab-session",
-        "path": path,
+        "path": route,
         "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(session.started_at)),
         "host": host,
         "gate": gate,
@@ -82,7 +89,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         "workload": c.workload.to_dict() if c.workload is not None else None,
         "requests": requests,
         "stats": {"seed": session.seed, "resamples": c.resamples, "level": stats.LEVEL,
-                  "min_gain": c.min_gain, "sample": "per request, each run's new tokens and decode_s",
+                  "min_gain": c.min_gain, "alpha": stats.ALPHA, "sample": "per request, each run's new tokens and decode_s",
                   "ratio": "total new tokens over total decode time, the arm's over classic's",
                   "interval": "percentile bootstrap: requests with replacement, then each arm's "
                               "runs within each drawn request",
@@ -106,7 +113,7 @@ def build(session, pair, host: dict, gate: dict | None = None, path: str = "engi
         "elapsed_s": round(session.elapsed_s, 3),
         "cancelled": session.cancelled,
         "arms": arms,
-        "rounds_columns": list(ROUND_COLUMNS),  # what each samples[].rounds_detail row holds
+        "rounds_columns": list(_round_columns()),  # what each samples[].rounds_detail row holds
         "drift": {"drifted": session.drift, "why": session.drift_why,
                   "opening_tok_s": opening.to_list() if opening else None,
                   "closing_tok_s": closing.to_list() if closing else None},
@@ -272,7 +279,8 @@ def _speedup_lines(record: dict) -> list[str]:
         return []
     out = [f"\nSpeed-up over classic (total new tokens / total decode time), {st['level']:.0%} bootstrap "
            f"interval ({st['resamples']} resamples, seed {st['seed']}), one-sided permutation p; a win "
-           f"needs the interval above {1 + st['min_gain']:.2f}.\n",
+           f"needs the interval above {1 + st['min_gain']:.2f}"
+           + (f" and p below {st['alpha']:g}" if st.get("alpha") is not None else "") + ".\n",
            "| width | speed-up | interval | p |", "|---|---|---|---|"]
     out += [f"| {a['arm']} | {a['ratio']:.3f} | {a['ratio_ci'][0]:.3f}-{a['ratio_ci'][1]:.3f} | "
             f"{a['p_value']:.3g} ({a['p_method']}) |" for a in rows]
@@ -292,7 +300,9 @@ def _request_lines(record: dict) -> list[str]:
     for r in reqs:
         c = r["arms"][0]["decode_tok_s"]
         cells = [("-" if r["ratios"].get(w) is None else f"{r['ratios'][w]:.2f}") for w in widths]
-        best = f"w{r['best']}" if r.get("best") else "classic"
+        # a request no width ran on (a cancelled session) has no best: not "classic"
+        ran = r.get("measured", all(a.get("samples") for a in r["arms"]))
+        best = f"w{r['best']}" if r.get("best") else "classic" if ran else "-"
         out.append(f"| {r['id']} | {r['kind']} | {r['prompt_tokens']} | {f'{c[1]:.1f}' if c else '-'} | "
                    + " | ".join(cells) + f" | {best} |")
     return out

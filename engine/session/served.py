@@ -38,10 +38,10 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from blockwidth.policy.errors import BlockwidthError
+from blockwidth.policy.errors import BlockwidthError, ExitCode
+from blockwidth.policy.profile import (MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, num_draft_tokens,
+                                       server_arg_problem, server_env_problems)
 from blockwidth.policy.text import shown
-from blockwidth.policy.profile import (MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, server_arg_problem,
-                                      server_env_problems)
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -56,7 +56,16 @@ DISPATCH_COMMAND = ("-m", "blockwidth.engine.mlxserver")
 
 
 class ServedError(BlockwidthError):
-    """The served path cannot go on: one line naming the server and what happened."""
+    """The served path cannot go on: one line naming the server and what happened. What the
+    input causes exits 2: a server argument blockwidth sets, a level out of range, a port in use,
+    a server that exits at start on the operator's arguments or cannot load the checkpoint."""
+
+
+class ServerFailed(ServedError):
+    """mlx_lm.server failed, not the input: it could not be started, did not become ready in
+    time, exited while serving, or failed a request. The environment failed: exit 3."""
+
+    exit_code = ExitCode.ENVIRONMENT
 
 
 def server_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -175,6 +184,16 @@ class Server:
         self.spec = spec
         self.tee = tee
         self._copier: threading.Thread | None = None
+        # readiness probes sent whose 404 access line the tee has not yet swallowed: the probe is
+        # refused on purpose (engine answered, nothing generated), and a "404" on an operator's
+        # screen at startup read as a fault
+        self._probe_lines = 0
+        # set once stop() is asked: MLX's C++ teardown in the server, whose generation thread ran
+        # MLX, may abort at exit with "terminate called without an active exception"
+        # (ml-explore/mlx#3126, the abort blockwidth's own exit avoids with os._exit): after a stop
+        # the operator asked for, that line is the server's teardown, not a fault, and is kept in
+        # its log only
+        self._stopping = False
         self.port = spec.port
         self.log_path = Path(log_dir) / f"{spec.role}.log"
         self.proc: subprocess.Popen | None = None
@@ -213,7 +232,7 @@ class Server:
                                          stderr=subprocess.STDOUT, env=env, start_new_session=True)
         except OSError as e:
             log.close()
-            raise ServedError(f"mlx_lm.server ({self.spec.role}) cannot be started: {e.strerror}") from None
+            raise ServerFailed(f"mlx_lm.server ({self.spec.role}) cannot be started: {e.strerror}") from None
         if self.tee:
             self._copier = threading.Thread(target=self._copy, args=(self.proc.stdout, log),
                                             name="blockwidth-server-log", daemon=True)
@@ -229,6 +248,11 @@ class Server:
             for raw in iter(pipe.readline, b""):
                 log.write(raw)
                 log.flush()
+                if self._probe_lines and b'"POST /v1/completions HTTP/1.1" 404' in raw:
+                    self._probe_lines -= 1  # the readiness probe's own refusal: kept in the log only
+                    continue
+                if self._stopping and raw.startswith(b"terminate called without an active exception"):
+                    continue
                 with contextlib.suppress(OSError, ValueError):
                     # the server's log echoes folder names and requests: one shown line each
                     self.tee.write(shown(raw.decode("utf-8", errors="replace").rstrip("\r\n")) + "\n")
@@ -277,7 +301,7 @@ class Server:
                 raise ServedError(f"port {self.port} on {self.spec.host} is in use: {self.name} "
                                   f"cannot listen there; choose another port")
             if time.monotonic() >= deadline:
-                raise ServedError(f"{self.name} did not become ready in "
+                raise ServerFailed(f"{self.name} did not become ready in "
                                   f"{time.monotonic() - self.started_at:.0f} s (--ready-timeout); "
                                   f"its log ends: {self.last_error()}")
             status = self._get("/health")
@@ -305,13 +329,21 @@ class Server:
         body = json.dumps({"prompt": 0, "max_tokens": 1}).encode()
         req = urllib.request.Request(self.url + "/v1/completions", data=body,
                                      headers={"Content-Type": "application/json"})
+        # counted before it is sent: the server logs the refusal before the answer reaches here
+        undo = self.tee is not None  # taken back unless a 404 was logged
+        if undo:
+            self._probe_lines += 1
         try:
             with urllib.request.urlopen(req, timeout=max(1.0, deadline - time.monotonic())) as r:
                 return r.read(4096).decode("utf-8", errors="replace")
         except urllib.error.HTTPError as e:
+            undo = undo and e.code != 404  # a 404 was logged: the tee swallows it
             return e.read(4096).decode("utf-8", errors="replace")
         except (OSError, ValueError):
-            return None
+            return None  # no answer, so no line either
+        finally:
+            if undo:
+                self._probe_lines = max(0, self._probe_lines - 1)
 
     def stop(self, graceful: bool = False) -> None:
         """SIGTERM to its process group (``graceful``: SIGINT first, which mlx_lm.server answers
@@ -320,6 +352,7 @@ class Server:
         proc = self.proc
         if proc is None:
             return
+        self._stopping = True
         with _live_lock:
             _live.pop(proc.pid, None)
         for sig in ((signal.SIGINT,) if graceful else ()) + (signal.SIGTERM, signal.SIGKILL):
@@ -346,7 +379,7 @@ class Server:
         if self.proc.poll() is None:
             return None
         self.exit_code = self.proc.returncode
-        return ServedError(f"{self.name} exited (code {self.exit_code}) while serving: "
+        return ServerFailed(f"{self.name} exited (code {self.exit_code}) while serving: "
                            f"{self.last_error()} (log: {self.log_path})")
 
 
@@ -385,7 +418,7 @@ class Servers:
                 try:
                     server.wait_ready(deadline, self.cancel)
                 except ServedError as e:
-                    raise ServedError(f"{e} (log: {server.log_path})") from None
+                    raise e.adding(f" (log: {server.log_path})") from None
         except BaseException as e:
             self.keep_logs = not isinstance(e, KeyboardInterrupt)
             self.__exit__(*sys.exc_info())
@@ -525,14 +558,14 @@ def complete(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int
         detail = e.read(2000).decode("utf-8", errors="replace")
         with contextlib.suppress(ValueError, AttributeError):
             detail = json.loads(detail).get("error", detail)
-        raise ServedError(f"{server.name} refused the request (HTTP {e.code}): {_bounded(detail)}") from None
+        raise ServerFailed(f"{server.name} refused the request (HTTP {e.code}): {_bounded(detail)}") from None
     except (OSError, ValueError) as e:
         crash = server.crashed(wait_s=CRASH_WAIT_S)  # a reset connection: the process may be going
         if crash is not None:
             raise crash from None
         if cancel is not None and cancel.is_set():
             return None
-        raise ServedError(f"{server.name}: the request failed ({_bounded(str(e))})") from None
+        raise ServerFailed(f"{server.name}: the request failed ({_bounded(str(e))})") from None
     details = usage.get("prompt_tokens_details") or {}
     return Completion("".join(parts), int(usage.get("completion_tokens") or 0),
                       usage.get("prompt_tokens"), details.get("cached_tokens"), finish, sent,
@@ -628,7 +661,7 @@ class ServedRun:
     requests: list[Completion]
     concurrency: int
     identity: list[TextIdentity] = field(default_factory=list)  # per request, against classic
-    # what engine.ab and engine.record read of an engine run; the server shows none of it
+    # what engine.ab and engine.session.record read of an engine run; the server shows none of it
     clocks: dict | None = None
     host: dict | None = None
     attention: dict | None = None
@@ -711,8 +744,9 @@ class ServedPair:
 
     @property
     def context_length(self) -> int | None:
-        v = self.target_config.get("max_position_embeddings")
-        return v if isinstance(v, int) else None
+        from blockwidth.policy.config import context_length
+
+        return context_length(self.target_config)  # the engine path's rule (text_config too)
 
     def describe(self) -> str:
         return (f"{self.target_path.name} [{self.quantization.describe()}] + {self.drafter_path.name} "
@@ -720,32 +754,19 @@ class ServedPair:
 
 
 def served_pair(target: Path, drafter: Path) -> ServedPair:
-    """Check the pair as the engine path checks it (configs, weights' headers, one tokenizer),
-    without loading weights: the server loads them. Raises engine.pair.PairError, naming its
-    input (``target`` or ``draft``)."""
-    from blockwidth.engine.checkpoint import fingerprint
-    from blockwidth.engine.pair import PairError, _check_folder, _load_tokenizer, check_shapes, token_rows
-    from blockwidth.policy.config import ConfigError
+    """Check the pair with the engine path's own check (engine.pair.check_pair: configs, weights'
+    headers, the vocabulary and the tokenizers), without loading weights: the server loads them.
+    Raises engine.pair.PairError, naming its input (``target`` or ``draft``)."""
+    from blockwidth.engine.pair import check_pair, token_rows
     from blockwidth.policy.drafter import DrafterKind
-    from blockwidth.policy.quantization import classify, read_sidecar
 
-    tconfig, tweights = _check_folder(target, "target")
-    dconfig, dweights = _check_folder(drafter, "draft")
-    if tconfig.get("vocab_size") != dconfig.get("vocab_size"):
-        raise PairError(f"{drafter}: vocabulary of {dconfig.get('vocab_size')} tokens "
-                        f"differs from target {target}'s {tconfig.get('vocab_size')}; a draft model "
-                        f"must share the target's tokenizer", "draft")
-    try:
-        sidecar = read_sidecar(target)
-    except ConfigError as e:
-        raise PairError(e.message, "target") from None
-    # what the server would build and index, checked here as the engine path checks it
-    check_shapes(tconfig, tweights, "target", dconfig, dweights, "draft")
-    tokenizer = _load_tokenizer(target, "target", tconfig)
-    rows = token_rows(tokenizer, Path(target), tweights, dweights, "target", "draft")
-    return ServedPair(Path(target), Path(drafter), classify(tconfig, sidecar),
-                      {"target": fingerprint(target), "drafter": fingerprint(drafter)}, tconfig,
-                      tokenizer, DrafterKind.MODEL, token_rows=rows)
+    checked = check_pair(target, drafter, DrafterKind.MODEL)
+    tck, dck = checked.target, checked.drafter
+    # what the server would index, checked here as the engine path checks it
+    rows = token_rows(checked.tokenizer, tck.path, tck.weights, dck.weights, "target", "draft")
+    return ServedPair(tck.path, dck.path, checked.quantization,
+                      {"target": tck.fingerprint, "drafter": dck.fingerprint}, tck.config,
+                      checked.tokenizer, DrafterKind.MODEL, token_rows=rows)
 
 
 @dataclass(frozen=True)
@@ -795,10 +816,6 @@ class ServedSession:
                                  "reuses a cache), one request per width",
                 "fixed_length": False,
                 "acceptance": "not reported by mlx_lm.server"}
-
-
-def draft_tokens(width: int) -> int:
-    return width - 1
 
 
 def check_concurrency(levels: Sequence[int]) -> tuple[int, ...]:
@@ -865,7 +882,7 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
             raise ServedError(f"prompt {ref.prompt_tokens} + --max-tokens {abc.max_tokens} + width "
                               f"{max(widths)} exceeds the target's context of {pair.context_length} tokens")
         for i, w in enumerate(widths):
-            first = complete(servers["first-sending"], abc.prompt, abc.max_tokens, draft_tokens(w),
+            first = complete(servers["first-sending"], abc.prompt, abc.max_tokens, num_draft_tokens(w),
                              cancel=cancel)
             if first is None:
                 raise KeyboardInterrupt
@@ -914,7 +931,7 @@ def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
         runs = max(abc.planned_runs, started[0])
         emit(ab.Event("arm", arm.name, rep, 0, abc.max_tokens, run=index, runs=runs, closing=closing))
         server = servers["classic" if arm.width is None else "draft"]
-        ndt = None if arm.width is None else draft_tokens(arm.width)
+        ndt = None if arm.width is None else num_draft_tokens(arm.width)
         got = burst(server, abc.prompt if keep else warm_prompt, abc.max_tokens, ndt, level,
                     cancel=cancel)
         if got is None:
@@ -991,9 +1008,9 @@ def level_warnings(session: ServedSession, lv: ServedLevel) -> list[str]:
 
 def level_record(session: ServedSession, lv: ServedLevel, host: dict, gate: dict | None) -> dict:
     """The engine path's record of this level's session, with what the served path adds."""
-    from blockwidth.engine import record
+    from blockwidth.engine.session import record
 
-    rec = record.build(lv.session, session.pair, host, gate, path=PATH_SERVER)
+    rec = record.build(lv.session, session.pair, host, gate, route=PATH_SERVER)
     rec["concurrency"] = lv.concurrency
     rec["server"] = session.server_record()
     rec["warnings"] = rec["warnings"] + level_warnings(session, lv)

@@ -1,0 +1,80 @@
+"""lab/h200exact.sh (the exact path and the real models in one H200 lease), run on this CPU with a
+stub python3 that records its calls: the steps' order and flags, training in the background before
+anything timed, a deadline's skips, and the wait verb's tarball."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "lab" / "h200exact.sh"
+
+STUB = r"""#!/bin/sh
+echo "$*" >> "$CALLS"
+case "$*" in
+  *lab.gguf_convert*)
+    out=$(echo "$*" | awk '{print $4}'); mkdir -p "$out"; echo '{}' > "$out/config.json" ;;
+  *lab.build_gpu*)
+    mkdir -p "$PAIR/target-4bit" "$PAIR/target-bf16" "$PAIR/drafter"
+    echo '{}' > "$PAIR/target-4bit/config.json"; echo '{}' > "$PAIR/build.json" ;;
+  *) echo '{}' ;;
+esac
+"""
+
+
+def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
+    bin_ = tmp_path / "bin"
+    bin_.mkdir(exist_ok=True)
+    (bin_ / "python3").write_text(STUB)
+    (bin_ / "python3").chmod(0o755)
+    full = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls"),
+            "WORK": str(tmp_path / "w"), "PAIR": str(tmp_path / "w" / "pair"), "OUT": str(tmp_path / "out"),
+            "GGUF": str(tmp_path / "model.gguf"), **env}
+    (tmp_path / "out").mkdir(exist_ok=True)
+    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=full, capture_output=True,
+                          text=True, timeout=120)
+
+
+def _calls(tmp_path: Path) -> list[str]:
+    return [c for c in (tmp_path / "calls").read_text().splitlines() if "-m" in c.split()]
+
+
+def test_the_lease_converts_probes_trains_then_measures_on_the_exact_path(tmp_path):
+    p = _run(tmp_path, "run", STEPS="convert,train,chat,models,model,served,mixed,pair5b,stock,ops")
+    assert p.returncode == 0, p.stderr
+    calls = _calls(tmp_path)
+    mods = [c.split()[1] for c in calls]
+    assert mods[:4] == ["lab.gguf_convert"] * 4
+    converts = calls[:4]
+    assert "--variant native --scales-dtype float16" in converts[0]  # the GPU computes in f16 there
+    assert all("--scales-dtype bfloat16" in c for c in converts[1:])
+    sweeps = [c for c in calls if c.split()[1] == "blockwidth"]
+    assert all("--exact" in c for c in sweeps)
+    chat = next(c for c in sweeps if "records-smol-lookup-chat " in c + " ")
+    assert "--workload chat" in chat and "--kind lookup" in chat and "--exact auto" in chat
+    served = next(c for c in sweeps if "--path mlx-lm-server" in c)
+    assert "--exact on" in served and "--concurrency 1,4" in served
+    stock = next(c for c in sweeps if "records-smol-lookup-chat-stock" in c)
+    assert "--exact off" in stock  # the stock path beside it, for contrast
+    build = next(i for i, c in enumerate(calls) if "lab.build_gpu" in c)
+    first_timed = next(i for i, c in enumerate(calls) if c.split()[1] == "blockwidth")
+    assert build < first_timed  # training started before anything timed...
+    r = tmp_path / "w" / "exact"
+    log = (r / "run.log").read_text()
+    assert log.index("train: done") < log.index("smol-lookup-chat: start")  # ...and ended before
+    assert any("lab.probe_exact models" in c and "--target random:gemma3-270m" in c for c in calls)
+    assert any("lab.probe_exact ops" in c for c in calls) and (r / "done").is_file()
+    w = _run(tmp_path, "wait", "1")
+    assert w.returncode == 0 and "exact: done" in w.stdout
+    with tarfile.open(tmp_path / "out" / "exact.tgz") as tar:
+        assert "exact/run.log" in tar.getnames()
+
+
+def test_a_step_past_the_deadline_is_skipped_and_said(tmp_path):
+    p = _run(tmp_path, "run", STEPS="convert,ops", DEADLINE="60", OPS_LIMIT="200")
+    assert p.returncode == 0, p.stderr
+    log = (tmp_path / "w" / "exact" / "run.log").read_text()
+    assert "ops: skipped" in log and not any("lab.probe_exact ops" in c for c in _calls(tmp_path))

@@ -1,0 +1,281 @@
+"""Issue 37: a first session's words agree with its table, a win needs its p below alpha, a
+cancelled run concludes nothing it did not measure, the pilot prices a session (prefill
+counted), and careless pairs are refused in one line."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from blockwidth.console import cli
+from blockwidth.console.outcome import Front, headline, in_effect_note, next_step
+from blockwidth.console.render import request_table
+from blockwidth.engine.ab import AbConfig, Arm, RequestArms, Session, Verdict, decide
+from blockwidth.engine.costcurve import CostCurve
+from blockwidth.engine.workload import PROMPT, Prepared
+from blockwidth.policy import pace, stats
+from blockwidth.policy.verdict import ArmFacts
+from blockwidth.policy.verdict import decide as rules_decide
+from blockwidth.policy.workload import Request
+from tests.states import _run, demo_pair, fixture_session
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "engine" / "demo" / "pair"
+
+
+# ---- the verdict's words -----------------------------------------------------------------------
+
+def _tie() -> Session:
+    """w2 and w4 both win, w4 a little faster, their intervals overlapping: the tie rule picks w2."""
+    s = fixture_session()
+    speeds = {2: [60.0, 61.0, 62.0], 4: [61.5, 62.5, 63.5], 8: [30.0, 31.0, 33.0]}
+    out = s.classic.runs[0].tokens
+    for arm in s.arms:
+        arm.runs = [_run(arm.width, v, out) for v in speeds[arm.width]]
+    decide(s)
+    assert s.recommendation == 2 and s.choice.best == 4, s.why
+    return s
+
+
+def test_the_headline_names_the_tie_rule_when_it_picks_a_width_that_is_not_the_fastest():
+    s = _tie()
+    h = headline(s).text
+    assert h.startswith("width 2 beats classic") and "tie rule" in h and "w4 is the fastest" in h
+
+
+def test_the_width_in_effect_is_never_called_slower_than_the_width_the_table_marks_fastest():
+    s = _tie()
+    said, _ = in_effect_note(s, 4)  # w4 is the fastest: the table's "(fastest)"
+    assert "fastest" in said and "chooses w2" in said and "is faster" not in said
+    said, _ = in_effect_note(s, 2)
+    assert "best measured here" in said
+
+
+# ---- a win needs its p below alpha ------------------------------------------------------------
+
+def test_n_2_cannot_win_and_n_3_can():
+    assert stats.runs_for() == 3  # with classic's closing run: 1/C(5,2) = 0.1, 1/C(7,3) = 1/35
+    classic = [40.0, 41.0, 42.0]
+    for n, classic_runs, p in ((2, classic, 0.1), (3, [*classic, 40.5], 1 / 35)):
+        arm = ArmFacts("w2", 2, tuple([60.0, 61.0, 62.0][:n]), speculative_rounds=10, identical=True)
+        est = stats.Estimate(1.74, stats.Interval(1.11, 2.63), p, "exact", stats.disjoint_p(n, len(classic_runs)))
+        for single in (True, False):
+            d = rules_decide(classic_runs, [arm], estimates={2: est}, single=single)
+            verdict, why = d.verdicts[0]
+            if n == 2:
+                assert verdict is Verdict.UNDECIDED and "not below the 0.05 a win needs" in why
+                assert "more repetitions can" in why and d.recommendation is None
+            else:
+                assert verdict is Verdict.WINS and d.recommendation == 2
+
+
+def test_estimates_carry_the_smallest_p_their_counts_allow():
+    classic = [[(32, 1.0), (32, 1.0), (32, 1.1)]]
+    arm = [[(32, 0.5), (32, 0.52)]]
+    est = stats.estimates(classic, {2: arm}, seed=1, resamples=200)[2]
+    assert est.p_floor == pytest.approx(0.1) and est.p == pytest.approx(0.1)
+
+
+# ---- cancelled runs conclude nothing about what they did not measure --------------------------
+
+def _workload_session(ran: int) -> Session:
+    """Three requests, widths 2 and 4; only the first ``ran`` measured on every arm (a cancel)."""
+    pair = demo_pair()
+    out = pair.tokenizer.encode(" = []\n")[:4]
+    reqs = []
+    for i in range(3):
+        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
+        runs = i < ran
+        classic = Arm(None, [_run(None, 40.0, out)] if runs else [], verdict=Verdict.CONTROL)
+        arms = [Arm(w, [_run(w, 50.0, out)] if runs else []) for w in (2, 4)]
+        reqs.append(RequestArms(prep, classic, arms))
+    config = AbConfig(widths=(2, 4), prompt="@mixed", n=2, max_tokens=4)
+    s = Session(config, [1, 2, 3], Arm(None, verdict=Verdict.CONTROL), [Arm(2), Arm(4)], requests=reqs,
+                cancelled=True, reps=0)
+    from blockwidth.engine.identity import compare
+
+    for r in reqs:
+        for a in r.arms:
+            if a.runs:
+                a.identity = compare(r.classic.runs[0].tokens, a.runs[0].tokens, pair.tokenizer)
+    decide(s)
+    return s
+
+
+def test_a_cancelled_workload_lists_no_best_for_requests_it_did_not_run():
+    lines = request_table(_workload_session(ran=1))
+    rows = {line.split()[0]: line for line in lines if line.startswith("r")}
+    assert rows["r0"].split()[-2] == "w4" or rows["r0"].split()[-2] == "w2"
+    for rid in ("r1", "r2"):
+        assert "classic" not in rows[rid] and rows[rid].split()[-2] == "-"
+    assert "2 requests not measured on every arm (cancelled): no best there" in lines[-1]
+    assert "classic on" not in lines[-1]
+
+
+def test_a_costcurve_cancelled_before_any_repeat_judges_no_boundary():
+    said = CostCurve(context=128, repeats=0, points=(), cancelled=True).boundary_lines()
+    assert said == ["no repeat finished before the cancel: nothing measured, no kernel boundary judged"]
+    assert not any("time grows smoothly" in line for line in said)
+
+
+# ---- the pilot's estimate counts prefill ------------------------------------------------------
+
+def test_the_plan_counts_prefill_and_the_repetitions_a_win_needs():
+    p = pace.Pace(prefill_s=0.005, spec_prefill_s=0.006, decode_s=0.02, spec_decode_s=0.03, width=2)
+    reqs = ((135, 32),) * 16
+    shape = pace.Shape(reqs, widths=2, n=2, sequential=True, max_reps=6, max_seconds=150)
+    plan = pace.plan(p, shape)
+    run_s = 135 * 0.005 + 32 * 0.02  # prefill is half of a classic run here
+    assert p.run_s(135, 32, False) == pytest.approx(run_s)
+    one_pass = 16 * (run_s + 2 * p.run_s(135, 32, True))
+    assert plan.pass_s == pytest.approx(one_pass * pace.OVERHEAD)
+    assert plan.need == 3 and plan.reached == 2 and not plan.can_decide  # 150 s: no third pass
+    raised = pace.plan(p, dataclasses.replace(shape, max_seconds=plan.seconds_for_need()))
+    assert raised.can_decide
+    assert pace.plan(p, dataclasses.replace(shape, n=3)).can_decide
+
+
+# ---- one next step ----------------------------------------------------------------------------
+
+def test_an_undecided_session_names_one_step_the_console_runs():
+    s = fixture_session(outcome="undecided")
+    from blockwidth.policy.verdict import Budget
+
+    s.budget_out, s.rep_ends = Budget.SECONDS, [60.0, 121.0, 182.0]
+    step = next_step(s)  # the seconds budget ran out: the budget its own repetitions ask for
+    assert step is not None and step.field("secs") == 190 and "secs 190" in step.says
+    assert "raise the secs field to 190" in headline(s, front=Front.CONSOLE).text  # the advice's figure
+    assert next_step(fixture_session()) is None  # a win: nothing to run next
+    assert next_step(fixture_session(cancelled=True)) is None
+
+
+# ---- careless pairs ---------------------------------------------------------------------------
+
+def _say(capsys, *argv) -> tuple[int, str]:
+    code = cli.main(list(argv))
+    err = capsys.readouterr().err.strip()
+    return code, err
+
+
+def test_swapped_target_and_drafter_are_refused_in_one_line(capsys):
+    from blockwidth.engine.pair import PairError, load_pair
+
+    with pytest.raises(PairError) as e:
+        load_pair(DEMO / "drafter", DEMO / "target-bf16")
+    assert "wrong way round" in str(e.value) and "4.7M" in str(e.value) and "1.2M" in str(e.value)
+    code, err = _say(capsys, "resolve", "--device", "cpu", "--target", str(DEMO / "drafter"),
+                     "--draft", str(DEMO / "target-bf16"))
+    assert code == 2 and len(err.splitlines()) == 1 and "--draft" in err and "wrong way round" in err
+    # the 4-bit target is not counted smaller than it is: the demo pair as shipped passes
+    code, _ = _say(capsys, "resolve", "--device", "cpu", "--demo-target", "4bit")
+    assert code == 0
+
+
+def test_kind_model_on_a_dflash_checkpoint_is_one_line(capsys):
+    from blockwidth.engine.pair import PairError, load_pair
+
+    with pytest.raises(PairError) as e:
+        load_pair(DEMO / "target-bf16", DEMO / "dflash", "model")
+    assert "is a dflash drafter" in e.value.message and "Received" not in str(e.value)
+    code, err = _say(capsys, "resolve", "--device", "cpu", "--target", str(DEMO / "target-bf16"),
+                     "--draft", str(DEMO / "dflash"), "--kind", "model")
+    assert code == 2 and len(err.splitlines()) == 1 and err.startswith("blockwidth: error: --kind model:")
+
+
+def test_a_config_of_nothing_is_refused_by_inspect_and_never_said_to_differ_from_none(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "config.json").write_text("{}")
+    code, err = _say(capsys, "inspect", str(empty))
+    assert code == 2 and "describes no model" in err and len(err.splitlines()) == 1
+    for args in (("--target", str(DEMO / "target-bf16"), "--draft", str(empty)),
+                 ("--target", str(empty), "--draft", str(DEMO / "drafter"))):
+        code, err = _say(capsys, "resolve", "--device", "cpu", "--kind", "model", *args)
+        assert code == 2 and "None" not in err and "no vocab_size" in err and len(err.splitlines()) == 1
+
+
+# ---- the demo 4-bit pair's first answer is the committed decline ------------------------------
+
+def test_the_demo_4bit_pair_resolves_to_its_committed_decline(capsys):
+    code = cli.main(["resolve", "--device", "cpu", "--demo-target", "4bit", "--json"])
+    d = json.loads(capsys.readouterr().out)
+    assert code == 0 and d["decline"] and d["width"] is None and d["source"] == "measured-default"
+    assert "cpu-demo-4bit-decline.json" in d["reason"]
+
+
+def test_export_prints_no_other_machines_paths(capsys):
+    for device in ("cpu", "cuda:9.0"):
+        assert cli.main(["export", "--format", "mlx-lm", "--profile", str(ROOT / "examples/profile.toml"),
+                         "--device", device]) == 0
+        out = capsys.readouterr().out
+        # the profile's own path is this checkout's; the records' are other machines'
+        assert "/work/wt9" not in out and "h200" not in out.split("record")[0] and "TARGET" in out
+
+
+def test_the_open_dialog_drops_the_drafter_for_lookup_and_marks_the_field_at_fault(tmp_path):
+    import asyncio
+
+    from textual.widgets import Input
+
+    from blockwidth.console.app import BlockwidthApp, Options
+    from blockwidth.console.screens import PairScreen
+
+    async def go():
+        app = BlockwidthApp(Options(target=str(DEMO / "target-bf16"), draft=str(DEMO / "drafter"), device="cpu",
+                                    profile=str(tmp_path / "p.toml")), load=False)
+        async with app.run_test(size=(100, 30)) as pilot:
+            await pilot.press("o")
+            await pilot.pause()
+            screen = app.screen
+            assert isinstance(screen, PairScreen)
+            draft, kind = screen.query_one("#open-draft", Input), screen.query_one("#open-kind", Input)
+            await pilot.press("tab", "tab", *"lookup")
+            await pilot.pause()
+            assert kind.value == "lookup" and draft.value == ""  # prompt lookup takes no checkpoint
+            await pilot.press(*["backspace"] * 6, *"model")
+            await pilot.pause()
+            assert draft.value == str(DEMO / "drafter")  # another kind puts it back
+            await pilot.press(*["backspace"] * 5, *"bogus", "enter")
+            await pilot.pause()
+            again = app.screen
+            assert isinstance(again, PairScreen) and again is not screen
+            bad = again.query_one("#open-kind", Input)
+            assert bad.has_class("-bad") and bad.has_focus and bad.cursor_position == len(bad.value)
+            assert bad.selection.is_empty  # nothing selected, as after an error in the A/B fields
+
+    asyncio.run(go())
+
+
+def test_a_workload_whose_requests_disagree_runs_next_on_the_requests_where_one_width_won(tmp_path):
+    """The width best on most requests, on those requests alone: a workload of their own."""
+    pair = demo_pair()
+    out = pair.tokenizer.encode(" = []\n")[:4]
+    reqs = []
+    for i, (c, w) in enumerate([(40, 80), (40, 78), (40, 82), (40, 20), (40, 21)]):
+        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
+        classic = Arm(None, [_run(None, c + d, out) for d in (0, 1, 2, 0.5)], verdict=Verdict.CONTROL)
+        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w + d, out) for d in (0, 1, 2)])]))
+    from blockwidth.engine.ab import _add_pass
+    from blockwidth.engine.identity import compare
+
+    s = Session(AbConfig(widths=(2,), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
+                Arm(None, verdict=Verdict.CONTROL), [Arm(2)], requests=reqs, reps=3, seed=1)
+    for r in reqs:
+        r.arms[0].identity = compare(r.classic.runs[0].tokens, r.arms[0].runs[0].tokens, pair.tokenizer)
+    for _ in range(4):
+        _add_pass(s, [None, 2])
+    decide(s)
+    assert s.arms[0].verdict is Verdict.UNDECIDED, s.arms[0].why
+    step = next_step(s)
+    assert step is not None and step.field("widths") == "2" and step.field("prompt") == "@"
+    assert [r.id for r in step.requests] == ["r0", "r1", "r2"] and "3 requests where it was best" in step.says
+    # the console writes them beside the records as JSONL, which the prompt field's @FILE reads
+    from blockwidth.console.app import BlockwidthApp, Options
+    from blockwidth.policy.workload import read
+
+    app = BlockwidthApp(Options(record_dir=str(tmp_path / "rec")), load=False)
+    written = read(str(app._write_requests(step.requests)))
+    assert [r.id for r in written.requests] == ["r0", "r1", "r2"] and written.requests[1].prompt == "x1"
