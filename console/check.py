@@ -267,7 +267,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
     if DrafterKind(p.kind) not in RUNNABLE:
         return Check(name, Status.SKIP, f"{head}: the embedded engine does not run {p.kind} drafters",
                      Category.MEASURE, entry=p.entry, line=e.line)
-    if e.path != "engine":  # re-measured where it was measured, or not at all (issue 27)
+    if e.path != "engine":  # re-measured where it was measured, or not at all (docs/served.md)
         return Check(name, Status.SKIP, f"{head}: measured through mlx_lm.server; --measure re-runs "
                      f"the engine path only (blockwidth sweep --path mlx-lm-server measures it again)",
                      Category.MEASURE, entry=p.entry, line=e.line)

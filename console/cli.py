@@ -187,7 +187,7 @@ def cmd_resolve(args: argparse.Namespace) -> int:
     data["num_draft_tokens"] = said.num_draft_tokens
     data["serve_command"] = said.command
     data["answer"] = said.to_dict()
-    # the command for each path, as blockwidth serve and export read it (issue 27)
+    # the command for each path, as blockwidth serve and export read it (docs/served.md)
     data["command"] = command_for(res, paths.target, paths.drafter)
     refused = _caches_refused(paths.target)
     data["caches_refused"] = refused
@@ -244,7 +244,7 @@ def _caches_refused(target) -> str | None:
 
 def cmd_inspect(args: argparse.Namespace) -> int:
     from blockwidth.console.inputs import checkpoint_dir
-    from blockwidth.engine.checkpoint import CheckpointError, parameter_count
+    from blockwidth.engine.checkpoint import CheckpointError, module_bits, parameter_count, tensor_dtypes
     from blockwidth.policy.config import size
     from blockwidth.policy.drafter import DrafterKind, detect_drafter
     from blockwidth.policy.config import ConfigError, names_no_model, read_config, read_sidecar
@@ -263,10 +263,11 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     quant = classify(config, sidecar)
     info = detect_drafter(config)
     try:
-        params = parameter_count(path, quant.bits)
+        params = parameter_count(path, quant.bits, module_bits(config))
+        dtypes = tensor_dtypes(path)
         params_note = None
     except CheckpointError as e:
-        params, params_note = None, str(e)
+        params, params_note, dtypes = None, str(e), {"weights": None, "scales": None}
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     arch_words = [a if isinstance(a, str) else json.dumps(a) for a in archs]  # [1, null] is not text
     # From the checkpoint alone: a folder's name ("draft") does not make a model a drafter, and a
@@ -278,7 +279,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         "architectures": archs,
         "parameters": params,
         "quantization": quant.to_dict(),
-        "dtype": quant.dtype,
+        # the tensors' dtype (config.json's where no tensor says), the scales', and what the config says
+        "dtype": dtypes["weights"] or quant.dtype,
+        "scales_dtype": dtypes["scales"],
+        "config_dtype": quant.dtype,
         "looks_like_drafter": looks,
         "drafter_kind": info.kind.value,
         "declared_width": info.declared_width,
@@ -314,7 +318,9 @@ def cmd_inspect(args: argparse.Namespace) -> int:
             f"  model        {d['model_type'] or '(no model_type)'} {', '.join(arch_words)}",
             f"  parameters   {p}" + (f" ({params_note})" if params_note else ""),
             f"  quantization {quant.describe()}  ({quant.detail})",
-            f"  dtype        {d['dtype']}",
+            f"  dtype        {d['dtype']}" + (f" (config.json says {d['config_dtype']})"
+                                                  if d["config_dtype"] and d["config_dtype"] != d["dtype"] else ""),
+        ] + ([f"  scales       {d['scales_dtype']}"] if d["scales_dtype"] else []) + [
             (f"  drafter?     yes: {d['drafter_kind']} ({d['drafter_detail']})" if looks else
              f"  drafter?     usable as kind {d['drafter_kind']} ({d['drafter_detail']}); "
              f"nothing in it declares a drafter"),

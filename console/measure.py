@@ -109,27 +109,55 @@ LONG_TOTAL_S = 60.0
 LONG_FORWARD_S = 2.0
 
 
-def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel, lower_only: bool = False) -> None:
+def _say_how_long(model, forwards: list[int], what: str, *, quiet: bool, cancel, lower_only: bool = False,
+                  prefills: list[int] = ()) -> None:
     """Before a long measurement starts, time one 1-row forward and say what it implies: at
     least len(forwards) of those, and up to rows x that for a many-row forward on a CPU (where
-    every row costs). Silent when it is short. On a sharded target the timed forward is a
-    collective: every rank of the group runs it or none does, as rank 0 decides (a follower is
-    always quiet: it times the forward with rank 0 and says nothing)."""
+    every row costs); and every prefill in ``prefills`` (its prompt's tokens) at the per-row rate
+    of one forward of up to PREFILL_SAMPLE rows, timed too (a sweep said 45.6 s and
+    took 832 s, its prefills counted as one row each). Silent when it is short. On a sharded
+    target the timed forwards are collectives: every rank of the group runs them or none does,
+    as rank 0 decides (a follower is always quiet: it times them with rank 0 and says nothing)."""
     from blockwidth.engine import costcurve
 
     if not distributed.agreed(not quiet and not cancel.is_set()):
         return
     one = costcurve.forward_seconds(model)
+    sample = min(max(prefills, default=0), PREFILL_SAMPLE)
+    per_row = costcurve.forward_seconds(model, sample) / sample if sample > 1 else one
     if quiet:
         return
-    least = one * len(forwards)
-    biggest = max(forwards)
+    prefill_s = sum(max(one, per_row * p) for p in prefills)
+    least = one * len(forwards) + prefill_s
+    biggest = max(forwards, default=1)
     if least < LONG_TOTAL_S and one * biggest < LONG_FORWARD_S * 5 and one < LONG_FORWARD_S:
         return
     most = "" if lower_only else f", and a {biggest}-row forward alone up to {_dur(one * biggest)} on a CPU"
+    pre = (f" and {len(prefills)} prefill{'s' if len(prefills) != 1 else ''} of {sum(prefills)} tokens "
+           f"({per_row * 1e3:.0f} ms a token: {_dur(prefill_s)})") if prefills else ""
     print(f"blockwidth: {what}: one forward of this target takes {_dur(one)} here; it runs "
-          f"{len(forwards)} forwards: about {_dur(least)} at that rate{most} (Ctrl-C stops it between forwards)",
-          file=sys.stderr, flush=True)
+          f"{len(forwards)} forwards{pre}: about {_dur(least)} at that rate{most} (Ctrl-C stops it between "
+          f"forwards)", file=sys.stderr, flush=True)
+
+
+# Rows of the forward timed for the prefill rate: enough to be a prefill's per-row cost, few
+# enough that timing it is cheap on a CPU (where a row costs about a 1-row forward).
+PREFILL_SAMPLE = 16
+
+
+def session_prefills(config, lengths: list[int], longest: int) -> list[int]:
+    """The prompt tokens of every prefill an A/B session runs (engine.ab.run_session): the warm-up
+    of every arm (on the first request), n runs of every arm on each request, the closing classic
+    on each, the exactness probe of each fixed width, and the cost curve's prefix."""
+    arms = 1 + len(dict.fromkeys(config.widths))
+    out = [lengths[0]] * (arms if config.warmup else 0)
+    for n in lengths:
+        out += [n] * (config.n * arms + 1)
+    if config.exactness:
+        out += [lengths[0]] * len(config.fixed_widths)
+    if config.predict:
+        out.append(longest + config.max_tokens + config.widest)
+    return out
 
 
 def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, cancel) -> None:
@@ -246,9 +274,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     if code is not None:
         return code
     if args.path == "mlx-lm-server":
-        if args.workload is not None:  # not yet: the served session runs one prompt
-            raise InputError("--workload runs on the engine path only (--path engine); the served "
-                             "path measures one prompt")
         return served.cmd_sweep_served(args)
     served.served_only(args)
     workload = read_workload(args.workload, args.prompt, args.prompt_file)
@@ -346,8 +371,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         # group's ranks time one forward together: a pilot's decodes would be collectives too)
         per_run = -(-args.max_tokens // _widest(widths, args.auto_max))
         longest = n_prompt if workload is None else max(len(p.ids) for p in prepared)
-        _say_how_long(pair.target, [longest] + [1] * (config.planned_runs * per_run), "sweep",
-                      quiet=args.json, cancel=cancel, lower_only=True)
+        lengths = [n_prompt] if workload is None else [len(p.ids) for p in prepared]
+        _say_how_long(pair.target, [1] * (config.planned_runs * per_run), "sweep", quiet=args.json,
+                      cancel=cancel, lower_only=True, prefills=session_prefills(config, lengths, longest))
     elif not args.json:
         reqs = (((n_prompt, args.max_tokens),) if workload is None
                 else tuple((len(p.ids), p.max_tokens) for p in prepared))
@@ -426,7 +452,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 f"n={config.n}, reps run {session.reps}, {session.elapsed_s:.1f}s, verify attention "
                 f"{session.attention}" + _linear_note(session.config.verify_linear))
             for line in request_table(session):
-                say(line)
+                for part in line.split("\n"):  # its heading starts with a blank line, not a "\n"
+                    say(part)
             say()
             say("per pass (one run of every request):")
         if session.exact is not None:
@@ -530,7 +557,8 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
 
     cancel = threading.Event()
     forwards = costcurve.curve_forwards(rows, args.context, args.repeats)
-    _say_how_long(pair.target, forwards, "costcurve", quiet=args.json, cancel=cancel)
+    # the first is the context's prefix: a prefill, at the prefill rate
+    _say_how_long(pair.target, forwards[1:], "costcurve", quiet=args.json, cancel=cancel, prefills=forwards[:1])
     from blockwidth.engine.kvcache import RewindError
 
     try:

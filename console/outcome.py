@@ -11,7 +11,7 @@ import math
 import statistics
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
+from typing import Any, Mapping
 
 from blockwidth.engine.ab import Session
 from blockwidth.policy import stats
@@ -297,6 +297,7 @@ class PairFacts:
     # the names every reason that matches the entry repeats (policy.profile.Entry.measured_on)
     target_name: str | None = None
     drafter_name: str | None = None
+    target_dtypes: Mapping[str, str | None] | None = None  # checkpoint.tensor_dtypes of the target
 
 
 def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str | None,
@@ -344,6 +345,8 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         est = session.estimates.get(width)
         if est is not None:  # the interval it won by, and what it takes to reproduce it
             evidence.update(ratio=round(est.ratio, 4), ratio_ci=est.ci.to_list(), p_value=round(est.p, 6))
+    if getattr(pair, "target_dtypes", None):  # what the cost was measured on (scales: 8-60x on a CPU)
+        evidence["target_dtypes"] = {k: v for k, v in pair.target_dtypes.items() if v}
     evidence["min_gain"] = session.config.min_gain
     evidence["seed"] = session.seed
     plan_ = getattr(session, "exact", None)

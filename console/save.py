@@ -26,7 +26,8 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
 
     drafter = pair.drafter_path.name if pair.drafter_path else (
         "the target's own MTP layers" if pair.kind.value == "mtp" else "prompt lookup")
-    facts = PairFacts(pair.kind, pair.quantization, pair.pair_id, pair.target_path.name, drafter)
+    facts = PairFacts(pair.kind, pair.quantization, pair.pair_id, pair.target_path.name, drafter,
+                      getattr(pair, "target_dtypes", None))
     entry = profile_entry(session, facts, probe(),
                           mlx=mlx_version(), measured_at=profile_file.now_iso(),
                           record=str(Path(record_path).resolve()),  # --check reads a relative one beside the profile

@@ -103,6 +103,9 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
                          f"model); the engine path (--path engine) runs {args.kind}")
     if args.target is not None and args.draft is None:
         raise InputError("--path mlx-lm-server needs --draft: mlx_lm.server drafts with a draft model")
+    from blockwidth.console.measure import read_workload
+
+    workload = read_workload(args.workload, args.prompt, args.prompt_file)  # checked before any server
     req = session_request(widths=args.widths, n=args.n, tokens=args.max_tokens,
                           prompt=read_prompt(args.prompt, args.prompt_file),
                           sequential=args.sequential, max_reps=args.max_reps, max_seconds=args.max_seconds)
@@ -133,8 +136,14 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     pair = served_pair(paths.target, paths.drafter)  # a PairError names its input
     from blockwidth.engine.shapes import check_ids
 
-    # the prompt's own ids, as the engine path checks them (Pair.encode) before the server sees it
-    check_ids(pair.tokenizer.encode(req.prompt), pair.token_rows, f"target {pair.target_path}", "prompt")
+    if workload is None:
+        # the prompt's own ids, as the engine path checks them (Pair.encode) before the server sees it
+        check_ids(pair.tokenizer.encode(req.prompt), pair.token_rows, f"target {pair.target_path}", "prompt")
+    else:  # every request renders (a WorkloadError names its line) and fits, before a server starts
+        from blockwidth.engine.workload import prepare
+
+        for p in prepare(workload, pair.tokenizer, req.tokens):
+            check_ids(list(p.ids), pair.token_rows, f"target {pair.target_path}", f"request {p.id}")
     if args.wait_quiet > 0 and not args.json:
         print(f"blockwidth: waiting up to {args.wait_quiet:g}s for a quiet host", file=sys.stderr)
     gate = host.gate(wait_s=args.wait_quiet)
@@ -143,7 +152,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     config = ServedConfig(
         recorded_session.config(req, exactness=False, predict=False,
                                 verify_attention=args.verify_attention or "fused",
-                                min_gain=args.min_gain, seed=args.seed),
+                                min_gain=args.min_gain, seed=args.seed, workload=workload),
         levels, extra, args.verify_attention, args.port,
         ready_timeout=args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S,
         # the served path's default is the stock server an operator runs: on asks for the
@@ -271,11 +280,17 @@ def _print(session, written, pair) -> None:
         + (f", args {shell(c.server_args)}" if c.server_args else "")
         + (f", environment {env_words(env)}" if env else ""))
     ref = session.reference
-    say(f"prompt {ref.prompt_tokens} tokens, {c.ab.max_tokens} new (classic's first sending made "
-        f"{ref.tokens}), n={c.ab.n}")
-    for w, first in sorted(session.first_sendings.items()):
-        same = "identical" if first.text == ref.text else "DIFFERS"
-        say(f"  first sending w{w}: {same} to classic's first sending")
+    if c.ab.workload is not None:
+        say(f"{c.ab.workload.describe()}; {c.ab.max_tokens} new tokens a request unless it says, n={c.ab.n}")
+    else:
+        say(f"prompt {ref.prompt_tokens} tokens, {c.ab.max_tokens} new (classic's first sending made "
+            f"{ref.tokens}), n={c.ab.n}")
+    for rid, firsts in (session.first_by_request.items() if c.ab.workload is not None
+                        else [(None, session.first_sendings)]):
+        mine = session.references.get(rid, ref) if rid else ref
+        for w, first in sorted(firsts.items()):
+            same = "identical" if first.text == mine.text else "DIFFERS"
+            say(f"  first sending w{w}{' on ' + rid if rid else ''}: {same} to classic's first sending")
     for lv, rec, record_file, saved, refusal in written:
         s = lv.session
         figure = "decode tok/s" if lv.concurrency == 1 else "aggregate tok/s"

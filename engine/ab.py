@@ -1,4 +1,4 @@
-"""The A/B session: widths against classic, measured the way DESIGN.md says.
+"""The A/B session: widths against classic, measured the way docs/method.md says.
 
 - a discarded warm-up of every arm, then repetitions interleaved arm by arm
   (classic, w_a, w_b, ...), and one closing classic run, so drift spreads
@@ -352,6 +352,7 @@ class Session:
     requests: list[RequestArms] = field(default_factory=list)
     seed: int = 0  # of the bootstrap and the permutations: the record reproduces from it
     estimates: dict[int, stats.Estimate] = field(default_factory=dict)  # per width with runs
+    no_interval: str = ""  # why there are no estimates though every arm ran (stats.StatsError's words)
     choice: stats.Choice | None = None  # the tie rule's pick among the winners
     # The exact path (engine.exact.Plan): whether every 1..16-row forward took row-invariant
     # kernels, and why; with it on, stock classic runs beside exact classic and the speed-up's
@@ -480,6 +481,11 @@ class Session:
     def warnings(self) -> list[str]:
         """What makes this table flatter or punish a width more than service would."""
         out = []
+        if self.no_interval:
+            zero = [a.name for a in [self.classic, *self.arms] if any(r.decode_s <= 0 for r in a.runs)]
+            out.append(f"no speed-up interval: {self.no_interval}"
+                       + (f" ({', '.join(zero)} had runs whose tokens all came at once)" if zero else "")
+                       + "; the verdicts rest on the ranges alone, and every run is in the record")
         cold = self.cold_arms()
         if cold:
             listed = ", ".join(f"{k} {v:.1f}x" for k, v in cold.items())
@@ -625,10 +631,18 @@ def decide(session: Session) -> None:
     session.estimates = {}
     # A cancelled session has no verdict to draw an interval for (and a workload's bootstrap
     # takes seconds on a busy CPU, between the cancel and the screen saying it stopped).
+    session.no_interval = ""
     choose_baseline(session)
     classic, arms = session.stats_samples()  # against the control just chosen
     if arms and all(classic) and not session.cancelled:
-        session.estimates = stats.estimates(classic, arms, seed=session.seed, resamples=c.resamples)
+        try:
+            session.estimates = stats.estimates(classic, arms, seed=session.seed, resamples=c.resamples)
+        except stats.StatsError as e:
+            # An arm whose runs took no decode time (the served path: a stream that sent every
+            # token in one chunk) has no speed-up to bound: the ranges judge alone, the session
+            # and its record stand, and the warnings say why there is no interval (it
+            # was exit 2 with the measured runs lost).
+            session.no_interval = str(e)
     control = session.control
     d = rules.decide([r.decode_tok_s for r in session.classic.runs], [_facts(a, session) for a in session.arms],
                      control_tok_s=([r.decode_tok_s for r in control.runs] if control is not session.classic
@@ -719,7 +733,9 @@ def _add_pass(session: Session, widths: list[int | None]) -> None:
         agg = session.classic if w is None else session.stock if w == STOCK_CLASSIC else session.arm(w)
         runs = [r.arm(w).runs for r in session.requests]
         if all(len(x) > len(agg.runs) for x in runs):
-            agg.runs.append(pass_run(w, [x[len(agg.runs)] for x in runs]))
+            got = [x[len(agg.runs)] for x in runs]
+            combine = getattr(type(got[0]), "combine_pass", None)  # a served run combines itself
+            agg.runs.append(combine(w, got) if combine is not None else pass_run(w, got))
 
 
 def interleave(session: Session, one: Callable[..., object], *, cancel: threading.Event,

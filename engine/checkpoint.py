@@ -109,11 +109,26 @@ def read_header(file: Path) -> dict[str, Any]:
     return header
 
 
-def parameter_count(path: Path, bits: int | None = None) -> int | None:
-    """Parameters in the folder's safetensors, unpacking MLX-quantized weights."""
+def module_bits(config: dict) -> dict[str, int]:
+    """Per-module bits an MLX ``quantization`` block overrides (mlx-lm's class_predicate reads
+    the same keys): a GGUF's Q8_0 embedding beside Q4_1 layers is ``model.embed_tokens``: 8."""
+    out: dict[str, int] = {}
+    for holder in (config, config.get("text_config") if isinstance(config.get("text_config"), dict) else {}):
+        q = holder.get("quantization") if isinstance(holder, dict) else None
+        if isinstance(q, dict):
+            for name, v in q.items():
+                if isinstance(v, dict) and isinstance(v.get("bits"), int) and not isinstance(v.get("bits"), bool):
+                    out[name] = v["bits"]
+    return out
+
+
+def parameter_count(path: Path, bits: int | None = None, per_module: dict[str, int] | None = None) -> int | None:
+    """Parameters in the folder's safetensors, unpacking MLX-quantized weights (``per_module``:
+    bits of the modules that differ from ``bits``, module_bits)."""
     files = weight_files(path)
     if not files:
         return None
+    per_module = per_module or {}
     total = 0
     for f in files:
         header = read_header(f)
@@ -125,10 +140,36 @@ def parameter_count(path: Path, bits: int | None = None) -> int | None:
                 continue
             n = math.prod(meta["shape"])
             base = name[: -len(".weight")] if name.endswith(".weight") else None
-            if base and f"{base}.scales" in names and meta.get("dtype") == "U32" and bits:
-                n = n * 32 // bits
+            b = per_module.get(base, bits) if base else bits
+            if base and f"{base}.scales" in names and meta.get("dtype") == "U32" and b:
+                n = n * 32 // b
             total += n
     return total
+
+
+_FLOAT_NAMES = {"F32": "float32", "F16": "float16", "BF16": "bfloat16", "F64": "float64"}
+
+
+def tensor_dtypes(path: Path) -> dict[str, str | None]:
+    """What the tensors are, not what config.json says: ``weights``, the dtype holding most
+    elements of the unquantized floating tensors, and ``scales``, the quantized weights' scales
+    dtype (None when nothing is quantized). On MLX's CPU the scales' dtype alone moves a 4-bit
+    matmul's cost 8-60x, and a converted checkpoint's config may not say it."""
+    from blockwidth.engine.shapes import read_weights
+
+    return tensor_dtypes_of(read_weights(path))
+
+
+def tensor_dtypes_of(weights: "Weights") -> dict[str, str | None]:
+    """tensor_dtypes from headers already read (a Checkpoint's), so a pair load reads none again."""
+    counts: dict[str, dict[str, int]] = {"weights": {}, "scales": {}}
+    for name, dtype in weights.dtypes.items():
+        if dtype not in _FLOAT_NAMES or name.endswith(".biases"):
+            continue
+        into = counts["scales" if name.endswith(".scales") else "weights"]
+        dt = _FLOAT_NAMES[dtype]
+        into[dt] = into.get(dt, 0) + math.prod(weights.shapes[name])
+    return {k: (max(v, key=v.get) if v else None) for k, v in counts.items()}
 
 
 def fingerprint(path: Path, config_bytes: bytes | None = None) -> str:

@@ -342,15 +342,17 @@ def _none():
     yield None
 
 
-def forward_seconds(model) -> float:
-    """Seconds one 1-row forward of ``model`` takes here, from a fresh cache: what the front ends
-    scale to say, before a long measurement starts, how long its forwards will be."""
+def forward_seconds(model, rows: int = 1) -> float:
+    """Seconds one ``rows``-row forward of ``model`` takes here, from a fresh cache: what the
+    front ends scale to say, before a long measurement starts, how long its forwards (and, with
+    ``rows`` > 1, its prefills) will be."""
     from mlx_lm.models.cache import make_prompt_cache
 
     cache = make_prompt_cache(model)
-    x = mx.array([[11]], mx.uint32)
-    mx.eval(model(x, cache=cache))  # the first pays for kernels and allocation
-    cache = make_prompt_cache(model)
+    x = mx.array([[11] * rows], mx.uint32)
+    if rows == 1:
+        mx.eval(model(x, cache=cache))  # the first pays for kernels and allocation
+        cache = make_prompt_cache(model)
     t0 = time.perf_counter()
     mx.eval(model(x, cache=cache))
     return time.perf_counter() - t0

@@ -17,7 +17,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from blockwidth.engine import shapes  # noqa: E402
-from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, read_checkpoint  # noqa: E402
+from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, read_checkpoint, tensor_dtypes_of  # noqa: E402
 from blockwidth.policy.config import context_length, size  # noqa: E402
 from blockwidth.policy.drafter import DrafterKind, detect_drafter, kind_problem, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
@@ -57,6 +57,9 @@ class Pair:
     drafter_caches: Any = None  # the same for a model drafter
     token_rows: int | None = None  # rows of the pair's smallest embedding table (engine.shapes)
     checkpoints: dict[str, Checkpoint] = field(default_factory=dict)  # each folder, read once
+    # the target's tensors' dtypes (checkpoint.tensor_dtypes: weights, scales): on a CPU the
+    # scales' dtype moves a quantized verify's cost 8-60x, so records and saved entries carry it
+    target_dtypes: dict = field(default_factory=dict)
 
     def encode(self, text: str, what: str = "prompt") -> list[int]:
         """The prompt's ids, each checked to be a row of every embedding table it will meet
@@ -133,7 +136,23 @@ def _load_model(path: Path, what: str):
                         f"({e.args[0]!r}, in config.json or the weights)", what) from None
     except Exception as e:  # mlx-lm raises many kinds for a bad checkpoint
         raise PairError(f"{path}: mlx-lm cannot load it ({_one_line(e)})", what) from None
+    settle(model)
     return model
+
+
+def settle(model) -> None:
+    """Evaluate every array the model holds, private ones too, in this (the loading) thread.
+
+    mlx-lm evaluates the parameters only; an array a module builds for itself and keeps under a
+    private name (gemma4_text's ProportionalRoPE ``_freqs``) stays a lazy graph on this thread's
+    stream, and MLX's streams are per thread: the session's worker that first evaluated it failed
+    with "There is no Stream(cpu, 0) in current thread"."""
+    import mlx.core as mx
+    from mlx.utils import tree_flatten
+
+    # an nn.Module is a dict of everything it holds, private names included: tree_flatten walks it
+    held = [a for _, a in tree_flatten(model) if isinstance(a, mx.array)]
+    mx.eval(held)
 
 
 def _cache_plan(model, path: Path, what: str):
@@ -234,15 +253,16 @@ def swapped(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint) -
 
 
 def check_shapes(tconfig: dict, tweights: shapes.Weights, tname: str, dconfig: dict | None,
-                 dweights: shapes.Weights | None, dname: str, *, builds: bool = True) -> None:
+                 dweights: shapes.Weights | None, dname: str, *, builds: bool = True,
+                 tables: bool = True) -> None:
     """Before anything is built: the configs' sizes against their weights, and the weights against
     the device's memory (PairError, naming its input: ``tname`` or ``dname``). ``builds``: the
     drafter is built from its config's layer count (not an MTP head's folder, whose config states
-    the target's)."""
+    the target's). ``tables``: the drafter holds a vocabulary table of its own (not DFlash)."""
     memory = shapes.device_memory()
     shapes.check_config(tconfig, tweights, tname, memory=memory)
     if dweights is not None and dconfig is not None:
-        shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds)
+        shapes.check_config(dconfig, dweights, dname, memory=memory, builds=builds, tables=tables)
         shapes.check_pair_memory([(tname, tweights), (dname, dweights)], memory)
 
 
@@ -311,7 +331,8 @@ def check_pair(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint
     except ConfigError as e:
         raise e.about(tname) from None
     check_shapes(tck.config, tck.weights, tname, dck.config if dck is not None else None,
-                 dck.weights if dck is not None else None, dname, builds=kind is not DrafterKind.MTP)
+                 dck.weights if dck is not None else None, dname, builds=kind is not DrafterKind.MTP,
+                 tables=kind is not DrafterKind.DFLASH)
     tokenizer = _load_tokenizer(tck.path, tname, tck.config)
     if kind is DrafterKind.MODEL:  # then the tokenizers themselves, before any model is built
         why = vocabulary_mismatch(tck, dck, target_tokenizer=tokenizer)
@@ -338,7 +359,8 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     rows = token_rows(tokenizer, target, tck.weights, own, tname, dname, model)
     pair = Pair(model, tokenizer, target, tck.config, checked.quantization, kind,
                 fingerprints={"target": tck.fingerprint}, caches=_cache_plan(model, target, tname),
-                token_rows=rows, checkpoints={"target": tck})
+                token_rows=rows, checkpoints={"target": tck},
+                target_dtypes=tensor_dtypes_of(tck.weights))
     if dck is not None:
         pair.checkpoints["drafter"] = dck
     if kind is DrafterKind.MODEL:
@@ -358,6 +380,7 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
             pair.drafter = mtp.load(dck.path if dck is not None else None, model, target, tck.config,
                                     head_config=dck.config if dck is not None else None,
                                     tensor_names=source.weights.shapes.keys())
+        settle(pair.drafter)
         if dck is not None:
             pair.drafter_path = dck.path
             pair.fingerprints["drafter"] = dck.fingerprint

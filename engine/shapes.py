@@ -148,9 +148,11 @@ def _int(v: Any) -> int | None:
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
-def implied_parameters(config: Mapping[str, Any]) -> int | None:
+def implied_parameters(config: Mapping[str, Any], tables: bool = True) -> int | None:
     """About how many weights a model built from ``config`` allocates (dense or mixture of
-    experts), or None where the config states too little to say."""
+    experts), or None where the config states too little to say. ``tables``: the model holds a
+    vocabulary table of its own (a DFlash drafter reads the target's: its config states the
+    vocabulary it drafts in, not a table it holds)."""
     c = _sizes(config)
     h, layers = _int(c.get("hidden_size")), _int(c.get("num_hidden_layers"))
     if h is None or layers is None:
@@ -163,7 +165,7 @@ def implied_parameters(config: Mapping[str, Any]) -> int | None:
                     if (v := _int(c.get(k)))), None)
     mlp = 3 * h * (experts * (_int(c.get("moe_intermediate_size")) or inter) if experts else inter)
     attention = 2 * h * heads * head_dim + 2 * h * kv * head_dim
-    return layers * (attention + mlp) + (_int(c.get("vocab_size")) or 0) * h
+    return layers * (attention + mlp) + ((_int(c.get("vocab_size")) or 0) * h if tables else 0)
 
 
 def _gib(n: int) -> str:
@@ -171,10 +173,11 @@ def _gib(n: int) -> str:
 
 
 def check_config(config: Mapping[str, Any], weights: Weights, what: str, *,
-                 builds: bool = True, memory: int | None = None) -> None:
+                 builds: bool = True, tables: bool = True, memory: int | None = None) -> None:
     """Refuse a config whose sizes the weights do not hold, before a model is built from it.
     ``builds``: a model is built from this config's layer count (not an MTP head's folder,
-    whose config states the target's layers). ``memory``: the device's bytes."""
+    whose config states the target's layers). ``tables``: as implied_parameters.
+    ``memory``: the device's bytes."""
     cfg = weights.path / "config.json"
     c = _sizes(config)
     where = "config.json" if c is config else "config.json text_config"
@@ -193,7 +196,7 @@ def check_config(config: Mapping[str, Any], weights: Weights, what: str, *,
             and len(weights.shapes[embed[0]]) == 2 and hidden != weights.shapes[embed[0]][1]):
         raise ShapeError(f"{cfg}: hidden_size = {hidden:,}, but the weights' {embed[0]} is "
                          f"{weights.shapes[embed[0]][1]:,} wide ({where} does not match its weights)", what)
-    implied = implied_parameters(config) if builds else None
+    implied = implied_parameters(config, tables) if builds else None
     held_elements = weights.elements()
     # 4x: room for what the estimate cannot see (tied or shared tables, a layer of another kind);
     # a config that builds more than that is not this checkpoint's (a million layers was 23 GB).

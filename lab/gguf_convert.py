@@ -11,7 +11,8 @@ Variants:
 - ``q4g64`` / ``q8g64``: dequantized, then re-quantized by MLX (affine, group 64).
 
 Scales (and biases) are written in ``--scales-dtype``, float32 by default: on MLX's CPU a
-quantized matmul with float16 scales ran ~60x slower than with float32, bfloat16 8-28x (issue 34).
+quantized matmul with float16 scales ran ~60x slower than with float32, bfloat16 8-28x (measured on
+this project's 2-core CPU when the converter was written).
 The non-quantized tensors (norms) take the same dtype, so a quantized model computes in it.
 ``convert.json`` in the folder records the source file's sha256, the variant and the scales dtype.
 

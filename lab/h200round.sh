@@ -2,14 +2,14 @@
 # The tenth round's GPU evidence on one H200, in one lease of about 15 minutes (the session's device
 # budget after the first lease's probes): a 5B pair built on short budgets, then, most needed first,
 #   1. the served path: stock mlx_lm.server, without cuDNN attention, and with the dispatcher,
-#      beside the engine path (issue 27; lab/served_gpu.py; the 2026-12-02 lease's 40 s steps
+#      beside the engine path (docs/served.md; lab/served_gpu.py; the 2026-12-02 lease's 40 s steps
 #      were too short for a 5B server's start, so the step limit is a setting, SERVED_STEP),
 #   2. the 4-bit target at widths 2, 4, 8 on stock projections (the kernel's control), then
-#   3. the same target at widths 2-8 with the verify's projections on the qmv kernel (issue 26),
+#   3. the same target at widths 2-8 with the verify's projections on the qmv kernel (docs/qmv.md),
 #      side by side in one lease,
 #   4. with time left, the qmv sweep on the pair's last held-out prompt,
 #   5. a workload session of the bf16 target over the built-in mixed workload, with the auto arm
-#      (issues 23 and 28: per-request best widths, intervals, auto against the oracle).
+#      (docs/auto.md: per-request best widths, intervals, auto against the oracle).
 # Every step has its own time limit, so a slow step costs itself and not the ones after it.
 # Detached, since a device call lasts 10 minutes at most; from the repository root, after MLX is
 # installed (lab/devwheels3.sh):
@@ -75,7 +75,7 @@ run)
     fi
     python3 -c "import sys; from engine.demo.prompts import read_prompts
 print(read_prompts(sys.argv[1])[-1], end='')" "$P/prompts.json" > "$R/prompt-last.txt" 2>> "$R/round.log"
-    # most needed first: the served path (issue 27), then the stock/qmv pair of sweeps (26)
+    # most needed first: the served path, then the stock/qmv pair of sweeps
     want served && step served "${SERVED_LIMIT:-230}" python3 -m lab.served_gpu --pair "$P" \
         --out "$R/served" --widths 4,8 -n 3 --tokens 64 --step-timeout "${SERVED_STEP:-45}" \
         > "$R/served.txt" 2>&1

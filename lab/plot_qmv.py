@@ -4,7 +4,7 @@ and its plot (an SVG of the verify's ms by rows, stock against qmv).
     python -m lab.plot_qmv                  (prints the tables docs/qmv.md holds)
     python -m lab.plot_qmv --svg docs/qmv-curves.svg
 
-- the acceptance line of issue 26: on the 8B-shaped 4-bit random target, a verify of 2-8 rows
+- the qmv kernel's acceptance line (docs/qmv.md): on the 8B-shaped 4-bit random target, a verify of 2-8 rows
   at most 1.3x the stock 1-row forward (wall clock, cold, as decoding sees it): per pass, each
   arm's worst cold median at 2-8 rows over that pass's stock 1-row cold median;
 - the kernel's bandwidth from the Nsight Compute record: bytes read per call (the 4-bit codes,

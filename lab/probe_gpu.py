@@ -16,7 +16,7 @@ decoding advances), under every combination of what the engine can choose:
 - what the engine adds around the forward (concatenate the block, greedy, eval).
 
 It also times the first call at every row count 1..16 on an 8B-shaped 4-bit
-random model (the issue's "no first call over 1 s"). Output: one JSON.
+random model (the target set for it: "no first call over 1 s"). Output: one JSON.
 
     python -m lab.probe_gpu --out probe.json [--skip-8b]
 """

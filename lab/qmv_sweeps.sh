@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The qmv kernel's answer on the GPU-scale pair (issue 26, docs/qmv.md "The product's answer"): the
+# The qmv kernel's answer on the GPU-scale pair (docs/qmv.md, "The product's answer"): the
 # 5B pair's 4-bit target swept at widths 2-8 with the verify's projections on the qmv kernel and on
 # stock, prompt 0 and prompt 6, so that policy/table.py's cuda 9.0 4-bit row can be re-derived
 # from the records (lab/tests/test_table_rows.py). One H200, from the repository root, after MLX is

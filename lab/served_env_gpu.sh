@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The served path's environment end to end on the GPU host (issue 27, after 2026-12-02b): the demo
+# The served path's environment end to end on the GPU host (docs/served.md, after 2026-12-02b): the demo
 # pair through mlx_lm.server with MLX_CUDA_USE_CUDNN_SDPA=0, saved to a profile; resolve's answer
 # for serving (its command must set the variable); blockwidth serve from that profile answering one
 # /v1/completions request (its launch line must set it too). Writes into OUT (or $1):

@@ -1,4 +1,4 @@
-"""The served path on the GPU host (issue 27): one pair folder through the real mlx_lm.server,
+"""The served path on the GPU host (docs/served.md): one pair folder through the real mlx_lm.server,
 three ways, beside the engine path at the same widths, into one folder of records.
 
     python3 -m lab.served_gpu --pair /root/bw/gpupair --out /root/bw/results/served

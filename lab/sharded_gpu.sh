@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A GPU-scale target sharded over two GPUs with NCCL (issue 29), beside the same target on one
+# A GPU-scale target sharded over two GPUs with NCCL (docs/distributed.md), beside the same target on one
 # GPU, in stages that each fit one device call of 10 minutes on nvidia-h200-x2. Run from the
 # repository root after MLX (CUDA) is installed as for lab/h200.sh; weights stay in $WORK,
 # results go to $OUT/<stage>/ (records, printouts, a profile and its check).

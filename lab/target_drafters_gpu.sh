@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Drafters for a real target (issue 34, item 2): a DFlash drafter, an MTP head and a model drafter
+# Drafters for a real target (docs/target-drafters.md): a DFlash drafter, an MTP head and a model drafter
 # for the mlx-lm target folder $TARGET (e.g. SmolLM2-135M-Instruct in bfloat16), trained on the
 # GPU host in one detached run of about 5.5 minutes on one H200. lab/target_drafters.py does the
 # work; every step is its own process under its own time limit, so a failed step costs only
@@ -27,7 +27,8 @@
 # GEN_BATCH (2048), BATCH (rows a training step, 32), TOKENS (new tokens a measured request, 64),
 # STEPS (default text,dflash,mtp,drafter; a drafter's step includes its measurement),
 # EXTRA (more lab.target_drafters options for every step; on this CPU the lab test passes tiny
-# sizes there).
+# sizes there), PART (the weights' part size, 15M: a device call brings back 8 files of 16 MiB,
+# 64 MiB in all; SmolLM2's three drafters, about 110 MB, take two calls).
 set -uo pipefail
 verb=${1:?verb: run | wait | weights}
 R=${RESULTS:-/root/bw/drafters}
@@ -93,19 +94,21 @@ wait)
     s=${2:-500}
     t=$(date +%s)
     while [ ! -f "$R/done" ] && [ $(( $(date +%s) - t )) -lt "$s" ]; do sleep 5; done
-    # the small files only: weights come back with `weights`, the greedy text stays
+    # the small files only: the weights come back with `weights`; the greedy text and the model
+    # drafter's copy of the target's tokenizer (3.5 MB for SmolLM2) stay
     tar -czf "$OUT/drafters.tgz" -C "$(dirname "$R")" --exclude='*.safetensors' --exclude=text.npz \
-        "$(basename "$R")"
+        --exclude=tokenizer.json --exclude='weights.tgz.*' "$(basename "$R")"
     if [ -f "$R/done" ]; then echo "drafters: done"; else echo "drafters: running"; fi
     tail -12 "$R/run.log" 2>/dev/null ;;
 weights)
     OUT=${OUT:?OUT must be set}
     k=${2:-1}
+    [ -f "$R/done" ] || { echo "the run in $R is not done: wait first" >&2; exit 1; }
     if [ ! -f "$R/weights.tgz.00" ]; then
         names=$(cd "$R" && ls -d dflash mtp drafter 2>/dev/null)
         [ -n "$names" ] || { echo "no drafter folders in $R" >&2; exit 1; }
         # shellcheck disable=SC2086  # the folder names are words
-        tar -czf - -C "$R" $names | split -b 15M -d -a 2 - "$R/weights.tgz."
+        tar -czf - -C "$R" $names | split -b "${PART:-15M}" -d -a 2 - "$R/weights.tgz."
     fi
     parts=("$R"/weights.tgz.*)
     n=${#parts[@]}

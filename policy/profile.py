@@ -40,7 +40,8 @@ def num_draft_tokens(width: int) -> int:
     ``width - 1`` (the verify adds the one row the target decodes itself)."""
     return width - 1
 
-# What an entry measured: this engine's decode loop, or the real mlx_lm.server (issue 27).
+# What an entry measured: this engine's decode loop, or the real mlx_lm.server (the served path,
+# docs/served.md).
 PATH_ENGINE = "engine"
 PATH_SERVER = "mlx-lm-server"
 PATHS = (PATH_ENGINE, PATH_SERVER)
@@ -146,7 +147,7 @@ class Entry:
     # An ``auto`` entry (width = "auto"): the controller's plan, the curve it was built on
     # (policy.auto.Plan); ``width`` then holds the fixed width a consumer that cannot adapt takes.
     auto: Plan | None = field(default=None, compare=False, hash=False)
-    # measured on a sharded target's group (issue 29); None: on one device, and only there
+    # measured on a sharded target's group (docs/distributed.md); None: on one device, and only there
     group: Group | None = None
 
     @property
@@ -170,7 +171,7 @@ class Entry:
                 ("compute_capability", self.compute_capability), ("device_name", name),
                 ("quant_scheme", self.quant_scheme), ("quant_bits", self.quant_bits),
                 ("quant_group_size", self.quant_group_size), ("pair", self.pair),
-                # the served path and each load are their own situations (issue 27); the engine
+                # the served path and each load are their own situations (docs/served.md); the engine
                 # path at concurrency 1 is what an entry naming neither means
                 ("path", None if self.path == PATH_ENGINE else self.path),
                 ("concurrency", None if self.load == 1 else self.load),

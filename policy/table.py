@@ -135,7 +135,7 @@ TABLE: tuple[MeasuredDefault, ...] = (
     # The demo's 4-bit target with its model drafter on the 2-core CPU (examples/records, the
     # decline the example profile ships): n = 7, 32 tokens, every width slower (w4 0.65x). Without
     # this row the pair's first answer was the unmeasured per-kind 4, which that record measured
-    # slower: the resolver's first word contradicted the project's own evidence (issue 37).
+    # slower: the resolver's first word contradicted the project's own evidence (a first operator met it).
     MeasuredDefault(
         drafter_kind=DrafterKind.MODEL,
         backend=Backend.CPU,

@@ -20,7 +20,7 @@ TOKENS = 16
 BUDGET_S = 180  # the fixture sessions' seconds budget: a fixed figure, not the console's default
 CONTINUATION = " = []\n\n    def push(self, item):\n        self.items.append(item)\n"
 STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
-          # issue 25: the screen after a save, a stale session, a sequential session's budget
+          # and the screen after a save, a stale session, a sequential session's budget
           # bar, the cost-curve stage, a pair that did not load, a saved decline, and the y
           # dialog for each drafter kind, an undecided session, an unloaded pair and a decline
           "saved", "stale", "sequential", "costcurve", "unloaded", "decline",
@@ -28,13 +28,11 @@ STATES = ("idle", "running", "done", "cancelled", "failed", "refused",
           # a sequential session's n repetitions (the bar counts their runs), the same with its
           # seconds budget spent before they end, and an undecided end with measured advice
           "sequential-n", "sequential-spent", "undecided",
-          # issue 37: the pilot's warning before a session that cannot reach a win (n 2, 60 s)
+          # the pilot's warning before a session that cannot reach a win (n 2, 60 s)
           "warned")
 
 # The pilot's rates for the "warned" state (fixed: seconds per token on a busy 2-core CPU).
 PACE = dict(prefill_s=0.005, spec_prefill_s=0.006, decode_s=0.025, spec_decode_s=0.03, width=2)
-
-_PAIRS: dict = {}
 
 # A load failure as the pair panel shows one (a message engine.pair gives, fixed here).
 LOAD_ERROR = ("target {}: mlx-lm cannot load it (ValueError: Received 2 parameters not in model: "
@@ -42,13 +40,9 @@ LOAD_ERROR = ("target {}: mlx-lm cannot load it (ValueError: Received 2 paramete
 
 
 def demo_pair(kind: str | None = None):
-    if kind not in _PAIRS:
-        from blockwidth.console.inputs import pair_paths
-        from blockwidth.engine.pair import load_pair
+    from tests.conftest import demo_pair as shared
 
-        paths = pair_paths(None, None, kind=kind)
-        _PAIRS[kind] = load_pair(paths.target, paths.drafter, kind)
-    return _PAIRS[kind]
+    return shared(kind)
 
 
 def _run(width: int | None, tok_s: float, tokens: list[int]) -> DecodeRun:

@@ -75,20 +75,20 @@ def test_a_decline_gets_the_command_without_a_draft_model_and_a_failed_pair_no_c
     assert none.command is None and "resolution failed" in none.refusal
 
 
-def test_resolve_says_num_draft_tokens_and_the_command_in_text_and_json():
-    p = run_cli("resolve", "--device", "cpu")
+def test_resolve_says_num_draft_tokens_and_the_command_in_text_and_json(blockwidth):
+    p = blockwidth("resolve", "--device", "cpu")
     assert p.returncode == 0, p.stderr
     assert "--num-draft-tokens 3" in p.stdout and "serve    mlx_lm.server --model /" in p.stdout
-    d = json.loads(run_cli("resolve", "--device", "cpu", "--json").stdout)
+    d = json.loads(blockwidth("resolve", "--device", "cpu", "--json").stdout)
     assert d["num_draft_tokens"] == 3 and d["serve_command"].startswith("mlx_lm.server --model /")
     assert d["answer"]["measured"] is False
-    d = json.loads(run_cli("resolve", "--device", "cpu", "--kind", "dflash", "--json").stdout)
+    d = json.loads(blockwidth("resolve", "--device", "cpu", "--kind", "dflash", "--json").stdout)
     assert d["serve_command"] is None and "dflash" in d["answer"]["serve_refusal"]
     # the declared 16 the committed CPU sweep measured slower is not the answer
     assert (d["width"], d["source"]) == (4, "measured-default")
 
 
-def test_resolve_refuses_the_pair_the_console_refuses(tmp_path):
+def test_resolve_refuses_the_pair_the_console_refuses(tmp_path, blockwidth):
     import shutil
 
     from blockwidth.engine import demo
@@ -98,7 +98,7 @@ def test_resolve_refuses_the_pair_the_console_refuses(tmp_path):
     cfg = json.loads((other / "config.json").read_text())
     cfg["vocab_size"] = 4096
     (other / "config.json").write_text(json.dumps(cfg))
-    p = run_cli("resolve", "--device", "cpu", "--target", str(demo.target("bf16")), "--draft", str(other))
+    p = blockwidth("resolve", "--device", "cpu", "--target", str(demo.target("bf16")), "--draft", str(other))
     assert p.returncode == 2 and "vocabulary of 4096 tokens differs" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
@@ -126,17 +126,17 @@ def test_a_generic_entry_names_the_pair_and_prompt_it_was_measured_on(tmp_path):
     assert len(hostile.measured_on(None)) < 160  # evidence is input: bounded, wrong types ignored
 
 
-def test_sweep_save_prints_the_answer(tmp_path):
+def test_sweep_save_prints_the_answer(tmp_path, blockwidth):
     prof = tmp_path / "p.toml"
-    p = run_cli("sweep", "--widths", "2", "-n", "1", "--max-tokens", "8", "--save", "--profile", str(prof),
-                "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--widths", "2", "-n", "1", "--max-tokens", "8", "--save", "--profile", str(prof),
+                   "--record-dir", str(tmp_path / "rec"))
     assert p.returncode in (0, 1), p.stderr
     assert "+ width 4, the width in effect" in p.stderr  # resolve's width is always measured
     answer_lines = [line for line in p.stdout.splitlines() if line.startswith("answer")]
     assert answer_lines and "--num-draft-tokens" in answer_lines[0]
     assert "mlx_lm.server --model /" in p.stdout
-    d = json.loads(run_cli("sweep", "--widths", "2", "-n", "1", "--max-tokens", "8", "--save", "--profile",
-                           str(prof), "--record-dir", str(tmp_path / "rec"), "--json").stdout)
+    d = json.loads(blockwidth("sweep", "--widths", "2", "-n", "1", "--max-tokens", "8", "--save", "--profile",
+                              str(prof), "--record-dir", str(tmp_path / "rec"), "--json").stdout)
     assert d["answer"]["num_draft_tokens"] is not None or d["answer"]["decline"]
     assert {"serve_command", "source", "measured", "trust"} <= set(d["answer"])
 
@@ -146,7 +146,7 @@ def test_ctrl_c_stops_costcurve_between_forwards_and_keeps_what_it_measured():
     a forward. It now measures in a thread and stops after the forward under way."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "blockwidth", "costcurve", "--rows", "1-8", "--repeats",
-                          "1000", "--context", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          "200", "--context", "8"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True, env=env, cwd=ROOT)
     try:
         deadline = time.monotonic() + 120
@@ -161,15 +161,16 @@ def test_ctrl_c_stops_costcurve_between_forwards_and_keeps_what_it_measured():
             p.kill()
     assert p.returncode == 130, err
     assert "stopping the cost curve after the forward under way" in err and "Traceback" not in err
-    # 8,000 forwards, up to 8 rows each: long enough that a slow reader still signals it mid-way
+    # 3,200 forwards, up to 8 rows each (about a minute on a loaded 2-core CPU): the first
+    # progress line comes after a tenth of them, so a slow reader still signals it mid-way
     assert "cancelled:" in out and "repeats per row count were measured" in out and "1 row" in out
     import re
 
-    kept = int(re.search(r"cancelled: (\d+) of 1000 repeats", out).group(1))
-    assert kept < 1000  # it stopped where it was, not after the thousands of forwards left
+    kept = int(re.search(r"cancelled: (\d+) of 200 repeats", out).group(1))
+    assert kept < 200  # it stopped where it was, not after the thousands of forwards left
 
 
-def test_an_unmeasured_served_command_on_cuda_carries_the_h200_caution():
+def test_an_unmeasured_served_command_on_cuda_carries_the_h200_caution(blockwidth):
     """Resolved for an H200 from the table (measured on the engine path), the mlx_lm.server
     command was never measured; stock mlx_lm.server's draft path lost there with cuDNN's
     attention (lab/evidence/h200-2026-12-02b), and the answer says so beside the command."""
@@ -180,11 +181,12 @@ def test_an_unmeasured_served_command_on_cuda_carries_the_h200_caution():
     assert "h200-2026-12-02b" in said.caution and (ROOT / "lab" / "evidence" / "h200-2026-12-02b").is_dir()
     assert said.lines()[2].startswith("caution: on CUDA, stock mlx_lm.server's draft path ran 0.22-0.43x")
     assert _answer()[0].caution is None  # on the CPU nothing is known against the command
-    p = run_cli("resolve", "--device", "cuda:9.0")
+    p = blockwidth("resolve", "--device", "cuda:9.0")
     assert "  caution  on CUDA" in p.stdout, p.stdout
     import socket
 
-    with socket.socket() as held:  # serve says it at startup too (a port in use stops it there)
+    # serve says it at startup too (a port in use stops it there); a server, so a process
+    with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen(1)
         p = run_cli("serve", "--device", "cuda:9.0", "--port", str(held.getsockname()[1]))

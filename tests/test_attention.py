@@ -10,18 +10,17 @@ import mlx.core as mx
 import numpy as np
 import pytest
 
-from blockwidth.engine import attention, costcurve, demo
+from blockwidth.engine import attention, costcurve
 from blockwidth.engine.attention import VerifyAttention, plain_attention, verify_attention
 from blockwidth.engine.decode import classic, speculative
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
-from blockwidth.engine.pair import load_pair
 
 MODES = ("fused", "plain", "bucketed")
 
 
 @pytest.fixture(scope="module", params=("bf16", "4bit"))
-def pair(request):
-    return load_pair(demo.target(request.param), demo.DRAFTER)
+def pair(request, demo_pairs):
+    return demo_pairs(None, request.param)
 
 
 @pytest.fixture(scope="module")
@@ -145,8 +144,8 @@ def test_vector_chunks_rows_into_the_keys_each_may_see(rows):
     assert r.routed == 1
 
 
-def test_vector_keeps_the_fused_argmax_and_classic_tokens_on_the_bf16_target():
-    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+def test_vector_keeps_the_fused_argmax_and_classic_tokens_on_the_bf16_target(demo_pairs):
+    pair = demo_pairs()
     ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
     for rows in (2, 3, 7):
         ref, _ = _verify_logits(pair.target, ids, rows, "fused")
@@ -175,8 +174,8 @@ def test_plain_builds_the_causal_mask_once_per_verify_shape():
         assert r._mask is not first and r._mask.shape == (3, 33)
 
 
-def test_costcurve_reports_cold_and_warm():
-    pair = load_pair(demo.target("bf16"))
+def test_costcurve_reports_cold_and_warm(demo_pairs):
+    pair = demo_pairs("lookup")
     curve = costcurve.measure(pair.target, (1, 2, 4), context=16, repeats=2, attention="plain")
     assert curve.attention == "plain"
     for p in curve.points:

@@ -6,10 +6,9 @@ import json
 
 import pytest
 
-from blockwidth.engine import auto, demo
+from blockwidth.engine import auto
 from blockwidth.engine.decode import classic, speculative
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
-from blockwidth.engine.pair import load_pair
 from blockwidth.policy.auto import Costs, DraftCost, Params, State
 
 TOKENS = 40
@@ -39,11 +38,8 @@ MIXED = [1, 1, 3, 1, 4, 2, 1, 5, 8, 1, 6, 7]
 
 
 @pytest.fixture(scope="module")
-def pairs():
-    t = demo.target("bf16")
-    return {"model": load_pair(t, demo.DRAFTER), "lookup": load_pair(t),
-            "dflash": load_pair(t, demo.DRAFTERS["dflash"], "dflash"),
-            "mtp": load_pair(t, demo.DRAFTERS["mtp"], "mtp")}
+def pairs(demo_pairs):
+    return {"model": demo_pairs(), **{kind: demo_pairs(kind) for kind in ("lookup", "dflash", "mtp")}}
 
 
 @pytest.fixture(scope="module")
@@ -174,14 +170,13 @@ WORKLOAD = [
 ]
 
 
-def test_sweep_over_a_workload_reports_auto_against_the_oracle_and_the_record_reproduces_it(tmp_path):
+def test_sweep_over_a_workload_reports_auto_against_the_oracle_and_the_record_reproduces_it(tmp_path, blockwidth):
     from blockwidth.engine.session import record
-    from tests.conftest import run_cli
 
     wl = tmp_path / "three.jsonl"
     wl.write_text("\n".join(WORKLOAD) + "\n")
-    r = run_cli("sweep", "--workload", str(wl), "--widths", "auto,2,3", "-n", "2", "--max-tokens", "10",
-                "--seed", "5", "--record-dir", str(tmp_path / "rec"), "--json")
+    r = blockwidth("sweep", "--workload", str(wl), "--widths", "auto,2,3", "-n", "2", "--max-tokens", "10",
+                   "--seed", "5", "--record-dir", str(tmp_path / "rec"), "--json")
     assert r.returncode in (0, 1), r.stderr
     out = json.loads(r.stdout)
     o = out["auto"]["oracle"]
@@ -201,8 +196,8 @@ def test_sweep_over_a_workload_reports_auto_against_the_oracle_and_the_record_re
     for req in rec["requests"]:
         for s in next(x for x in req["arms"] if x["arm"] == "auto")["samples"]:
             assert auto.replay(costs, params, State.from_dict(s["auto"]["start"]), s["rounds_detail"]) == s["widths"]
-    text = run_cli("sweep", "--workload", str(wl), "--widths", "auto,2", "-n", "1", "--max-tokens", "6",
-                   "--record-dir", str(tmp_path / "rec"))
+    text = blockwidth("sweep", "--workload", str(wl), "--widths", "auto,2", "-n", "1", "--max-tokens", "6",
+                      "--record-dir", str(tmp_path / "rec"))
     assert "auto against hindsight (3 requests" in text.stdout and "of the per-request oracle" in text.stdout
 
 
@@ -211,21 +206,20 @@ def test_sweep_over_a_workload_reports_auto_against_the_oracle_and_the_record_re
     (("--widths", "auto,2", "--auto-max", "1"), "--auto-max: 1 is out of range 2..64"),
     (("--widths", "auto,2", "--path", "mlx-lm-server"), "cannot adapt per round"),
 ])
-def test_auto_options_it_cannot_honour_are_one_line(args, problem):
-    from tests.conftest import run_cli
+def test_auto_options_it_cannot_honour_are_one_line(args, problem, blockwidth):
 
-    r = run_cli("sweep", *args)
+    r = blockwidth("sweep", *args)
     assert r.returncode == 2 and problem in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-def test_an_auto_arm_that_never_speculates_is_still_measured():
+def test_an_auto_arm_that_never_speculates_is_still_measured(demo_pairs):
     # A cost curve where no width pays even at acceptance 1 (K rows cost K times one): the
     # controller stays at 1 and never probes; its rounds are its decisions, not declines
     from blockwidth.engine.ab import Arm, _facts
 
     cpu = Costs({k: 5.0 * k for k in range(1, 5)}, DraftCost.LINEAR, 1.0)
     c = auto.Controller(cpu, Params(max_width=4))
-    pair = load_pair(demo.target("bf16"))
+    pair = demo_pairs("lookup")
     ids = pair.tokenizer.encode(DEMO_PROMPTS[0])
     run = speculative(pair, ids, 8, c.run())
     assert set(run.widths) == {1} and run.speculative_rounds == 0 and run.declined_rounds == 0
@@ -233,17 +227,16 @@ def test_an_auto_arm_that_never_speculates_is_still_measured():
     assert facts.speculative_rounds == len(run.rounds) and facts.declined_rounds == 0
 
 
-def test_the_gpu_command_runs_an_auto_arm_over_the_mixed_workload_on_the_demo_pair(tmp_path):
+def test_the_gpu_command_runs_an_auto_arm_over_the_mixed_workload_on_the_demo_pair(tmp_path, blockwidth):
     """What the coordinator runs on the H200 (sweep --workload mixed --widths auto,4,8,12
     --verify-attention rows --seed --record-dir --json), at its smallest on the demo pair: the
     parser takes it, every request's auto runs are classic's output with their widths by round,
     and the oracle covers every request of the built-in workload."""
     from blockwidth.policy import workload
-    from tests.conftest import run_cli
 
-    r = run_cli("sweep", "--workload", "mixed", "--widths", "auto,4", "-n", "1", "--max-tokens", "4",
-                "--verify-attention", "rows", "--seed", "23", "--record-dir", str(tmp_path / "rec"),
-                "--json")
+    r = blockwidth("sweep", "--workload", "mixed", "--widths", "auto,4", "-n", "1", "--max-tokens", "4",
+                   "--verify-attention", "rows", "--seed", "23", "--record-dir", str(tmp_path / "rec"),
+                   "--json")
     assert r.returncode in (0, 1), r.stderr
     out = json.loads(r.stdout)
     n = len(workload.builtin("mixed").requests)

@@ -70,16 +70,16 @@ def test_a_malformed_auto_entry_is_refused_naming_its_entry_and_line(tmp_path, c
     assert "entry 1 (line 3)" in str(e.value) and problem in str(e.value), str(e.value)
 
 
-def test_resolve_says_auto_its_curve_and_the_fixed_width_for_what_cannot_adapt(tmp_path):
+def test_resolve_says_auto_its_curve_and_the_fixed_width_for_what_cannot_adapt(tmp_path, blockwidth):
     p = tmp_path / "profile.toml"
     p.write_text(TEXT)
-    r = run_cli("resolve", "--profile", str(p), "--json")
+    r = blockwidth("resolve", "--profile", str(p), "--json")
     d = json.loads(r.stdout)
     assert r.returncode == 0 and d["source"] == "profile" and d["width"] == PLAN.static_width
     assert d["auto"]["static_width"] == PLAN.static_width and d["auto"]["verify_ms"]["8"] == 114.5
     assert d["reason"].startswith(f"auto, fixed {PLAN.static_width} where the width cannot adapt")
     assert "it adapts per round on its curve (built on verify 1..8 rows" in d["reason"]
-    r = run_cli("resolve", "--profile", str(p))
+    r = blockwidth("resolve", "--profile", str(p))
     assert r.stdout.startswith(f"width auto (fixed {PLAN.static_width} where the width cannot adapt)")
     assert "cannot adapt either" in r.stdout
 
@@ -92,7 +92,7 @@ def test_serve_passes_the_fixed_width_and_says_mlx_lm_server_cannot_adapt(tmp_pa
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        r = run_cli("serve", "--profile", str(p), "--port", str(port))
+        r = run_cli("serve", "--profile", str(p), "--port", str(port))  # serve: a process, as a server
     assert r.returncode == 2
     assert r.stdout.startswith(f"blockwidth serve: block_size={w}, block_size_from=profile (an auto "
                                f"entry; mlx_lm.server takes one width and cannot adapt per round")
@@ -100,24 +100,24 @@ def test_serve_passes_the_fixed_width_and_says_mlx_lm_server_cannot_adapt(tmp_pa
     assert f"--num-draft-tokens {w - 1}" in launched
 
 
-def test_export_says_the_auto_entry_becomes_one_width(tmp_path):
+def test_export_says_the_auto_entry_becomes_one_width(tmp_path, blockwidth):
     p = tmp_path / "profile.toml"
     p.write_text(TEXT)
-    r = run_cli("export", "--format", "mlx-lm", "--profile", str(p))
+    r = blockwidth("export", "--format", "mlx-lm", "--profile", str(p))
     assert r.returncode == 0
     assert "an auto entry: blockwidth's engine adapts the width per round" in r.stdout
     assert f"--num-draft-tokens {PLAN.static_width - 1}" in r.stdout
 
 
-def test_check_measure_re_measures_an_auto_entry_as_auto(tmp_path):
+def test_check_measure_re_measures_an_auto_entry_as_auto(tmp_path, blockwidth):
     from pathlib import Path
 
     p = tmp_path / "profile.toml"
     p.write_text(TEXT.replace('drafter_kind = "model"\n', 'drafter_kind = "model"\n'
                               'target_quantization = { scheme = "affine", bits = 4, group_size = 64 }\n')
                  .replace("max_width = 8", "max_width = 4"))
-    r = run_cli("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "1",
-                "--max-tokens", "12", "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
+    r = blockwidth("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "1",
+                   "--max-tokens", "12", "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
     assert r.returncode in (0, 1), r.stdout + r.stderr  # pass, fail or inconclusive: timing decides
     m = next(c for c in json.loads(r.stdout)["checks"] if c["name"].startswith("measure:"))
     assert m["figures"]["widths"] == ["auto"] and "auto (fixed" in m["detail"]

@@ -17,7 +17,7 @@ from blockwidth.console.check import Mark, profile_marks
 from blockwidth.console.inputs import ExitCode, mlx_version
 from blockwidth.policy import profile
 from blockwidth.policy.device import parse_device_spec
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT
 
 MLX = mlx_version()
 STATUSES = {"pass", "warn", "fail", "skip", "inconclusive"}
@@ -164,12 +164,12 @@ def test_records_missing_here_or_written_elsewhere(tmp_path, capsys):
     ("schema = 1\n\n[[override]]\n" + CPU_4BIT + "width = 0\n\n[[override]]\nbackend = 'tpu'\n"
      "drafter_kind = 'model'\nwidth = 4\n", 2, ["entry 1 (line 3)", "entry 2 (line 9)", "tpu"]),
 ])
-def test_bad_profile_exit_2_one_line_per_problem_untouched(tmp_path, body, lines, needles):
+def test_bad_profile_exit_2_one_line_per_problem_untouched(tmp_path, body, lines, needles, blockwidth):
     p = tmp_path / "p.toml"
     if body is not None:
         p.write_text(body)
     before = p.read_bytes() if p.exists() else None
-    r = run_cli("--check", "--profile", str(p), "--device", "cpu", "--junit", str(tmp_path / "r.xml"))
+    r = blockwidth("--check", "--profile", str(p), "--device", "cpu", "--junit", str(tmp_path / "r.xml"))
     assert r.returncode == 2 and "Traceback" not in r.stderr and r.stdout == ""
     got = r.stderr.strip().splitlines()
     assert len(got) == lines and all(str(p) in line for line in got), r.stderr
@@ -192,9 +192,9 @@ def test_bad_inputs_are_all_reported_exit_2(tmp_path, capsys):
     assert code == ExitCode.USAGE and "is the profile" in err
 
 
-def test_default_profile_missing_is_exit_2():
+def test_default_profile_missing_is_exit_2(blockwidth):
     """A runner with no profile has nothing to check: that is a configuration error, not a pass."""
-    r = run_cli("--check", "--device", "cpu")
+    r = blockwidth("--check", "--device", "cpu")
     assert r.returncode == 2 and "no such file" in r.stderr and "give --profile FILE" in r.stderr
 
 
@@ -224,7 +224,8 @@ def test_the_cli_takes_no_surgery_on_argparse_and_check_does_not_import_the_cli(
 
     text = (ROOT / "console" / "cli.py").read_text(encoding="utf-8")
     assert not re.search(r"\._actions|argparse\._|\._option_string_actions|\.choices\[", text)
-    code = ("import sys, console.check, console.measure, console.inputs, console.request; "
+    code = ("import sys, blockwidth.console.check, blockwidth.console.measure, blockwidth.console.inputs, "
+            "blockwidth.console.request; "
             "assert 'blockwidth.console.cli' not in sys.modules, 'blockwidth.console.cli imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
     for p in (ROOT / "console").rglob("*.py"):
@@ -296,7 +297,7 @@ def test_text_summary(tmp_path, capsys):
 
 
 def test_headless_check_never_imports_textual():
-    code = ("import sys, console.check, console.check_report, console.cli; "
+    code = ("import sys, blockwidth.console.check, blockwidth.console.check_report, blockwidth.console.cli; "
             "assert 'textual' not in sys.modules, 'textual imported'; "
             "assert 'mlx.core' not in sys.modules, 'MLX imported before anything runs'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
@@ -355,10 +356,10 @@ MEASURE = ("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "
            "--max-tokens", "16")
 
 
-def test_measured_decline_of_a_hopeless_width_passes(tmp_path):
+def test_measured_decline_of_a_hopeless_width_passes(tmp_path, blockwidth):
     p = write_profile(tmp_path, CPU_4BIT + f'decline = true\nmlx = "{MLX}"\nevidence = {{ widths = [32] }}\n')
     before = p.read_bytes()
-    r = run_cli(*MEASURE, "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
+    r = blockwidth(*MEASURE, "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     m = by_name(json.loads(r.stdout))["measure: target-4bit + drafter"]
     assert m["status"] == "pass" and "every declined width still loses" in m["detail"], m
@@ -367,11 +368,11 @@ def test_measured_decline_of_a_hopeless_width_passes(tmp_path):
     assert Path(m["figures"]["record"]).is_file() and p.read_bytes() == before
 
 
-def test_measured_fabricated_win_fails(tmp_path):
+def test_measured_fabricated_win_fails(tmp_path, blockwidth):
     p = write_profile(tmp_path, CPU_4BIT + f'width = 32\nmlx = "{MLX}"\n'
                       'evidence = { classic_tok_s = [20.0, 21.0, 22.0], width_tok_s = [60.0, 61.0, 62.0] }\n')
     xml = tmp_path / "report.xml"
-    r = run_cli(*MEASURE, "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--junit", str(xml))
+    r = blockwidth(*MEASURE, "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--junit", str(xml))
     assert r.returncode == 1, r.stdout + r.stderr
     line = next(x for x in r.stdout.splitlines() if "measure: target-4bit + drafter" in x)
     assert line.split()[0] == "fail" and "width 32 no longer wins" in line, r.stdout

@@ -345,7 +345,7 @@ def test_y_after_a_session_that_found_every_width_slower_hands_the_command_witho
 
 
 def test_the_next_step_of_an_undecided_session_is_one_key(tmp_path):
-    """Issue 37: an undecided end names one step, and n sets its fields and runs it."""
+    """An undecided end names one step, and n sets its fields and runs it."""
     async def go():
         app = make_app(tmp_path)
         async with app.run_test(size=(140, 40)) as pilot:
@@ -365,7 +365,7 @@ def test_the_next_step_of_an_undecided_session_is_one_key(tmp_path):
 
 
 def test_the_pilots_warning_offers_a_budget_that_reaches_a_win(tmp_path):
-    """Issue 37: n 2 within 60 s on the pilot's rates cannot reach the 3 repetitions a win needs:
+    """n 2 within 60 s on the pilot's rates cannot reach the 3 repetitions a win needs:
     a warns before anything runs; r raises the budget to what they take here and runs."""
     async def go():
         from blockwidth.console.screens import FirstSessionScreen
@@ -388,7 +388,7 @@ def test_the_pilots_warning_offers_a_budget_that_reaches_a_win(tmp_path):
 
 
 def test_q_during_a_session_stops_it_on_screen_then_quits(tmp_path):
-    """Issue 37: q mid-session left a blank terminal while the run in flight ended; now the
+    """q mid-session left a blank terminal while the run in flight ended; now the
     console says it is quitting, the record is written, then it exits."""
     async def go():
         app = make_app(tmp_path)

@@ -1,4 +1,4 @@
-"""A target sharded with MLX's distributed layer (issue 29): two processes on this machine, the
+"""A target sharded with MLX's distributed layer (docs/distributed.md): two processes on this machine, the
 ring backend on 127.0.0.1 only, every subprocess bounded in time.
 
 The demo target tensor-sharded (its 4 heads and 2 KV heads split 2 ways) and pipeline-split (the
@@ -184,8 +184,8 @@ def _alive(pid: int) -> bool:
     (["sweep", "--distributed", "tensor", "--ranks", "9"], "--ranks"),
     (["costcurve", "--agree", "round"], "unrecognized arguments"),
 ])
-def test_refused_in_one_line(argv, said):
-    r = run_cli(*argv)
+def test_refused_in_one_line(argv, said, blockwidth):
+    r = blockwidth(*argv)
     assert r.returncode == 2 and said in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
@@ -300,7 +300,7 @@ def test_launched_backend_and_what_cannot_split():
     assert "fewer layers" in shard_problem(demo, Sharding.PIPELINE, 8)
 
 
-def test_resolve_for_a_group_named_with_device(tmp_path):
+def test_resolve_for_a_group_named_with_device(tmp_path, blockwidth):
     from blockwidth.policy.device import Backend, Device, group_of
     from blockwidth.policy.drafter import DrafterKind
     from blockwidth.policy.profile import Entry, dumps
@@ -309,10 +309,11 @@ def test_resolve_for_a_group_named_with_device(tmp_path):
     entry = Entry(Backend.CPU, DrafterKind.MODEL, 3, mlx="0.32.4", quant_scheme="none", group=group)
     prof = tmp_path / "profile.toml"
     prof.write_text(dumps([entry]))
-    grouped = json.loads(run_cli("resolve", "--device", "cpu@ring:2:tensor", "--profile", str(prof), "--json").stdout)
+    grouped = json.loads(blockwidth("resolve", "--device", "cpu@ring:2:tensor", "--profile", str(prof),
+                                    "--json").stdout)
     assert (grouped["width"], grouped["source"]) == (3, "profile")
     assert grouped["device"]["group"]["size"] == 2
-    alone = json.loads(run_cli("resolve", "--device", "cpu", "--profile", str(prof), "--json").stdout)
+    alone = json.loads(blockwidth("resolve", "--device", "cpu", "--profile", str(prof), "--json").stdout)
     assert alone["source"] != "profile" and alone["width"] != 3
 
 

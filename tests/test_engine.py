@@ -15,18 +15,19 @@ from blockwidth.engine.decode import DecodeError, DecodeRun, Round, classic, spe
 from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 from blockwidth.engine.identity import compare, probe
 from blockwidth.engine.pair import load_pair
+from tests.conftest import clocked_decodes
 
 TOKENS = 48
 
 
 @pytest.fixture(scope="module")
-def model_pair():
-    return load_pair(demo.target("bf16"), demo.DRAFTER)
+def model_pair(demo_pairs):
+    return demo_pairs()
 
 
 @pytest.fixture(scope="module")
-def lookup_pair():
-    return load_pair(demo.target("bf16"))
+def lookup_pair(demo_pairs):
+    return demo_pairs("lookup")
 
 
 @pytest.fixture(scope="module")
@@ -87,8 +88,8 @@ def test_demo_acceptance_at_width_4(model_pair):
     assert acc / dra >= 0.6
 
 
-def test_4bit_target_also_exact():
-    pair = load_pair(demo.target("4bit"), demo.DRAFTER)
+def test_4bit_target_also_exact(demo_pairs):
+    pair = demo_pairs(None, "4bit")
     ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
     c = classic(pair, ids, 24)
     assert speculative(pair, ids, 24, 4).tokens == c.tokens
@@ -145,8 +146,8 @@ def test_exactness_probe_on_cpu(model_pair, prompt_ids, reference):
     assert ex.bitwise_equal and ex.max_abs_diff == 0.0 and all(ex.argmax_agree)
 
 
-def test_costcurve_measures_and_flags():
-    pair = load_pair(demo.target("bf16"))
+def test_costcurve_measures_and_flags(lookup_pair):
+    pair = lookup_pair
     curve = costcurve.measure(pair.target, (1, 2, 4, 8), context=16, repeats=3)
     assert [p.rows for p in curve.points] == [1, 2, 4, 8]
     assert all(p.min_ms <= p.median_ms <= p.max_ms for p in curve.points)
@@ -187,10 +188,10 @@ def test_kernel_boundaries_and_predictions_only_where_repeats_agree():
     assert costcurve.expected_tokens(0.5, 4) == pytest.approx(1.875)
 
 
-def test_costcurve_can_feed_its_prefix_in_short_forwards():
+def test_costcurve_can_feed_its_prefix_in_short_forwards(lookup_pair):
     """prefill_step: the untimed prefix in forwards of at most that many tokens (the last one
     shorter), so the KV the timed forwards start from holds the whole context either way."""
-    pair = load_pair(demo.target("bf16"))
+    pair = lookup_pair
     seen = []
 
     class Spy:  # the target, with the token count of every forward noted
@@ -424,11 +425,22 @@ def test_session_cancel_is_clean(model_pair):
     assert all(a.verdict.value in ("undecided", "not measured") for a in s.arms)
 
 
-def test_sequential_stops_within_budget(model_pair):
+def test_sequential_stops_within_budget(model_pair, monkeypatch):
+    """An arm whose runs stay inside classic's range keeps sequential mode wanting more: the
+    repetition budget stops it, at the budget and not past it; an arm far above classic is
+    decided, and stops it before the budget."""
+    import itertools
+
     cfg = AbConfig(widths=(2,), prompt="def f", n=1, max_tokens=16, sequential=True, max_reps=3,
                    warmup=False, exactness=False, predict=False)
+    clocked_decodes(monkeypatch, {None: itertools.cycle([100, 110]), 2: itertools.cycle([104, 106])})
     s = run_session(model_pair, cfg)
-    assert 1 <= s.reps <= 3
+    assert s.reps == 3 and s.budget_out is Budget.REPS and s.arms[0].verdict is Verdict.UNDECIDED
+    clocked_decodes(monkeypatch, {None: itertools.cycle([100, 101]), 2: itertools.cycle([200, 202])})
+    s = run_session(model_pair, cfg)
+    # a win's p must be below 0.05: 3 repetitions and the closing run are the fewest that reach
+    # it (1/35), so the clear win is decided by the closing run the budget ended on
+    assert s.reps == 3 and s.arms[0].verdict is Verdict.WINS
 
 
 def test_sequential_says_which_budget_stopped_it(model_pair):
@@ -451,18 +463,8 @@ def test_sequential_goes_back_when_the_closing_run_takes_a_win_back(model_pair, 
     with budget left (the console showed w2 and w4 undecided after 3 of 12 repetitions); it goes
     back for more repetitions until every arm is decided or the budget runs out. The engine
     decodes for real; only the runs' clocks are set, so the ranges are known."""
-    from blockwidth.engine import ab
-
     # four repetitions: a win's p must be below 0.05, and three runs against three give 1/20
-    speeds = {None: iter([100, 110, 100, 105, 130] + [100] * 20), 2: iter([120, 121, 122, 123] + [125] * 20)}
-    real = ab.decode
-
-    def timed(pair, prompt, max_tokens, width, **kw):
-        run = real(pair, prompt, max_tokens, width, **kw)
-        run.decode_s = len(run.tokens) / next(speeds[width])
-        return run
-
-    monkeypatch.setattr(ab, "decode", timed)
+    clocked_decodes(monkeypatch, {None: [100, 110, 100, 105, 130] + [100] * 20, 2: [120, 121, 122, 123] + [125] * 20})
     cfg = AbConfig(widths=(2,), prompt="def f", n=4, max_tokens=8, sequential=True, max_reps=6,
                    warmup=False, exactness=False, predict=False)
     s = run_session(model_pair, cfg)

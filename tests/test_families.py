@@ -269,15 +269,14 @@ def test_sizes_under_text_config_are_read(checkpoint, tmp_path):
         load_pair(target, other, "model")
 
 
-def test_a_cache_kind_without_a_rewind_is_refused_at_load_in_one_line(checkpoint):
-    from tests.conftest import run_cli
+def test_a_cache_kind_without_a_rewind_is_refused_at_load_in_one_line(checkpoint, blockwidth):
 
     path = checkpoint("deepseek_v41", 1, dtype="float32")
     with pytest.raises(BlockwidthError) as e:
         load_pair(path)
     msg = str(e.value)
     assert "\n" not in msg and "layer 0 cache is LayerCache" in msg and "refused" in msg
-    out = run_cli("resolve", "--target", str(path))  # a width, and the warning that it cannot run
+    out = blockwidth("resolve", "--target", str(path))  # a width, and the warning that it cannot run
     assert out.returncode == 0 and "warning: the engine refuses this target at load" in out.stderr
     assert "LayerCache" in out.stderr and "Traceback" not in out.stderr
 
@@ -381,17 +380,16 @@ def test_cost_curve_and_prediction_carry_the_recurrent_rollback(checkpoint):
                                              / (measured.draft_ms + measured.verify_ms + 2.0))
 
 
-def test_inspect_and_sweep_name_the_caches_and_the_rollback(checkpoint):
-    from tests.conftest import run_cli
+def test_inspect_and_sweep_name_the_caches_and_the_rollback(checkpoint, blockwidth):
 
     target = checkpoint("qwen3_5", 1)
-    out = run_cli("inspect", str(target), "--json")
+    out = blockwidth("inspect", str(target), "--json")
     assert out.returncode == 0, out.stderr
     data = json.loads(out.stdout)
     assert data["rollback"] == "replay" and {e["kind"] for e in data["caches"]} == {"ArraysCache", "KVCache"}
-    out = run_cli("inspect", str(checkpoint("gemma3_text", 1)))
+    out = blockwidth("inspect", str(checkpoint("gemma3_text", 1)))
     assert "RotatingKVCache x2: windowed with slack" in out.stdout
-    out = run_cli("sweep", "--target", str(target), "--widths", "2,4", "-n", "1", "--max-tokens", "16")
+    out = blockwidth("sweep", "--target", str(target), "--widths", "2,4", "-n", "1", "--max-tokens", "16")
     assert out.returncode == 0, out.stderr
     assert "rollback: recurrent state restored and advanced by the kept rows (replay)" in out.stdout
     assert "Traceback" not in out.stderr
@@ -438,3 +436,18 @@ def test_the_sweep_covers_every_family_mlx_lm_ships():
 
         plan_config({"model_type": "nope"})
     assert plan  # the load-time classifier the sweep exercises
+
+
+def test_a_sweep_runs_a_model_whose_module_keeps_a_lazy_array(tmp_path, capsys):
+    """gemma4_text's proportional rope keeps its frequencies under a private name,
+    which mlx-lm does not evaluate; built on the main thread, that graph failed the session's
+    worker thread ("There is no Stream(cpu, 0) in current thread"). --json skips the estimate's
+    forward, so the worker is the first to run the model."""
+    from blockwidth.console.cli import main
+
+    target = F.write(tmp_path / "g4", F.NAMED["gemma4_text"])
+    code = main(["sweep", "--target", str(target), "--kind", "lookup", "--widths", "2", "-n", "1",
+                 "--max-tokens", "4", "--record-dir", str(tmp_path / "rec"), "--json"])
+    captured = capsys.readouterr()
+    assert code == 0, captured.err
+    assert json.loads(captured.out)["arms"][1]["identity"]["identical_ids"]

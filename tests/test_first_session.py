@@ -1,4 +1,4 @@
-"""Issue 37: a first session's words agree with its table, a win needs its p below alpha, a
+"""A first session's words agree with its table, a win needs its p below alpha, a
 cancelled run concludes nothing it did not measure, the pilot prices a session (prefill
 counted), and careless pairs are refused in one line."""
 

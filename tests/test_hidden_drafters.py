@@ -18,7 +18,6 @@ from blockwidth.engine.demo.prompts import DEMO_PROMPTS
 from blockwidth.engine.pair import load_pair
 from blockwidth.policy.drafter import DrafterKind, read_drafter
 from tests import checkpoints as bd
-from tests.conftest import run_cli
 
 TOKENS = 40
 TARGET = demo.target("bf16")
@@ -171,6 +170,20 @@ def test_malformed_dflash_refused(ckpts, tmp_path, change, msg):
     assert "\n" not in str(e.value) and str(bad) in str(e.value)
 
 
+def test_a_dflash_drafters_sizes_count_no_vocabulary_table(ckpts, tmp_path):
+    """A DFlash drafter reads the target's embedding and LM head, so its config's vocab_size
+    names no table it holds: SmolLM2-135M's trained drafter (8.4M weights, vocabulary 49152 x
+    576) was refused as a config "describing about 35,389,440 weights". Here a drafter whose
+    vocabulary would be most of it reaches the check that names what is really wrong."""
+    from blockwidth.engine import shapes
+
+    big = _edit(ckpts["dflash"], tmp_path / "big", lambda c: c.update(vocab_size=49152))
+    with pytest.raises(BlockwidthError, match="vocabulary of 49152 tokens differs from the target's 2048"):
+        load_pair(TARGET, big, "dflash")
+    cfg = json.loads((big / "config.json").read_text())
+    assert shapes.implied_parameters(cfg) - shapes.implied_parameters(cfg, tables=False) == 49152 * 256
+
+
 def test_malformed_mtp_refused(ckpts, tmp_path):
     other = _edit(ckpts["deepseek-v3"], tmp_path / "other", lambda c: c.update(model_type="deepseek_v3"))
     with pytest.raises(BlockwidthError, match="made for another architecture: model_type deepseek_v3"):
@@ -231,16 +244,16 @@ def test_draft_cost_models_flat_and_linear():
     assert "draft 3.00 + verify 14.00 ms" in flat[8].describe()
 
 
-def test_cli_refuses_malformed_dflash_and_inspect_reports(ckpts, tmp_path):
+def test_cli_refuses_malformed_dflash_and_inspect_reports(ckpts, tmp_path, blockwidth):
     bad = _edit(ckpts["dflash"], tmp_path / "bad", lambda c: c["dflash_config"].update(target_layer_ids=[40]))
-    r = run_cli("sweep", "--target", str(TARGET), "--draft", str(bad), "--widths", "4", "-n", "1")
+    r = blockwidth("sweep", "--target", str(TARGET), "--draft", str(bad), "--widths", "4", "-n", "1")
     assert r.returncode == 2 and r.stdout == ""
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1 and "name layer 40, but the target has 6 layers" in lines[0] and str(bad) in lines[0]
-    r = run_cli("inspect", str(ckpts["dflash"]), "--json")
+    r = blockwidth("inspect", str(ckpts["dflash"]), "--json")
     d = json.loads(r.stdout)
     assert d["drafter_kind"] == "dflash" and d["declared_width"] == 16 and d["target_layers"] == [1, 3, 5]
-    r = run_cli("inspect", str(ckpts["deepseek-v3"]))
+    r = blockwidth("inspect", str(ckpts["deepseek-v3"]))
     assert "mtp" in r.stdout and "final hidden state" in r.stdout
 
 

@@ -97,14 +97,15 @@ def test_a_closing_block_leaves_the_blocks_still_open_routed():
     def other():
         with verify_linear("gather"):
             opened.set()
-            closed.wait()
+            closed.wait(60)
 
-    t = threading.Thread(target=other)
+    t = threading.Thread(target=other, daemon=True)
     with verify_linear("gather") as r:
         t.start()
-        opened.wait()
+        assert opened.wait(60), "the other thread never opened its block"
         closed.set()
-        t.join()  # the other thread's block has closed; this one is still open
+        t.join(60)  # the other thread's block has closed; this one is still open
+        assert not t.is_alive()
         lin(x)
         assert r.routed == 1
     assert nn.Linear.__call__ is _STOCK
@@ -118,7 +119,7 @@ def test_a_bad_choice_names_the_choices():
 
 @pytest.mark.parametrize("width", [2, 4, 8])
 def test_gather_keeps_classic_tokens_on_the_demo_pair_in_float32(width):
-    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+    pair = load_pair(demo.target("bf16"), demo.DRAFTER)  # its own: set to float32 here
     pair.target.set_dtype(mx.float32)
     pair.drafter.set_dtype(mx.float32)
     ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
@@ -138,7 +139,7 @@ def test_a_gather_session_judges_and_predicts_with_the_gather_projections(monkey
     from blockwidth.engine import linear
     from blockwidth.engine.ab import AbConfig, run_session
 
-    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+    pair = load_pair(demo.target("bf16"), demo.DRAFTER)  # its own: set to float32 here
     pair.target.set_dtype(mx.float32)
     pair.drafter.set_dtype(mx.float32)
     calls = [0]
@@ -160,10 +161,10 @@ def test_a_gather_session_judges_and_predicts_with_the_gather_projections(monkey
     assert routed[True] > routed[False]
 
 
-def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
+def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks(demo_pairs):
     from blockwidth.engine.ab import AbConfig, run_session
 
-    pair = load_pair(demo.target("bf16"), demo.DRAFTER)  # bf16: nothing routable on a CPU
+    pair = demo_pairs()  # bf16: nothing routable on a CPU
     cfg = dict(widths=(2,), prompt=DEMO_PROMPTS[0], n=1, max_tokens=8, exactness=False,
                predict=False, warmup=False)
     gathered = run_session(pair, AbConfig(**cfg, verify_linear="gather"))
@@ -177,13 +178,13 @@ def test_a_gather_session_that_routed_nothing_says_its_figures_are_stocks():
     assert not any("routed no projection" in w for w in run_session(pair, AbConfig(**cfg)).warnings())
 
 
-def test_gemv_routes_nothing_on_a_cpu_keeps_classic_tokens_and_says_so():
+def test_gemv_routes_nothing_on_a_cpu_keeps_classic_tokens_and_says_so(demo_pairs):
     """``gemv`` is a CUDA kernel: on this CPU every projection stays on the stock matmul (the
     tokens are classic's, the run counts the passes) and the session warns that its figures
     are stock's."""
     from blockwidth.engine.ab import AbConfig, run_session
 
-    pair = load_pair(demo.target("bf16"), demo.DRAFTER)
+    pair = demo_pairs()
     ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
     run = speculative(pair, ids, 24, 4, linear="gemv")
     assert run.tokens == classic(pair, ids, 24).tokens

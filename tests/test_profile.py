@@ -120,7 +120,7 @@ def test_concurrent_writers_lose_nothing(tmp_path):
     assert not list(tmp_path.glob(".profile.toml.*.tmp"))
 
 
-# --- hostile and careless input (issue 7) and style-preserving writes (issue 8) ---
+# --- hostile and careless input, and writes that keep the file's comments and layout ---
 
 ONE = 'schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 3\n'
 
@@ -266,3 +266,15 @@ def test_an_unquantized_entry_is_described_as_unquantized():
               quant_group_size=None)
     assert e.describe_keys() == "cpu, unquantized 16-bit target, model drafter"
     assert entry().describe_keys() == "cuda cc 9.0, affine 4-bit g64 target, model drafter"
+
+
+def test_a_profile_error_names_the_right_line_after_a_multiline_string(tmp_path):
+    from blockwidth.policy import profile
+
+    text = ('schema = 1\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 4\n'
+            'note = """\n[[override]]\nnot a header, a note\n"""\n'
+            "[[override]]\nbackend = 'cpu'\ndrafter_kind = 'model'\nwidth = 1\n")
+    with pytest.raises(profile.ProfileError) as e:
+        profile.parse(text, Path("p.toml"))
+    assert "entry 2 (line 10): width = 1" in str(e.value), str(e.value)
+

@@ -570,13 +570,11 @@ def test_prepare_under_auto_compiles_and_traces_only_what_auto_routes(monkeypatc
     assert linear.prepare("stock", model) == {}
 
 
-def test_a_qmv_speculative_run_on_the_4bit_demo_pair_keeps_classics_tokens():
-    from blockwidth.engine import demo
+def test_a_qmv_speculative_run_on_the_4bit_demo_pair_keeps_classics_tokens(demo_pairs):
     from blockwidth.engine.decode import classic, speculative
     from blockwidth.engine.demo.prompts import DEMO_PROMPTS
-    from blockwidth.engine.pair import load_pair
 
-    pair = load_pair(demo.target("4bit"), demo.DRAFTER)
+    pair = demo_pairs(None, "4bit")
     ids = pair.tokenizer.encode(DEMO_PROMPTS[1])
     run = speculative(pair, ids, 24, 4, linear="qmv")
     assert run.tokens == classic(pair, ids, 24).tokens

@@ -133,7 +133,7 @@ LLAMA_8B = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_head
 
 
 def test_mixed_precision_is_classified_by_what_stores_most_weights():
-    """Issue 7: FP8 on the attention projections (more modules) beside NVFP4 on the MLP and
+    """FP8 on the attention projections (more modules) beside NVFP4 on the MLP and
     lm_head (most of the weights) is an NVFP4 checkpoint, with the mix in detail."""
     layers = {}
     for i in range(4):
@@ -165,7 +165,7 @@ def test_mixed_precision_is_classified_by_what_stores_most_weights():
 
 
 def qwen3_nvfp4_modelopt() -> dict:
-    """A config.json in the shape of a published Qwen3 NVFP4 ModelOpt release (issue 24): its
+    """A config.json in the shape of a published Qwen3 NVFP4 ModelOpt release: its
     quantized_layers name only the minority scheme, FP8 on a few attention projections of the
     first and last layers; its config_groups put NVFP4 on every MLP projection and lm_head."""
     n = 36

@@ -238,7 +238,7 @@ def test_bad_device_specs(bad):
 
 
 def test_entries_record_and_match_the_device_name():
-    """Issue 7: an H200 measurement must not silently match an H100 of the same compute capability."""
+    """An H200 measurement must not silently match an H100 of the same compute capability."""
     from blockwidth.policy.device import Device
     from blockwidth.policy.quantization import Quantization, Scheme
 

@@ -1,4 +1,4 @@
-"""The served path (issue 27): the real mlx_lm.server on loopback, started and stopped by
+"""The served path (docs/served.md): the real mlx_lm.server on loopback, started and stopped by
 blockwidth, measured through streamed /v1/completions; serve, records, profile and exports.
 
 Every server here is the installed mlx_lm.server on the demo pair, on 127.0.0.1, and every
@@ -116,6 +116,10 @@ def _one_error(stderr: str) -> str:
 # ---------------------------------------------------------------- the served A/B
 
 
+# The tests of one served A/B run on one worker (make test's --dist loadgroup), so it runs once.
+SHARES_THE_SWEEP = pytest.mark.xdist_group("served_sweep")
+
+
 @pytest.fixture(scope="module")
 def served_sweep(tmp_path_factory):
     """One served A/B, widths 2 and 4 at concurrency 1 and 2 (shared by the checks below)."""
@@ -128,6 +132,7 @@ def served_sweep(tmp_path_factory):
     return r, records
 
 
+@SHARES_THE_SWEEP
 def test_served_ab_writes_a_record_per_level_that_names_its_path(served_sweep):
     r, records = served_sweep
     assert r.returncode == 0, r.stderr[-3000:]
@@ -164,6 +169,7 @@ def test_served_ab_writes_a_record_per_level_that_names_its_path(served_sweep):
             assert all(q["num_draft_tokens"] is None for q in s["requests"])
 
 
+@SHARES_THE_SWEEP
 def test_served_text_is_compared_for_a_first_sending_and_for_a_cached_repeat(served_sweep):
     r, _ = served_sweep
     levels = json.loads(r.stdout)["levels"]
@@ -188,10 +194,11 @@ def test_served_text_is_compared_for_a_first_sending_and_for_a_cached_repeat(ser
         assert not any("classic at concurrency" in w for w in lv["warnings"]), lv["warnings"]
 
 
+@SHARES_THE_SWEEP
 @pytest.mark.skipif(metadata.version("mlx-lm") != "0.32.2",
                     reason="the repeat that differs was seen on mlx-lm 0.32.2")
 def test_the_cached_repeat_differs_on_mlx_lm_0_32_2(served_sweep):
-    """Issue 27's finding, reproduced: a speculative mlx_lm.server answers a request whose prompt
+    """The served path's first finding, reproduced: a speculative mlx_lm.server answers a request whose prompt
     its cache has seen with other text than classic's (0.32.2); reported as output differs."""
     r, _ = served_sweep
     rec = json.loads(r.stdout)["levels"][0]
@@ -205,6 +212,7 @@ def test_the_cached_repeat_differs_on_mlx_lm_0_32_2(served_sweep):
             assert a["verdict"] in ("faster, output differs", "slower", "undecided", "below min gain")
 
 
+@SHARES_THE_SWEEP
 def test_no_server_is_left_after_a_served_sweep(served_sweep):
     r, _ = served_sweep
     pids = _pids(r.stderr)
@@ -295,23 +303,23 @@ def test_a_model_the_server_cannot_load_is_one_line(tmp_path):
 
 
 @pytest.mark.parametrize("level", ["0", "1000", "1,x"])
-def test_concurrency_out_of_range_is_one_line(level):
-    r = run_cli("sweep", "--path", "mlx-lm-server", "--concurrency", level)
+def test_concurrency_out_of_range_is_one_line(level, blockwidth):
+    r = blockwidth("sweep", "--path", "mlx-lm-server", "--concurrency", level)
     assert r.returncode == 2
     assert "--concurrency" in _one_error(r.stderr)
     assert "started mlx_lm.server" not in r.stderr
 
 
-def test_served_options_are_refused_on_the_engine_path():
-    r = run_cli("sweep", "--concurrency", "4")
+def test_served_options_are_refused_on_the_engine_path(blockwidth):
+    r = blockwidth("sweep", "--concurrency", "4")
     assert r.returncode == 2
     assert "--concurrency only applies with --path mlx-lm-server" in _one_error(r.stderr)
 
 
-def test_served_sweep_refuses_what_mlx_lm_server_cannot_run():
-    r = run_cli("sweep", "--path", "mlx-lm-server", "--kind", "lookup")
+def test_served_sweep_refuses_what_mlx_lm_server_cannot_run(blockwidth):
+    r = blockwidth("sweep", "--path", "mlx-lm-server", "--kind", "lookup")
     assert r.returncode == 2 and "draft model only" in _one_error(r.stderr)
-    r = run_cli("sweep", "--path", "mlx-lm-server", "--server-args", "--port 9")
+    r = blockwidth("sweep", "--path", "mlx-lm-server", "--server-args", "--port 9")
     assert r.returncode == 2 and "--port is set by blockwidth" in _one_error(r.stderr)
 
 
@@ -358,11 +366,11 @@ def test_a_second_sigterm_while_serve_stops_leaves_no_server(tmp_path):
     assert code == 130
 
 
-def test_serve_with_a_profile_decline_runs_classic_and_says_why(tmp_path):
+def test_serve_with_a_profile_decline_runs_classic_and_says_why(tmp_path, blockwidth):
     prof = tmp_path / "profile.toml"
     prof.write_text('schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\ndecline = true\n'
                     'path = "mlx-lm-server"\nconcurrency = 4\n')
-    r = run_cli("resolve", "--profile", str(prof), "--path", "mlx-lm-server", "--concurrency", "4", "--json")
+    r = blockwidth("resolve", "--profile", str(prof), "--path", "mlx-lm-server", "--concurrency", "4", "--json")
     d = json.loads(r.stdout)
     assert d["width"] is None and d["measured_path"] == "mlx-lm-server"
     assert d["command"]["path"] == "mlx-lm-server" and d["command"]["measured"] is True
@@ -490,9 +498,9 @@ def test_bad_served_profile_fields_are_located(tmp_path, text, problem):
     ("mlx-lm-server", 16, None, None),
     ("mlx-lm-server", 64, None, "measured at concurrency 16, not at the 64 asked for"),
 ])
-def test_resolve_picks_the_entry_for_the_path_and_load(tmp_path, path, load, width, note):
-    r = run_cli("resolve", "--profile", str(_profile(tmp_path)), "--path", path, "--concurrency",
-                str(load), "--json")
+def test_resolve_picks_the_entry_for_the_path_and_load(tmp_path, path, load, width, note, blockwidth):
+    r = blockwidth("resolve", "--profile", str(_profile(tmp_path)), "--path", path, "--concurrency",
+                   str(load), "--json")
     assert r.returncode == 0, r.stderr
     d = json.loads(r.stdout)
     assert d["width"] == width and d["source"] == "profile"
@@ -504,10 +512,10 @@ def test_resolve_picks_the_entry_for_the_path_and_load(tmp_path, path, load, wid
         assert d["command"]["line"] == "BLOCKWIDTH_DRAFT_BLOCK_SIZE=4" and d["command"]["measured"]
 
 
-def test_an_engine_entry_resolved_for_serving_says_the_served_path_was_not_measured(tmp_path):
+def test_an_engine_entry_resolved_for_serving_says_the_served_path_was_not_measured(tmp_path, blockwidth):
     p = tmp_path / "p.toml"
     p.write_text('schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 6\n')
-    d = json.loads(run_cli("resolve", "--profile", str(p), "--path", "mlx-lm-server", "--json").stdout)
+    d = json.loads(blockwidth("resolve", "--profile", str(p), "--path", "mlx-lm-server", "--json").stdout)
     assert d["width"] == 6 and d["measured_path"] == "engine"
     assert "the served path (mlx_lm.server) was not measured" in d["reason"]
     assert d["command"]["path"] == "engine" and d["command"]["mlx-lm-server"]["measured"] is False
@@ -524,11 +532,11 @@ def test_an_engine_entry_resolved_for_serving_says_the_served_path_was_not_measu
     ("trtllm", ["DraftTargetDecodingConfig(max_draft_len=2, speculative_model='/models/d', "
                 "draft_len_schedule={15: 2, 16: 0})"]),
 ])
-def test_export_writes_each_engines_options_with_the_record_it_came_from(tmp_path, fmt, expect):
+def test_export_writes_each_engines_options_with_the_record_it_came_from(tmp_path, fmt, expect, blockwidth):
     # the record's folders are not on this machine: named by --target and --draft (without them
     # export says TARGET and DRAFT rather than print another machine's paths)
-    r = run_cli("export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu",
-                "--target", "/models/t", "--draft", "/models/d")
+    r = blockwidth("export", "--format", fmt, "--profile", str(_profile(tmp_path)), "--device", "cpu",
+                   "--target", "/models/t", "--draft", "/models/d")
     assert r.returncode == 0, r.stderr
     for text in expect:
         assert text in r.stdout + "\n", r.stdout
@@ -537,10 +545,10 @@ def test_export_writes_each_engines_options_with_the_record_it_came_from(tmp_pat
     assert "width 8" not in r.stdout  # the CUDA entry is another device's
 
 
-def test_export_without_entries_for_this_device_is_one_line(tmp_path):
+def test_export_without_entries_for_this_device_is_one_line(tmp_path, blockwidth):
     p = tmp_path / "p.toml"
     p.write_text('schema = 1\n\n[[override]]\nbackend = "metal"\ndrafter_kind = "model"\nwidth = 6\n')
-    r = run_cli("export", "--format", "vllm", "--profile", str(p), "--device", "cpu")
+    r = blockwidth("export", "--format", "vllm", "--profile", str(p), "--device", "cpu")
     assert r.returncode == 2 and "nothing to export" in _one_error(r.stderr)
 
 
@@ -573,9 +581,9 @@ def test_server_env_keeps_mlx_switches_only():
                                                          "MLX_METAL_FAST_SYNCH": "1"}
 
 
-def test_a_served_entry_measured_with_an_mlx_switch_gives_the_command_with_it(tmp_path):
+def test_a_served_entry_measured_with_an_mlx_switch_gives_the_command_with_it(tmp_path, blockwidth):
     prof = _env_profile(tmp_path)
-    d = json.loads(run_cli("resolve", "--profile", str(prof), "--path", "mlx-lm-server", "--json").stdout)
+    d = json.loads(blockwidth("resolve", "--profile", str(prof), "--path", "mlx-lm-server", "--json").stdout)
     assert d["width"] == 8 and d["measured_path"] == "mlx-lm-server"
     line = d["command"]["line"]
     assert line.startswith("MLX_CUDA_USE_CUDNN_SDPA=0 mlx_lm.server --model "), line
@@ -583,7 +591,7 @@ def test_a_served_entry_measured_with_an_mlx_switch_gives_the_command_with_it(tm
     assert d["command"]["mlx-lm-server"]["env"] == {"MLX_CUDA_USE_CUDNN_SDPA": "0"}
     assert d["serve_command"].startswith("MLX_CUDA_USE_CUDNN_SDPA=0 mlx_lm.server "), d["serve_command"]
     assert "measured with MLX_CUDA_USE_CUDNN_SDPA=0 in the server's environment" in json.dumps(d)
-    r = run_cli("export", "--format", "mlx-lm", "--profile", str(prof), "--device", "cpu")
+    r = blockwidth("export", "--format", "mlx-lm", "--profile", str(prof), "--device", "cpu")
     assert r.returncode == 0, r.stderr
     assert "MLX_CUDA_USE_CUDNN_SDPA=0 mlx_lm.server --model" in r.stdout, r.stdout
 
@@ -605,3 +613,32 @@ def test_serve_sets_the_entrys_switch_and_says_when_the_operator_set_another(tmp
     assert other.returncode == 2
     assert ("warning: MLX_CUDA_USE_CUDNN_SDPA=1 in this environment; the entry was measured with "
             "MLX_CUDA_USE_CUDNN_SDPA=0") in other.stderr, other.stderr
+
+
+def test_a_served_workload_sends_every_request_and_compares_each_to_its_own_classic(tmp_path):
+    """--workload on the served path. Every request goes through mlx_lm.server (a chat
+    as messages to /v1/chat/completions, rendered there by the target's template), interleaved as
+    on the engine path; each width's text is compared per request with classic's on that request."""
+    from tests.test_workload import DEMO, _templated_copy, _write
+
+    target = _templated_copy(tmp_path)
+    wl = _write(tmp_path / "w.jsonl", [{"id": "code", "prompt": "def area(r):\n    return"},
+                                       {"id": "chat", "messages": [{"role": "user", "content": "def main():"}]}])
+    r = subprocess.run([sys.executable, "-m", "blockwidth", "sweep", "--path", "mlx-lm-server", "--target",
+                        str(target), "--draft", str(DEMO / "drafter"), "--workload", str(wl), "--widths", "2",
+                        "-n", "1", "--max-tokens", "6", "--seed", "1", "--record-dir", str(tmp_path / "rec"),
+                        "--json"], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (lv,) = json.loads(r.stdout)["levels"]
+    assert [(q["id"], q["rendered"]) for q in lv["requests"]] == [("code", "prompt"), ("chat", "chat template")]
+    assert lv["workload"]["requests"] == 2
+    assert lv["order"][:4] == ["code/classic", "code/w2", "chat/classic", "chat/w2"]
+    assert set(lv["served"]["requests"]) == {"code", "chat"}
+    served = lv["served"]["requests"]
+    for q in lv["requests"]:  # each against its own classic, not the first request's
+        ref = served[q["id"]]["reference"]["text_head"]
+        assert ref and q["arms"][1]["identity"]["classic_len"] == len(ref)
+        # a first sending (no prompt cache) is classic's text on every request; a cached repeat
+        # may not be (mlx_lm 0.32.2, test_the_cached_repeat_differs_on_mlx_lm_0_32_2)
+        assert served[q["id"]]["first_sendings"]["w2"]["identical"], served
+    assert served["code"]["reference"]["text_head"] != served["chat"]["reference"]["text_head"]

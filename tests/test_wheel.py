@@ -18,6 +18,10 @@ import pytest
 from tests.conftest import ROOT
 
 
+# The wheel is built once: its tests run on one worker (make test's --dist loadgroup).
+pytestmark = pytest.mark.xdist_group("wheel")
+
+
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
     """The wheel of this tree as it stands (what git tracks or would add), built in a copy so the

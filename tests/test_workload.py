@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT, run_cli
+from tests.conftest import ROOT
 from blockwidth.policy import workload
 from blockwidth.policy.workload import WorkloadError
 
@@ -163,7 +163,7 @@ def test_chat_request_refused_without_a_chat_template(tmp_path):
 
 # ---- a real workload session on the demo pair, through sweep --workload ------------------------
 
-def test_sweep_workload_end_to_end(tmp_path):
+def test_sweep_workload_end_to_end(tmp_path, blockwidth):
     """Three requests (two prompts, one chat through a chat template) on the demo pair with a
     templated tokenizer: every arm runs every request, interleaved with the arms rotated per
     request, classic closing with a pass; identity per request; each width's ratio, interval and
@@ -178,9 +178,9 @@ def test_sweep_workload_end_to_end(tmp_path):
         {"id": "b", "prompt": "def read_config(path):\n    result = {}\n    with open(path) as f:\n        for",
          "max_tokens": 8},
         {"id": "c", "messages": [{"role": "user", "content": "def main():"}]}])
-    p = run_cli("sweep", "--target", str(target), "--draft", str(DEMO / "drafter"), "--workload", str(wl),
-                "--widths", "2,3", "-n", "2", "--max-tokens", "12", "--seed", "7", "--json",
-                "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--target", str(target), "--draft", str(DEMO / "drafter"), "--workload", str(wl),
+                   "--widths", "2,3", "-n", "2", "--max-tokens", "12", "--seed", "7", "--json",
+                   "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     assert d["workload"]["requests"] == 3 and d["workload"]["sha256"] == workload.read(str(wl)).sha256
@@ -232,15 +232,16 @@ def test_sweep_workload_end_to_end(tmp_path):
     assert (tmp_path / "rec" / Path(d["record_path"]).name).exists()
 
 
-def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path):
+def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, blockwidth):
     wl = _write(tmp_path / "w.jsonl", [{"id": "first", "prompt": "def f(x):\n    return"},
                                        {"id": "second", "prompt": "import os\n\n\ndef main():\n   "}])
-    p = run_cli("sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "6",
-                "--seed", "1", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "6",
+                   "--seed", "1", "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "workload w.jsonl: 2 requests" in out
     assert "per request (classic decode tok/s; each width's speed-up there):" in out
+    assert "\\nper request" not in out  # a blank line above it, not an escaped newline (seen in the real models' records)
     assert any(line.startswith("first ") for line in out.splitlines())
     assert "best width per request:" in out
     assert "95 % bootstrap interval resampling requests, then runs, seed 1" in out
@@ -254,20 +255,20 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path):
     (("--min-gain", "x%"), "is not a fraction (0.03) or a percentage (3%)"),
     (("--workload", "nope.jsonl"), "--workload nope.jsonl: no such file"),
 ])
-def test_sweep_workload_bad_input_exit_2(args, needle, tmp_path):
-    p = run_cli("sweep", "-n", "1", "--max-tokens", "4", "--record-dir", str(tmp_path), *args)
+def test_sweep_workload_bad_input_exit_2(args, needle, tmp_path, blockwidth):
+    p = blockwidth("sweep", "-n", "1", "--max-tokens", "4", "--record-dir", str(tmp_path), *args)
     assert p.returncode == 2, p.stdout + p.stderr
     assert needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
 
-def test_sweep_refuses_bad_json_on_line_3_and_chat_without_a_template(tmp_path):
+def test_sweep_refuses_bad_json_on_line_3_and_chat_without_a_template(tmp_path, blockwidth):
     bad = _write(tmp_path / "bad.jsonl", ['{"prompt": "a"}', '{"prompt": "b"}', '{"prompt": "c",}'])
-    p = run_cli("sweep", "--workload", str(bad), "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", str(bad), "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 2 and "line 3: not valid JSON" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and not (tmp_path / "rec").exists()
     chat = _write(tmp_path / "chat.jsonl", [{"messages": [{"role": "user", "content": "hi"}], "id": "q"}])
-    p = run_cli("sweep", "--workload", str(chat), "-n", "1", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", str(chat), "-n", "1", "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 2 and "line 1 (id q): \"messages\" need a chat template" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
 
@@ -440,7 +441,7 @@ def test_workload_mixed_requests_make_a_wide_interval():
     assert "the interval straddles 1 + the 3 % minimum gain" in s.arms[0].why
 
 
-def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
+def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path, blockwidth):
     """A decline of width 32 on the 4-bit demo target (about 4x slower than classic on a CPU),
     decided on a two-request workload: --check --measure runs that workload again, both
     requests, and the interval rule finds width 32 still slower."""
@@ -452,8 +453,8 @@ def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
     p = write_profile(tmp_path, CPU_4BIT + f'decline = true\nmlx = "{MLX}"\n'
                       f'evidence = {{ widths = [32], workload = {{ name = "{w.name}", source = "{w.source}", '
                       f'sha256 = "{w.sha256}", requests = 2 }} }}\n')
-    r = run_cli("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "2",
-                "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
+    r = blockwidth("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "2",
+                   "--profile", str(p), "--record-dir", str(tmp_path / "rec"), "--json")
     assert r.returncode == 0, r.stdout + r.stderr
     m = by_name(json.loads(r.stdout))["measure: target-4bit + drafter"]
     assert m["status"] == "pass", m
@@ -465,11 +466,11 @@ def test_check_measure_replays_the_workload_an_entry_was_decided_on(tmp_path):
 
 
 @pytest.mark.slow
-def test_sweep_builtin_mixed_headless_json(tmp_path):
+def test_sweep_builtin_mixed_headless_json(tmp_path, blockwidth):
     """What the GPU host runs, at its smallest: the built-in workload, headless, --json and a
     record (every request, the chat ones through mlx_lm.server's transcript on the demo pair)."""
-    p = run_cli("sweep", "--workload", "mixed", "--widths", "2", "-n", "1", "--max-tokens", "4",
-                "--json", "--record-dir", str(tmp_path / "rec"))
+    p = blockwidth("sweep", "--workload", "mixed", "--widths", "2", "-n", "1", "--max-tokens", "4",
+                   "--json", "--record-dir", str(tmp_path / "rec"))
     assert p.returncode == 0, p.stderr
     d = json.loads(p.stdout)
     w = workload.builtin("mixed")
@@ -545,3 +546,49 @@ def test_the_committed_cpu_workload_record_reproduces_its_intervals():
     for a in rec["arms"][1:]:
         est = again[a["width"]]
         assert (a["ratio"], a["ratio_ci"], a["p_value"]) == (round(est.ratio, 4), est.ci.to_list(), round(est.p, 6))
+
+
+def test_a_one_request_workload_records_its_request_not_the_demo_prompt(tmp_path, capsys):
+    """A --workload of one request recorded the built-in demo prompt as its prompt and
+    `requests: null`. Its request is recorded as a workload's are, its rounds once."""
+    from blockwidth.console.cli import main
+    from blockwidth.engine import record
+
+    wl = _write(tmp_path / "one.jsonl", [{"id": "only", "prompt": "def area(r):\n    return"}])
+    assert main(["sweep", "--workload", str(wl), "--widths", "2", "-n", "1", "--max-tokens", "4",
+                 "--record-dir", str(tmp_path / "rec"), "--json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    rec = record.load(Path(d["record_path"]))
+    assert [r["id"] for r in rec["requests"]] == ["only"] and rec["workload"]["requests"] == 1
+    assert rec["prompt"]["text_head"] == "def area(r): return"  # the request's head, not the demo prompt
+    assert rec["prompt"]["tokens"] == rec["requests"][0]["prompt_tokens"]
+    # the rounds are kept once, in the session's arms (which are this request's)
+    assert all("rounds_detail" not in s for a in rec["requests"][0]["arms"] for s in a["samples"])
+    assert all("rounds_detail" in s for a in rec["arms"] for s in a["samples"])
+    assert record.reproduce(rec)[2].ratio > 0
+
+
+def test_runs_without_decode_time_leave_no_interval_and_keep_the_session():
+    """A served width whose stream sent every token in one chunk has no decode time;
+    the interval's 'no decode time to divide by' ended the sweep (exit 2, the runs lost). Now
+    the session stands on its ranges and says, in one warning, why there is no interval."""
+    from blockwidth.engine import record
+    from blockwidth.engine.ab import AbConfig, Arm, Session, Verdict, decide
+    from blockwidth.engine.decode import DecodeRun
+    from blockwidth.engine.identity import compare
+    from tests.states import CONTINUATION, DEFAULT_PROMPT, TOKENS, _run, demo_pair
+
+    pair = demo_pair()
+    tok = pair.tokenizer
+    out = tok.encode(CONTINUATION)[:TOKENS]
+    config = AbConfig(widths=(2,), prompt=DEFAULT_PROMPT, n=3, max_tokens=TOKENS, seed=3)
+    classic = Arm(None, [_run(None, v, out) for v in (40.0, 41.0, 40.5, 41.5)], verdict=Verdict.CONTROL)
+    at_once = Arm(2, [DecodeRun(2, list(out), 20, 0.3, 0.0, []) for _ in range(3)])
+    s = Session(config, tok.encode(DEFAULT_PROMPT), classic, [at_once], reps=3, started_at=0.0, seed=3)
+    at_once.identity = compare(out, out, tok)
+    decide(s)  # raised StatsError before
+    assert s.estimates == {} and s.no_interval == "no decode time to divide by"
+    (line,) = [w for w in s.warnings() if w.startswith("no speed-up interval")]
+    assert "w2 had runs whose tokens all came at once" in line and "every run is in the record" in line
+    rec = record.build(s, pair, host={})
+    assert line in rec["warnings"] and len(rec["arms"][1]["samples"]) == 3

@@ -59,14 +59,19 @@ def build(session, pair, host: dict, gate: dict | None = None, route: str = "eng
             # a round by part against classic's step (the engine path: a served run has no rounds)
             d["round_breakdown"] = arm.round_breakdown(session.classic_step_ms())
         arms.append(d)
-    requests = None
-    if many:
-        requests = [{**r.to_dict(), "arms": [_arm(a) for a in [r.classic, *r.arms]],
-                     "classic_stock": _arm(r.stock) if getattr(r, "stock", None) is not None else None}
-                    for r in session.per_request]
     stock = getattr(session, "stock", None)
     plan = getattr(session, "exact", None)
     c = session.config
+    # A workload of one request is still a workload: its request (id, prompt, tokens) is
+    # recorded, not the default prompt the session's config carries beside it. Its arms are the
+    # session's own, whose rounds are kept above.
+    listed = many or (c.workload is not None and bool(session.requests))
+    requests = None
+    if listed:
+        requests = [{**r.to_dict(), "arms": [_arm(a, rounds=many) for a in [r.classic, *r.arms]],
+                     "classic_stock": (_arm(r.stock, rounds=many) if getattr(r, "stock", None) is not None
+                                       else None)}
+                    for r in session.per_request]
     opening, closing = session.opening_closing()
     return {
         "schema": RECORD_SCHEMA,
@@ -79,12 +84,13 @@ def build(session, pair, host: dict, gate: dict | None = None, route: str = "eng
             "target": str(pair.target_path), "drafter": str(pair.drafter_path) if pair.drafter_path else None,
             "drafter_kind": pair.kind.value, "fingerprints": dict(pair.fingerprints),
             "pair_id": pair.pair_id, "target_quantization": pair.quantization.to_dict(),
+            "target_dtypes": dict(getattr(pair, "target_dtypes", None) or {}) or None,
             "target_caches": pair.caches.summary() if getattr(pair, "caches", None) else None,
         },
         "prompt": {"sha256": session.prompt_sha256,
-                   "tokens": sum(len(r.prepared.ids) for r in session.requests) if many
+                   "tokens": sum(len(r.prepared.ids) for r in session.requests) if listed
                    else len(session.prompt_ids),
-                   "text_head": (session.requests[0].prepared.request.head(200) if many
+                   "text_head": (session.requests[0].prepared.request.head(200) if listed
                                  else session.config.prompt[:200])},
         "workload": c.workload.to_dict() if c.workload is not None else None,
         "requests": requests,

@@ -513,16 +513,21 @@ def _r(v: float | None, nd: int = 4) -> float | None:
     return None if v is None else round(v, nd)
 
 
-def complete(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int | None = None,
+def complete(server: Server, prompt: str | list[dict], max_tokens: int, num_draft_tokens: int | None = None,
              *, cancel: threading.Event | None = None,
              timeout: float = REQUEST_TIMEOUT_S) -> Completion | None:
     """Stream one greedy completion from ``server``; None when cancelled mid-stream (the
-    connection is closed, which stops the server's generation). Raises ServedError."""
-    body: dict[str, Any] = {"prompt": prompt, "max_tokens": max_tokens, "temperature": 0.0,
-                            "stream": True, "stream_options": {"include_usage": True}}
+    connection is closed, which stops the server's generation). Raises ServedError. A prompt
+    is text (/v1/completions); chat messages (a list) go to /v1/chat/completions, where the
+    server renders them with the target's chat template as the engine path does."""
+    chat = isinstance(prompt, list)
+    body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0,
+                            "stream": True, "stream_options": {"include_usage": True},
+                            **({"messages": prompt} if chat else {"prompt": prompt})}
     if num_draft_tokens is not None:
         body["num_draft_tokens"] = num_draft_tokens
-    req = urllib.request.Request(server.url + "/v1/completions", data=json.dumps(body).encode(),
+    endpoint = "/v1/chat/completions" if chat else "/v1/completions"
+    req = urllib.request.Request(server.url + endpoint, data=json.dumps(body).encode(),
                                  headers={"Content-Type": "application/json"})
     parts: list[str] = []
     usage: dict = {}
@@ -545,7 +550,7 @@ def complete(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int
                 if msg.get("usage"):
                     usage = msg["usage"]
                 for choice in msg.get("choices", ()):
-                    text = choice.get("text") or ""
+                    text = choice.get("text") or (choice.get("delta") or {}).get("content") or ""
                     if text:
                         now = time.monotonic()
                         first = now if first is None else first
@@ -572,7 +577,7 @@ def complete(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int
                       first, last, time.monotonic(), chunks, num_draft_tokens)
 
 
-def burst(server: Server, prompt: str, max_tokens: int, num_draft_tokens: int | None,
+def burst(server: Server, prompt: str | list[dict], max_tokens: int, num_draft_tokens: int | None,
           concurrency: int, *, cancel: threading.Event) -> list[Completion] | None:
     """``concurrency`` requests sent at once, each from its own client thread; None if cancelled."""
     if concurrency == 1:
@@ -720,6 +725,39 @@ class ServedRun:
     def rounds_table(self) -> None:
         return None
 
+    @classmethod
+    def combine_pass(cls, width: int | None, runs: list["ServedRun"]) -> "ServedPass":
+        """A workload's pass as one run (engine.ab.pass_run's served twin)."""
+        return ServedPass(width, [q for r in runs for q in r.requests], runs[0].concurrency,
+                          [i for r in runs for i in r.identity], parts=list(runs))
+
+
+@dataclass
+class ServedPass(ServedRun):
+    """Every request of a workload's pass: tokens and decode time summed over its runs."""
+
+    parts: list[ServedRun] = field(default_factory=list)
+
+    @property
+    def tokens(self) -> int:
+        return sum(r.tokens for r in self.parts)
+
+    @property
+    def decode_s(self) -> float:
+        return sum(r.decode_s for r in self.parts)
+
+    @property
+    def decode_tok_s(self) -> float:
+        return self.tokens / self.decode_s if self.decode_s > 0 else 0.0
+
+    @property
+    def wall_s(self) -> float:
+        return sum(r.wall_s for r in self.parts)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return sum(r.prompt_tokens for r in self.parts)
+
 
 # ---------------------------------------------------------------- the session
 
@@ -800,6 +838,10 @@ class ServedSession:
     levels: list[ServedLevel] = field(default_factory=list)
     reference: Completion | None = None  # classic's first sending
     first_sendings: dict[int, Completion] = field(default_factory=dict)  # width -> its first sending
+    # a workload's: request id -> classic's first sending, and -> width -> its first sending
+    # (the first request's are ``reference`` and ``first_sendings`` too)
+    references: dict[str, Completion] = field(default_factory=dict)
+    first_by_request: dict[str, dict[int, Completion]] = field(default_factory=dict)
     servers: dict[str, dict] = field(default_factory=dict)  # role -> argv, pid, ready_s, env
     warnings: list[str] = field(default_factory=list)
     cancelled: bool = False
@@ -847,9 +889,10 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
     abc = config.ab
     widths = tuple(dict.fromkeys(abc.widths))
     levels = check_concurrency(config.concurrency)
-    ids = pair.tokenizer.encode(abc.prompt)
+    sends = requests_of(pair, abc)
+    ids = list(sends[0][3])
     warm_ids, shift = ab.warmup_prompt(ids, abc.max_tokens, max(widths), pair.context_length)
-    warm_prompt = pair.tokenizer.decode(warm_ids) if shift else "\n# warm-up\n" + abc.prompt
+    warm_prompt = pair.tokenizer.decode(warm_ids) if shift else "\n# warm-up\n" + pair.tokenizer.decode(ids)
     session = ServedSession(config, pair)
     classic_port = config.port
     draft_port = None if config.port is None else config.port + 1
@@ -873,28 +916,34 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
         if any("Draft model tokenizer does not match" in line for line in servers["draft"].log_tail()):
             session.warnings.append("mlx_lm.server says the draft model's tokenizer does not match the "
                                     "target's")
-        emit(ab.Event("phase", "first sendings", phase="first sendings", runs=len(widths) + 1))
-        ref = complete(servers["classic"], abc.prompt, abc.max_tokens, cancel=cancel)
-        if ref is None:
-            raise KeyboardInterrupt
-        session.reference = ref
-        if pair.context_length is not None and (ref.prompt_tokens or 0) + abc.max_tokens + max(widths) > pair.context_length:
-            raise ServedError(f"prompt {ref.prompt_tokens} + --max-tokens {abc.max_tokens} + width "
-                              f"{max(widths)} exceeds the target's context of {pair.context_length} tokens")
-        for i, w in enumerate(widths):
-            first = complete(servers["first-sending"], abc.prompt, abc.max_tokens, num_draft_tokens(w),
-                             cancel=cancel)
-            if first is None:
+        total = len(sends) * (len(widths) + 1)
+        emit(ab.Event("phase", "first sendings", phase="first sendings", runs=total))
+        for k, (rid, payload, max_tokens, _, _) in enumerate(sends):
+            ref = complete(servers["classic"], payload, max_tokens, cancel=cancel)
+            if ref is None:
                 raise KeyboardInterrupt
-            session.first_sendings[w] = first
-            emit(ab.Event("phase", f"w{w}", run=i + 1, runs=len(widths) + 1, phase="first sendings"))
+            session.references[rid] = ref
+            if pair.context_length is not None and (ref.prompt_tokens or 0) + max_tokens + max(widths) > pair.context_length:
+                raise ServedError(f"{'request ' + rid + ': ' if len(sends) > 1 else ''}prompt {ref.prompt_tokens} "
+                                  f"+ --max-tokens {max_tokens} + width {max(widths)} exceeds the target's "
+                                  f"context of {pair.context_length} tokens")
+            mine = session.first_by_request.setdefault(rid, {})
+            for i, w in enumerate(widths):
+                first = complete(servers["first-sending"], payload, max_tokens, num_draft_tokens(w), cancel=cancel)
+                if first is None:
+                    raise KeyboardInterrupt
+                mine[w] = first
+                emit(ab.Event("phase", f"w{w}", run=k * (len(widths) + 1) + i + 2, runs=total,
+                              phase="first sendings"))
+        session.reference = session.references[sends[0][0]]
+        session.first_sendings = session.first_by_request[sends[0][0]]
         servers.stop("first-sending")  # its memory back before the timed runs
 
         for level in levels:
             if cancel.is_set():
                 break
             lv = _run_level(pair, config, widths, level, servers, session, warm_prompt, shift,
-                            attention, backend, emit, cancel)
+                            attention, backend, emit, cancel, sends)
             if lv.session.cancelled and not any(a.runs for a in (lv.session.classic, *lv.session.arms)):
                 raise KeyboardInterrupt  # cancelled before anything was kept: no record of nothing
             session.levels.append(lv)
@@ -906,53 +955,99 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
     return session
 
 
+def requests_of(pair, abc) -> list[tuple[str, str | list[dict], int, tuple[int, ...], Any]]:
+    """What the session sends: (request id, prompt text or chat messages, new tokens, the ids the
+    engine path would decode, engine.workload.Prepared or None) per request; without a workload,
+    the prompt alone. A chat request goes to the server as messages, rendered there by the same
+    chat template (or transcript) that engine.workload.prepare renders with."""
+    if abc.workload is None:
+        return [("1", abc.prompt, abc.max_tokens, tuple(pair.tokenizer.encode(abc.prompt)), None)]
+    from blockwidth.engine.workload import prepare
+
+    out = []
+    for p in prepare(abc.workload, pair.tokenizer, abc.max_tokens):
+        req = p.request
+        payload = [m.to_dict() for m in req.messages] if req.chat else req.prompt
+        out.append((p.id, payload, p.max_tokens, p.ids, p))
+    return out
+
+
 def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
                session: ServedSession, warm_prompt: str, shift: int, attention: str, backend: str,
-               emit, cancel: threading.Event) -> ServedLevel:
+               emit, cancel: threading.Event, sends=None) -> ServedLevel:
     from blockwidth.engine import ab
 
     abc = config.ab
-    ids = pair.tokenizer.encode(abc.prompt)
-    s = ab.Session(abc, ids, ab.Arm(None, verdict=ab.Verdict.CONTROL), [ab.Arm(w) for w in widths],
-                   seed=ab.seed_of(abc))
+    sends = sends or requests_of(pair, abc)
+    ids = list(sends[0][3])
+    control = ab.Verdict.CONTROL
+    if abc.workload is None:
+        s = ab.Session(abc, ids, ab.Arm(None, verdict=control), [ab.Arm(w) for w in widths],
+                       seed=ab.seed_of(abc))
+    else:  # as engine.ab.run_session lays out a workload: one request's arms are the session's
+        per = [ab.RequestArms(p, ab.Arm(None, verdict=control), [ab.Arm(w) for w in widths])
+               for _, _, _, _, p in sends]
+        many = len(per) > 1
+        classic, arms = ((ab.Arm(None, verdict=control), [ab.Arm(w) for w in widths]) if many
+                         else (per[0].classic, per[0].arms))
+        s = ab.Session(abc, ids, classic, arms, seed=ab.seed_of(abc), requests=per)
+    many = len(s.requests) > 1
     s.backend, s.attention = backend, attention
     s.warmup_shift = shift or 1  # the warm-up's prompt is not the session's: other positions
     s.drafter_kind = "model"
-    ref = session.reference.text
+    # each arm's request: what it sends, and whose first sendings it is compared with
+    owner = {id(a): (rid, payload, mt) for (rid, payload, mt, _, _), r in zip(sends, s.requests or [None])
+             if r is not None for a in [r.classic, *r.arms]}
+    first = sends[0][:3]
     lv = ServedLevel(level, s)
     t_start = time.monotonic()
     started = [0]
     emit(ab.Event("session", message=f"concurrency {level}: {len(widths)} widths, n={abc.n}, "
-                                     f"{abc.max_tokens} tokens"))
+                                     f"{abc.max_tokens} tokens" + (f", {len(sends)} requests" if many else "")))
 
     def one(arm, rep: int, keep: bool = True, closing: bool = False):
         index = started[0]
         started[0] += 1
         runs = max(abc.planned_runs, started[0])
-        emit(ab.Event("arm", arm.name, rep, 0, abc.max_tokens, run=index, runs=runs, closing=closing))
+        rid, payload, max_tokens = owner.get(id(arm), first)
+        emit(ab.Event("arm", arm.name, rep, 0, max_tokens, run=index, runs=runs, closing=closing,
+                      request=rid if many else ""))
         server = servers["classic" if arm.width is None else "draft"]
         ndt = None if arm.width is None else num_draft_tokens(arm.width)
-        got = burst(server, abc.prompt if keep else warm_prompt, abc.max_tokens, ndt, level,
+        got = burst(server, payload if keep else warm_prompt, max_tokens, ndt, level,
                     cancel=cancel)
         if got is None:
             return None
         run = ServedRun(arm.width, got, level)
         if keep:
+            ref = session.references.get(rid, session.reference).text
             run.identity = [compare_text(ref, r.text, "cached repeat" if (r.cached_tokens or 0) > 0
                                          else "first sending") for r in got]
             arm.runs.append(run)
-            s.order.append(arm.name)
-            _set_identity(lv, session, arm)
+            s.order.append(f"{rid}/{arm.name}" if many else arm.name)
+            _set_identity(lv, session, arm, rid, key=f"{rid}/{arm.name}" if many else None)
         else:
             s.warmup[arm.name] = run
-        emit(ab.Event("progress", arm.name, rep, abc.max_tokens, abc.max_tokens, run=index,
-                      runs=runs, closing=closing))
+        emit(ab.Event("progress", arm.name, rep, max_tokens, max_tokens, run=index,
+                      runs=runs, closing=closing, request=rid if many else ""))
         return run
 
     ab.interleave(s, one, cancel=cancel, emit=emit, t_start=t_start)
     s.cancelled = cancel.is_set()
-    for arm in s.arms:
-        _set_identity(lv, session, arm)
+    if many:  # per request, then each width's word over all of them (the first that differs)
+        for r in s.requests:
+            for arm in r.arms:
+                _set_identity(lv, session, arm, r.id, key=f"{r.id}/{arm.name}")
+        for arm in s.arms:
+            entries = [lv.identity[f"{r.id}/{arm.name}"] for r in s.requests if f"{r.id}/{arm.name}" in lv.identity]
+            lv.identity[arm.name] = {k: next((e[k] for e in entries if e.get(k) is not None and not e[k].identical),
+                                             next((e[k] for e in entries if e.get(k) is not None), None))
+                                     for k in dict.fromkeys(k for e in entries for k in e)}
+            ids_ = [r.arm(arm.width).identity for r in s.requests if r.arm(arm.width).identity is not None]
+            arm.identity = next((i for i in ids_ if not i.identical), ids_[0] if ids_ else None)
+    else:
+        for arm in s.arms:
+            _set_identity(lv, session, arm, sends[0][0])
     classic_diff = [i for r in s.classic.runs for i in r.identity if not i.identical]
     lv.classic_differs = classic_diff[0] if classic_diff else None
     done = [q for a in (s.classic, *s.arms) for r in a.runs for q in r.requests]
@@ -964,12 +1059,14 @@ def _run_level(pair, config: ServedConfig, widths, level: int, servers: Servers,
     return lv
 
 
-def _set_identity(lv: ServedLevel, session: ServedSession, arm) -> None:
+def _set_identity(lv: ServedLevel, session: ServedSession, arm, rid: str | None = None,
+                  key: str | None = None) -> None:
     """An arm's identity: its first sending's and its timed requests' (which repeat the prompt and
     hit the prompt cache) against classic's first sending; the first that differs stands for the
-    arm, as the engine path's first differing run does."""
-    ref = session.reference.text
-    first = session.first_sendings.get(arm.width)
+    arm, as the engine path's first differing run does. ``rid``: the workload request the arm
+    runs (its own reference and first sendings); ``key``: its name in ``lv.identity``."""
+    ref = session.references.get(rid, session.reference).text if rid else session.reference.text
+    first = ((session.first_by_request.get(rid) if rid else None) or session.first_sendings).get(arm.width)
     first_id = compare_text(ref, first.text, "first sending") if first is not None else None
     timed = [i for r in arm.runs for i in r.identity]
     cached = [i for i in timed if i.sending == "cached repeat"]
@@ -978,7 +1075,7 @@ def _set_identity(lv: ServedLevel, session: ServedSession, arm) -> None:
     entry: dict[str, TextIdentity | None] = {"first_sending": first_id, "cached_repeat": cached_id}
     if fresh:
         entry["timed_first_sending"] = next((i for i in fresh if not i.identical), fresh[0])
-    lv.identity[arm.name] = entry
+    lv.identity[key or arm.name] = entry
     ids = [i for i in (first_id, *timed) if i is not None]
     arm.identity = next((i for i in ids if not i.identical), ids[0] if ids else None)
 
@@ -994,7 +1091,8 @@ def level_warnings(session: ServedSession, lv: ServedLevel) -> list[str]:
     if lv.classic_differs is not None:
         out.append(f"classic at concurrency {lv.concurrency} is not classic's first sending: "
                    f"{lv.classic_differs.describe()}")
-    differs = {name: e for name, e in lv.identity.items()
+    per_request = any("/" in name for name in lv.identity)  # a workload's: said per request only
+    differs = {name: e for name, e in lv.identity.items() if "/" in name or not per_request
                if any(i is not None and not i.identical for i in e.values())}
     for name, e in differs.items():
         which = [k.replace("_", " ") for k, i in e.items() if i is not None and not i.identical]
@@ -1035,6 +1133,12 @@ def level_record(session: ServedSession, lv: ServedLevel, host: dict, gate: dict
                            for w, c in session.first_sendings.items()},
         "short_runs": lv.short_runs,
     }
+    if session.config.ab.workload is not None:  # each request's own reference and first sendings
+        rec["served"]["requests"] = {
+            rid: {"reference": {"tokens": c.tokens, "cached_tokens": c.cached_tokens, "text_head": c.text[:200]},
+                  "first_sendings": {f"w{w}": dict(f.summary(), identical=f.text == c.text)
+                                     for w, f in session.first_by_request.get(rid, {}).items()}}
+            for rid, c in session.references.items()}
     return rec
 
 

@@ -1,5 +1,5 @@
 """lab/sharded_gpu.sh on this CPU, on the demo pair, the ring backend instead of NCCL: the stages
-the coordinator runs on a 2-GPU host write what they say (issue 29). Bounded: every command in
+the coordinator runs on a 2-GPU host write what they say (docs/distributed.md). Bounded: every command in
 the script has its timeout, and this test one over all."""
 
 from __future__ import annotations

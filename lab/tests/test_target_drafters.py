@@ -9,6 +9,7 @@ import re
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tarfile
 from pathlib import Path
 
@@ -58,8 +59,8 @@ def test_a_padded_batch_is_each_rows_own_greedy_text():
 def test_layer_choices():
     assert td.spread(36, 5) == (1, 9, 17, 25, 33)  # z-lab's Qwen3-8B DFlash
     assert td.spread(30, 4) == (1, 10, 18, 27)  # SmolLM2-135M
-    assert td.drafter_layers(30, 4) == (0, 1, 28, 29)
-    assert td.drafter_layers(6, 3) == (0, 1, 5)
+    assert td.drafter_layers(30, 4) == (0, 1, 2, 3)
+    assert td.drafter_layers(2, 4) == (0, 1)
 
 
 def test_held_out_requests_are_not_what_training_asks():
@@ -69,9 +70,9 @@ def test_held_out_requests_are_not_what_training_asks():
     # what the requests ask (a system prompt such as "You are a helpful assistant." is shared)
     held = [m.content for _, w in groups for r in w.requests for m in r.messages if m.role != "system"]
     assert [len(w.requests) for _, w in groups] == [16, 8, 4]
-    files = td.stdlib_files(Path(td.sysconfig.get_paths()["stdlib"]))
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
     rng = np.random.default_rng(0)
-    material = td.harvest(files[:40], Path(td.sysconfig.get_paths()["stdlib"]), 50, rng)
+    material = td.harvest(td.stdlib_files(stdlib)[:40], stdlib, 50, rng)
     asked = {m["content"] for msgs in td.chat_requests(3000, material, rng) for m in msgs
              if m["role"] == "user"}
     assert not asked & set(held)
@@ -85,6 +86,7 @@ def test_held_out_requests_are_not_what_training_asks():
     (["measure", "--kinds", "eagle"], "--kinds: eagle is not"),
     (["dflash", "--target", "NO-SUCH"], "--target NO-SUCH: no config.json"),
     (["dflash"], "no text.npz there"),
+    (["measure", "--kinds", "mtp,drafter"], "no mtp/ drafter there"),
     (["text"], "no chat template"),  # the demo target as it ships has none
 ])
 def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
@@ -96,6 +98,18 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path, capsys, argv, says):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and says in err[0], err
     assert not out.exists()
+
+
+def test_measure_says_in_one_line_why_the_engine_refuses_a_drafter(tmp_path, capsys):
+    from tests.checkpoints import dflash_config, write_dflash
+
+    tconfig = json.loads((demo.target("bf16") / "config.json").read_text())
+    write_dflash(tmp_path / "dflash", dflash_config(tconfig, layers=(1, 9)))
+    argv = ["measure", "--target", str(demo.target("bf16")), "--out", str(tmp_path), "--kinds", "dflash"]
+    assert td.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "name layer 9, but the target has 6 layers" in err[0], err
+    assert not (tmp_path / "acceptance-dflash.json").exists()
 
 
 def _sh(verb: str, *args: str, env: dict) -> subprocess.CompletedProcess:
