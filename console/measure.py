@@ -58,8 +58,8 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str 
 
 def run_interruptibly(work, cancel, what: str):
     """Run ``work()`` in a thread while this (main) thread waits: Ctrl-C (SIGTERM, SIGHUP too) sets
-    ``cancel``, which the work checks between forwards, so it stops after the one under way and returns what it
-    measured; a second Ctrl-C quits at once. MLX does not return to Python inside a forward,
+    ``cancel``, which the work checks between forwards, so it stops after the one under way and
+    returns what it measured; a second Ctrl-C quits at once. MLX does not return to Python inside a forward,
     so a Ctrl-C met there waited for the whole measurement (two were ignored for 7 minutes).
     Returns (the result, whether it was interrupted)."""
     import threading
