@@ -17,7 +17,6 @@ folders by absolute path, so it works from any directory.
 from __future__ import annotations
 
 import os
-import shlex
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
@@ -25,7 +24,8 @@ from typing import Any, Mapping
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.profile import PATH_ENGINE as ENGINE_PATH  # blockwidth's own decode loop
 from blockwidth.policy.profile import PATH_SERVER as SERVER_PATH  # the real mlx_lm.server (the served path)
-from blockwidth.policy.profile import env_words, num_draft_tokens
+from blockwidth.policy.commands import Unprintable, env_words, printable, shell
+from blockwidth.policy.profile import num_draft_tokens
 from blockwidth.policy.resolve import Source, label
 
 # Why mlx_lm.server cannot draft with a kind, said where the command would be.
@@ -121,10 +121,11 @@ class Answer:
                 "session_command": self.session_command, "session_why": self.session_why}
 
 
-def _abs(path: Path) -> str:
+def _abs(path: Path, what: str) -> str:
     # absolute, and normalised, but through the links the operator named: a folder opened by a
-    # relative path or from another directory still works in the copied line
-    return shlex.quote(os.path.abspath(Path(path).expanduser()))
+    # relative path or from another directory still works in the copied line (quoted where the
+    # line is rendered: policy.commands)
+    return printable(os.path.abspath(Path(path).expanduser()), what)
 
 
 def _num(v: Any) -> float | None:
@@ -169,9 +170,9 @@ def _trust(res: Any) -> tuple[bool, str, str | None]:
             line += (f"; measured with {env_words(entry.server_env)} in the server's environment, "
                      f"which the command sets")
         if isinstance(server.get("verify_attention"), str):
-            mode = shlex.quote(server["verify_attention"])  # a profile is input
-            line += (f"; measured with blockwidth's verify attention {mode}: run it as blockwidth serve "
-                     f"--verify-attention {mode}")
+            mode = server["verify_attention"]  # a profile is input: quoted as a command renders it
+            line += (f"; measured with blockwidth's verify attention {shell([mode])}: run it as "
+                     f"{shell(['blockwidth', 'serve', '--verify-attention', mode])}")
         if res.stale:
             line += "; STALE (another MLX version)"
         return True, line, path
@@ -211,27 +212,34 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
     if load_error:
         return Answer(command=None, refusal=f"the pair did not load ({load_error}); no command for it",
                       **base)
-    target = _abs(paths.target)
+    try:
+        return _answer(res, paths, base, path, session_decline)
+    except Unprintable as e:  # a folder named with a newline or an escape: no line means it
+        return Answer(command=None, refusal=f"no command is printed: {e}", **base)
+
+
+def _answer(res: Any, paths: Any, base: dict, path: str | None, session_decline: str | None) -> Answer:
+    target = _abs(paths.target, "the target's folder")
+    classic = shell(["mlx_lm.server", "--model", target])
     if res.width is None:  # a decline: classic was faster, so the server runs without a draft model
-        return Answer(command=f"mlx_lm.server --model {target}", refusal=None, **base)
+        return Answer(command=classic, refusal=None, **base)
     kind = res.drafter_kind
     if kind in _CANNOT or paths.drafter is None:
         why = _CANNOT.get(kind, _CANNOT[DrafterKind.LOOKUP])
         where = ("blockwidth's engine does not run it either" if kind is DrafterKind.EAGLE else
                  f"width {res.width} runs on blockwidth's engine (BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width})")
         return Answer(command=None, refusal=f"{why}; {where}", **base)
-    line = (f"mlx_lm.server --model {target} --draft-model {_abs(paths.drafter)} "
-            f"--num-draft-tokens {num_draft_tokens(res.width)}")
+    argv = ["mlx_lm.server", "--model", target, "--draft-model", _abs(paths.drafter, "the drafter's folder"),
+            "--num-draft-tokens", str(num_draft_tokens(res.width))]
+    env: dict[str, str] = {}
     entry = getattr(res, "entry", None)
     server = getattr(entry, "server", None) if entry is not None else None
     if path == SERVER_PATH and isinstance(server, Mapping):
         args = server.get("args")
         if isinstance(args, list) and all(isinstance(a, str) for a in args):
-            line += "".join(f" {shlex.quote(a)}" for a in args)  # the arguments it was measured with
-        if entry.server_env:  # the environment it was measured in: without it, another kernel runs
-            line = f"{env_words(entry.server_env)} {line}"
+            argv += args  # the arguments it was measured with
+        env = entry.server_env  # the environment it was measured in: without it, another kernel runs
     # ``session_decline``: the session on screen found every width it ran slower than classic
     # (or short of the minimum gain), saved or not (the words say which): its command is classic's
-    extra = ({"session_command": f"mlx_lm.server --model {target}", "session_why": session_decline}
-             if session_decline else {})
-    return Answer(command=line, refusal=None, caution=caution(res, path), **extra, **base)
+    extra = {"session_command": classic, "session_why": session_decline} if session_decline else {}
+    return Answer(command=shell(argv, env), refusal=None, caution=caution(res, path), **extra, **base)

@@ -24,7 +24,7 @@ from blockwidth.policy.checks import (Category, Check, EntryMark, Mark, Status, 
                            measured_status, outcome, shadow_checks, stale_check)
 from blockwidth.policy.device import Device
 from blockwidth.policy.errors import BlockwidthError
-from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.text import error_line, error_lines, shown
 from blockwidth.policy.profile import Entry, Profile
 from blockwidth.policy.resolve import Resolution, Source
 
@@ -249,8 +249,10 @@ def _workload_for(e: Entry) -> tuple[Any, str]:
 
 
 def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
-                 on_event: Callable[[Any], None] | None = None) -> Check:
-    """A short A/B of the entry this pair matches here: its width, or the widths it declined."""
+                 on_event: Callable[[Any], None] | None = None, cancel: Any = None) -> Check:
+    """A short A/B of the entry this pair matches here: its width, or the widths it declined.
+    ``cancel`` (a threading.Event; Ctrl-C, SIGTERM or SIGHUP set it): the session stops after
+    the forward under way and its record is written, marked cancelled."""
     from blockwidth.console import records, session as recorded_session
     from blockwidth.engine.session import host
     from blockwidth.engine.pair import RUNNABLE, load_pair
@@ -288,8 +290,16 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
                                      predict=False, verify_attention=options.verify_attention, workload=replay,
                       auto_max=e.auto.max_width if e.auto is not None else None,
                       **({"min_gain": float(gain)} if isinstance(gain, (int, float)) and 0 <= gain < 1 else {}))
+    import threading
+
+    from blockwidth.console.measure import run_interruptibly
+
+    cancel = cancel if cancel is not None else threading.Event()
     try:
-        done = recorded_session.run(pair, config, record_dir=options.record_dir, gate=gate, on_event=on_event)
+        done, _ = run_interruptibly(
+            lambda: recorded_session.run(pair, config, record_dir=options.record_dir, gate=gate,
+                                         on_event=on_event, cancel=cancel),
+            cancel, f"measuring {p.label}")
     except BlockwidthError as err:  # bad input (a DecodeError, a WorkloadError...): said, not a failed check
         raise err.adding(before=f"{p.label}: ") from None
     except Exception as err:  # the engine broke on this runner: that is the check's answer
@@ -397,10 +407,13 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             device = None
 
     prof_path = Path(args.profile).expanduser() if args.profile else profiles.default_path()
+    too_long = files.name_problem(args.profile) if args.profile else None
     if args.profile == "":
         problems.append("--profile '': give a file name")
+    elif too_long:  # as every path option is refused (policy.files.user_path)
+        problems.append(f"--profile {too_long}")
     prof = None
-    if args.profile != "":
+    if args.profile != "" and not too_long:
         try:
             prof = profiles.load(prof_path, missing_ok=False)
         except profiles.ProfileError as e:
@@ -468,27 +481,34 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
             if why:
                 problems.append(why)
         for p in problems:
-            print(f"blockwidth: error: {shown(p)}", file=err)
+            print(f"blockwidth: error: {error_line(p)}", file=err)
         if args.json:  # a CI step parsing stdout gets the reason, not an empty document
             print(files.dumps_json({**meta, "exit_code": int(ExitCode.USAGE), "errors": problems,
                               "counts": {}, "checks": []}, indent=1), file=out)
         return ExitCode.USAGE
 
     checks = static_checks(prof, device, mlx, pairs)
+    import threading
+
+    cancel = threading.Event()  # Ctrl-C, SIGTERM: the session under way keeps its record; none after it
     if measure:
         options = MeasureOptions(n=n, max_tokens=max_tokens, record_dir=record_dir,
                                  verify_attention=getattr(args, "verify_attention", None) or "auto")
         for p in pairs:
+            if cancel.is_set():
+                break
             def progress(e: Any, label: str = p.label) -> None:
                 if e.kind in ("warmup", "rep", "done"):
                     print(shown(f"  measure {label}: [{e.kind}] {e.arm} {e.message}".rstrip()), file=err)
             try:
-                checks.append(measure_pair(p, prof, options, progress))
+                checks.append(measure_pair(p, prof, options, progress, cancel))
             except BlockwidthError as e:  # a pair from the flags is named by them
                 for line in error_lines(e, CLI_NAMES if p.origin == "command line" else None):
                     print(f"blockwidth: error: {line}", file=err)
                 return ExitCode.USAGE
     code = exit_code(checks, strict=strict, allow_inconclusive=allow)
+    if cancel.is_set():
+        code = ExitCode.INTERRUPTED  # as Ctrl-C ends every measuring command; the report says what finished
     # The files first, so that what stdout says (exit_code in the JSON, the tally's exit) is
     # what the process exits with; a write that fails is exit 2, said after the report.
     late = [c.figures["record_error"] for c in checks if c.figures.get("record_error")]
@@ -510,7 +530,7 @@ def run(args: Any, out: Any = None, err: Any = None) -> int:
     from blockwidth.console.outputs import kept_note
 
     for line in late:
-        print(f"blockwidth: error: {shown(line)}{kept_note()}", file=err)
+        print(f"blockwidth: error: {error_line(line)}{kept_note()}", file=err)
     return code
 
 

@@ -42,27 +42,30 @@ def json_doc(checks: Sequence[Check], meta: Mapping[str, Any]) -> dict[str, Any]
 
 def junit(checks: Sequence[Check], meta: Mapping[str, Any]) -> bytes:
     """JUnit XML as CI systems read it: one testcase per check. A warning is a failure
-    with --strict and a note otherwise; inconclusive is a failure unless allowed, then skipped."""
+    with --strict and a note otherwise; inconclusive is a failure unless allowed, then skipped.
+    Every text is shown (policy.text): XML 1.0 cannot hold most control characters even as
+    references, so a path or a detail holding one made a report no CI could parse."""
     strict, allow = meta["strict"], meta["allow_inconclusive"]
     suites = ET.Element("testsuites", name="blockwidth --check")
     suite = ET.SubElement(suites, "testsuite", name="blockwidth-check")
     props = ET.SubElement(suite, "properties")
     for key in ("profile", "device", "mlx", "strict", "allow_inconclusive", "measure", "exit_code"):
-        ET.SubElement(props, "property", name=key, value=str(meta.get(key)))
+        ET.SubElement(props, "property", name=key, value=shown(meta.get(key)))
     failures = skipped = 0
     for c in checks:
-        case = ET.SubElement(suite, "testcase", classname=f"blockwidth.{c.category.value}", name=c.name)
+        detail = shown(c.detail)
+        case = ET.SubElement(suite, "testcase", classname=f"blockwidth.{c.category.value}", name=shown(c.name))
         if c.status is Status.FAIL or (c.status is Status.WARN and strict) or (
                 c.status is Status.INCONCLUSIVE and not allow):
             failures += 1
-            ET.SubElement(case, "failure", message=c.detail, type=c.status.value).text = c.detail
+            ET.SubElement(case, "failure", message=detail, type=c.status.value).text = detail
         elif c.status in (Status.SKIP, Status.INCONCLUSIVE):
             skipped += 1
-            ET.SubElement(case, "skipped", message=f"{c.status.value}: {c.detail}")
+            ET.SubElement(case, "skipped", message=f"{c.status.value}: {detail}")
         elif c.status is Status.WARN:
-            ET.SubElement(case, "system-out").text = f"warning: {c.detail}"
+            ET.SubElement(case, "system-out").text = f"warning: {detail}"
         else:
-            ET.SubElement(case, "system-out").text = c.detail
+            ET.SubElement(case, "system-out").text = detail
     for el in (suites, suite):
         el.set("tests", str(len(checks)))
         el.set("failures", str(failures))
@@ -78,7 +81,7 @@ def junit_input_error(problems: Sequence[str], meta: Mapping[str, Any]) -> bytes
     suite = ET.SubElement(suites, "testsuite", name="blockwidth-check", tests="1", failures="0",
                           errors="1", skipped="0")
     case = ET.SubElement(suite, "testcase", classname="blockwidth.input", name="input")
-    ET.SubElement(case, "error", message=problems[0] if problems else "bad input",
-                  type="usage").text = "\n".join(problems)
+    ET.SubElement(case, "error", message=shown(problems[0]) if problems else "bad input",
+                  type="usage").text = "\n".join(shown(p) for p in problems)
     ET.indent(suites)
     return ET.tostring(suites, encoding="utf-8", xml_declaration=True) + b"\n"

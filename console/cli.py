@@ -36,7 +36,7 @@ from blockwidth.console.inputs import CLI_NAMES, chain_lines, resolution  # noqa
 from blockwidth.policy import files  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
 from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH  # noqa: E402
-from blockwidth.policy.text import error_lines, shown  # noqa: E402
+from blockwidth.policy.text import error_line, error_lines, shown  # noqa: E402
 
 from blockwidth.console.request import KINDS, add_pair_args, add_verify_attention, integer, seconds  # noqa: E402,F401 (one home: request.py)
 
@@ -59,7 +59,8 @@ class Parser(argparse.ArgumentParser):
         return action
 
     def error(self, message: str) -> NoReturn:
-        self.exit(ExitCode.USAGE, f"blockwidth: error: {' '.join(message.split())} "
+        # argparse quotes the argument it refused, as typed: shown and bounded like any error
+        self.exit(ExitCode.USAGE, f"blockwidth: error: {error_line(' '.join(message.split()))} "
                                   f"(see {self.prog} --help)\n")
 
 

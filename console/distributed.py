@@ -11,6 +11,7 @@ stdout closed, their record going to a folder of their own that is removed, and 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
@@ -25,6 +26,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from blockwidth.console.inputs import CLI_NAMES, BlockwidthError, ExitCode, InputError
+from blockwidth.policy.text import error_line
 
 # Set by the launcher (--ranks) for its ranks: where each writes how it ended, and the time bound.
 GROUP_DIR = "BLOCKWIDTH_GROUP_DIR"
@@ -131,10 +133,13 @@ def _as_rank(args: argparse.Namespace, command: Callable[[argparse.Namespace], i
     global _context
     from blockwidth.engine import distributed as dist
 
+    from blockwidth.policy.device import launch_rank
+
     group_dir = os.environ.get(GROUP_DIR)
-    timeout = float(os.environ.get(GROUP_TIMEOUT) or args.group_timeout)
+    timeout = _group_timeout(args)
     _watchdog(timeout)
-    rank_no = int(os.environ.get("MLX_RANK", os.environ.get("OMPI_COMM_WORLD_RANK", "0")) or 0)
+    rank_no = launch_rank(os.environ)  # a LaunchError names the variable
+    _hostfile_problem(os.environ.get("MLX_HOSTFILE"))
     if rank_no != 0:
         _follower_streams(group_dir, rank_no)
     code: int | None = None
@@ -152,7 +157,7 @@ def _as_rank(args: argparse.Namespace, command: Callable[[argparse.Namespace], i
         try:
             code = int(command(args))
         except dist.DistributedError as e:  # the ranks parted (1), or a target they cannot split (2)
-            error = e.say(CLI_NAMES)
+            error = error_line(e.say(CLI_NAMES))
             print(f"blockwidth: error: {error}", file=sys.stderr)
             code = e.exit_code
         return code
@@ -187,9 +192,60 @@ def _write_result(group_dir: str, rank: int, code: int | None, error: str) -> No
         pass  # the launcher then says this rank ended without a result
 
 
+def _group_timeout(args: argparse.Namespace) -> float:
+    """--group-timeout, or the launcher's (``BLOCKWIDTH_GROUP_TIMEOUT``), which it set itself."""
+    raw = os.environ.get(GROUP_TIMEOUT, "").strip()
+    if not raw:
+        return float(args.group_timeout)
+    from blockwidth.console.request import seconds
+
+    try:
+        return seconds(1, 86400)(raw)
+    except argparse.ArgumentTypeError as e:
+        raise InputError(f"{GROUP_TIMEOUT}={e}") from None
+
+
+def _hostfile_problem(path: str | None) -> None:
+    """MLX_HOSTFILE, read by MLX when the group forms: a FIFO nobody writes (or a device that
+    never ends) blocked MLX's read with the interpreter held, so that nothing, not even the
+    group's timeout, ran again. It must be a regular file of JSON, read here first."""
+    if not path:
+        return
+    from blockwidth.policy import files
+
+    try:
+        files.read_json(files.user_path(path, "MLX_HOSTFILE"), files.MiB)
+    except files.FileProblem as e:
+        said = e.say()
+        raise InputError(f"MLX_HOSTFILE {said.removeprefix('MLX_HOSTFILE ')}: the group's hosts "
+                         f"(JSON, as mlx.launch writes it)") from None
+
+
+# Ends a rank from outside when its interpreter cannot run the timer below: MLX forms a group
+# (and waits in a collective) with the interpreter held, so a peer that never joins kept a rank
+# waiting past --group-timeout with its timer never run. This process sleeps apart; it leaves
+# as soon as the rank is gone.
+_KILLER = """
+import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+parent, end = int(sys.argv[1]), time.monotonic() + float(sys.argv[2])
+while time.monotonic() < end:
+    if os.getppid() != parent:
+        sys.exit(0)
+    time.sleep(0.2)
+try:
+    os.write(2, sys.argv[3].encode())
+    os.kill(parent, signal.SIGKILL)
+except OSError:
+    pass
+"""
+KILL_GRACE_S = 2.0  # after the timer's moment: the timer says it first when it can run
+
+
 def _watchdog(seconds: float) -> None:
     """Stop this rank after ``seconds`` whatever it is doing (a collective whose peer is gone
-    waits forever): the time bound holds under an operator's mlx.launch too."""
+    waits forever): the time bound holds under an operator's mlx.launch too. A timer here ends
+    it with 124; where MLX holds the interpreter, a process apart kills it just after."""
     def fire() -> None:
         sys.stderr.write(f"blockwidth: error: rank stopped after --group-timeout {seconds:g}s\n")
         sys.stderr.flush()
@@ -198,6 +254,12 @@ def _watchdog(seconds: float) -> None:
     t = threading.Timer(seconds, fire)
     t.daemon = True
     t.start()
+    line = (f"blockwidth: error: rank stopped after --group-timeout {seconds:g}s (killed: MLX held "
+            f"the process, waiting for its group)\n")
+    with contextlib.suppress(OSError):
+        subprocess.Popen([sys.executable, "-S", "-c", _KILLER, str(os.getpid()),
+                          str(seconds + KILL_GRACE_S), line], stdin=subprocess.DEVNULL,
+                         stdout=subprocess.DEVNULL, start_new_session=True, close_fds=True)
 
 
 def _follower_streams(group_dir: str | None, rank: int) -> None:

@@ -14,13 +14,12 @@ draft_len_schedule)`` (batch size upper bound to draft length; above the last ke
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 from pathlib import Path
 from typing import Any
 
 from blockwidth.console.inputs import ExitCode, InputError
-from blockwidth.policy.profile import env_words, num_draft_tokens
+from blockwidth.policy.commands import Name, comment, json_text, printable, python_call, shell
+from blockwidth.policy.profile import num_draft_tokens
 
 FORMATS = ("mlx-lm", "vllm", "sglang", "llama.cpp", "trtllm")
 
@@ -48,11 +47,12 @@ def _record_pair(entry, profile_path: Path) -> tuple[str | None, str | None]:
     if not path.is_absolute():
         path = profile_path.parent / path
     try:
-        data = json.loads(files.read_text(path, files.MAX_JSON_BYTES))
+        data = files.read_json(path, files.MAX_RECORD_BYTES)
         pair = data.get("pair") or {}
-        return pair.get("target"), pair.get("drafter")
+        names = (pair.get("target"), pair.get("drafter"))
     except (files.FileProblem, ValueError, AttributeError):
         return None, None
+    return tuple(n if isinstance(n, str) and n else None for n in names)  # type: ignore[return-value]
 
 
 def _here(path: str | None, placeholder: str, flag: str, out: list[str]) -> str:
@@ -60,12 +60,15 @@ def _here(path: str | None, placeholder: str, flag: str, out: list[str]) -> str:
     with a comment naming only the folder's last part: a record keeps the measuring host's
     absolute paths (a helper's worktree, a GPU host's results), which mean nothing here and are
     that host's business."""
+    from blockwidth.policy import files
+    from blockwidth.policy.text import shown
+
     if not path:
         return placeholder
-    if Path(path).is_dir():
+    if files.name_problem(path) is None and Path(path).is_dir():  # a record is input: any name
         return path
-    out.append(f"# {placeholder}: the record's was a folder named {shlex.quote(Path(path).name)} on the "
-               f"machine that measured it (not here); {flag} names yours")
+    out.append(comment(f"{placeholder}: the record's was a folder named {shell([shown(Path(path).name)])} "
+                       f"on the machine that measured it (not here); {flag} names yours"))
     return placeholder
 
 
@@ -82,17 +85,17 @@ def _levels(entries: list) -> list:
 
 def _comment(e, lines: list[str]) -> None:
     what = "decline (no width beat classic)" if e.decline else f"width {e.width}"
-    where = ("through mlx_lm.server" + (f" {e.server.get('mlx_lm')}" if e.server else "")
+    where = ("through mlx_lm.server" + (f" {e.server.get('mlx_lm')}" if e.server and e.server.get("mlx_lm") else "")
              if e.path == "mlx-lm-server" else "on blockwidth's engine path")
     rec = (e.evidence or {}).get("record", "no record named")
-    lines.append(f"# {what} at concurrency {e.load}: measured on MLX {e.mlx or '?'} {where}, "
-                 f"{e.measured_at or 'undated'}; record {rec}")
+    lines.append(comment(f"{what} at concurrency {e.load}: measured on MLX {e.mlx or '?'} {where}, "
+                         f"{e.measured_at or 'undated'}; record {rec}"))
     if not e.byte_identical:
-        lines.append("#   output NOT byte-identical to classic there (saved explicitly)")
+        lines.append(comment("  output NOT byte-identical to classic there (saved explicitly)"))
     if e.auto is not None:
-        lines.append(f"#   an auto entry: blockwidth's engine adapts the width per round; this engine "
-                     f"takes one, so {e.width} (the entry's best fixed width on its curve at pooled "
-                     f"acceptance {e.auto.acceptance:.2f}) and it cannot adapt")
+        lines.append(comment(f"  an auto entry: blockwidth's engine adapts the width per round; this "
+                             f"engine takes one, so {e.width} (the entry's best fixed width on its curve "
+                             f"at pooled acceptance {e.auto.acceptance:.2f}) and it cannot adapt"))
 
 
 def _ranges(levels: list) -> list[tuple[int, int, Any]]:
@@ -111,75 +114,79 @@ def _k(e) -> int:
 
 
 def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
+    """The configuration block for ``fmt``: comments (policy.commands.comment: one line each) and
+    commands whose every value is quoted for its target (policy.commands: a POSIX shell, JSON in
+    a shell word, Python literals), so that what a shell or Python reads is the command meant."""
     lines: list[str] = []
     for e in levels:
         _comment(e, lines)
     if fmt != "mlx-lm":
-        lines.append("# the width was measured on MLX; this engine runs its own kernels and batching: "
-                     "start here, then measure it there")
+        lines.append(comment("the width was measured on MLX; this engine runs its own kernels and "
+                             "batching: start here, then measure it there"))
     elif any(e.path != "mlx-lm-server" for e in levels):
-        lines.append("# measured on blockwidth's engine (MLX), not through mlx_lm.server, whose loop is "
-                     "slower: blockwidth sweep --path mlx-lm-server measures this command")
+        lines.append(comment("measured on blockwidth's engine (MLX), not through mlx_lm.server, whose "
+                             "loop is slower: blockwidth sweep --path mlx-lm-server measures this command"))
     widths = [e for e in levels if not e.decline]
-    q = shlex.quote
     if fmt == "mlx-lm":
         for e in levels:
             cmd = ["mlx_lm.server", "--model", target]
             if not e.decline:
                 cmd += ["--draft-model", drafter, "--num-draft-tokens", str(_k(e))]
-            cmd += list((e.server or {}).get("args") or [])
+            cmd += list((e.server or {}).get("args") or [])  # checked when the profile was read
             if len(levels) > 1:
-                lines.append(f"# for a load of about {e.load} concurrent requests")
-            env = e.server_env  # the MLX_* switches it was measured with (they pick the kernels)
-            lines.append(" ".join(filter(None, [env_words(env), shlex.join(cmd)])))
+                lines.append(comment(f"for a load of about {e.load} concurrent requests"))
+            # the MLX_* switches it was measured with (they pick the kernels)
+            lines.append(shell(cmd, e.server_env))
     elif fmt == "vllm":
         if not widths:
-            lines.append(f"vllm serve {q(target)}  # no speculative config: classic won")
+            lines.append(comment("no speculative config: classic won"))
+            lines.append(shell(["vllm", "serve", target]))
         else:
             cfg: dict[str, Any] = {"method": "draft_model", "model": drafter,
                                    "num_speculative_tokens": max(_k(e) for e in widths)}
             if len(levels) > 1:
                 cfg["num_speculative_tokens_per_batch_size"] = [[lo, hi, _k(e)] for lo, hi, e in _ranges(levels)]
-                lines.append(f"# per batch size [start, end, K]: each measured load up to the next; "
-                             f"above {levels[-1].load} nothing was measured")
-            lines.append(f"vllm serve {q(target)} --speculative-config {q(json.dumps(cfg))}")
+                lines.append(comment(f"per batch size [start, end, K]: each measured load up to the "
+                                     f"next; above {levels[-1].load} nothing was measured"))
+            lines.append(shell(["vllm", "serve", target, "--speculative-config", json_text(cfg)]))
     elif fmt == "sglang":
         for e in levels:
             if len(levels) > 1:
-                lines.append(f"# for a load of about {e.load} concurrent requests")
+                lines.append(comment(f"for a load of about {e.load} concurrent requests"))
             cmd = ["python", "-m", "sglang.launch_server", "--model-path", target]
             if not e.decline:
                 cmd += ["--speculative-algorithm", "STANDALONE", "--speculative-draft-model-path", drafter,
                         "--speculative-num-steps", str(_k(e)), "--speculative-eagle-topk", "1",
                         "--speculative-num-draft-tokens", str(e.width)]
-            lines.append(shlex.join(cmd))
+            lines.append(shell(cmd))
         if widths:
-            lines.append("# a chain (topk 1): num-draft-tokens counts the verified rows, the width; "
-                         "num-steps the drafted tokens, width - 1")
+            lines.append(comment("a chain (topk 1): num-draft-tokens counts the verified rows, the "
+                                 "width; num-steps the drafted tokens, width - 1"))
     elif fmt == "llama.cpp":
         for e in levels:
             if len(levels) > 1:
-                lines.append(f"# for a load of about {e.load} concurrent requests")
+                lines.append(comment(f"for a load of about {e.load} concurrent requests"))
             cmd = ["llama-server", "-m", f"{target}.gguf"]
             if not e.decline:
                 cmd += ["-md", f"{drafter}.gguf", "--draft-max", str(_k(e))]
-            lines.append(shlex.join(cmd))
-        lines.append("# -m/-md: the GGUF conversions of these checkpoints; --draft-max is the drafted "
-                     "tokens (width - 1); llama.cpp may draft fewer (--draft-min, --draft-p-min)")
+            lines.append(shell(cmd))
+        lines.append(comment("-m/-md: the GGUF conversions of these checkpoints; --draft-max is the "
+                             "drafted tokens (width - 1); llama.cpp may draft fewer (--draft-min, "
+                             "--draft-p-min)"))
     elif fmt == "trtllm":
         if not widths:
-            lines.append(f"llm = LLM({target!r})  # no speculative_config: classic won")
+            lines.append(comment("no speculative_config: classic won"))
+            lines += ["from tensorrt_llm import LLM", f"llm = {python_call('LLM', target)}"]
         else:
-            kw = [f"max_draft_len={max(_k(e) for e in widths)}", f"speculative_model={drafter!r}"]
+            kw: dict[str, Any] = {"max_draft_len": max(_k(e) for e in widths), "speculative_model": drafter}
             if len(levels) > 1:
-                sched = {hi: _k(e) for lo, hi, e in _ranges(levels)}
-                kw.append(f"draft_len_schedule={sched!r}")
-                lines.append(f"# draft_len_schedule: batch size up to each key drafts its value; above "
-                             f"{levels[-1].load} it drafts none (not measured there)")
+                kw["draft_len_schedule"] = {hi: _k(e) for lo, hi, e in _ranges(levels)}
+                lines.append(comment(f"draft_len_schedule: batch size up to each key drafts its value; "
+                                     f"above {levels[-1].load} it drafts none (not measured there)"))
             lines += ["from tensorrt_llm import LLM",
                       "from tensorrt_llm.llmapi import DraftTargetDecodingConfig",
-                      f"speculative_config = DraftTargetDecodingConfig({', '.join(kw)})",
-                      f"llm = LLM({target!r}, speculative_config=speculative_config)"]
+                      f"speculative_config = {python_call('DraftTargetDecodingConfig', **kw)}",
+                      f"llm = {python_call('LLM', target, speculative_config=Name('speculative_config'))}"]
     return lines
 
 
@@ -195,21 +202,25 @@ def cmd_export(args: argparse.Namespace) -> int:
     groups: dict[tuple, list] = {}
     for e in mine:
         groups.setdefault(_situation(e), []).append(e)
-    out = [f"# blockwidth export --format {args.format}: {len(mine)} entr{'y' if len(mine) == 1 else 'ies'} "
-           f"of {prof.path} for {device.describe()}"]
+    out = [comment(f"blockwidth export --format {args.format}: {len(mine)} entr{'y' if len(mine) == 1 else 'ies'} "
+                   f"of {prof.path} for {device.describe()}")]
     for entries in groups.values():
         levels = _levels(entries)
         first = levels[0]
         t, d = _record_pair(first, prof.path)
+        rec = (first.evidence or {}).get("record")
         out.append("")
-        out.append(f"# {first.describe_keys().split(', served by')[0].split(', concurrency')[0]}")
-        target = args.target or _here(t, "TARGET", "--target", out)
+        out.append(comment(first.describe_keys().split(', served by')[0].split(', concurrency')[0]))
+        # a name that a printed command cannot hold as written is refused, naming where it came from
+        target = printable(args.target or _here(t, "TARGET", "--target", out),
+                           "--target" if args.target else f"the target record {rec} names")
         # a decline's command names no drafter: nothing to say about one
-        drafter = args.draft or (_here(d, "DRAFT", "--draft", out) if any(not e.decline for e in levels)
-                                 else "DRAFT")
+        drafter = printable(args.draft or (_here(d, "DRAFT", "--draft", out) if any(not e.decline for e in levels)
+                                           else "DRAFT"),
+                            "--draft" if args.draft else f"the drafter record {rec} names")
         if first.drafter_kind.value != "model":
-            out.append(f"# drafter kind {first.drafter_kind.value}: the command below assumes a draft "
-                       f"model; map it to the engine's own {first.drafter_kind.value} drafter")
+            out.append(comment(f"drafter kind {first.drafter_kind.value}: the command below assumes a "
+                               f"draft model; map it to the engine's own {first.drafter_kind.value} drafter"))
         out += render(args.format, levels, target, drafter)
     print("\n".join(out))
     return ExitCode.OK

@@ -21,6 +21,7 @@ from blockwidth.policy.errors import BlockwidthError, ExitCode, InputError  # no
 from blockwidth.policy.config import ConfigError
 from blockwidth.policy.quantization import Quantization
 from blockwidth.policy.resolve import Resolution, Step, resolve
+from blockwidth.policy.text import shown
 
 
 # The operator's own offline setting, read before engine.pair switches the hub off for
@@ -90,7 +91,7 @@ def hub_checkpoint(repo: str, what: str, weights: bool, download: bool = True) -
     if not download:
         raise InputError(f"{repo}: not in the Hugging Face cache ({constants.HF_HUB_CACHE}); "
                          f"`blockwidth --target {repo}` downloads it, with progress", what)
-    print(f"blockwidth: {CLI_NAMES.get(what, what)} {repo}: downloading {'the checkpoint' if weights else 'its configs'} "
+    print(f"blockwidth: {CLI_NAMES.get(what, what)} {shown(repo)}: downloading {'the checkpoint' if weights else 'its configs'} "
           f"from the Hugging Face Hub into {constants.HF_HUB_CACHE} (Ctrl-C cancels)", file=sys.stderr)
     offline, constants.HF_HUB_OFFLINE = constants.HF_HUB_OFFLINE, False  # named by the operator
     try:

@@ -18,7 +18,7 @@ from blockwidth.console.save import save_session
 from blockwidth.console.session import answer_after, profile_for_save, record_dir  # noqa: F401 (their home)
 from blockwidth.policy import bounds, files
 from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH
-from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.text import error_line, error_lines, shown
 
 
 def _memory_bytes() -> int | None:
@@ -57,9 +57,9 @@ def _load(target: str | None, draft: str | None, kind: str | None, variant: str 
 
 
 def run_interruptibly(work, cancel, what: str):
-    """Run ``work()`` in a thread while this (main) thread waits: Ctrl-C sets ``cancel``, which
-    the work checks between forwards, so it stops after the one under way and returns what it
-    measured; a second Ctrl-C quits at once. MLX does not return to Python inside a forward,
+    """Run ``work()`` in a thread while this (main) thread waits: Ctrl-C (SIGTERM, SIGHUP too) sets
+    ``cancel``, which the work checks between forwards, so it stops after the one under way and
+    returns what it measured; a second Ctrl-C quits at once. MLX does not return to Python inside a forward,
     so a Ctrl-C met there waited for the whole measurement (two were ignored for 7 minutes).
     Returns (the result, whether it was interrupted)."""
     import threading
@@ -82,18 +82,22 @@ def run_interruptibly(work, cancel, what: str):
     thread.start()
     interrupted = False
     # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
-    # finished while it still runs.
-    while not finished.is_set():
-        try:
-            finished.wait(0.2)
-        except KeyboardInterrupt:
-            if interrupted:
-                print("\nblockwidth: interrupted", file=sys.stderr, flush=True)
-                os._exit(ExitCode.INTERRUPTED)
-            interrupted = True
-            cancel.set()
-            print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
-                  file=sys.stderr, flush=True)
+    # finished while it still runs. SIGTERM and SIGHUP are Ctrl-C here (console.signals): a
+    # supervisor's stop keeps the record of what finished too.
+    from blockwidth.console.signals import as_interrupt
+
+    with as_interrupt():
+        while not finished.is_set():
+            try:
+                finished.wait(0.2)
+            except KeyboardInterrupt:
+                if interrupted:
+                    print("\nblockwidth: interrupted", file=sys.stderr, flush=True)
+                    os._exit(ExitCode.INTERRUPTED)
+                interrupted = True
+                cancel.set()
+                print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
+                      file=sys.stderr, flush=True)
     thread.join()  # done: it only returns now
     if "error" in box:
         raise box["error"]
@@ -509,7 +513,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 say(f"{'answer' if i == 0 else '':<6} {line}")
     sys.stdout.flush()  # the results are out before the line that says what failed after them
     for line in late:
-        print(f"blockwidth: error: {shown(line)}{outputs.kept_note()}", file=sys.stderr)
+        print(f"blockwidth: error: {error_line(line)}{outputs.kept_note()}", file=sys.stderr)
     return _sweep_exit(session, refusal, late)
 
 

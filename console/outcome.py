@@ -20,6 +20,7 @@ from blockwidth.policy.device import Device
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.profile import Entry
 from blockwidth.policy.quantization import Quantization
+from blockwidth.policy.text import shown
 from blockwidth.policy.verdict import Budget, RefusalKind, Verdict, refusal
 
 
@@ -333,9 +334,10 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         "widths": list(session.config.widths),  # what a decline declined: --check re-tries them
         # what it was measured on, in words a later resolution repeats (a generic entry is then
         # read for other pairs too, and must say it came from this one)
-        "measured_on": {k: v for k, v in (("target", pair.target_name), ("drafter", pair.drafter_name),
-                                          ("pair", pair.pair_id),
-                                          ("prompt", " ".join(session.config.prompt.split())[:60]))
+        # (escaped as a terminal shows them: a profile refuses a string holding a control character)
+        "measured_on": {k: shown(v) for k, v in (("target", pair.target_name), ("drafter", pair.drafter_name),
+                                                 ("pair", pair.pair_id),
+                                                 ("prompt", " ".join(session.config.prompt.split())[:60]))
                         if v},
     }
     if width is not None:
@@ -352,7 +354,8 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         evidence["exact"] = {"asked": plan_.asked.value, "active": plan_.active, "exact": plan_.exact,
                              "control": getattr(session, "baseline", "classic")}
     if session.workload is not None:
-        evidence["workload"] = session.workload.to_dict()
+        evidence["workload"] = {k: shown(v) if isinstance(v, str) else v
+                                for k, v in session.workload.to_dict().items()}
     plan = None
     if width == AUTO:  # the auto arm won: its plan, and the fixed width for what cannot adapt
         plan = session.auto.plan()

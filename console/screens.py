@@ -10,6 +10,9 @@ from textual.containers import Vertical, VerticalScroll
 from textual.screen import ModalScreen
 from textual.widgets import Input, Label, Static
 
+from blockwidth.policy.text import shown
+
+
 class HelpScreen(ModalScreen[None]):
     """Every key, from the app's own binding table (so it cannot fall out of date)."""
 
@@ -180,12 +183,13 @@ class AnswerScreen(ModalScreen[None]):
                                                       "allows it)" if self.copied else "") + ":\n", "bold"),
                       "  ", (a.command, "green"), "\n\n"]
         else:
-            parts += [("no mlx_lm.server command: ", "bold red"), a.refusal or "", "\n\n"]
-        parts += [("the width: ", "bold"), a.head(), "\n"]
+            # why there is none can quote a folder's name or a load error: shown, as on a terminal
+            parts += [("no mlx_lm.server command: ", "bold red"), shown(a.refusal or ""), "\n\n"]
+        parts += [("the width: ", "bold"), shown(a.head()), "\n"]
         if a.caution:
-            parts += [("caution: ", "bold yellow"), a.caution, "\n"]
+            parts += [("caution: ", "bold yellow"), shown(a.caution), "\n"]
         if a.session:
-            parts += [("this session: ", "bold"), a.session, "\n"]
+            parts += [("this session: ", "bold"), shown(a.session), "\n"]
         if a.env:
             parts += ["\n", ("for blockwidth's engine and CI, the environment variable:\n", "bold"),
                       f"  export {a.env}\n"]

@@ -12,44 +12,63 @@ in use or a model it cannot load is one line and exit 2, and Ctrl-C (or SIGTERM)
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 import time
 from typing import Any, Sequence
 
+from blockwidth.console import signals
 from blockwidth.console.inputs import ExitCode, InputError
-from blockwidth.policy.profile import env_words, num_draft_tokens
+from blockwidth.policy.commands import Unprintable, env_words, printable, shell
+from blockwidth.policy.profile import num_draft_tokens
+from blockwidth.policy.text import shown
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "
               "why); other arguments go to mlx_lm.server")
 
 
+def server_spec(res, target, drafter, server_args: Sequence[str] = ()):
+    """The mlx_lm.server process for a resolution (engine.session.served.ServerSpec): the pair, the width
+    (no draft model for a decline), the entry's own arguments (what it was measured with), then
+    the operator's. ``resolve`` and ``export`` print it, ``serve`` prints and starts it."""
+    from blockwidth.engine.session.served import ServerSpec
+
+    w = res.width
+    draft = drafter if w is not None and drafter is not None else None
+    entry = res.entry
+    measured_args = tuple((entry.server or {}).get("args") or ()) if entry is not None and entry.server else ()
+    return ServerSpec("serve", target, draft, (*measured_args, *server_args),
+                      draft_tokens=None if draft is None else w - 1)
+
+
 def command_for(res, target, drafter, server_args: Sequence[str] = ()) -> dict[str, Any]:
     """The command line for the path the width was measured on: the engine's environment
-    variable, or the mlx_lm.server command that was measured (a served entry's own arguments)."""
+    variable, or the mlx_lm.server command that was measured (a served entry's own arguments).
+    A folder no printed line can name as written (a newline in it) has no line: ``refusal``
+    says why."""
     measured = res.measured_path
     w = res.width
-    line = ["mlx_lm.server", "--model", str(target)]
-    if w is not None and drafter is not None:
-        line += ["--draft-model", str(drafter), "--num-draft-tokens", str(num_draft_tokens(w))]
+    spec = server_spec(res, target, drafter, server_args)
+    line = spec.command_line()
     entry = res.entry
-    if entry is not None and entry.server:
-        line += list(entry.server.get("args") or [])
-    line += list(server_args)
     env = entry.server_env if entry is not None else {}
     # the MLX_* switches it was measured with go before the command, as a shell sets them
-    server = {"argv": line, "env": env, "line": " ".join(filter(None, [env_words(env), shlex.join(line)])),
-              "measured": measured == "mlx-lm-server",
-              "serve": shlex.join(["blockwidth", "serve", "--target", str(target)]
-                                  + (["--draft", str(drafter)] if drafter is not None else []))}
+    server: dict[str, Any] = {"argv": line, "env": env, "measured": measured == "mlx-lm-server"}
+    try:
+        printable(target, "the target's folder")
+        if drafter is not None:
+            printable(drafter, "the drafter's folder")
+        server["line"] = shell(line, env)
+        server["serve"] = shell(["blockwidth", "serve", "--target", target]
+                                + (["--draft", drafter] if drafter is not None else []))
+    except Unprintable as e:
+        server.update(line=None, serve=None, refusal=f"no command is printed: {e}")
     if entry is not None and (entry.server or {}).get("verify_attention"):
-        server["verify_attention"] = entry.server["verify_attention"]
-        server["note"] = (f"measured with blockwidth's verify attention "
-                          f"{entry.server['verify_attention']}: run it as blockwidth serve "
-                          f"--verify-attention {entry.server['verify_attention']}")
-    engine = {"env": {} if w is None else {"BLOCKWIDTH_DRAFT_BLOCK_SIZE": str(w)},
-              "line": "" if w is None else f"BLOCKWIDTH_DRAFT_BLOCK_SIZE={w}",
-              "measured": measured == "engine"}
+        mode = entry.server["verify_attention"]
+        server["verify_attention"] = mode
+        server["note"] = (f"measured with blockwidth's verify attention {shell([mode])}: run it as "
+                          f"{shell(['blockwidth', 'serve', '--verify-attention', mode])}")
+    engine_env = {} if w is None else {"BLOCKWIDTH_DRAFT_BLOCK_SIZE": str(w)}
+    engine = {"env": engine_env, "line": env_words(engine_env), "measured": measured == "engine"}
     if drafter is None and w is not None:
         server["note"] = "mlx_lm.server has no prompt-lookup drafter; the width applies to blockwidth's engine"
     if res.auto is not None:
@@ -81,39 +100,34 @@ def provenance(res) -> str:
     return f"block_size={w}, block_size_from={label(res.source)} ({body})"
 
 
-def _split_serve_args(argv: list[str]) -> tuple[str, int, list[str]]:
-    """The host and port mlx_lm.server will listen on, and the other pass-through arguments."""
-    host, port, rest = "127.0.0.1", 8080, []
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        name, eq, val = a.partition("=")
-        if name in ("--host", "--port"):
-            if not eq:
-                if i + 1 >= len(argv):
-                    raise InputError(f"serve: {name} needs a value")
-                val = argv[i + 1]
-                i += 1
-            if name == "--host":
-                host = val
-            else:
-                if not val.isascii() or not val.isdigit() or not 1 <= int(val) <= 65535:
-                    raise InputError(f"serve: --port {val!r}: a port is 1..65535")
-                port = int(val)
-        else:
-            rest.append(a)
-        i += 1
-    return host, port, rest
+def loopback(host: str) -> bool:
+    """Whether ``host`` listens on this machine only: localhost, 127.0.0.0/8, ::1."""
+    import ipaddress
+
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    import dataclasses
+    import os
+
     from blockwidth.console.inputs import resolution
-    from blockwidth.engine.session.served import READY_TIMEOUT_S, Server, ServedError, ServerSpec, check_server_args, port_free
+    from blockwidth.engine.session.served import READY_TIMEOUT_S, Server, ServedError, check_server_args, port_free
     from blockwidth.policy.drafter import DrafterKind
 
-    extra = list(getattr(args, "server_args", []) or [])
-    host, port, rest = _split_serve_args(extra)
-    rest = list(check_server_args(rest, "serve"))  # a ServedError names what is wrong
+    # the operator's mlx_lm.server arguments: none that sets what blockwidth sets (the pair, the
+    # width, where it listens), nor an abbreviation of one (a ServedError names it)
+    rest = list(check_server_args(list(getattr(args, "server_args", []) or []), "serve"))
+    host, port = args.host, args.port
+    if not loopback(host) and not args.allow_non_loopback:
+        raise InputError(f"serve: --host {shown(host)} listens beyond this machine (every interface "
+                         f"or a network one); say so with --allow-non-loopback, or leave --host out "
+                         f"(127.0.0.1)")
     res, paths, info = resolution(target=args.target, draft=args.draft, kind=args.kind,
                                   flag=args.flag, device=args.device, profile=args.profile,
                                   variant=args.demo_target, route="mlx-lm-server",
@@ -126,16 +140,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
                          f"{info.kind.value} runs on blockwidth's engine")
     drafter = paths.drafter if res.width is not None else None
     cmd = command_for(res, paths.target, drafter, rest)
+    if cmd["mlx-lm-server"]["line"] is None:
+        raise InputError(f"serve: {cmd['mlx-lm-server']['refusal']}")
     # The entry's MLX_* switches, as it was measured; a variable the operator set already is
     # theirs, and the startup line says that it differs from what was measured.
-    import os
-
     measured_env = cmd["mlx-lm-server"]["env"]
     env = {k: v for k, v in measured_env.items() if k not in os.environ}
-    spec = ServerSpec("serve", paths.target, drafter,
-                      tuple(rest) + (("--num-draft-tokens", str(num_draft_tokens(res.width))) if drafter else ()),
-                      args.verify_attention, port, host, tuple(env.items()), exact=args.exact)
-    print(f"blockwidth serve: {provenance(res)}", flush=True)
+    in_effect = {k: os.environ.get(k, v) for k, v in measured_env.items()}
+    # one spec: what is printed below is what is started (argv, environment, host and port)
+    spec = dataclasses.replace(server_spec(res, paths.target, drafter, rest),
+                               verify_attention=args.verify_attention, port=port, host=host,
+                               env=tuple(env.items()), exact=args.exact)
+    launch = shell(spec.command_line(port), in_effect, "an argument")
+    print(f"blockwidth serve: {shown(provenance(res))}", flush=True)
     from blockwidth.console.answer import caution
 
     said = caution(res, res.measured_path) if drafter is not None else None
@@ -143,22 +160,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
         print(f"blockwidth serve: caution: {said}", file=sys.stderr, flush=True)
     for k, v in measured_env.items():
         if k in os.environ and os.environ[k] != v:
-            print(f"blockwidth serve: warning: {k}={shlex.quote(os.environ[k])} in this environment; the "
-                  f"entry was measured with {k}={v}", file=sys.stderr, flush=True)
-    print(f"blockwidth serve: {cmd['mlx-lm-server']['line']} --host {host} --port {port}"
-          + ("" if spec.dispatcher is None else
-             f"  (in-process, verify attention {spec.dispatcher}"
-             + (", exact path" if args.exact else "") + ")"), file=sys.stderr, flush=True)
+            print(f"blockwidth serve: warning: {shown(k + '=' + os.environ[k])} in this environment; "
+                  f"the entry was measured with {k}={v}", file=sys.stderr, flush=True)
+    print(f"blockwidth serve: {launch}", file=sys.stderr, flush=True)
     if not port_free(port, host):
-        raise InputError(f"serve: port {port} on {host} is in use: mlx_lm.server cannot listen there; "
-                         f"choose another (--port)")
+        raise InputError(f"serve: port {port} on {shown(host)} is in use: mlx_lm.server cannot listen "
+                         f"there; choose another (--port)")
     import tempfile
 
     log_dir = tempfile.mkdtemp(prefix="blockwidth-serve-")
     server = Server(spec, log_dir, tee=sys.stderr)
     timeout = args.ready_timeout if args.ready_timeout is not None else READY_TIMEOUT_S
     try:
-        with _interruptible():
+        with signals.as_interrupt():  # SIGTERM and SIGHUP stop the server as Ctrl-C does
             try:
                 server.start()
                 server.wait_ready(time.monotonic() + timeout)
@@ -168,63 +182,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
             code = server.proc.wait()
         crash = f"mlx_lm.server exited (code {code}): {server.last_error()}"
-        print(f"blockwidth serve: {crash}", file=sys.stderr)
+        print(f"blockwidth serve: {shown(crash)}", file=sys.stderr)
         return ExitCode.ENVIRONMENT if code else ExitCode.OK  # it crashed: not the input's fault
     except KeyboardInterrupt:
         print("blockwidth serve: stopping mlx_lm.server", file=sys.stderr)
-        with _shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
+        with signals.shielded():  # a second Ctrl-C or SIGTERM must not orphan the server mid-stop
             server.stop(graceful=True)
         return ExitCode.INTERRUPTED
     finally:
-        with _shielded():
+        with signals.shielded():
             server.stop(graceful=True)
         import shutil
 
         shutil.rmtree(log_dir, ignore_errors=True)
-
-
-class _signals:
-    """``handler`` for ``sigs`` inside the block (the main thread's alone: only it may set
-    them), the old handlers back after it."""
-
-    def __init__(self, handler, *sigs) -> None:
-        self.handler, self.sigs, self.old = handler, sigs, {}
-
-    def __enter__(self):
-        import signal
-        import threading
-
-        if threading.current_thread() is threading.main_thread():
-            for sig in self.sigs:
-                self.old[sig] = signal.signal(sig, self.handler)
-        return self
-
-    def __exit__(self, *exc):
-        import signal
-
-        for sig, h in self.old.items():
-            signal.signal(sig, h)
-        return False
-
-
-def _raise_interrupt(signum, frame):
-    raise KeyboardInterrupt
-
-
-def _interruptible() -> _signals:
-    """SIGTERM and SIGHUP to blockwidth serve stop the server as Ctrl-C does."""
-    import signal
-
-    return _signals(_raise_interrupt, signal.SIGTERM, signal.SIGHUP)
-
-
-def _shielded() -> _signals:
-    """SIGINT, SIGTERM and SIGHUP ignored while the server stops (bounded: stop's own timeout,
-    then a kill): outside _interruptible a second signal would end blockwidth at once and
-    leave mlx_lm.server, in its own session, running with nobody to stop it."""
-    import signal
-
-    return _signals(signal.SIG_IGN, signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 def register(sub, resolution_args, pair_args) -> None:
@@ -233,7 +203,8 @@ def register(sub, resolution_args, pair_args) -> None:
 
     p = sub.add_parser("serve", help=SERVE_HELP, allow_abbrev=False,
                        description=SERVE_HELP + ". Any option not listed here is mlx_lm.server's "
-                                   "(e.g. --port 8080 --max-tokens 512), passed through.")
+                                   "(e.g. --max-tokens 512 --prompt-cache-size 4), passed through; "
+                                   "none that sets the pair, the width or where it listens.")
     pair_args(p)
     resolution_args(p)
     p.add_argument("--concurrency", type=_concurrency, default=1, metavar="N",
@@ -244,6 +215,12 @@ def register(sub, resolution_args, pair_args) -> None:
                    help="run mlx_lm.server in-process on the exact path: every forward of 1..16 rows "
                         "on row-invariant kernels, so a speculative server answers byte for byte what "
                         "a classic one answers (CUDA; a no-op route on a CPU)")
+    p.add_argument("--host", default="127.0.0.1", metavar="HOST",
+                   help="where mlx_lm.server listens (default 127.0.0.1); one beyond this machine only "
+                        "with --allow-non-loopback")
+    p.add_argument("--port", type=_port, default=8080, help="its port (default 8080)")
+    p.add_argument("--allow-non-loopback", action="store_true",
+                   help="let --host name an address other machines reach (0.0.0.0, a network one)")
     p.add_argument("--ready-timeout", type=_ready_timeout, default=None, metavar="S",
                    help="seconds mlx_lm.server may take to load and answer (default 180)")
     p.set_defaults(func=cmd_serve)
@@ -256,6 +233,15 @@ def register(sub, resolution_args, pair_args) -> None:
         return ns, []
 
     p.parse_known_args = pass_through  # type: ignore[method-assign]
+
+
+def _port(text: str) -> int:
+    from blockwidth.policy.integers import IntegerError, parse_int
+
+    try:
+        return parse_int(text, 1, 65535, signed=False)
+    except IntegerError as e:
+        raise argparse.ArgumentTypeError(f"{e.shown}: a port is 1..65535") from None
 
 
 def _concurrency(text: str) -> int:

@@ -15,7 +15,7 @@ from typing import Any
 from blockwidth.console import outputs
 from blockwidth.console.inputs import ExitCode, InputError, pair_paths, user_path
 from blockwidth.policy import files
-from blockwidth.policy.text import error_lines, shown
+from blockwidth.policy.text import error_line, error_lines, shown
 
 PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or mlx-lm-server (the "
              "installed mlx_lm.server on loopback: one process with the draft model, one without, "
@@ -211,10 +211,15 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
         written.append((lv, rec, record_file, saved, refusal))
 
     cancel = threading.Event()
+    from blockwidth.console.signals import cancelling
+
     try:
-        session = recorded_session.run_served(pair, config, record_dir=records, gate=gate,
-                                              on_level=on_level, on_event=on_event,
-                                              on_server=on_server, cancel=cancel)
+        # Ctrl-C, SIGTERM or SIGHUP: the level under way stops after the request in flight and
+        # its record is written, marked cancelled, as a finished level's is; a second one quits
+        with cancelling(cancel, "the served session"):
+            session = recorded_session.run_served(pair, config, record_dir=records, gate=gate,
+                                                  on_level=on_level, on_event=on_event,
+                                                  on_server=on_server, cancel=cancel)
     except ServedError as e:
         raise e.adding(_kept(written)) from None
     except KeyboardInterrupt:
@@ -242,7 +247,7 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
             print(shown(f"{'answer' if i == 0 else '':<6} {line}"))
     sys.stdout.flush()
     for line in late:
-        print(f"blockwidth: error: {shown(line)}{outputs.kept_note()}", file=sys.stderr)
+        print(f"blockwidth: error: {error_line(line)}{outputs.kept_note()}", file=sys.stderr)
     return _exit(session, written, late)
 
 
@@ -261,7 +266,7 @@ def _kept(written) -> str:
 def _print(session, written, pair) -> None:
     from blockwidth.console.outcome import headline
     from blockwidth.engine.session.served import level_warnings, server_env, server_version
-    from blockwidth.policy.profile import env_words
+    from blockwidth.policy.commands import env_words, shell
 
     def say(line: str = "", **kw) -> None:  # one line each; names from the checkpoint shown escaped
         print(shown(line), **kw)
@@ -272,7 +277,7 @@ def _print(session, written, pair) -> None:
     say(f"pair   {pair.describe()}")
     env = server_env()
     say(f"path   mlx-lm-server: mlx_lm.server {server_version()} ({how})"
-        + (f", args {' '.join(c.server_args)}" if c.server_args else "")
+        + (f", args {shell(c.server_args)}" if c.server_args else "")
         + (f", environment {env_words(env)}" if env else ""))
     ref = session.reference
     if c.ab.workload is not None:

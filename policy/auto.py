@@ -30,6 +30,10 @@ from blockwidth.policy.errors import BlockwidthError
 
 AUTO = "auto"  # the arm, the sweep's width list and the profile entry say it so
 DEFAULT_AUTO_MAX = 16  # widest width the controller considers unless told otherwise (--auto-max)
+# The width bound every width this tool takes is held to (policy.profile.MAX_WIDTH is this one):
+# a plan's max_width and its cost curve's row counts too, so that an auto entry cannot answer
+# --num-draft-tokens 999 or have --check --measure calibrate 100,000 rows.
+WIDTH_BOUND = 64
 
 
 class AutoError(BlockwidthError, ValueError):
@@ -62,17 +66,30 @@ def reject_chance(acceptance: float, width: int) -> float:
     return 1 - a ** (width - 1) if width > 1 else 0.0
 
 
-def _int_keys(d: Mapping[Any, Any], what: str) -> dict[int, float]:
+def _int_keys(d: Mapping[Any, Any], what: str, *, positive: bool = False) -> dict[int, float]:
+    """Times by row count, each row count 1..WIDTH_BOUND; ``positive``: every time above 0 (a
+    verify that takes no time makes a round free, and a rate divides by it)."""
+    if len(d) > WIDTH_BOUND:
+        raise AutoError(f"{what}: {len(d):,} row counts; at most {WIDTH_BOUND} (the width bound)")
     out = {}
     for k, v in d.items():
-        try:
+        rows = k if isinstance(k, int) and not isinstance(k, bool) else None
+        if isinstance(k, str) and k.isascii() and k.isdigit() and len(k) <= 3:
             rows = int(k)
-        except (TypeError, ValueError):
-            raise AutoError(f"{what}: row count {k!r} is not an integer") from None
-        if rows < 1 or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-            raise AutoError(f"{what}[{k}] = {v!r}: expected a time in ms, 0 or more, at a row count >= 1")
+        if rows is None or not 1 <= rows <= WIDTH_BOUND:
+            raise AutoError(f"{what}: row count {_said(k)} is not an integer 1..{WIDTH_BOUND} (the width bound)")
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0 \
+                or (positive and v <= 0):
+            least = "above 0" if positive else "0 or more"
+            raise AutoError(f"{what}[{rows}] = {_said(v)}: expected a time in ms, {least}")
         out[rows] = float(v)
     return dict(sorted(out.items()))
+
+
+def _said(v: Any, limit: int = 40) -> str:
+    """A value as a message quotes it: a profile is input, and one line stays short."""
+    text = repr(v)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
 
 
 @dataclass(frozen=True)
@@ -88,8 +105,8 @@ class Costs:
     overhead_ms: float = 0.0
 
     def __post_init__(self) -> None:
-        v = _int_keys(self.verify_ms, "verify_ms")
-        if 1 not in v or v[1] <= 0:
+        v = _int_keys(self.verify_ms, "verify_ms", positive=True)
+        if 1 not in v:
             raise AutoError("verify_ms needs the 1-row forward (K = 1 is the option to stop "
                             "speculating), and it must take some time")
         object.__setattr__(self, "verify_ms", v)
@@ -157,8 +174,9 @@ class Params:
     stop_sd: float = 1.0  # stop speculating only if it would not pay this many standard errors up
 
     def __post_init__(self) -> None:
-        if not isinstance(self.max_width, int) or self.max_width < 1:
-            raise AutoError(f"max width {self.max_width!r}: expected an integer, 1 or more")
+        if not isinstance(self.max_width, int) or not 1 <= self.max_width <= WIDTH_BOUND:
+            raise AutoError(f"max width {_said(self.max_width)}: expected an integer 1..{WIDTH_BOUND} "
+                            f"(the width bound)")
         for name in ("request_decay", "pooled_decay", "time_weight"):
             if not 0 < getattr(self, name) <= 1:
                 raise AutoError(f"{name} = {getattr(self, name)!r}: expected a fraction in (0, 1]")
@@ -441,6 +459,6 @@ class Plan:
         if "acceptance" not in d:
             raise AutoError("acceptance is missing (the pooled acceptance it was saved with)")
         mw = d.get("max_width", DEFAULT_AUTO_MAX)
-        if isinstance(mw, bool) or not isinstance(mw, int):
-            raise AutoError(f"max_width = {mw!r}: expected an integer")
+        if isinstance(mw, bool) or not isinstance(mw, int) or not 2 <= mw <= WIDTH_BOUND:
+            raise AutoError(f"max_width = {_said(mw)}: expected an integer 2..{WIDTH_BOUND} (the width bound)")
         return Plan(Costs.from_dict(d), d["acceptance"], mw)

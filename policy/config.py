@@ -38,6 +38,40 @@ def text(config: Any) -> Mapping:
     return config
 
 
+# ---- sizes a model may state -----------------------------------------------------------------
+
+# What a config may state before anything is built from it (mlx-lm builds a model from the
+# config alone to plan its caches: a num_hidden_layers of 1,000,000 grew to 3 GiB in 13 s with
+# no weights read). Each bound is far above any published model's (126 layers, hidden 25,600,
+# vocab 262,144, 384 experts, a context of 10 M) and far below what a machine cannot build.
+SIZE_BOUNDS: Mapping[str, int] = {
+    "num_hidden_layers": 1024, "num_layers": 1024, "n_layer": 1024, "n_layers": 1024,
+    "hidden_size": 1 << 16, "d_model": 1 << 16, "n_embd": 1 << 16,
+    "intermediate_size": 1 << 20, "moe_intermediate_size": 1 << 20, "ffn_dim": 1 << 20,
+    "vocab_size": 1 << 22,
+    "num_attention_heads": 1024, "num_key_value_heads": 1024, "n_head": 1024, "head_dim": 1 << 13,
+    "num_experts": 1 << 12, "num_local_experts": 1 << 12, "n_routed_experts": 1 << 12,
+    "num_experts_per_tok": 1 << 12, "n_shared_experts": 1 << 12,
+    "num_nextn_predict_layers": 1024, "mtp_num_hidden_layers": 1024,
+    "max_position_embeddings": 1 << 27, "sliding_window": 1 << 27,
+}
+
+
+def size_problem(config: Mapping[str, Any]) -> str | None:
+    """The first size in ``config`` (its top level, or a ``*_config`` block in it) past
+    SIZE_BOUNDS, said as ``text_config.num_hidden_layers = 1,000,000: ...``; None when all fit.
+    Only integers are judged here: a size that is not one is the reader's to refuse."""
+    blocks = [("", config)] + [(f"{k}.", v) for k, v in config.items()
+                               if isinstance(k, str) and k.endswith("_config") and isinstance(v, Mapping)]
+    for prefix, block in blocks:
+        for key, bound in SIZE_BOUNDS.items():
+            v = block.get(key)
+            if isinstance(v, int) and not isinstance(v, bool) and v > bound:
+                return (f"{prefix}{key} = {v:,}: more than any model states (at most {bound:,}); "
+                        f"not built")
+    return None
+
+
 # ---- reading the file ------------------------------------------------------------------------
 
 class ConfigError(BlockwidthError):
@@ -120,6 +154,9 @@ def read_config_bytes(path: Path) -> tuple[dict[str, Any], bytes]:
     refusal = remote_code(path, data)
     if refusal:
         raise ConfigError(refusal)
+    too_big = size_problem(data)  # before any reader computes a shape or builds a model from it
+    if too_big:
+        raise ConfigError(f"{cfg}: {too_big}")
     return data, raw
 
 

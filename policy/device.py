@@ -313,3 +313,41 @@ def visible_device(env: Mapping[str, str]) -> str | None:
     if raw is None:
         return None
     return raw.split(",")[0].strip()
+
+
+# ---- a rank's launch environment ---------------------------------------------------------------
+
+# What launchers set for each process of a group (mlx.launch: MLX_RANK, MLX_WORLD_SIZE; Open MPI
+# and PMI their own), read as numbers here, where they enter: MLX_RANK=abc was a ValueError
+# traceback.
+RANK_VARIABLES = ("MLX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK")
+SIZE_VARIABLES = ("MLX_WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE")
+MAX_RANKS = 4096  # far above any group this tool shards a target over
+
+
+class LaunchError(BlockwidthError):
+    """A launcher's variable that does not say a rank: one line naming it."""
+
+
+def launch_rank(env: Mapping[str, str]) -> int:
+    """This process's rank as the first of RANK_VARIABLES set says it (0 where none is), checked
+    against the world size where one is set; LaunchError naming the variable otherwise."""
+    from blockwidth.policy.integers import IntegerError, parse_int
+
+    def read(names: tuple[str, ...], lo: int, hi: int) -> tuple[str, int] | None:
+        name = next((n for n in names if env.get(n, "").strip()), None)
+        if name is None:
+            return None
+        try:
+            return name, parse_int(env[name], lo, hi, signed=False)
+        except IntegerError as e:
+            raise LaunchError(f"{name}={e.shown}: expected a whole number {lo}..{hi} (set by the "
+                              f"launcher: run under mlx.launch, or give --ranks N)") from None
+
+    size = read(SIZE_VARIABLES, 1, MAX_RANKS)
+    rank = read(RANK_VARIABLES, 0, MAX_RANKS - 1)
+    if rank is None:
+        return 0
+    if size is not None and rank[1] >= size[1]:
+        raise LaunchError(f"{rank[0]}={rank[1]}: not a rank of a group of {size[1]} ({size[0]}={size[1]})")
+    return rank[1]

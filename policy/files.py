@@ -128,22 +128,30 @@ _JSON_TOKENS = re.compile(r'"(?:[^"\\\n]|\\.)*"|[\[\]{}]')
 # table header, inside one is text); then the brackets nesting counts.
 TOML_SKIP = (r'"""(?:\\[\s\S]|[^\\])*?"""(?!")|\'\'\'[\s\S]*?\'\'\'(?!\')'
              r'|"(?:[^"\\\n]|\\.)*"|\'[^\'\n]*\'|#[^\n]*')
-_TOML_TOKENS = re.compile(TOML_SKIP + r'|[\[\]{}]')
+_TOML_TOKENS = re.compile(TOML_SKIP + r'|[\[\]{}.\n]')
 
 
 def nesting_depth(text: str, toml: bool = False) -> int:
     """Bracket depth outside strings (and comments, for TOML). It runs before any
-    recursive parser could exhaust the stack, and visits only strings and brackets."""
-    if text.count("[") + text.count("{") <= MAX_NESTING:
+    recursive parser could exhaust the stack, and visits only strings and brackets. In TOML a
+    dotted key nests without a bracket (``a.b.c = 1`` is three tables deep, and 20,000 parts of
+    one took tomllib to 1.5 GiB): every dot of a line outside strings counts as a level there,
+    an upper bound (a float's dot counts too) that no real profile comes near."""
+    dots = text.count(".") if toml else 0
+    if text.count("[") + text.count("{") + dots <= MAX_NESTING:
         return 0  # cannot be deeper than the bound: skip the scan
-    depth = deepest = 0
+    depth = deepest = line_dots = 0
     for m in (_TOML_TOKENS if toml else _JSON_TOKENS).finditer(text):
         ch = m.group()
         if ch in "[{":
             depth += 1
-            deepest = max(deepest, depth)
         elif ch in "]}":
             depth -= 1
+        elif ch == ".":
+            line_dots += 1
+        elif ch == "\n":
+            line_dots = 0
+        deepest = max(deepest, depth + line_dots)
     return deepest
 
 
@@ -169,13 +177,43 @@ def read_json(path: Path, limit: int = MAX_JSON_BYTES) -> Any:
     return loads_json(read_bytes(path, limit), path)
 
 
+# What a file system takes (Linux's and macOS's NAME_MAX and PATH_MAX, in bytes): a longer
+# name made every os call on it an OSError ("File name too long") with a traceback.
+NAME_MAX = 255
+PATH_MAX = 4096
+
+
+def _shortened(text: str, limit: int = 60) -> str:
+    return text if len(text) <= limit else f"{text[:limit // 2]}...{text[-(limit // 2 - 3):]}"
+
+
+def name_problem(text: str) -> str | None:
+    """Why ``text`` cannot name a file (a part longer than NAME_MAX bytes, the whole longer than
+    PATH_MAX), said with the name shortened; None when it can."""
+    raw = os.fsencode(text)
+    if len(raw) > PATH_MAX:
+        return f"{_shortened(text)}: a path of {len(raw):,} bytes; a path has at most {PATH_MAX:,}"
+    for part in raw.split(b"/"):
+        if len(part) > NAME_MAX:
+            shown = _shortened(os.fsdecode(part))
+            return (f"{shown}: a name of {len(part):,} bytes in a path; a file or folder name has at "
+                    f"most {NAME_MAX}")
+    return None
+
+
 def user_path(value: str | os.PathLike, what: str) -> Path:
-    """An operator-given path: never empty, ``~`` expanded; FileProblem names the option."""
+    """An operator-given path: never empty, never longer than a file system takes, ``~``
+    expanded; FileProblem names the option."""
     text = os.fspath(value)
+    if isinstance(text, bytes):
+        text = os.fsdecode(text)
     if not str(text).strip():
         raise FileProblem(f"{text!r}: an empty path; name a file or leave the option out", what)
     if "\0" in str(text):
-        raise FileProblem(f"{text!r}: a path cannot contain a NUL byte", what)
+        raise FileProblem(f"{_shortened(repr(text))}: a path cannot contain a NUL byte", what)
+    too_long = name_problem(text)
+    if too_long:
+        raise FileProblem(too_long, what)
     try:
         return Path(text).expanduser()
     except RuntimeError:  # ~nouser: no such user, or no home directory

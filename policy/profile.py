@@ -21,14 +21,17 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from blockwidth.policy import files
-from blockwidth.policy.auto import AUTO, AutoError, Plan
+from blockwidth.policy.auto import AUTO, WIDTH_BOUND, AutoError, Plan
 from blockwidth.policy.errors import BlockwidthError
 from blockwidth.policy.device import Backend, Device, Group, group_from_dict, group_problems, mismatch
 from blockwidth.policy.drafter import DrafterKind
 from blockwidth.policy.quantization import Quantization, Scheme
+from blockwidth.policy.text import hidden_char
 
 SCHEMA = 1
-MAX_WIDTH = 64  # the widest width any input may give (a flag, a variable, an entry, a field)
+# the widest width any input may give (a flag, a variable, an entry, a field): one bound, which
+# policy.auto holds (an auto plan's widths too)
+MAX_WIDTH = WIDTH_BOUND
 MIN_WIDTH = 2
 
 
@@ -52,10 +55,40 @@ _ENV_NAME = re.compile(r"MLX_[A-Z0-9_]{1,60}")
 _ENV_VALUE = re.compile(r"[A-Za-z0-9._:/+-]{0,200}")
 
 
-def env_words(env: Mapping[str, str]) -> str:
-    """``MLX_CUDA_USE_CUDNN_SDPA=0 ...``: how a shell line sets them (values are plain, so no
-    quoting: server_env_problems refuses any other)."""
-    return " ".join(f"{k}={v}" for k, v in env.items())
+# mlx_lm.server's options that decide what is measured or where it listens: blockwidth sets them
+# from the pair, the width and its loopback port, and no other argument may (argparse takes the
+# last of two, and reads any unambiguous prefix as the option: --ho 0.0.0.0 is --host 0.0.0.0).
+OWNED_SERVER_OPTIONS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--port")
+# And two it never passes: another model's weights on the target, and checkpoint code.
+REFUSED_SERVER_OPTIONS = {
+    "--adapter-path": "loads adapter weights onto the target, another model than the record names",
+    "--trust-remote-code": "runs code shipped with the checkpoint, which blockwidth never does",
+}
+
+
+def server_arg_problem(args: object) -> str | None:
+    """Why ``args`` (mlx_lm.server arguments an operator or an entry passes through) may not be
+    passed: one of OWNED_SERVER_OPTIONS or REFUSED_SERVER_OPTIONS, or any prefix of one (every
+    prefix is refused, whether argparse would take it as that option or find it ambiguous);
+    None when they may. ``--name=value`` is judged by its name."""
+    if not isinstance(args, (list, tuple)) or not all(isinstance(a, str) for a in args):
+        return f"{_short(args)}: expected a list of strings"
+    for a in args:
+        bad = hidden_char(a)
+        if bad is not None:  # every command that names them prints them (serve, export, a record)
+            return f"{_short(a, 40)} holds {bad}, which no printed command keeps as written"
+        name = a.split("=", 1)[0]
+        if not name.startswith("--") or len(name) < 3:
+            continue
+        for option in (*OWNED_SERVER_OPTIONS, *REFUSED_SERVER_OPTIONS):
+            if not option.startswith(name):
+                continue
+            said = option if name == option else f"{_short(name, 40)} (an abbreviation of {option} to argparse)"
+            if option in REFUSED_SERVER_OPTIONS:
+                return f"{said} {REFUSED_SERVER_OPTIONS[option]}; leave it out"
+            return (f"{said} is set by blockwidth (the pair, the width and a loopback port); "
+                    f"leave it out")
+    return None
 
 
 def server_env_problems(env: object) -> list[str]:
@@ -75,6 +108,9 @@ def server_env_problems(env: object) -> list[str]:
     return errs
 MAX_BYTES = 16 * files.MiB  # far above any real profile; bounds a read of /dev/zero or a huge file
 SHOW_PROBLEMS = 10  # problems printed before "and N more"
+# Entries a profile may hold: a team's file for every machine it has holds dozens; the bound
+# keeps every check of a file (each linear in its entries) within seconds.
+MAX_ENTRIES = 10_000
 
 
 def default_path() -> Path:
@@ -346,7 +382,11 @@ _KNOWN_KEYS = {"backend", "drafter_kind", "width", "decline", "compute_capabilit
 def parse(text: str, path: Path) -> tuple[Entry, ...]:
     """Parse and validate profile text; every problem is reported at once."""
     if files.nesting_depth(text, toml=True) > files.MAX_NESTING:
-        raise ProfileError(path, [f"nested deeper than {files.MAX_NESTING} levels; not a profile"])
+        raise ProfileError(path, [f"nested deeper than {files.MAX_NESTING} levels (brackets, and the dots of "
+                                  f"a line outside strings: dotted keys); not a profile"])
+    lines = _override_lines(text)
+    if len(lines) > MAX_ENTRIES:  # before tomllib builds them all
+        raise ProfileError(path, [f"{len(lines):,} entries: at most {MAX_ENTRIES:,}"])
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -369,7 +409,8 @@ def parse(text: str, path: Path) -> tuple[Entry, ...]:
     if not isinstance(raw, list):
         problems.append("override must be an array of tables ([[override]])")
         raw = []
-    lines = _override_lines(text)
+    if len(raw) > MAX_ENTRIES:  # written inline (override = [{...}, ...]): no headers counted
+        raise ProfileError(path, [f"{len(raw):,} entries: at most {MAX_ENTRIES:,}"])
     entries = []
     seen: dict[tuple, str] = {}
     for i, item in enumerate(raw):
@@ -408,10 +449,45 @@ def _toml_repr(v: Any) -> str:
     return _short(v)
 
 
+def _strings(value: Any, where: str):
+    """Every string in an entry (keys too), with where it is: ``evidence.record``, ``server.args[2]``."""
+    if isinstance(value, str):
+        yield where, value
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            at = f"{where}.{k}" if where else str(k)
+            yield at, str(k)
+            yield from _strings(v, at)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _strings(v, f"{where}[{i}]")
+
+
+def string_problems(item: Mapping[str, Any]) -> list[str]:
+    """A profile is shared through a team's repository, and its strings are printed into shell
+    commands, Python, comments and reports: one that holds a control, format or separator
+    character (a newline, ESC, BEL, a bidirectional override) cannot be printed as written and
+    mean the same, so it is refused here, where the file is read, naming the key. So is an
+    evidence.record that no file system can name."""
+    errs = []
+    for where, text in _strings(item, ""):
+        bad = hidden_char(text)
+        if bad is not None:
+            errs.append(f"{where} = {_short(text)} holds {bad}: a profile's strings reach commands, "
+                        f"comments and reports as written, so none may hold a control character")
+            if len(errs) >= SHOW_PROBLEMS:
+                break
+    rec = item.get("evidence", {}).get("record") if isinstance(item.get("evidence"), dict) else None
+    if isinstance(rec, str) and not errs and files.name_problem(rec):
+        errs.append(f"evidence.record: {files.name_problem(rec)}")
+    return errs
+
+
 def _entry(item: Any, line: int | None) -> tuple[Entry | None, list[str]]:
     errs: list[str] = []
     if not isinstance(item, dict):
         return None, ["is not a table"]
+    errs.extend(string_problems(item))
     unknown = set(item) - _KNOWN_KEYS
     if unknown:
         errs.append(f"unknown keys {_short(sorted(unknown), 160)}")
@@ -513,6 +589,9 @@ def _entry(item: Any, line: int | None) -> tuple[Entry | None, list[str]]:
             args = server.get("args", [])
             if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
                 errs.append(f"server.args = {_short(args)}: expected a list of strings")
+            elif not any(hidden_char(a) for a in args) and server_arg_problem(args):
+                # what serve would start and export would print (a control character: said above)
+                errs.append(f"server.args: {server_arg_problem(args)}")
             for key in ("mlx_lm", "verify_attention"):
                 if server.get(key) is not None and not isinstance(server[key], str):
                     errs.append(f"server.{key} = {_short(server[key])}: expected a string")

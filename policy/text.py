@@ -39,18 +39,44 @@ def shown(value: object) -> str:
 
 
 
+def hidden_char(text: str) -> str | None:
+    """The first character of ``text`` that ``shown`` escapes, as it escapes it (``\\n``,
+    ``\\x1b``), or None: what a value that must reach a command or a file as written may not hold."""
+    if text.isprintable():
+        return None
+    return next((_escape(ch) for ch in text if unicodedata.category(ch) in _HIDDEN), None)
+
+
 def shown_block(value: object) -> str:
     """Text that is several lines by nature (a model's completion, a record's Markdown): its
     newlines stay, every other control, format or separator character is escaped."""
     return "\n".join(shown(line) for line in str(value).split("\n"))
 
 
+# The most of one error line a front end prints: an error quoting its input (a request id, a
+# path, a server's log line) must not make a line of a megabyte.
+MAX_LINE = 2000
+
+
+def bounded(line: str, limit: int = MAX_LINE) -> str:
+    """``line`` cut to ``limit`` characters, its head and tail kept and the count said."""
+    if len(line) <= limit:
+        return line
+    keep = (limit - 40) // 2
+    return f"{line[:keep]} ... ({len(line) - 2 * keep:,} characters left out) ... {line[-keep:]}"
+
+
+def error_line(text: object) -> str:
+    """One line of an error, as every front end prints it: shown, and bounded."""
+    return bounded(shown(text))
+
+
 def error_lines(error: BaseException, names: Mapping[str, str] | None = None) -> list[str]:
     """An error as the lines a front end prints: one (a BlockwidthError said with the front end's
     ``names`` for its input), or the located lines of an error that is several by design (a
-    profile's problems, ``lines``), each shown as one line."""
+    profile's problems, ``lines``), each shown as one line of at most MAX_LINE characters."""
     lines = getattr(error, "lines", None)
     if not isinstance(lines, (list, tuple)) or not lines:
         say = getattr(error, "say", None)
         lines = [say(names) if callable(say) else str(error)]
-    return [shown(line) for line in lines]
+    return [error_line(line) for line in lines]

@@ -25,6 +25,7 @@ MAX_REQUESTS = 512  # lines with a request; a session runs every arm on every on
 MAX_LINES = 4 * MAX_REQUESTS  # blank lines included: bounds the scan before any JSON is parsed
 MAX_NEW_TOKENS = 65536  # as sweep's --max-tokens
 KEYS = ("prompt", "messages", "max_tokens", "id")
+MAX_ID_CHARS = 200  # a request id names it in tables and error lines
 BUILTIN = ("mixed", "chat")  # names --workload takes besides a file (chat: chat-template requests)
 
 
@@ -93,6 +94,15 @@ _TYPES = {dict: "an object", list: "a list", str: "a string", bool: "a boolean",
           float: "a number", type(None): "null"}
 
 
+def _quoted(v: Any, limit: int = 60, as_json: bool = True) -> str:
+    """A value as an error line quotes it (JSON, or Python's repr), short: a 1 MB id made a 1 MB
+    line."""
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) > 10 ** 60:
+        return "(a number of more than 60 digits)"
+    text = json.dumps(v) if as_json else repr(v)
+    return text if len(text) <= limit else text[:limit - 4] + "..." + text[-1]
+
+
 def _what(v: Any) -> str:
     return _TYPES.get(type(v), "a value")
 
@@ -137,7 +147,9 @@ def _request(item: Any, where: str, line: int) -> Request:
         raise bad(f"\"max_tokens\" {json.dumps(max_tokens)} must be a whole number 1..{MAX_NEW_TOKENS}")
     rid = item.get("id", str(line))
     if isinstance(rid, bool) or not isinstance(rid, (str, int)) or rid == "":
-        raise bad(f"\"id\" {json.dumps(rid)} must be a non-empty string or a number")
+        raise bad(f"\"id\" {_quoted(rid)} must be a non-empty string or a number")
+    if len(str(rid)) > MAX_ID_CHARS:  # an id names a request in tables and error lines
+        raise bad(f"\"id\" {_quoted(rid)} has {len(str(rid)):,} characters; at most {MAX_ID_CHARS}")
     return Request(str(rid), prompt, messages, max_tokens, line)
 
 
@@ -164,7 +176,8 @@ def parse(data: bytes, where: str, name: str, source: str) -> Workload:
             raise WorkloadError(f"{where}: {e}") from None
         req = _request(item, where, line)
         if req.id in seen:
-            raise WorkloadError(f"{where}: line {line}: id {req.id!r} is also line {seen[req.id]}'s")
+            raise WorkloadError(f"{where}: line {line}: id {_quoted(req.id, as_json=False)} is also "
+                                f"line {seen[req.id]}'s")
         seen[req.id] = line
         requests.append(req)
     if not requests:

@@ -316,10 +316,10 @@ def test_a_prompt_id_the_tables_have_no_row_for_is_refused(tmp_path):
 
 
 @pytest.mark.parametrize("key,value,needle", [
-    ("num_hidden_layers", 1_000_000, "num_hidden_layers = 1,000,000, but the weights hold 6 layers"),
+    ("num_hidden_layers", 1_000_000, "num_hidden_layers = 1,000,000: more than any model states"),
     ("vocab_size", 4096, "vocab_size = 4,096, but the weights' model.embed_tokens.weight has 2,048 rows"),
     ("hidden_size", 512, "hidden_size = 512, but the weights' model.embed_tokens.weight is 256 wide"),
-    ("intermediate_size", 10**9, "its sizes describe about"),
+    ("intermediate_size", 10**9, "intermediate_size = 1,000,000,000: more than any model states"),
 ])
 def test_config_sizes_are_checked_against_the_weights_before_a_model_is_built(tmp_path, key, value, needle):
     """A million layers grew to 23 GB before the machine ran out: under a 3 GiB limit here."""

@@ -14,7 +14,9 @@ from pathlib import Path
 from typing import Any
 
 from blockwidth.policy import files, stats
-from blockwidth.policy.profile import env_words
+from blockwidth.policy.commands import env_words, shell
+from blockwidth.policy.profile import server_env_problems
+from blockwidth.policy.text import shown, shown_block
 
 RECORD_SCHEMA = 1
 
@@ -318,11 +320,14 @@ def _path_line(record: dict) -> str:
     if path == "engine":
         return "engine (blockwidth's decode loop)"
     server = record.get("server") or {}
-    args = " ".join(server.get("args") or [])
+    # a record is input when it is read back: its words shown (one line each), then quoted
+    raw = server.get("args") if isinstance(server.get("args"), list) else []
+    args = shell([shown(a) for a in raw])
     how = ("stock" if server.get("verify_attention") is None
            else f"in-process, verify attention {server['verify_attention']}")
     env = server.get("env") or {}
-    env = ", environment " + env_words(env) if isinstance(env, dict) and env else ""
+    env = {k: v for k, v in env.items() if not server_env_problems({k: v})} if isinstance(env, dict) else {}
+    env = ", environment " + env_words(env) if env else ""
     return (f"{path}: mlx_lm.server {server.get('mlx_lm')} ({how}{', ' + args if args else ''}{env}), "
             f"concurrency {record.get('concurrency', 1)}")
 
@@ -408,4 +413,5 @@ def markdown(record: dict) -> str:
         for k, e in record["exactness"].items():
             agree = sum(e["argmax_agree"])
             lines.append(f"| {k} | {e['bitwise_equal']} | {e['max_abs_diff']:.3g} | {agree}/{len(e['argmax_agree'])} |")
-    return "\n".join(lines) + "\n"
+    # a record names folders and quotes a prompt: the file and the console get them escaped
+    return shown_block("\n".join(lines)) + "\n"

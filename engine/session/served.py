@@ -40,7 +40,8 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 
 from blockwidth.policy.errors import BlockwidthError, ExitCode
 from blockwidth.policy.profile import (MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, num_draft_tokens,
-                                       server_env_problems)
+                                       server_arg_problem, server_env_problems)
+from blockwidth.policy.text import shown
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -52,8 +53,6 @@ CRASH_WAIT_S = 2.0  # a failed request: how long its server may take to exit bef
 # process with blockwidth's verify-attention dispatcher active in its generation thread.
 STOCK_COMMAND = ("-m", "mlx_lm", "server")
 DISPATCH_COMMAND = ("-m", "blockwidth.engine.mlxserver")
-# Arguments blockwidth sets itself: the operator's pass-through arguments may not set them.
-OWNED_ARGS = ("--model", "--draft-model", "--num-draft-tokens", "--host", "--port")
 
 
 class ServedError(BlockwidthError):
@@ -87,21 +86,26 @@ def server_version() -> str | None:
 
 
 def check_server_args(args: Sequence[str], what: str = "--server-args") -> tuple[str, ...]:
-    """The operator's extra mlx_lm.server arguments: any but those blockwidth sets itself."""
+    """The operator's extra mlx_lm.server arguments: any but those blockwidth sets itself or
+    never passes, and their abbreviations (policy.profile.server_arg_problem, which a profile
+    entry's server.args meet too)."""
     out = tuple(str(a) for a in args)
-    for a in out:
-        name = a.split("=", 1)[0]
-        if name in OWNED_ARGS:
-            raise ServedError(f"{what}: {name} is set by blockwidth (the pair and a loopback port); "
-                              f"leave it out")
+    why = server_arg_problem(list(out))
+    if why:
+        raise ServedError(f"{what}: {why}")
     return out
 
 
 def port_free(port: int, host: str = HOST) -> bool:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+    """Whether mlx_lm.server could listen on ``host:port`` now. SO_REUSEADDR, as its HTTP
+    server sets it: a port whose last server stopped a moment ago holds only TIME_WAIT
+    connections, which a listener may reuse (a bare bind called the port in use)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((host, port))
-        except OSError:
+        except (OSError, OverflowError):
             return False
     return True
 
@@ -138,6 +142,7 @@ class ServerSpec:
     port: int | None = None  # None: a free loopback port
     host: str = HOST
     env: tuple[tuple[str, str], ...] = ()  # added to this process's environment
+    draft_tokens: int | None = None  # --num-draft-tokens for the process (None: per request)
     exact: bool = False  # the exact path in-process (engine.exact): the dispatcher, whatever mode
 
     @property
@@ -145,23 +150,29 @@ class ServerSpec:
         """The verify attention the in-process server runs with; None: the stock server."""
         return self.verify_attention or ("auto" if self.exact else None)
 
-    def argv(self, port: int) -> list[str]:
-        head = [sys.executable, *(STOCK_COMMAND if self.dispatcher is None else
-                                  (*DISPATCH_COMMAND, "--verify-attention", self.dispatcher,
-                                   *(("--exact", "on") if self.exact else ())))]
-        out = head + ["--model", str(self.model), "--host", self.host, "--port", str(port)]
-        if self.draft is not None:
-            out += ["--draft-model", str(self.draft)]
-        return out + list(self.args)
+    def _dispatch(self) -> list[str]:
+        return [*DISPATCH_COMMAND, "--verify-attention", str(self.dispatcher),
+                *(("--exact", "on") if self.exact else ())]
 
-    def command_line(self) -> list[str]:
-        """The server's arguments as an operator would type them (no interpreter, no port)."""
-        out = ["mlx_lm.server" if self.dispatcher is None else
-               f"blockwidth serve --verify-attention {self.dispatcher}" + (" --exact" if self.exact else ""),
-               "--model", str(self.model)]
+    def _arguments(self, port: int | None) -> list[str]:
+        out = ["--model", str(self.model)]
         if self.draft is not None:
             out += ["--draft-model", str(self.draft)]
-        return out + list(self.args)
+            if self.draft_tokens is not None:
+                out += ["--num-draft-tokens", str(self.draft_tokens)]
+        out += list(self.args)
+        return out + ([] if port is None else ["--host", self.host, "--port", str(port)])
+
+    def argv(self, port: int) -> list[str]:
+        head = [sys.executable, *(STOCK_COMMAND if self.dispatcher is None else self._dispatch())]
+        return head + self._arguments(port)
+
+    def command_line(self, port: int | None = None) -> list[str]:
+        """``argv(port)`` as an operator types it: mlx_lm.server's console script (or the
+        dispatcher's module) for the interpreter, the same arguments in the same order; with no
+        ``port``, no host and port either."""
+        head = ["mlx_lm.server"] if self.dispatcher is None else ["python", *self._dispatch()]
+        return head + self._arguments(port)
 
 
 class Server:
@@ -243,7 +254,8 @@ class Server:
                 if self._stopping and raw.startswith(b"terminate called without an active exception"):
                     continue
                 with contextlib.suppress(OSError, ValueError):
-                    self.tee.write(raw.decode("utf-8", errors="replace"))
+                    # the server's log echoes folder names and requests: one shown line each
+                    self.tee.write(shown(raw.decode("utf-8", errors="replace").rstrip("\r\n")) + "\n")
                     self.tee.flush()
         finally:
             log.close()
@@ -372,7 +384,7 @@ class Server:
 
 
 def _bounded(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
+    text = shown(" ".join(text.split()))
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -431,6 +443,9 @@ class Servers:
                 shutil.rmtree(self.log_dir, ignore_errors=True)
 
     def _trap_signals(self) -> None:
+        """SIGTERM and SIGHUP, where nothing handles them (they would end the process and leave
+        the servers running), raise KeyboardInterrupt, so the servers are stopped on the way out;
+        a handler the caller set (the served sweep's, which cancels) stays."""
         if threading.current_thread() is not threading.main_thread():
             return
 
@@ -438,6 +453,8 @@ class Servers:
             raise KeyboardInterrupt
 
         for sig in (signal.SIGTERM, signal.SIGHUP):
+            if signal.getsignal(sig) is not signal.SIG_DFL:
+                continue
             with contextlib.suppress(ValueError, OSError):
                 self._signals[sig] = signal.signal(sig, interrupt)
 
@@ -859,9 +876,11 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
                on_level: Callable[[ServedSession, ServedLevel], None] | None = None,
                cancel: threading.Event | None = None) -> ServedSession:
     """A served A/B session at every concurrency level. Each finished level is handed to
-    ``on_level`` at once (so a record is written before the next level can fail). Raises
-    ServedError when a server cannot start, load its model, or dies; KeyboardInterrupt passes
-    through after every server has stopped."""
+    ``on_level`` at once (so a record is written before the next level can fail); so is the
+    level under way when ``cancel`` is set, after the request in flight, with what it kept
+    (marked cancelled). Raises ServedError when a server cannot start, load its model, or dies;
+    KeyboardInterrupt passes through after every server has stopped (a cancel before any
+    timed run was kept is one)."""
     from blockwidth.engine import ab
     from blockwidth.engine.attention import current_backend, effective
 
@@ -925,6 +944,8 @@ def run_served(pair: ServedPair, config: ServedConfig, *,
                 break
             lv = _run_level(pair, config, widths, level, servers, session, warm_prompt, shift,
                             attention, backend, emit, cancel, sends)
+            if lv.session.cancelled and not any(a.runs for a in (lv.session.classic, *lv.session.arms)):
+                raise KeyboardInterrupt  # cancelled before anything was kept: no record of nothing
             session.levels.append(lv)
             if on_level is not None:
                 on_level(session, lv)
