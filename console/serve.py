@@ -19,7 +19,6 @@ from typing import Any, Sequence
 from blockwidth.console import signals
 from blockwidth.console.inputs import ExitCode, InputError
 from blockwidth.policy.commands import Unprintable, env_words, printable, shell
-from blockwidth.policy.profile import num_draft_tokens
 from blockwidth.policy.text import shown
 
 SERVE_HELP = ("run mlx_lm.server with the resolved width (one startup line says it, its source and "

@@ -52,7 +52,7 @@ def test_junit_parses_when_the_profile_strings_hold_control_characters(capsys, t
     """check --junit wrote XML that did not parse (XML 1.0 holds no control character, even as
     a reference): the profile is refused now, and the input error's report parses."""
     p = tmp_path / "p.toml"
-    p.write_text(f'schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 4\n'
+    p.write_text('schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "model"\nwidth = 4\n'
                  'device_name = "x\\u001b]0;owned\\u0007"\nnote = "a\\u0001b"\n')
     junit = tmp_path / "report.xml"
     code = cli.main(["check", "--profile", str(p), "--device", "cpu", "--junit", str(junit)])
