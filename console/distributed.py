@@ -215,10 +215,10 @@ def _hostfile_problem(path: str | None) -> None:
 
     try:
         files.read_json(files.user_path(path, "MLX_HOSTFILE"), files.MiB)
-    except files.FileProblem as e:
-        said = e.say()
-        raise InputError(f"MLX_HOSTFILE {said.removeprefix('MLX_HOSTFILE ')}: the group's hosts "
-                         f"(JSON, as mlx.launch writes it)") from None
+    except files.FileProblem as e:  # said of MLX_HOSTFILE, as it was raised (no re-wrap)
+        if not e.message.startswith("MLX_HOSTFILE"):
+            e.adding(before="MLX_HOSTFILE ")
+        raise e.adding(": the group's hosts (JSON, as mlx.launch writes it)") from None
 
 
 # Ends a rank from outside when its interpreter cannot run the timer below: MLX forms a group
