@@ -69,7 +69,7 @@ def test_sweep_save_saves_what_the_session_decided(tmp_path, blockwidth, monkeyp
                                   4: itertools.cycle([w4, w4 + 1])})
     prof = tmp_path / "p.toml"
     p = blockwidth("sweep", "--demo-target", "4bit", "--widths", "2,4", "-n", "3",
-                   "--max-tokens", "8", "--save", "--profile", str(prof), "--record-dir", str(tmp_path))
+                   "--max-tokens", "4", "--save", "--profile", str(prof), "--record-dir", str(tmp_path))
     assert p.returncode == 0, p.stdout + p.stderr
     e = profile.load(prof).entries
     if w4 < 100:
