@@ -32,6 +32,15 @@ def _generator_class(mode: str, exact: bool = False):
 
         routing = None
 
+        def _is_batchable(self, args):
+            # mlx_lm.server's batched decode masks by array (each sequence's left padding), which
+            # the rows kernel does not take: its 1-row steps would reach fused SDPA, whose rows
+            # differ from the rows kernel's (lab/evidence/h200-2026-12-04c: the draft server's
+            # text left classic's at character 127). On the exact path the classic server serves
+            # one request at a time through generate_step, as the draft server does (it never
+            # batches) and as the engine's classic does.
+            return False if exact else super()._is_batchable(args)
+
         def _run_generate(self):
             with verify_attention(mode, exact=exact) as routing, \
                     (exact_linear() if exact else _nothing()) as lrouting:
@@ -69,7 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = current_backend()
     note = " (no-op route on this backend: every call reaches the stock kernel)" if mode.value == "fused" else ""
     if exact:
-        note += ("; exact path: every forward of 1..16 rows on row-invariant kernels"
+        note += ("; exact path: every forward of 1..16 rows on row-invariant kernels, one request at"
+                 " a time (no batched decode)"
                  if backend == "cuda" else "; exact path: nothing to route on this backend "
                  "(the CPU's kernels are row-invariant)")
     print(f"blockwidth: mlx_lm.server in-process, verify attention {ours.verify_attention} = "

@@ -78,10 +78,11 @@ run)
         if [ -f lab/target_drafters_gpu.sh ] && [ -f "$S/bf16/config.json" ]; then
             log "train: drafters for SmolLM2 in the background"
             ( TARGET="$S/bf16" RESULTS="$W/drafters" DEADLINE="${DRAFTERS_LIMIT:-330}" \
+                STEPS="${DRAFTER_STEPS:-text,dflash,mtp,drafter}" \
                 timeout -k 15 "$(( ${DRAFTERS_LIMIT:-330} + 30 ))" bash lab/target_drafters_gpu.sh run \
                 > "$R/drafters-build.txt" 2>&1; echo $? > "$R/drafters.rc" ) &
         fi
-        if [ ! -f "$P/target-4bit/config.json" ]; then
+        if want pair5b && [ ! -f "$P/target-4bit/config.json" ]; then
             log "train: the $SHAPE pair in the background"
             ( timeout -k 15 "${BUILD_LIMIT:-330}" python3 -m lab.build_gpu --out "$P" --shape "$SHAPE" \
                 --target-seconds "${TS:-60}" --gen-seconds "${GS:-25}" --gen-batch "${GEN_BATCH:-2048}" \
@@ -100,7 +101,7 @@ run)
         --widths "${MODEL_WIDTHS:-2-16}" --speed-reps 0 --out "$R/models.json" 2> "$R/models.txt"
     # bitwise checks only while training runs (the other load changes no bit; every op JSON is
     # rewritten as each op finishes)
-    want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --out "$R/ops.json" 2> "$R/ops.txt"
+    want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --only "${OPS_ONLY:-}" --out "$R/ops.json" 2> "$R/ops.txt"
     wait
     [ -f "$R/drafters.rc" ] || [ -f "$R/build5b.rc" ] && \
         log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"

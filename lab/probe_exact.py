@@ -75,13 +75,16 @@ def _summary(res: dict) -> dict:
             "max_abs_diff": max(d for _, d in res.values()), "by_rows": res}
 
 
-def ops(dtype=mx.bfloat16, path: Path | None = None) -> dict:
+def ops(dtype=mx.bfloat16, path: Path | None = None, only: tuple[str, ...] = ()) -> dict:
     """Every op, stock and on the exact path, on random inputs (seeded); ``path``: the JSON is
-    rewritten after every op, so a probe cut short keeps what it measured."""
+    rewritten after every op, so a probe cut short keeps what it measured; ``only``: the ops whose
+    name starts with one of these (a lease re-checks a changed kernel first)."""
     mx.random.seed(0)
     out: dict = {"backend": current_backend(), "mlx": mx.__version__, "dtype": str(dtype), "ops": {}}
 
     def record(name: str, fn: Callable[[], dict]) -> None:
+        if only and not name.startswith(only):
+            return
         t0 = time.perf_counter()
         try:
             res = _summary(fn())
@@ -383,6 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="what", required=True)
     p = sub.add_parser("ops")
     p.add_argument("--out", type=Path)
+    p.add_argument("--only", default="", help="comma-separated name prefixes, e.g. gemv,Embedding")
     p = sub.add_parser("models")
     p.add_argument("--target", action="append", default=[], help="a checkpoint folder, or random:NAME[:q4]")
     p.add_argument("--widths", default="2-16", help="verify widths to probe, e.g. 2-16; none: no probe")
@@ -393,7 +397,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.what == "ops":
-        _write(args.out, ops(path=args.out))
+        _write(args.out, ops(path=args.out, only=tuple(x for x in args.only.split(",") if x)))
         return 0
     data = {"backend": current_backend(), "mlx": mx.__version__, "models": []}
     for t in args.target:

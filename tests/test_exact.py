@@ -263,3 +263,19 @@ def test_the_served_path_takes_the_exact_path_in_process(tmp_path):
     assert on.command_line()[:7] == ["python", *DISPATCH_COMMAND, "--verify-attention", "auto", "--exact", "on"]
     stock = ServerSpec("classic", tmp_path / "t")
     assert DISPATCH_COMMAND[1] not in stock.argv(8123) and stock.command_line()[0] == "mlx_lm.server"
+
+
+def test_on_the_exact_path_the_served_classic_decodes_one_request_at_a_time():
+    """mlx_lm.server's batched decode masks by array, which the rows kernel does not take (its
+    1-row steps would reach fused SDPA): on the exact path the classic server serves through
+    generate_step, one request at a time, as the draft server does; off the path it batches."""
+    from types import SimpleNamespace
+
+    from blockwidth.engine.mlxserver import _generator_class
+
+    args = SimpleNamespace(seed=None)
+    for exact, batches in ((True, False), (False, True)):
+        cls = _generator_class("auto", exact)
+        gen = object.__new__(cls)  # no generation thread: only the batching decision is asked
+        gen.model_provider = SimpleNamespace(is_batchable=True, cli_args=SimpleNamespace(kv_bits=None))
+        assert gen._is_batchable(args) is batches
