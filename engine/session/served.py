@@ -1097,7 +1097,11 @@ def level_warnings(session: ServedSession, lv: ServedLevel) -> list[str]:
     for name, e in differs.items():
         which = [k.replace("_", " ") for k, i in e.items() if i is not None and not i.identical]
         out.append(f"{name}: mlx_lm.server's text differs from classic's ({', '.join(which)})")
-    if lv.concurrency > 1:
+    if lv.concurrency > 1 and session.config.exact:
+        out.append(f"on the exact path every server serves one request at a time (batched decode "
+                   f"masks by array, which the rows kernel does not take): classic's "
+                   f"{lv.concurrency} clients queue as the widths' do")
+    elif lv.concurrency > 1:
         out.append(f"mlx_lm.server serves requests one at a time when a draft model is loaded "
                    f"(is_batchable = draft_model is None): the widths' {lv.concurrency} clients "
                    f"queue, classic's are batched")
