@@ -441,12 +441,10 @@ class BlockwidthApp(App):
 
         from blockwidth.console.atomic import create
 
-        lines = []
-        for r in requests:
-            item = {"id": r.id, **({"messages": [m.to_dict() for m in r.messages]} if r.chat else {"prompt": r.prompt})}
-            if r.max_tokens is not None:
-                item["max_tokens"] = r.max_tokens
-            lines.append(json.dumps(item, ensure_ascii=False))
+        from blockwidth.engine.workload import file_item
+
+        tokenizer = self.pair.tokenizer if self.pair is not None else None
+        lines = [json.dumps(file_item(r, tokenizer), ensure_ascii=False) for r in requests]
         where = self._record_dir()
         where.mkdir(parents=True, exist_ok=True)
         stem = f"next-{time.strftime('%Y%m%dT%H%M%S')}-{len(lines)}"
@@ -491,6 +489,8 @@ class BlockwidthApp(App):
         if plan is None:
             return None
         said = f"about {minutes(plan.first_s)} for its n {req.n} at the pilot's pace (the host's load moves it)"
+        if req.sequential and req.max_seconds > plan.first_s:
+            said += f", up to {minutes(req.max_seconds)} as sequential adds repetitions"
         if not plan.can_decide:
             said += f"; a win needs {plan.need} repetitions, which these fields do not reach"
         return said
@@ -560,7 +560,7 @@ class BlockwidthApp(App):
         budget = max(plan.seconds_for_need(), int(req.max_seconds))
         raise_ = None if plan.can_decide else (budget, max(req.max_reps, plan.need))
         one = next((name for name, text in PRESETS if not text.startswith("@")), None)
-        single = None
+        single = alt = None
         if req.workload is not None and one is not None:
             text = next(t for name, t in PRESETS if name == one)
             alt = self.plan_for(replace(req, prompt=text))
@@ -575,6 +575,10 @@ class BlockwidthApp(App):
             elif choice == "single" and single is not None:
                 self._prompt_index = next(i for i, (name, _) in enumerate(PRESETS) if name == one)
                 tab.set_prompt(PRESETS[self._prompt_index][1])
+                if alt is not None and not alt.can_decide:  # the prompt alone, with what a win needs
+                    tab.set_field("secs", str(max(alt.seconds_for_need(), int(req.max_seconds))))
+                    tab.set_field("reps", str(max(req.max_reps, alt.need)))
+                    tab.set_field("sequential", True)
             elif choice == "as set":
                 self._run_as_set = req
             else:

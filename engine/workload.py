@@ -75,3 +75,23 @@ def prepare(workload: Workload, tokenizer, max_tokens: int, where: str | None = 
             raise WorkloadError(f"{at}: renders to no tokens")
         out.append(Prepared(req, tuple(int(i) for i in ids), req.max_tokens or max_tokens, how))
     return out
+
+
+def file_item(req: Request, tokenizer) -> dict:
+    """``req`` as a line of a workload file that gives the target the same ids: a chat request
+    for a tokenizer without a chat template (which only the built-in workload may run, through
+    mlx_lm.server's plain transcript) is written as that transcript's "prompt" text, since a
+    file's "messages" need a template."""
+    item: dict = {"id": req.id}
+    if req.chat and not getattr(tokenizer, "has_chat_template", False):
+        from mlx_lm.server import convert_chat
+
+        item["prompt"] = convert_chat([m.to_dict() for m in req.messages])
+    elif req.chat:
+        item["messages"] = [m.to_dict() for m in req.messages]
+    else:
+        item["prompt"] = req.prompt
+    if req.max_tokens is not None:
+        item["max_tokens"] = req.max_tokens
+    return item
+

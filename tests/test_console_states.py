@@ -276,7 +276,7 @@ def test_an_undecided_end_says_which_field_to_raise_and_by_how_much(tmp_path):
     ("y-mtp", ["no mlx_lm.server command", "cannot run an mtp drafter"]),
     ("y-undecided", ["this session: width 4 in effect: undecided against classic"]),
     ("y-unloaded", ["no mlx_lm.server command: the pair did not load"]),
-    ("y-decline", ["--model /", "classic (no draft model)", "every measured width was slower"]),
+    ("y-decline", ["--model /", "classic (no draft model)", "no measured width beat classic"]),
 ])
 def test_the_y_dialog_for_each_case(state, says):
     import shutil
@@ -383,6 +383,28 @@ def test_the_pilots_warning_offers_a_budget_that_reaches_a_win(tmp_path):
             await pilot.pause()
             assert app.phase.busy and int(app.query_one("#secs").value) > 60
             assert app.plan_for(app.request).can_decide  # what it now runs can reach a win
+            await pilot.press("c")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+    _run(go())
+
+
+def test_the_warnings_one_prompt_choice_runs_what_can_decide(tmp_path):
+    """o in the warning ran nothing: it set one prompt and warned again (n 2 still could not win);
+    now it sets the prompt and the budget its win needs, and runs."""
+    async def go():
+        from blockwidth.console.screens import FirstSessionScreen
+
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "warned")
+            assert isinstance(app.screen, FirstSessionScreen)
+            await pilot.press("o")
+            await pilot.pause()
+            assert not isinstance(app.screen, FirstSessionScreen) and app.phase.busy
+            assert not app.query_one("#prompt").value.startswith("@")
+            assert app.plan_for(app.request).can_decide
             await pilot.press("c")
             await app.workers.wait_for_complete()
             await pilot.pause()

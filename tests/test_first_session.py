@@ -279,3 +279,26 @@ def test_a_workload_whose_requests_disagree_runs_next_on_the_requests_where_one_
     app = BlockwidthApp(Options(record_dir=str(tmp_path / "rec")), load=False)
     written = read(str(app._write_requests(step.requests)))
     assert [r.id for r in written.requests] == ["r0", "r1", "r2"] and written.requests[1].prompt == "x1"
+
+
+def test_the_next_steps_workload_runs_on_a_target_without_a_chat_template(tmp_path):
+    """The built-in workload's chat requests reach a target without a chat template as mlx_lm.server's
+    plain transcript; the next step's file (which is not built in, so its "messages" would be
+    refused) carries that transcript as "prompt" text: the same ids, and it loads."""
+    from blockwidth.console.app import BlockwidthApp, Options
+    from blockwidth.engine.workload import TRANSCRIPT, prepare
+    from blockwidth.policy.workload import builtin, read
+
+    pair = demo_pair()
+    assert not pair.tokenizer.has_chat_template
+    mixed = builtin("mixed")
+    chats = [r for r in mixed.requests if r.chat]
+    assert chats
+    app = BlockwidthApp(Options(record_dir=str(tmp_path / "rec")), load=False)
+    app.pair = pair
+    written = read(str(app._write_requests(chats)))
+    assert [r.id for r in written.requests] == [r.id for r in chats] and not any(r.chat for r in written.requests)
+    before = prepare(mixed, pair.tokenizer, 8)
+    after = prepare(written, pair.tokenizer, 8)  # a file's messages would raise WorkloadError here
+    assert [p.ids for p in after] == [p.ids for p in before if p.request.chat]
+    assert {p.rendered for p in before if p.request.chat} == {TRANSCRIPT}
