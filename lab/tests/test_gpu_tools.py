@@ -59,6 +59,7 @@ def test_bench_fresh_uses_a_new_prompt_each_repetition(tmp_path):
     assert out.stdout.count("order: first in its pair engine ") == 2, out.stdout
 
 
+@pytest.mark.lease
 def test_the_gpu_probe_runs_on_a_cpu_and_says_what_it_could_not_run(tmp_path):
     """lab.probe_gpu (the evidence behind the CUDA choices) on a tiny random model:
     every combination asked for is timed or, where this backend lacks a kernel (gather_mm
@@ -391,6 +392,7 @@ exit 1
 """
 
 
+@pytest.mark.lease
 @pytest.mark.parametrize("target_first", ["0", "1", "1b"])
 def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_path, target_first):
     """``GPUS=2 start`` (stub python3, every step failing): GPU 1 waits for GPU 0's target, not
@@ -436,6 +438,7 @@ def test_the_h200_pipeline_on_two_gpus_distils_build_b_for_this_runs_target(tmp_
     assert not stale.exists() or stale.read_text().strip() == "{}"  # this run's, not the stale one
 
 
+@pytest.mark.lease
 @pytest.mark.parametrize("gpus", ["1", "2"])
 def test_the_h200_pipeline_sweeps_rows_first_when_its_probe_passed(tmp_path, gpus):
     """probe_rows passing (ROWS_OK in the stub) gives rows.ok: the rows bf16 sweep runs before
@@ -518,6 +521,7 @@ def test_the_h200_pipeline_runs_the_rest_with_the_attention_of_the_better_sweep(
     assert "check --measure rc 1" in log, log  # the stub's exit without a --record-dir: logged
 
 
+@pytest.mark.lease
 def test_the_h200_side_chain_can_train_a_dflash_drafter_for_the_target_and_the_pipeline_sweeps_it(tmp_path):
     """GPUS=2 SIDE=dflash: GPU 1 runs no build B; once GPU 0's target is written it trains a
     DFlash drafter for it (build_drafters --pair, only dflash, bf16), whose weights move out of
@@ -592,6 +596,7 @@ def test_the_h200_pipeline_stops_no_process_group_but_its_own_sampler(tmp_path):
         other.wait()
 
 
+@pytest.mark.lease
 def test_the_h200_side_chain_waits_for_the_1b_fallback_build_before_training_on_it(tmp_path):
     """GPUS=2 MTP1B=1 start (stub python3, every step failing; the 1B fallback build takes a few
     seconds): build.rc tells GPU 1 that GPU 0's build has ended, and the MTP head trains on
@@ -801,6 +806,7 @@ def test_the_drafter_loss_is_the_hard_label_cross_entropy_plus_its_soft_share():
 
 # Three tiny builds of about 30 s of CPU each, fixed step counts: 200 s each at load 17 on 2
 # cores, past the suite's 600 s per test; bounded on its own, at 1500.
+@pytest.mark.lease
 @pytest.mark.timeout(1500)
 def test_the_gpu_pair_build_runs_on_a_cpu_with_soft_labels_and_refuses_a_bad_weight(tmp_path, capfd):
     """lab.build_gpu end to end at its tiny shape (seconds): both targets, the drafter and
@@ -950,6 +956,7 @@ def test_the_5b_shape_is_a_70b_layer_six_times_with_a_drafter_of_one():
     assert f"{n / 1e9:.2f}B parameters, with a drafter of one such layer ({d / 1e9:.2f}B)" in readme
 
 
+@pytest.mark.lease
 def test_the_3_5b_shape_is_an_8b_layer_sixteen_times_and_trains_at_its_own_rates(tmp_path):
     """--shape 3.5b: 16 layers of an 8B Llama's layer (weights counted lazily, nothing allocated),
     a drafter of two of them, and learning rates by shape unless given (recorded in build.json)."""

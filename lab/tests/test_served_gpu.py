@@ -5,9 +5,12 @@ import json
 import subprocess
 import sys
 
+import pytest
+
 from tests.conftest import ROOT
 
 
+@pytest.mark.lease
 def test_served_gpu_runs_every_step_and_summarises_them(tmp_path):
     out = tmp_path / "served"
     r = subprocess.run([sys.executable, "-m", "lab.served_gpu", "--pair", str(ROOT / "engine/demo/pair"),

@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -30,6 +32,7 @@ def _record(d: Path) -> dict:
     return json.loads(recs[0].read_text())
 
 
+@pytest.mark.lease
 def test_sweeps_stage(tmp_path):
     out = _stage("sweeps", tmp_path)
     one, group = _record(out / "one"), _record(out / "tensor")
@@ -43,6 +46,7 @@ def test_sweeps_stage(tmp_path):
     assert "rc " in check
 
 
+@pytest.mark.lease
 def test_curves_stage(tmp_path):
     out = _stage("curves", tmp_path)
     one = json.loads((out / "costcurve-one.json").read_text())

@@ -117,6 +117,7 @@ def _sh(verb: str, *args: str, env: dict) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
 
 
+@pytest.mark.lease
 def test_the_gpu_script_runs_end_to_end_and_its_drafters_load(tmp_path, chat_target, capsys):
     held = tmp_path / "held.jsonl"
     held.write_text('{"id": "h1", "messages": [{"role": "user", "content": "Say hello."}]}\n'
