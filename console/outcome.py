@@ -184,11 +184,13 @@ def more_runs(session: Session) -> MoreRuns:
 
 def _spread(session: Session, open_, bar: float) -> tuple[str, float, float] | None:
     """The first open width of a workload whose requests-only interval straddles the bar:
-    what its repetitions cannot settle (policy.stats.request_spread)."""
+    what its repetitions cannot settle (policy.stats.request_spread). The width best on most
+    requests is asked first, so that the headline names the width the next step runs."""
     if getattr(session, "single", True) or not open_:
         return None
     classic, arms = session.stats_samples()
-    for arm in open_:
+    favoured = _most_best(session)
+    for arm in sorted(open_, key=lambda a: a.width != favoured):
         reqs = arms.get(arm.width)
         if not reqs or not all(classic):
             continue
@@ -247,17 +249,30 @@ def next_step(session: Session) -> NextStep | None:
     return None
 
 
+def _best_count(session: Session) -> tuple[Any, int] | None:
+    """(the width best on most measured requests, on how many), or None."""
+    counts: dict[Any, int] = {}
+    for r in session.per_request:
+        if r.measured and r.best() is not None:
+            counts[r.best()] = counts.get(r.best(), 0) + 1
+    if not counts:
+        return None
+    return max(counts.items(), key=lambda wk: (wk[1], -wk[0] if isinstance(wk[0], int) else 0))
+
+
+def _most_best(session: Session) -> Any:
+    picked = _best_count(session) if getattr(session, "per_request", None) else None
+    return picked[0] if picked is not None else None
+
+
 def _where_best(session: Session) -> NextStep | None:
     """A workload whose requests disagree: the width best on most requests, on those requests
     alone, as a workload of their own (what traffic like them gets; the rest is another mix)."""
     measured = [r for r in session.per_request if r.measured]
-    counts: dict[Any, int] = {}
-    for r in measured:
-        if r.best() is not None:
-            counts[r.best()] = counts.get(r.best(), 0) + 1
-    if not counts:
+    picked = _best_count(session)
+    if picked is None:
         return None
-    width, k = max(counts.items(), key=lambda wk: (wk[1], -wk[0] if isinstance(wk[0], int) else 0))
+    width, k = picked
     if k < 2 or k == len(session.per_request):
         return None
     reqs = tuple(r.prepared.request for r in measured if r.best() == width)

@@ -302,3 +302,34 @@ def test_the_next_steps_workload_runs_on_a_target_without_a_chat_template(tmp_pa
     after = prepare(written, pair.tokenizer, 8)  # a file's messages would raise WorkloadError here
     assert [p.ids for p in after] == [p.ids for p in before if p.request.chat]
     assert {p.rendered for p in before if p.request.chat} == {TRANSCRIPT}
+
+
+def test_the_headline_names_the_width_the_next_step_runs(tmp_path):
+    """Two widths whose requests disagree: the headline spoke of w2 (the first open width) while
+    `n` ran w4 (the width best on most requests); now both name w4."""
+    from blockwidth.console.outcome import more_runs
+    from blockwidth.engine.ab import _add_pass
+    from blockwidth.engine.identity import compare
+
+    pair = demo_pair()
+    out = pair.tokenizer.encode(" = []\n")[:4]
+    reqs = []
+    # per request (classic, w2, w4) tok/s: w4 best on r0-r2, w2 on r3; both spread across 1
+    for i, (c, w2, w4) in enumerate([(40, 44, 80), (40, 45, 78), (40, 43, 82), (40, 60, 20), (40, 22, 21)]):
+        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
+        classic = Arm(None, [_run(None, c + d, out) for d in (0, 1, 2, 0.5)], verdict=Verdict.CONTROL)
+        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w2 + d, out) for d in (0, 1, 2)]),
+                                                Arm(4, [_run(4, w4 + d, out) for d in (0, 1, 2)])]))
+    s = Session(AbConfig(widths=(2, 4), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
+                Arm(None, verdict=Verdict.CONTROL), [Arm(2), Arm(4)], requests=reqs, reps=3, seed=1)
+    for r in reqs:
+        for a in r.arms:
+            a.identity = compare(r.classic.runs[0].tokens, a.runs[0].tokens, pair.tokenizer)
+    for _ in range(4):
+        _add_pass(s, [None, 2, 4])
+    decide(s)
+    assert all(a.verdict is Verdict.UNDECIDED for a in s.arms), [a.why for a in s.arms]
+    m = more_runs(s)
+    step = next_step(s)
+    assert m.spread is not None and m.spread[0] == "w4", m.spread
+    assert step is not None and step.field("widths") == "4"
