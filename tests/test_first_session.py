@@ -333,3 +333,22 @@ def test_the_headline_names_the_width_the_next_step_runs(tmp_path):
     step = next_step(s)
     assert m.spread is not None and m.spread[0] == "w4", m.spread
     assert step is not None and step.field("widths") == "4"
+
+
+def test_a_sequential_sessions_bar_never_falls_back_when_repetitions_are_added():
+    """The bar read 90 % at the end of the n repetitions, then 50 % at the first added one."""
+    from types import SimpleNamespace
+
+    from blockwidth.console.widgets.ab import sequential_stage
+
+    req = SimpleNamespace(n=3, max_reps=6, max_seconds=360.0)
+    planned = 40
+    seen = []
+    for run in range(planned):  # the planned runs, 5 s each
+        e = SimpleNamespace(kind="arm", tokens=0, total=0, elapsed=run * 5.0, run=run, rep=1, closing=False)
+        seen.append(sequential_stage(e, req, planned)[1])
+    for rep in (4, 5, 6):  # the added repetitions
+        e = SimpleNamespace(kind="arm", tokens=0, total=0, elapsed=200.0 + rep, run=planned + rep, rep=rep,
+                            closing=False)
+        seen.append(sequential_stage(e, req, planned)[1])
+    assert seen == sorted(seen) and seen[-1] < 1.0, seen

@@ -105,10 +105,12 @@ class Stage(Horizontal):
 
 def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, float]:
     """The status words and the bar of a sequential session's run event. The warm-ups, the n
-    repetitions and their closing classic pass are ``planned`` runs, which always run in full:
-    the bar counts them. After them the session adds repetitions while undecided, and the bar is
-    the budget, repetitions or seconds, whichever is nearer its end; it reads full only once
-    every run is done. A seconds budget spent early is said in words, not as "368 of 60 s"."""
+    repetitions and their closing classic pass are ``planned`` runs, which always run in full;
+    after them the session adds repetitions while undecided. The bar is one scale, the budget,
+    repetitions or seconds, whichever is nearer its end: the planned runs fill the n repetitions'
+    share of it (it read 90 % at their end, then fell back to 50 % as repetitions were added),
+    and it reads full only once every run is done. A seconds budget spent early is said in
+    words, not as "368 of 60 s"."""
     part = e.tokens / e.total if e.kind == "progress" and e.total else 0.0
     secs, reps = req.max_seconds, max(req.n, req.max_reps)
     spent = e.elapsed >= secs
@@ -117,7 +119,9 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
             said = f"{secs:g} s spent: n {req.n} finish, none added"  # short: 80 columns cut it
         else:
             said = f"{e.elapsed:.0f} of {secs:g} s"
-        return f"run {e.run + 1}/{planned} · {said}", min((e.run + part) / planned, 0.99)
+        share = min(req.n, reps) / reps  # the n repetitions' part of the budget
+        return f"run {e.run + 1}/{planned} · {said}", min(max((e.run + part) / planned * share,
+                                                              e.elapsed / secs), 0.99)
     # added repetitions (a closing pass after them counts those done)
     done = e.rep - 1 if e.closing else e.rep
     rep = f"{done} of ≤{reps} repetitions done" if e.closing else f"rep {e.rep} of ≤{reps}"
