@@ -703,9 +703,14 @@ class BlockwidthApp(App):
             self._identity = IdentityViews(s, self.pair.tokenizer)
             self._selected_request = None
         if request is None:
-            request = (self._selected_request if self._selected_request is not None
-                       and width == self._selected_width else self._identity.first_request(width))
+            here = self._selected_request if self._selected_request is not None else 0
+            # the same width keeps its request; another goes to its first differing request, or
+            # stays on this one (] reset the request to 1 of 16 when nothing differed)
+            request = here if width == self._selected_width else self._identity.first_request(width, here)
         view = self._identity.get(width, request)
+        if view is None and request:
+            request = self._identity.first_request(width)
+            view = self._identity.get(width, request)
         if view is None:
             return
         self._selected_width, self._selected_request = width, request

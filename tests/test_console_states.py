@@ -185,9 +185,10 @@ def test_a_stale_session_is_not_offered_for_saving():
 def test_the_sequential_bar_is_the_budget_and_the_cost_curve_bar_starts_empty(tmp_path):
     """In sequential mode the bar sat at "run 22/22" (a total that grows), then at 100 % from the
     first repetition (the seconds budget, spent before the n repetitions ended) while the status
-    read "368 of 60 s". During the n repetitions the bar counts their planned runs; after them it
-    is the budget, repetitions or seconds, whichever is nearer its end, and never full while a
-    run remains; a budget spent early is said in words; a new stage starts its bar at 0."""
+    read "368 of 60 s". The bar is the budget, repetitions or seconds, whichever is nearer its
+    end: the n repetitions' planned runs fill their share of it (it once counted them alone, then
+    fell back when a repetition was added), all of it once the seconds are spent; never full while
+    a run remains; a budget spent early is said in words; a new stage starts its bar at 0."""
     from blockwidth.engine.ab import Event
     from tests.states import BUDGET_S, TOKENS, _event
 
@@ -201,7 +202,8 @@ def test_the_sequential_bar_is_the_budget_and_the_cost_curve_bar_starts_empty(tm
             await enter(app, pilot, "sequential-n")
             # run 10 of the 17 planned (4 arms x (3 repetitions + a warm-up) + the closing run)
             assert "run 10/17 · 20 of 180 s" in status()
-            assert bar.progress == round((9 + 8 / TOKENS) / 17 * 1000)
+            share = app.request.n / max(app.request.n, app.request.max_reps)
+            assert bar.progress == round(max((9 + 8 / TOKENS) / 17 * share, 20 / BUDGET_S) * 1000)
             # past the budget before the n repetitions end: words, not "188 of 180 s", and the
             # bar stays on the runs (not 100 %)
             app.on_ab_event(_event(Event("progress", "w8", 3, 4, TOKENS, run=14, runs=17, elapsed=BUDGET_S + 8)))

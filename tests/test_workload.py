@@ -525,6 +525,17 @@ def test_console_prompt_field_runs_a_workload_and_folds_its_requests_at_80x24(tm
             assert "per request (classic decode tok/s" in details
             assert "1 more request between the 2 worst and 2 best" in details
             assert "95 % bootstrap interval" in details
+            # Identity: } picks the next request; ] another width keeps it (it reset to the first)
+            widths = [a.width for a in s.arms if a.runs]
+            assert len(widths) >= 2, widths
+            await pilot.press("2")  # the Identity tab
+            app.show_identity(widths[0], 0)
+            await pilot.press("right_curly_bracket", "right_curly_bracket")
+            await pilot.pause()
+            assert app._selected_request == 2
+            await pilot.press("right_square_bracket")
+            await pilot.pause()
+            assert app._selected_width == widths[1] and app._selected_request == 2  # every text identical
             await pilot.resize_terminal(140, 40)
             await pilot.pause()
             assert "more requests between" not in _text(app, "#details")  # room for all of them

@@ -109,8 +109,8 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
     after them the session adds repetitions while undecided. The bar is one scale, the budget,
     repetitions or seconds, whichever is nearer its end: the planned runs fill the n repetitions'
     share of it (it read 90 % at their end, then fell back to 50 % as repetitions were added),
-    and it reads full only once every run is done. A seconds budget spent early is said in
-    words, not as "368 of 60 s"."""
+    or all of it once the seconds are spent (nothing will be added), and it reads full only once
+    every run is done. A seconds budget spent early is said in words, not as "368 of 60 s"."""
     part = e.tokens / e.total if e.kind == "progress" and e.total else 0.0
     secs, reps = req.max_seconds, max(req.n, req.max_reps)
     spent = e.elapsed >= secs
@@ -119,6 +119,8 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
             said = f"{secs:g} s spent: n {req.n} finish, none added"  # short: 80 columns cut it
         else:
             said = f"{e.elapsed:.0f} of {secs:g} s"
+        if spent:  # no repetition will be added: the planned runs are the whole session
+            return f"run {e.run + 1}/{planned} · {said}", min((e.run + part) / planned, 0.99)
         share = min(req.n, reps) / reps  # the n repetitions' part of the budget
         return f"run {e.run + 1}/{planned} · {said}", min(max((e.run + part) / planned * share,
                                                               e.elapsed / secs), 0.99)

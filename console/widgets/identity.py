@@ -42,8 +42,9 @@ class IdentityViews:
     def requests(self) -> int:
         return len(self.session.per_request)
 
-    def first_request(self, width: int) -> int:
-        """The request to show first for ``width``: the first whose output differs, else the first."""
+    def first_request(self, width: int, otherwise: int = 0) -> int:
+        """The request to show first for ``width``: the first whose output differs, else
+        ``otherwise`` (the request on screen, when the width changes)."""
         for i, r in enumerate(self.session.per_request):
             try:
                 ident = r.arm(width).identity
@@ -51,7 +52,7 @@ class IdentityViews:
                 continue
             if ident is not None and not ident.identical_ids:
                 return i
-        return 0
+        return otherwise
 
     def get(self, width: int, request: int = 0) -> IdentityView | None:
         """The view for ``width`` on the ``request``-th request, or None where there is nothing
