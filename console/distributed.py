@@ -422,12 +422,30 @@ def _default_backend() -> str:
     return "nccl" if hasattr(mx, "cuda") and mx.cuda.is_available() else "ring"
 
 
+def _local_target(args: argparse.Namespace) -> Path | None:
+    """The target folder when it is here (the demo's, or --target a folder); None for a hub id,
+    which each rank resolves (and checks) itself."""
+    from blockwidth.engine import demo
+
+    given = getattr(args, "target", None)
+    if given is None:
+        return Path(demo.target(getattr(args, "demo_target", None) or "bf16"))
+    path = Path(given).expanduser()
+    return path if (path / "config.json").is_file() else None
+
+
 def launch(args: argparse.Namespace) -> int:
     """Start the group (mlx.launch, N local processes), wait for it within --group-timeout,
     stop every process it started however this ends, and end as rank 0 ended."""
     command = getattr(args, "rank_command", None)
     if command is None:
         raise InputError("--ranks: the command line to start the ranks with is not known here")
+    target = _local_target(args)
+    if target is not None:  # a target mlx-lm cannot split is refused before any rank starts
+        from blockwidth.engine import distributed as dist
+        from blockwidth.policy.device import Sharding
+
+        dist.check_split(target, Sharding(args.distributed), args.ranks)
     backend = args.group_backend or _default_backend()
     port = _free_ports(args.ranks if backend == "ring" else 1)
     with tempfile.TemporaryDirectory(prefix="blockwidth-group-") as group_dir:

@@ -204,33 +204,42 @@ def _staged(path: Path) -> tempfile.TemporaryDirectory | None:
     return tmp
 
 
-def _unsplit(rank: Rank, why: str) -> DistributedError:
+def _unsplit(sharding: Sharding, size: int, why: str) -> DistributedError:
     """A target this group cannot split, said of --target with the group it was split for."""
-    return DistributedError(f"{why} ({rank.sharding.value}-sharded over {rank.size} ranks)", "target",
-                            ExitCode.USAGE)
+    return DistributedError(f"{why} ({sharding.value}-sharded over {size} ranks)", "target", ExitCode.USAGE)
+
+
+def check_split(path: Path, sharding: Sharding, size: int) -> None:
+    """Raise DistributedError about the target when mlx-lm cannot split it ``sharding``-wise over
+    ``size`` ranks: its config's sizes, then its model class (built lazily, no weights read).
+    The launcher asks before it starts a group (a refusal then costs no group start), and each
+    rank again as it loads."""
+    from mlx_lm.utils import load_model
+
+    from blockwidth.policy.quantization import read_config
+
+    path = Path(path)
+    why = shard_problem(read_config(path), sharding, size)
+    if why:
+        raise _unsplit(sharding, size, f"{path}: {why}")
+    lazy, _ = load_model(path, lazy=True, strict=False, trust_remote_code=False)
+    inner = getattr(lazy, "model", None)
+    if sharding is Sharding.PIPELINE and not hasattr(inner, "pipeline"):
+        raise _unsplit(sharding, size, f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
+                                       "pipeline split (model.pipeline(group)); try --distributed tensor")
+    if sharding is Sharding.TENSOR and not hasattr(lazy, "shard"):
+        raise _unsplit(sharding, size, f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
+                                       "tensor-parallel split (model.shard(group)); try --distributed pipeline")
 
 
 def load_target(path: Path, rank: Rank):
     """The target's shard on this rank, loaded with mlx-lm's ``sharded_load`` (its model's
     ``shard(group)`` for tensor, ``model.pipeline(group)`` for pipeline). Raises
     DistributedError about the target naming what mlx-lm cannot split."""
-    from mlx_lm.utils import load_model, sharded_load
-
-    from blockwidth.policy.quantization import read_config
+    from mlx_lm.utils import sharded_load
 
     path = Path(path)
-    why = shard_problem(read_config(path), rank.sharding, rank.size)
-    if why:
-        raise _unsplit(rank, f"{path}: {why}")
-    lazy, _ = load_model(path, lazy=True, strict=False, trust_remote_code=False)
-    inner = getattr(lazy, "model", None)
-    if rank.sharding is Sharding.PIPELINE and not hasattr(inner, "pipeline"):
-        raise _unsplit(rank, f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
-                             "pipeline split (model.pipeline(group)); try --distributed tensor")
-    if rank.sharding is Sharding.TENSOR and not hasattr(lazy, "shard"):
-        raise _unsplit(rank, f"{path}: mlx-lm's {getattr(lazy, 'model_type', '?')} model has no "
-                             "tensor-parallel split (model.shard(group)); try --distributed pipeline")
-    del lazy, inner
+    check_split(path, rank.sharding, rank.size)
     staged = _staged(path) if rank.sharding is Sharding.PIPELINE else None
     where = Path(staged.name) if staged else path
     pipeline = rank.group if rank.sharding is Sharding.PIPELINE else None
@@ -239,7 +248,7 @@ def load_target(path: Path, rank: Rank):
         model, _ = sharded_load(str(where), pipeline, tensor, trust_remote_code=False,
                                 tokenizer_config={"trust_remote_code": False})
     except (ValueError, OSError) as e:
-        raise _unsplit(rank, f"{path}: mlx-lm cannot shard it ({' '.join(str(e).split())})") from None
+        raise _unsplit(rank.sharding, rank.size, f"{path}: mlx-lm cannot shard it ({' '.join(str(e).split())})") from None
     finally:
         if staged is not None:
             staged.cleanup()  # the weights are read: the links can go

@@ -353,7 +353,7 @@ def test_console_profile_tab_shows_marks(tmp_path):
 # is false by a factor of ~4: far beyond the run-to-run noise of a shared 2-core machine.
 
 MEASURE = ("--check", "--measure", "--device", "cpu", "--demo-target", "4bit", "-n", "2",
-           "--max-tokens", "16")
+           "--max-tokens", "8")
 
 
 def test_measured_decline_of_a_hopeless_width_passes(tmp_path, blockwidth):
