@@ -444,23 +444,34 @@ _EXACT_DTYPES = (mx.bfloat16, mx.float16)
 def exact_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array], bias=None):
     """``x @ weight.T (+ bias)`` on the exact path: the gemv kernel for 1..EXACT_MAX_ROWS rows of
     16-bit weights (in chunks of CHUNK_ROWS), else ``stock()`` (bias its own) with the reason
-    counted."""
+    counted. The plan is worked out once per call signature, as exact_quantized's is (a
+    host-bound target makes ~200 of these calls a token)."""
     rows, width = _rows_of(x)
-    if rows > EXACT_MAX_ROWS:
-        routing.passed += 1
-        return stock()
-    if routing.backend != "cuda":
-        _inexact(routing, "16-bit projection: no CUDA")
-        return stock()
-    if not (rows >= 1 and gemv_fits((min(rows, CHUNK_ROWS), width), x.dtype, weight.shape, weight.dtype,
-                                    _EXACT_DTYPES, min_rows=1)):
-        _inexact(routing, "16-bit projection: not bfloat16/float16 of one dtype, or a width that is "
-                          "not a multiple of 8")
+    key = ("dense", rows, width, x.dtype, weight.shape, weight.dtype)
+    plan = routing._plans.get(key)
+    if plan is None:
+        if rows > EXACT_MAX_ROWS:
+            why = ""  # prefill: stock in every arm alike
+        elif routing.backend != "cuda":
+            why = "16-bit projection: no CUDA"
+        elif not (rows >= 1 and gemv_fits((min(rows, CHUNK_ROWS), width), x.dtype, weight.shape, weight.dtype,
+                                          _EXACT_DTYPES, min_rows=1)):
+            why = ("16-bit projection: not bfloat16/float16 of one dtype, or a width that is not a "
+                   "multiple of 8")
+        else:
+            why = None
+        plan = routing._plans[key] = (why, f"{weight.shape[0]}x{width} {_name(weight.dtype)}",
+                                      len(chunks(rows)))
+    why, label, parts = plan
+    if why is not None:
+        if why:
+            _inexact(routing, why)
+        else:
+            routing.passed += 1
         return stock()
     routing.routed += 1
-    label = f"{weight.shape[0]}x{width} {_name(weight.dtype)}"
     routing.served[label] = routing.served.get(label, 0) + 1
-    y = _chunked(x, weight.shape[0], [gemv_linear] * len(chunks(rows)), weight)
+    y = _chunked(x, weight.shape[0], [gemv_linear] * parts, weight)
     return y + bias if bias is not None else y
 
 
