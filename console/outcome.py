@@ -453,11 +453,18 @@ def tie_note(session: Session) -> str:
 
 
 def _open(session: Session) -> str:
-    """What leaves a session undecided: overlapping ranges, or intervals short of the bar."""
+    """What leaves a session undecided: overlapping ranges, or intervals short of the bar; a
+    workload's names the widths still open when others are decided (the tryout read "intervals
+    straddle" beside a w2 the table called slower)."""
+    open_ = [a for a in session.arms if a.verdict is Verdict.UNDECIDED and a.runs]
     if not session.single:
+        decided = [a for a in session.arms if a.runs and a.verdict is not Verdict.UNDECIDED]
+        if decided and open_:
+            names = ", ".join(a.name for a in open_)
+            return (f"{names}'s interval straddles the minimum gain" if len(open_) == 1
+                    else f"the intervals of {names} straddle the minimum gain")
         return "intervals straddle the minimum gain"
     c = session.classic.decode_range()
-    open_ = [a for a in session.arms if a.verdict is Verdict.UNDECIDED and a.runs]
     if c is None or any(a.decode_range().overlaps(c) for a in open_):
         return "ranges overlap"
     return "intervals do not clear the minimum gain"

@@ -352,3 +352,19 @@ def test_a_sequential_sessions_bar_never_falls_back_when_repetitions_are_added()
                             closing=False)
         seen.append(sequential_stage(e, req, planned)[1])
     assert seen == sorted(seen) and seen[-1] < 1.0, seen
+
+
+def test_an_undecided_workload_names_the_widths_still_open():
+    """The tryout read "intervals straddle the minimum gain" beside a w2 the table called slower:
+    a workload with a width decided names the ones still open."""
+    from types import SimpleNamespace
+
+    from blockwidth.console.outcome import _open
+
+    def arm(name, verdict):
+        return SimpleNamespace(name=name, verdict=verdict, runs=[1])
+
+    s = SimpleNamespace(single=False, arms=[arm("w2", Verdict.SLOWER), arm("w4", Verdict.UNDECIDED)])
+    assert _open(s) == "w4's interval straddles the minimum gain"
+    s.arms = [arm("w2", Verdict.UNDECIDED), arm("w4", Verdict.UNDECIDED)]
+    assert _open(s) == "intervals straddle the minimum gain"
