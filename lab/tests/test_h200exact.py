@@ -4,10 +4,11 @@ anything timed, a deadline's skips, and the wait verb's tarball."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import tarfile
 from pathlib import Path
+
+from lab.tests.stubbed import run_stubbed
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "lab" / "h200exact.sh"
@@ -26,16 +27,7 @@ esac
 
 
 def _run(tmp_path: Path, *args: str, **env: str) -> subprocess.CompletedProcess:
-    bin_ = tmp_path / "bin"
-    bin_.mkdir(exist_ok=True)
-    (bin_ / "python3").write_text(STUB)
-    (bin_ / "python3").chmod(0o755)
-    full = {**os.environ, "PATH": f"{bin_}:{os.environ['PATH']}", "CALLS": str(tmp_path / "calls"),
-            "WORK": str(tmp_path / "w"), "PAIR": str(tmp_path / "w" / "pair"), "OUT": str(tmp_path / "out"),
-            "GGUF": str(tmp_path / "model.gguf"), **env}
-    (tmp_path / "out").mkdir(exist_ok=True)
-    return subprocess.run(["bash", str(SCRIPT), *args], cwd=ROOT, env=full, capture_output=True,
-                          text=True, timeout=120)
+    return run_stubbed(SCRIPT, tmp_path, STUB, *args, timeout=120, **{"GGUF": str(tmp_path / "model.gguf"), **env})
 
 
 def _calls(tmp_path: Path) -> list[str]:
