@@ -189,7 +189,7 @@ def _spread(session: Session, open_, bar: float) -> tuple[str, float, float] | N
     if getattr(session, "single", True) or not open_:
         return None
     classic, arms = session.stats_samples()
-    favoured = _most_best(session)
+    favoured = (_best_count(session) or (None, 0))[0]
     for arm in sorted(open_, key=lambda a: a.width != favoured):
         reqs = arms.get(arm.width)
         if not reqs or not all(classic):
@@ -253,16 +253,12 @@ def _best_count(session: Session) -> tuple[Any, int] | None:
     """(the width best on most measured requests, on how many), or None."""
     counts: dict[Any, int] = {}
     for r in session.per_request:
-        if r.measured and r.best() is not None:
-            counts[r.best()] = counts.get(r.best(), 0) + 1
+        best = r.best()  # None where the request was not measured on every arm
+        if best is not None:
+            counts[best] = counts.get(best, 0) + 1
     if not counts:
         return None
     return max(counts.items(), key=lambda wk: (wk[1], -wk[0] if isinstance(wk[0], int) else 0))
-
-
-def _most_best(session: Session) -> Any:
-    picked = _best_count(session) if getattr(session, "per_request", None) else None
-    return picked[0] if picked is not None else None
 
 
 def _where_best(session: Session) -> NextStep | None:
@@ -458,8 +454,7 @@ def _open(session: Session) -> str:
     straddle" beside a w2 the table called slower)."""
     open_ = [a for a in session.arms if a.verdict is Verdict.UNDECIDED and a.runs]
     if not session.single:
-        decided = [a for a in session.arms if a.runs and a.verdict is not Verdict.UNDECIDED]
-        if decided and open_:
+        if open_ and any(a.runs and a.verdict is not Verdict.UNDECIDED for a in session.arms):
             names = ", ".join(a.name for a in open_)
             return (f"{names}'s interval straddles the minimum gain" if len(open_) == 1
                     else f"the intervals of {names} straddle the minimum gain")

@@ -35,7 +35,7 @@ def _generator_class(mode: str, exact: bool = False):
         def _is_batchable(self, args):
             # mlx_lm.server's batched decode masks by array (each sequence's left padding), which
             # the rows kernel does not take: its 1-row steps would reach fused SDPA, whose rows
-            # differ from the rows kernel's (lab/evidence/h200-2026-12-04c: the draft server's
+            # differ from the rows kernel's (lab/evidence/h200-2026-12-04b: the draft server's
             # text left classic's at character 127). On the exact path the classic server serves
             # one request at a time through generate_step, as the draft server does (it never
             # batches) and as the engine's classic does.

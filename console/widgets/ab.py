@@ -119,11 +119,11 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
             said = f"{secs:g} s spent: n {req.n} finish, none added"  # short: 80 columns cut it
         else:
             said = f"{e.elapsed:.0f} of {secs:g} s"
+        label = f"run {e.run + 1}/{planned} · {said}"
         if spent:  # no repetition will be added: the planned runs are the whole session
-            return f"run {e.run + 1}/{planned} · {said}", min((e.run + part) / planned, 0.99)
+            return label, min((e.run + part) / planned, 0.99)
         share = min(req.n, reps) / reps  # the n repetitions' part of the budget
-        return f"run {e.run + 1}/{planned} · {said}", min(max((e.run + part) / planned * share,
-                                                              e.elapsed / secs), 0.99)
+        return label, min(max((e.run + part) / planned * share, e.elapsed / secs), 0.99)
     # added repetitions (a closing pass after them counts those done)
     done = e.rep - 1 if e.closing else e.rep
     rep = f"{done} of ≤{reps} repetitions done" if e.closing else f"rep {e.rep} of ≤{reps}"
