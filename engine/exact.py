@@ -83,11 +83,12 @@ class Plan:
     exact: bool  # what the identity of a width with classic rests on: row-invariant kernels
     reason: str
     uncovered: tuple[str, ...] = ()  # ops the path does not make row-invariant, named
+    route: str = "mlx"  # engine.linear.EXACT_ROUTES: how the projections are kept row-invariant
 
     def to_dict(self) -> dict:
         return {"asked": self.asked.value, "backend": self.backend, "active": self.active,
                 "exact": self.exact, "reason": self.reason, "uncovered": list(self.uncovered),
-                "max_rows": MAX_ROWS}
+                "max_rows": MAX_ROWS, "route": self.route}
 
     def width_note(self, width: int) -> str | None:
         """Why ``width``'s verify is not on the path (wider than it covers), else None."""
@@ -100,13 +101,14 @@ def _dtype(a) -> str:
     return str(a.dtype).rsplit(".", 1)[-1]
 
 
-def uncovered_ops(model: Any, cache: list | None = None) -> list[str]:
+def uncovered_ops(model: Any, cache: list | None = None, route: str = "mlx") -> list[str]:
     """What in ``model`` (and its ``cache``, mlx-lm's per-layer objects) the exact path cannot
-    make row-invariant on CUDA, one phrase an op kind; empty when every op is covered. Reads the
-    modules' types, dtypes and shapes only: no forward, no device."""
+    make row-invariant on CUDA by ``route``, one phrase an op kind; empty when every op is covered.
+    Reads the modules' types, dtypes and shapes only: no forward, no device."""
     import mlx.nn as nn
 
     from blockwidth.engine import qmv
+    from blockwidth.engine.linear import mlx_quant_refusal
 
     out: dict[str, None] = {}
     args = getattr(model, "args", None)
@@ -121,7 +123,13 @@ def uncovered_ops(model: Any, cache: list | None = None) -> list[str]:
             w, s = m["weight"], m["scales"]
             k = w.shape[-1] * 32 // m.bits if w.ndim == 2 else 0
             dt = _dtype(s)
-            why = qmv.refusal("cuda", getattr(m, "mode", "affine"), m.bits, m.group_size, 1, dt, dt,
+            mode = getattr(m, "mode", "affine")
+            if route == "mlx":
+                why = mlx_quant_refusal(mode, m.bits, m.group_size)
+                if why is not None:
+                    out[f"quantized projections ({why})"] = None
+                continue
+            why = qmv.refusal("cuda", mode, m.bits, m.group_size, 1, dt, dt,
                               m.get("biases") is not None, k, tuple(w.shape), min_rows=1)
             if why is not None:
                 out[f"quantized projections ({qmv.REASONS[why]})"] = None
@@ -166,23 +174,27 @@ def _head_dim(args) -> int | None:
 
 
 def plan(model: Any, asked: str | Exact | None = None, backend: str | None = None,
-         cache: list | None = None) -> Plan:
-    """Whether ``model``'s session takes the exact path on ``backend`` (probed when None)."""
+         cache: list | None = None, route: str | None = None) -> Plan:
+    """Whether ``model``'s session takes the exact path on ``backend`` (probed when None), and by
+    which ``route`` (engine.linear.exact_route: the argument, else BLOCKWIDTH_EXACT_ROUTE)."""
     from blockwidth.engine.attention import current_backend
+    from blockwidth.engine.linear import exact_route
 
     asked = parse(asked)
+    route = exact_route(route)
     backend = backend or current_backend()
     if asked is Exact.OFF:
         return Plan(asked, backend, False, backend == "cpu",
-                    "off, as asked: stock kernels" + (" (row-invariant on a CPU)" if backend == "cpu" else ""))
+                    "off, as asked: stock kernels" + (" (row-invariant on a CPU)" if backend == "cpu" else ""),
+                    route=route)
     if backend == "cpu":
         return Plan(asked, backend, False, True,
                     "nothing to route: on a CPU MLX's kernels give a K-row verify bitwise equal to K "
-                    "single steps (the exactness probe checks it every session)")
+                    "single steps (the exactness probe checks it every session)", route=route)
     if backend != "cuda":
         return Plan(asked, backend, False, False,
                     f"{backend}: the path's kernels are CUDA source; the exactness probe says what "
-                    "this backend's verify does")
+                    "this backend's verify does", route=route)
     if cache is None:
         from blockwidth.engine.kvcache import make_cache
 
@@ -190,15 +202,18 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
             cache = make_cache(model, slack=1)
         except Exception:  # a cache kind no rewind takes: the pair refuses it elsewhere
             cache = None
-    missing = tuple(uncovered_ops(model, cache))
+    missing = tuple(uncovered_ops(model, cache, route))
     if not missing:
-        return Plan(asked, backend, True, True,
-                    f"on: every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, "
-                    "rows attention), classic's steps included")
+        how = (f"classic's steps on MLX's own projections and the rows attention kernel, each row of "
+               f"a verify of up to {MAX_ROWS} computed as its 1-row step" if route == "mlx" else
+               f"every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, rows "
+               "attention), classic's steps included")
+        return Plan(asked, backend, True, True, f"on: {how}", route=route)
     if asked is Exact.AUTO:
-        return Plan(asked, backend, False, False, "off (auto): not covered: " + "; ".join(missing), missing)
+        return Plan(asked, backend, False, False, "off (auto): not covered: " + "; ".join(missing), missing,
+                    route=route)
     return Plan(asked, backend, True, False,
-                "on, but not exact: not covered: " + "; ".join(missing), missing)
+                "on, but not exact: not covered: " + "; ".join(missing), missing, route=route)
 
 
 @dataclass
@@ -229,15 +244,15 @@ def path(p: Plan | None, attention_mode: str | None = None) -> Iterator[PathRout
     from blockwidth.engine.attention import verify_attention
     from blockwidth.engine.linear import exact_linear
 
-    with verify_attention(attention_mode, exact=True) as att, exact_linear(p.backend) as lin:
+    with verify_attention(attention_mode, exact=True) as att, exact_linear(p.backend, p.route) as lin:
         yield PathRouting(att, lin)
 
 
 def prepare(p: Plan | None, *models) -> dict[str, float]:
     """Before anything is timed: the qmv kernel instances the path needs for ``models``, at every
     row count 1..8 a call can hold (engine.qmv.prepare), so a measured forward never compiles."""
-    if p is None or not p.active or p.backend != "cuda":
-        return {}
+    if p is None or not p.active or p.backend != "cuda" or p.route != "kernels":
+        return {}  # the mlx route runs MLX's own projections: nothing of the engine's to compile
     import mlx.nn as nn
 
     from blockwidth.engine import qmv

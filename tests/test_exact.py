@@ -61,7 +61,9 @@ def _rowwise_rows(q, k, v, *, scale, causal=True, window=0):
 
 @pytest.fixture
 def cuda(monkeypatch):
-    """The routing as it runs on CUDA, with row-by-row references for the kernels."""
+    """The routing as it runs on CUDA, with row-by-row references for the kernels: the
+    ``kernels`` route (every projection on the engine's kernels)."""
+    monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "kernels")
     calls.clear()
     for mod in (attention, linear, exact):
         monkeypatch.setattr(mod, "current_backend", lambda: "cuda", raising=False)
@@ -71,6 +73,31 @@ def cuda(monkeypatch):
     monkeypatch.setattr(attention, "rows_attention", _rowwise_rows)
     monkeypatch.setattr(exact, "prepare", lambda *a, **k: {})
     attention.install()
+    return calls
+
+
+@pytest.fixture
+def cuda_mlx(cuda, monkeypatch):
+    """The ``mlx`` route as it runs on CUDA: MLX's own projections (which run here as they are),
+    each stock quantized call counted by its rows; gather_mv (16-bit on CUDA only) replaced by
+    what it computes, every row a 1-row matmul; attention on the rows reference."""
+    monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "mlx")
+    qmm = linear.mlx_qmm
+
+    def counted_qmm(x, *a):
+        calls.setdefault("mlx_qmm", []).append(x.size // x.shape[-1])
+        return qmm(x, *a)
+
+    def counted_gather(x, weight, bias=None):
+        rows = x.size // x.shape[-1]
+        calls.setdefault("gather", []).append(rows)
+        flat = x.reshape(rows, x.shape[-1])
+        out = mx.concatenate([flat[r:r + 1] @ weight.T for r in range(rows)], axis=0)
+        out = out.reshape(*x.shape[:-1], weight.shape[0])
+        return out + bias if bias is not None else out
+
+    monkeypatch.setattr(linear, "mlx_qmm", counted_qmm)
+    monkeypatch.setattr(linear, "gather_linear", counted_gather)
     return calls
 
 
@@ -120,6 +147,57 @@ def test_classic_and_every_width_take_the_path_and_agree(cuda, quantize):
             assert max(calls[kernel]) == linear.CHUNK_ROWS  # 12 rows: two calls, 8 and 4
             assert width - linear.CHUNK_ROWS in calls[kernel]
         assert (width, 0) in calls["rows"]  # the verify's attention: one kernel call, every row
+
+
+@pytest.mark.parametrize("quantize", [None, 4, 8])
+def test_the_mlx_route_keeps_classic_on_mlx_and_computes_each_verify_row_as_its_step(cuda_mlx, quantize):
+    """On the ``mlx`` route classic's 1-row steps call none of the engine's projection kernels
+    (attention alone takes the rows kernel); a verify of 8+ quantized rows goes to MLX's own
+    quantized matmul in calls of at most 7 rows, 16-bit rows through gather_mv, the tied head
+    too; the output is classic's, nothing left inexact, and the record names the route."""
+    model = _llama(quantize)
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.exact and plan.route == "mlx" and plan.to_dict()["route"] == "mlx"
+    assert "1-row step" in plan.reason
+    pair = _Pair(model)
+    base = classic(pair, PROMPT, 16, exact=plan)
+    got = base.attention["exact"]
+    assert got["exact"] and got["linear"]["route"] == "mlx" and "call" not in got["linear"]
+    assert "qmv" not in calls and "gemv" not in calls
+    # the 1-row steps: MLX's own calls as they come (only the 11-row prefill, on the path too,
+    # gathers or splits: 6 and 5)
+    assert set(calls.get("gather", [])) <= {11} and set(calls.get("mlx_qmm", [])) <= {5, 6}
+    assert (1, 0) in calls["rows"]
+    for width in (3, 12):
+        calls.clear()
+        run = speculative(pair, PROMPT, 16, width, drafter=_Echo(base.tokens), exact=plan)
+        assert run.tokens == base.tokens
+        assert run.attention["exact"]["exact"], run.attention["exact"]
+        assert "qmv" not in calls and "gemv" not in calls
+        if quantize is None:
+            assert width in calls["gather"]
+        elif width > linear.MLX_QUANT_ROWS:
+            assert calls["mlx_qmm"] and max(calls["mlx_qmm"]) <= linear.MLX_QUANT_ROWS
+            assert width // 2 in calls["mlx_qmm"]  # 12 rows: 6 and 6
+        else:  # 3 rows: one stock call; only the prefill's 11 rows split
+            assert set(calls["mlx_qmm"]) <= {5, 6}
+
+
+def test_the_route_is_chosen_by_name_and_refuses_others(monkeypatch):
+    assert linear.exact_route() == linear.DEFAULT_EXACT_ROUTE == "mlx"
+    monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "kernels")
+    assert linear.exact_route() == "kernels"
+    assert exact.plan(_llama(4), "auto", backend="cuda").route == "kernels"
+    assert exact.plan(_llama(4), "auto", backend="cuda", route="mlx").route == "mlx"
+    monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "fast")
+    with pytest.raises(ValueError, match="mlx, kernels"):
+        linear.exact_route()
+    assert linear.balanced(8, 7) == [(0, 4), (4, 8)]
+    assert linear.balanced(16, 7) == [(0, 6), (6, 11), (11, 16)]
+    assert linear.balanced(5, 7) == [(0, 5)]
+    assert linear.mlx_quant_refusal("affine", 4, 32) is None
+    assert "not probed" in linear.mlx_quant_refusal("mxfp4", 4, 32)
+    assert "not probed" in linear.mlx_quant_refusal("affine", 3, 64)
 
 
 class _Echo:
