@@ -118,6 +118,8 @@ class Routing:
     # ({reason: calls}) and the exact path says it was not exact.
     exact: bool = False
     inexact: dict = field(default_factory=dict)
+    route: str = "kernels"  # the exact path's route (engine.linear.EXACT_ROUTES)
+    stock_rows: int = 0  # mlx route: rows computed by MLX's own 1-row attention (below STOCK_KEYS)
     buckets: set[int] = field(default_factory=set)
     # The additive causal mask of the current verify shape: every layer of one forward
     # asks for the same (rows, keys), so it is built once per forward, not once per layer.
@@ -136,7 +138,9 @@ class Routing:
         if self.mode is VerifyAttention.ROWS:  # the other modes' records read as before
             out["plain_fallback_calls"] = self.fallback
         if self.exact:
-            out.update(exact=True, inexact_calls=dict(sorted(self.inexact.items())))
+            out.update(exact=True, inexact_calls=dict(sorted(self.inexact.items())), route=self.route)
+            if self.route == "mlx":
+                out["stock_rows"] = self.stock_rows
         return out
 
 
@@ -405,6 +409,53 @@ def rows_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
                         output_shapes=[(B, n_q, L, D)], output_dtypes=[q.dtype])[0]
 
 
+# The mlx route's attention. Below STOCK_KEYS keys MLX's 1-row attention is its own vector kernel
+# (mlx/backend/cuda/scaled_dot_product_attention.cpp, use_cudnn_for_decoding: cuDNN decodes only
+# from 256 keys, and then only a cache slice whose buffer is a multiple of 256 rows, which a
+# verify's cache growth need not keep), whose per-row arithmetic depends on the row's keys only.
+# So there classic's step is MLX's own call, and each verify row is that same call on the keys
+# the row may see; from STOCK_KEYS keys, classic's steps and the verify's rows take the rows
+# kernel. The choice is per row, by its own number of keys, so a row is computed the same way in
+# a 1-row step and in any verify. Head sizes the vector kernel takes: VECTOR_HEADS.
+STOCK_KEYS = 256
+VECTOR_HEADS = (64, 96, 128)
+
+
+def _vector_fits(q, k, v, mask, sinks) -> bool:
+    """Whether the mlx route may give rows of this call to MLX's own 1-row attention."""
+    return (q.ndim == 4 and k.ndim == 4 and tuple(k.shape) == tuple(v.shape) and q.shape[-1] == k.shape[-1]
+            and q.shape[-1] in VECTOR_HEADS and q.dtype == k.dtype == v.dtype and sinks is None
+            and (mask is None or (isinstance(mask, str) and mask == "causal")))
+
+
+def mlx_attention(routing: Routing, q, k, v, scale, mask):
+    """The mlx route (the caller checked _vector_fits): the rows that see fewer than STOCK_KEYS
+    keys (a row's keys: its causal prefix, cut to its window when the mask is a WindowMask)
+    through MLX's own 1-row call, each on its own keys; the rest, the last rows, which see the
+    most, in one rows-kernel call. None when no row is MLX's (the caller routes the call)."""
+    L, S = q.shape[2], k.shape[2]
+    if mask is None and L > 1:  # no causal mask: not a verify (every row sees every key)
+        return None
+    window = mask.window if isinstance(mask, WindowMask) else 0
+    spans = []
+    for r in range(L):
+        limit = S - L + r + 1
+        lo = max(0, limit - window) if window else 0
+        if limit - lo >= STOCK_KEYS:
+            break
+        spans.append((lo, limit))
+    if not spans:
+        return None
+    routing.stock_rows += len(spans)
+    if L == 1 and spans[0] == (0, S):  # classic's step: MLX's call as it comes
+        return _fused(q, k, v, scale=scale, mask=None)
+    parts = [_fused(q[:, :, r:r + 1], k[:, :, lo:limit], v[:, :, lo:limit], scale=scale, mask=None)
+             for r, (lo, limit) in enumerate(spans)]
+    if len(spans) < L:
+        parts.append(rows_attention(q[:, :, len(spans):], k, v, scale=scale, causal=True, window=window))
+    return parts[0] if len(parts) == 1 else mx.concatenate(parts, axis=2)
+
+
 def _exact(routing: Routing, q, k, v, args, kwargs, scale, mask, sinks):
     """The exact path's attention: 1..EXACT_MAX_ROWS query rows to the ``rows`` kernel; what it
     cannot take is counted by reason and goes where it would have gone off the path."""
@@ -415,6 +466,11 @@ def _exact(routing: Routing, q, k, v, args, kwargs, scale, mask, sinks):
                 routing.inexact.get("arguments the dispatcher does not know", 0) + 1
         routing.passed += 1  # prefill chunks past the bound: stock, the same in every arm
         return None
+    if routing.route == "mlx" and routing.cuda and _vector_fits(q, k, v, mask, sinks):
+        out = mlx_attention(routing, q, k, v, scale, mask)
+        if out is not None:
+            routing.routed += 1
+            return out
     if routing.cuda and rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype), mask, sinks, scale):
         routing.routed += 1
         return rows_attention(q, k, v, scale=scale, causal=mask is not None,
@@ -475,7 +531,7 @@ def install() -> None:
 
 @contextmanager
 def verify_attention(mode: str | VerifyAttention | None, backend: str | None = None,
-                     any_shape: bool = False, exact: bool = False) -> Iterator[Routing]:
+                     any_shape: bool = False, exact: bool = False, route: str | None = None) -> Iterator[Routing]:
     """Inside this block (this thread only), verify-shaped attention uses ``mode``
     (``any_shape``: every attention call does, e.g. a drafter's training forward; ``exact``:
     the exact path, engine.exact, every call of 1..EXACT_MAX_ROWS rows on the ``rows``
@@ -483,6 +539,10 @@ def verify_attention(mode: str | VerifyAttention | None, backend: str | None = N
     install()
     routing = Routing(effective(mode, backend), any_shape, exact=exact)
     routing.cuda = current_backend() == "cuda"  # where the kernel can run, whatever "auto" means
+    if exact:
+        from blockwidth.engine.linear import exact_route
+
+        routing.route = exact_route(route)
     token = _active.set(routing)
     try:
         yield routing

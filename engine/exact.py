@@ -244,7 +244,8 @@ def path(p: Plan | None, attention_mode: str | None = None) -> Iterator[PathRout
     from blockwidth.engine.attention import verify_attention
     from blockwidth.engine.linear import exact_linear
 
-    with verify_attention(attention_mode, exact=True) as att, exact_linear(p.backend, p.route) as lin:
+    with verify_attention(attention_mode, exact=True, route=p.route) as att, \
+            exact_linear(p.backend, p.route) as lin:
         yield PathRouting(att, lin)
 
 

@@ -323,7 +323,7 @@ class _Pair:
         self.context_length = None
 
 
-def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens: int, speed_reps: int,
+def model_probe(target: str, widths: list[int], prefixes: tuple[int, ...], speed_tokens: int, speed_reps: int,
                 curve: bool, route_names: tuple[str, ...] = ("mlx", "kernels")) -> dict:
     from blockwidth.engine import costcurve
     from blockwidth.engine.identity import probe
@@ -337,24 +337,27 @@ def model_probe(target: str, widths: list[int], prefix_tokens: int, speed_tokens
     on = next(iter(routes.values()))
     out = {"target": target, "plan": on.to_dict(), "plans": {r: p.to_dict() for r, p in routes.items()},
            "load_s": round(time.perf_counter() - t0, 2)}
-    prefix = _prefix(tok, prefix_tokens, vocab)
-    widest = max(widths, default=0)
-    block_src = _prefix(tok, prefix_tokens + widest, vocab)[prefix_tokens:]
-    if len(block_src) < widest:
-        block_src = [(31 * i + 5) % max(vocab - 2, 2) + 1 for i in range(widest)]
     res = {}
-    for K in widths:
-        row = {}
-        for name, plan in (*routes.items(), ("stock", None)):
-            ex = probe(model, prefix, block_src[:K], attention="auto", linear="auto", exact=plan)
-            row[name] = {"bitwise_equal": ex.bitwise_equal, "max_abs_diff": ex.max_abs_diff,
-                         "argmax_agree": sum(ex.argmax_agree)}
-        res[K] = row
-        print(f"  {target} K={K}: " + ", ".join(
-            f"{n} {'bitwise' if v['bitwise_equal'] else v['max_abs_diff']}" for n, v in row.items()),
-              file=sys.stderr, flush=True)
+    for n_prefix in prefixes:
+        prefix = _prefix(tok, n_prefix, vocab)
+        widest = max(widths, default=0)
+        block_src = _prefix(tok, n_prefix + widest, vocab)[n_prefix:]
+        if len(block_src) < widest:
+            block_src = [(31 * i + 5) % max(vocab - 2, 2) + 1 for i in range(widest)]
+        for K in widths:
+            row = {}
+            for name, plan in (*routes.items(), ("stock", None)):
+                ex = probe(model, prefix, block_src[:K], attention="auto", linear="auto", exact=plan)
+                row[name] = {"bitwise_equal": ex.bitwise_equal, "max_abs_diff": ex.max_abs_diff,
+                             "argmax_agree": sum(ex.argmax_agree)}
+            res[K if n_prefix == prefixes[0] else f"{K} after {n_prefix}"] = row
+            print(f"  {target} K={K} after {n_prefix}: " + ", ".join(
+                f"{n} {'bitwise' if v['bitwise_equal'] else v['max_abs_diff']}" for n, v in row.items()),
+                  file=sys.stderr, flush=True)
     if widths:
         out["exactness"] = res
+        out["prefixes"] = list(prefixes)
+    prefix = _prefix(tok, prefixes[0], vocab)
     if speed_reps:
         pair = _Pair(model)
         prompt = prefix[:64]
@@ -403,7 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     p = sub.add_parser("models")
     p.add_argument("--target", action="append", default=[], help="a checkpoint folder, or random:NAME[:q4]")
     p.add_argument("--widths", default="2-16", help="verify widths to probe, e.g. 2-16; none: no probe")
-    p.add_argument("--prefix", type=int, default=96, help="prompt tokens before the block")
+    p.add_argument("--prefix", default="96", help="prompt tokens before the block, e.g. 96,250 (a block "
+                   "from 250 straddles the 256 keys where MLX's 1-row attention may turn to cuDNN)")
     p.add_argument("--speed-tokens", type=int, default=64)
     p.add_argument("--speed-reps", type=int, default=3)
     p.add_argument("--curve", action="store_true", help="also the exact and stock cost curves, rows 1..16")
@@ -415,9 +419,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     data = {"backend": current_backend(), "mlx": mx.__version__, "models": []}
     for t in args.target:
-        prefix = args.prefix
+        prefix = tuple(int(x) for x in str(args.prefix).split(",") if x.strip())
         if t.startswith("random:gemma3"):
-            prefix = max(prefix, 600)  # past the 512-token window
+            prefix = tuple(max(n, 600) for n in prefix[:1])  # past the 512-token window
         try:
             data["models"].append(model_probe(t, parse_widths(args.widths), prefix, args.speed_tokens,
                                               args.speed_reps, args.curve,

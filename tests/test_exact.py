@@ -183,6 +183,40 @@ def test_the_mlx_route_keeps_classic_on_mlx_and_computes_each_verify_row_as_its_
             assert set(calls["mlx_qmm"]) <= {5, 6}
 
 
+def test_the_mlx_route_attention_is_mlx_s_own_below_the_cudnn_threshold(cuda_mlx, monkeypatch):
+    """On the mlx route a row that sees fewer than STOCK_KEYS keys is MLX's own 1-row attention
+    (classic's step is the stock call itself; a verify row, that call on its own keys), and the
+    rows past it take the rows kernel, in classic and in a verify alike, so a verify straddling
+    the threshold still gives classic's text. (STOCK_KEYS lowered to 20 so a short run crosses.)"""
+    monkeypatch.setattr(attention, "STOCK_KEYS", 20)
+    cfg = dict(families.NAMED["llama"], head_dim=64, num_attention_heads=2, num_key_value_heads=1,
+               tie_word_embeddings=True)
+    model = families.build(cfg, seed=3, dtype="bfloat16")
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.route == "mlx"
+    pair = _Pair(model)
+    stock_calls = []
+    fused = attention._fused
+
+    def counted(q, *a, **kw):
+        stock_calls.append(q.shape[2])
+        return fused(q, *a, **kw)
+
+    monkeypatch.setattr(attention, "_fused", counted)
+    base = classic(pair, PROMPT, 16, exact=plan)  # keys 12..27: MLX's below 20, the kernel from 20
+    att = base.attention["exact"]["attention"]
+    assert att["route"] == "mlx" and att["stock_rows"] > 0 and att["inexact_calls"] == {}
+    assert 1 in stock_calls and (1, 0) in calls["rows"]
+    for width in (4, 6):
+        calls.clear()
+        stock_calls.clear()
+        run = speculative(pair, PROMPT, 16, width, drafter=_Echo(base.tokens), exact=plan)
+        assert run.tokens == base.tokens
+        assert run.attention["exact"]["exact"]
+        assert stock_calls and all(n == 1 or n > exact.MAX_ROWS for n in stock_calls)  # 1-row calls (and no prefill past 16)
+        assert calls["rows"]  # the rows from 20 keys on
+
+
 def test_the_route_is_chosen_by_name_and_refuses_others(monkeypatch):
     assert linear.exact_route() == linear.DEFAULT_EXACT_ROUTE == "mlx"
     monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "kernels")
