@@ -100,7 +100,7 @@ run)
     for r in ${MODEL_RANDOM:-gemma3-270m gemma3-270m:q4}; do targets+=(--target "random:$r"); done
     common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
     want models && step models "${MODELS_LIMIT:-300}" python3 -m lab.probe_exact models "${targets[@]}" \
-        --widths "${MODEL_WIDTHS:-2-16}" --prefix "${MODEL_PREFIX:-96,250}" --speed-reps 0 --routes "${ROUTES:-mlx,kernels}" \
+        --widths "${MODEL_WIDTHS:-2-16}" --prefix "${MODEL_PREFIX:-96,250}" --speed-reps 0 --routes "${MODEL_ROUTES:-${ROUTES:-mlx,kernels}}" \
         --out "$R/models.json" 2> "$R/models.txt"
     # bitwise checks only while training runs (the other load changes no bit; every op JSON is
     # rewritten as each op finishes)
