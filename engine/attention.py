@@ -484,6 +484,15 @@ def _exact(routing: Routing, q, k, v, args, kwargs, scale, mask, sinks):
 def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
     routing = _active.get()
     if routing is not None and routing.exact:
+        if (routing.route == "mlx" and mask is None and not args and not kwargs and q.ndim == 4
+                and q.shape[2] == 1 and k.ndim == 4 and k.shape[2] < STOCK_KEYS and routing.cuda
+                and _vector_fits(q, k, v, mask, sinks)):
+            # classic's step below STOCK_KEYS keys: MLX's own call (what mlx_attention gives a
+            # 1-row call), before anything else is looked at: a host-bound target makes this call
+            # once a layer a token, and every microsecond of Python here is the exact path's cost
+            routing.routed += 1
+            routing.stock_rows += 1
+            return _fused(q, k, v, scale=scale, mask=None)
         out = _exact(routing, q, k, v, args, kwargs, scale, mask, sinks)
         if out is not None:
             return out

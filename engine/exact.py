@@ -97,6 +97,12 @@ class Plan:
         return None
 
 
+def _stock_keys() -> int:
+    from blockwidth.engine.attention import STOCK_KEYS
+
+    return STOCK_KEYS
+
+
 def _dtype(a) -> str:
     return str(a.dtype).rsplit(".", 1)[-1]
 
@@ -204,8 +210,9 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
             cache = None
     missing = tuple(uncovered_ops(model, cache, route))
     if not missing:
-        how = (f"classic's steps on MLX's own projections and the rows attention kernel, each row of "
-               f"a verify of up to {MAX_ROWS} computed as its 1-row step" if route == "mlx" else
+        how = (f"classic's steps on MLX's own kernels (attention from {_stock_keys()} keys on the rows "
+               f"kernel), each row of a verify of up to {MAX_ROWS} computed as its 1-row step"
+               if route == "mlx" else
                f"every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, rows "
                "attention), classic's steps included")
         return Plan(asked, backend, True, True, f"on: {how}", route=route)

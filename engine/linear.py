@@ -600,6 +600,9 @@ def _qdispatch(self, x):
     reason counted. The plan is worked out once per call signature (shapes, dtypes, mode)."""
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.QuantizedLinear:
+        if routing.route == "mlx" and x.size == x.shape[-1]:  # a 1-row step: MLX's own call
+            routing.routed += 1
+            return _stock_qcall(self, x)
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"), self.mode,
                                self.bits, self.group_size, lambda: _stock_qcall(self, x),
                                self["bias"] if "bias" in self else None)
@@ -631,6 +634,9 @@ def _qdispatch(self, x):
 def _dispatch(self, x):
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.Linear:
+        if routing.route == "mlx" and x.size == x.shape[-1]:  # a 1-row step: MLX's own call
+            routing.routed += 1
+            return _stock_call(self, x)
         return exact_dense(routing, x, self["weight"], lambda: _stock_call(self, x),
                            self["bias"] if "bias" in self else None)
     if routing is None or routing.mode not in (VerifyLinear.GATHER, VerifyLinear.GEMV) \
@@ -661,6 +667,9 @@ def _emb_as_linear(self, x):
     gemv kernel, else stock."""
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.Embedding:
+        if routing.route == "mlx" and x.size == x.shape[-1]:
+            routing.routed += 1
+            return _stock_emb(self, x)
         return exact_dense(routing, x, self["weight"], lambda: _stock_emb(self, x))
     return _stock_emb(self, x)
 
@@ -670,6 +679,9 @@ def _qemb_as_linear(self, x):
     itself, past nn.QuantizedLinear) while a block is open: on the exact path the qmv kernel."""
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.QuantizedEmbedding:
+        if routing.route == "mlx" and x.size == x.shape[-1]:
+            routing.routed += 1
+            return _stock_qemb(self, x)
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"),
                                getattr(self, "mode", "affine"), self.bits, self.group_size,
                                lambda: _stock_qemb(self, x))
