@@ -536,7 +536,7 @@ def cmd_costcurve(args: argparse.Namespace) -> int:
     pair = _load(args.target, None, "lookup", args.demo_target)  # only the target is timed
     from blockwidth.engine import exact as exact_path
 
-    plan = exact_path.plan(pair.target, getattr(args, "exact", "auto"))
+    plan = exact_path.choose_route(pair.target, exact_path.plan(pair.target, getattr(args, "exact", "auto")))
     # each cold forward runs one position past the last: warm-up 2 + repeats of them
     steps = args.repeats + 2
     _context_bound(pair, "costcurve", args.context + max(rows) + steps,

@@ -265,10 +265,12 @@ def add_exact(p: argparse.ArgumentParser) -> None:
     from blockwidth.engine.exact import CHOICES, Exact
 
     p.add_argument("--exact", choices=CHOICES, default=Exact.AUTO.value,
-                   help="the exact path: every forward of 1..16 rows, classic's steps too, on "
-                        "row-invariant kernels so a width's output is classic's byte for byte "
-                        "(CUDA; auto = on where every op of the pair is covered, with the reason "
-                        "said; on a CPU the stock kernels already are)")
+                   help="the exact path: every forward of 1..16 rows, classic's steps too, "
+                        "row-invariant so a width's output is classic's byte for byte (CUDA: each "
+                        "verify row computed as MLX's 1-row step, or every forward on the engine's "
+                        "kernels, whichever the session timed cheaper; auto = on where every op of "
+                        "the pair is covered, with the reason said; on a CPU the stock kernels "
+                        "already are)")
 
 
 def integer(lo: int, hi: int, why: str = "") -> Callable[[str], int]:

@@ -212,8 +212,9 @@ def register(sub, resolution_args, pair_args) -> None:
     add_verify_attention(p, served=True)
     p.add_argument("--exact", action="store_true",
                    help="run mlx_lm.server in-process on the exact path: every forward of 1..16 rows "
-                        "on row-invariant kernels, so a speculative server answers byte for byte what "
-                        "a classic one answers (CUDA; a no-op route on a CPU)")
+                        "row-invariant (each verify row computed as MLX's 1-row step), so a speculative "
+                        "server answers byte for byte what a classic one answers (CUDA; a no-op route "
+                        "on a CPU)")
     p.add_argument("--host", default="127.0.0.1", metavar="HOST",
                    help="where mlx_lm.server listens (default 127.0.0.1); one beyond this machine only "
                         "with --allow-non-loopback")

@@ -393,20 +393,28 @@ def rows_fits(q_shape: tuple, k_shape: tuple, v_shape: tuple, dtypes: tuple, mas
 def rows_attention(q: mx.array, k: mx.array, v: mx.array, *, scale: float,
                    causal: bool = True, window: int = 0) -> mx.array:
     """Verify attention through the ``rows`` CUDA kernel (the caller checks ``rows_fits``);
-    ``window`` > 0: each row sees its last ``window`` keys only."""
+    ``window`` > 0: each row sees its last ``window`` keys only. The launch's arguments are
+    worked out once per call signature: on the path classic makes this call once a layer a token
+    past 256 keys, and its host time is the path's cost on a host-bound target."""
     global _rows_kernel
     if _rows_kernel is None:
         _rows_kernel = mx.fast.cuda_kernel(name="blockwidth_rows_attention",
                                            input_names=["q", "k", "v"], output_names=["out"],
                                            source=_ROWS_SOURCE, ensure_row_contiguous=False)
-    B, n_q, L, D = q.shape
-    bits = struct.unpack("<i", struct.pack("<f", float(scale)))[0]
-    return _rows_kernel(inputs=[q, k, v],
-                        template=[("T", q.dtype), ("D", D), ("GQA", n_q // k.shape[1]),
-                                  ("CAUSAL", bool(causal)), ("SCALE_BITS", bits),
-                                  ("WINDOW", int(window))],
-                        grid=(n_q * 1024, L, B), threadgroup=(1024, 1, 1),
-                        output_shapes=[(B, n_q, L, D)], output_dtypes=[q.dtype])[0]
+    key = (q.shape, k.shape[1], q.dtype, bool(causal), scale, int(window))
+    kw = _rows_launch.get(key)
+    if kw is None:
+        B, n_q, L, D = q.shape
+        bits = struct.unpack("<i", struct.pack("<f", float(scale)))[0]
+        kw = _rows_launch[key] = dict(
+            template=[("T", q.dtype), ("D", D), ("GQA", n_q // k.shape[1]), ("CAUSAL", bool(causal)),
+                      ("SCALE_BITS", bits), ("WINDOW", int(window))],
+            grid=(n_q * 1024, L, B), threadgroup=(1024, 1, 1), output_shapes=[(B, n_q, L, D)],
+            output_dtypes=[q.dtype])
+    return _rows_kernel(inputs=[q, k, v], **kw)[0]
+
+
+_rows_launch: dict = {}  # (q shape, KV heads, dtype, causal, scale, window) -> the launch's arguments
 
 
 # The mlx route's attention. Below STOCK_KEYS keys MLX's 1-row attention is its own vector kernel
@@ -549,9 +557,9 @@ def verify_attention(mode: str | VerifyAttention | None, backend: str | None = N
     routing = Routing(effective(mode, backend), any_shape, exact=exact)
     routing.cuda = current_backend() == "cuda"  # where the kernel can run, whatever "auto" means
     if exact:
-        from blockwidth.engine.linear import exact_route
+        from blockwidth.engine.linear import concrete_route
 
-        routing.route = exact_route(route)
+        routing.route = concrete_route(route)
     token = _active.set(routing)
     try:
         yield routing

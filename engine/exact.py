@@ -7,18 +7,20 @@ a time) differs from one of 8+ (``qmm``), a bfloat16 matmul of 1 row (gemv) from
 (cuBLAS), and fused attention across row counts (cuDNN), so greedy output flips at near-ties and
 no width can be saved (a real SmolLM2 on the H200: every width differed from classic).
 
-The exact path sends every forward of 1..``MAX_ROWS`` rows against a cache, classic's 1-row
-steps and the verify alike, through kernels whose per-row result does not depend on the number
-of rows (an H200 probe compared each row of a 1..8-row call bitwise with the same row of an 8-row
-call; lab/probe_exact.py):
+The exact path makes every forward of 1..``MAX_ROWS`` rows against a cache, classic's 1-row
+steps and the verify alike, row-invariant, by one of two routes (engine.linear.EXACT_ROUTES):
 
-- affine 4- and 8-bit projections (groups 32, 64, 128), and a tied quantized head's
-  ``as_linear`` (which calls ``mx.quantized_matmul`` itself): engine.qmv's kernel, one MMA
-  column per row; 9..16 rows in two calls of at most 8;
-- 16-bit projections and a tied 16-bit head: engine.linear's gemv kernel (one warp per output
-  feature, one float sum per row), 9..16 rows in two calls;
-- attention: engine.attention's ``rows`` kernel (a block per (head, row), the row's keys walked
-  in one order whatever the row count), sliding windows included (a WindowMask, not an array).
+- ``mlx``: classic's steps keep MLX's own kernels and each verify row is computed as its 1-row
+  step: affine quantized projections in MLX calls of at most 7 rows (its qmv, row-invariant below
+  8), 16-bit ones through gather_mv (gemv's per-row code), attention by MLX's own 1-row call on the
+  row's keys while they number below engine.attention.STOCK_KEYS (where MLX's 1-row attention is
+  its vector kernel, never cuDNN), from there the ``rows`` kernel, classic's steps included;
+- ``kernels``: every projection on engine.qmv's kernel (affine 4/8-bit, groups 32/64/128, a tied
+  quantized head's ``as_linear`` too) or engine.linear's gemv kernel (16-bit), 9..16 rows in two
+  calls; attention on the ``rows`` kernel (sliding windows as a WindowMask);
+- ``auto`` (the default): :func:`choose_route` times both on the target before a session and
+  keeps the cheaper (MLX's own kernels keep a host-bound target's classic at stock cost; the
+  engine's read a large target's weights once for every verify row).
 
 What the path does not cover is named, never assumed exact: :func:`plan` reads the model and its
 caches before a session and says, per op, what is not covered (MoE expert gathers, recurrent state
@@ -83,12 +85,17 @@ class Plan:
     exact: bool  # what the identity of a width with classic rests on: row-invariant kernels
     reason: str
     uncovered: tuple[str, ...] = ()  # ops the path does not make row-invariant, named
-    route: str = "mlx"  # engine.linear.EXACT_ROUTES: how the projections are kept row-invariant
+    route: str = "mlx"  # engine.linear.EXACT_ROUTES: how the path keeps rows row-invariant
+    # choose_route's measurement: ((route, 1-row ms, ROUTE_ROWS-row ms), ...)
+    route_costs: tuple = ()
 
     def to_dict(self) -> dict:
-        return {"asked": self.asked.value, "backend": self.backend, "active": self.active,
-                "exact": self.exact, "reason": self.reason, "uncovered": list(self.uncovered),
-                "max_rows": MAX_ROWS, "route": self.route}
+        out = {"asked": self.asked.value, "backend": self.backend, "active": self.active,
+               "exact": self.exact, "reason": self.reason, "uncovered": list(self.uncovered),
+               "max_rows": MAX_ROWS, "route": self.route}
+        if self.route_costs:
+            out["route_costs"] = {r: {"1": a, str(ROUTE_ROWS): b} for r, a, b in self.route_costs}
+        return out
 
     def width_note(self, width: int) -> str | None:
         """Why ``width``'s verify is not on the path (wider than it covers), else None."""
@@ -208,11 +215,12 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
             cache = make_cache(model, slack=1)
         except Exception:  # a cache kind no rewind takes: the pair refuses it elsewhere
             cache = None
-    missing = tuple(uncovered_ops(model, cache, route))
+    missing = tuple(uncovered_ops(model, cache, "mlx" if route == "auto" else route))
     if not missing:
         how = (f"classic's steps on MLX's own kernels (attention from {_stock_keys()} keys on the rows "
                f"kernel), each row of a verify of up to {MAX_ROWS} computed as its 1-row step"
-               if route == "mlx" else
+               if route == "mlx" else "the route (MLX's own kernels, or the engine's) measured before "
+               "the session" if route == "auto" else
                f"every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, rows "
                "attention), classic's steps included")
         return Plan(asked, backend, True, True, f"on: {how}", route=route)
@@ -221,6 +229,54 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
                     route=route)
     return Plan(asked, backend, True, False,
                 "on, but not exact: not covered: " + "; ".join(missing), missing, route=route)
+
+
+ROUTE_ROWS = 4  # choose_route prices a route by its 1-row step plus its verify of this many rows
+
+
+def choose_route(model: Any, p: Plan, measure=None) -> Plan:
+    """``p`` with its route settled. Under ``auto`` on CUDA, both routes are timed on ``model``
+    (a 1-row step and a ROUTE_ROWS-row verify, engine.costcurve, cold, a few passes) and the one
+    with the smaller sum is taken: MLX's own kernels keep a host-bound target's classic at stock
+    speed but price a verify's rows one by one (K attention calls, K weight reads); the engine's
+    kernels read the weights once for every row (a 5B-shaped 4-bit target on the H200: a 1-row step
+    2.58 ms against MLX's 4.77, 8 rows 1.09x one) but cost a custom-kernel call per projection
+    (SmolLM2-135M: classic 0.72x of stock). ``measure(model, plan) -> (ms at 1, ms at
+    ROUTE_ROWS)`` (tests pass their own). A route whose ops the path does not cover is not tried.
+    Elsewhere auto is ``mlx``."""
+    import dataclasses
+
+    if p.route != "auto":
+        return p
+    if not p.active or p.backend != "cuda":
+        return dataclasses.replace(p, route="mlx")
+    got = _chosen.get(id(model)) if measure is None else None
+    costs = got[1] if got is not None and got[0]() is model else None
+    if costs is None:
+        costs = []
+        for route in ("mlx", "kernels"):
+            if route == "kernels" and uncovered_ops(model, route="kernels"):
+                continue
+            one, wide = (measure or _route_cost)(model, dataclasses.replace(p, route=route))
+            costs.append((route, round(one, 3), round(wide, 3)))
+        if measure is None:  # a model's routes are timed once a process (a console's sessions reuse it)
+            import weakref
+
+            _chosen[id(model)] = (weakref.ref(model), costs)
+    best = min(costs, key=lambda c: c[1] + c[2])
+    why = ", ".join(f"{r} {a:.2f} + {b:.2f} ms" for r, a, b in costs)
+    return dataclasses.replace(p, route=best[0], route_costs=tuple(costs),
+                               reason=f"{p.reason}; route {best[0]} (1-row step + {ROUTE_ROWS}-row verify: {why})")
+
+
+_chosen: dict = {}  # id(model) -> (a weak reference to it, choose_route's costs)
+
+
+def _route_cost(model: Any, p: Plan) -> tuple[float, float]:
+    from blockwidth.engine import costcurve
+
+    cc = costcurve.measure(model, (1, ROUTE_ROWS), context=64, repeats=3, warmup=1, warm=False, exact=p)
+    return cc.ms(1) or 0.0, cc.ms(ROUTE_ROWS) or 0.0
 
 
 @dataclass

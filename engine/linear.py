@@ -414,9 +414,9 @@ def _chunked(x, n: int, fns: list, *args):
 # kernel, in classic's steps too). ``kernels``: every projection of 1..16 rows, 1-row steps
 # included, on the engine's qmv and gemv kernels (a custom-kernel call each: on a host-bound
 # SmolLM2-135M classic ran at 0.63-0.75x of stock, docs/exact.md). BLOCKWIDTH_EXACT_ROUTE chooses.
-EXACT_ROUTES = ("mlx", "kernels")
+EXACT_ROUTES = ("auto", "mlx", "kernels")
 EXACT_ROUTE_ENV = "BLOCKWIDTH_EXACT_ROUTE"
-DEFAULT_EXACT_ROUTE = "mlx"
+DEFAULT_EXACT_ROUTE = "auto"  # a session measures both and takes the cheaper (engine.exact.choose_route)
 MLX_QUANT_ROWS = 7  # MLX's CUDA quantized matmul: qmv (one row at a time) below 8 rows, qmm from 8
 MLX_QUANT = {"affine": ((4, 8), (32, 64, 128))}  # what the H200 probes found row-invariant
 
@@ -431,6 +431,13 @@ def exact_route(value: str | None = None) -> str:
     if v not in EXACT_ROUTES:
         raise ValueError(f"{EXACT_ROUTE_ENV}={v!r}: expected one of {', '.join(EXACT_ROUTES)}")
     return v
+
+
+def concrete_route(value: str | None = None) -> str:
+    """The route a block runs: ``auto`` not resolved by a measurement (the served path) is
+    ``mlx``, whose classic is MLX's own."""
+    v = exact_route(value)
+    return "mlx" if v == "auto" else v
 
 
 def mlx_quant_refusal(mode: str, bits: int, group: int) -> str | None:
@@ -773,7 +780,7 @@ def exact_linear(backend: str | None = None, route: str | None = None) -> Iterat
     tied head's as_linear, is computed row-invariantly where the route can (engine.exact):
     ``route`` (EXACT_ROUTES; None: exact_route()) says how."""
     backend = backend or current_backend()
-    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True, route=exact_route(route))
+    routing = LinearRouting(VerifyLinear.STOCK, backend=backend, exact=True, route=concrete_route(route))
     if backend == "cuda" and routing.route == "kernels":
         routing.call = qmv.call_strategy()
     install()

@@ -78,8 +78,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     backend = current_backend()
     note = " (no-op route on this backend: every call reaches the stock kernel)" if mode.value == "fused" else ""
     if exact:
-        note += ("; exact path: every forward of 1..16 rows on row-invariant kernels, one request at"
-                 " a time (no batched decode)"
+        note += ("; exact path: every forward of 1..16 rows row-invariant (each verify row as MLX's"
+                 " 1-row step), one request at a time (no batched decode)"
                  if backend == "cuda" else "; exact path: nothing to route on this backend "
                  "(the CPU's kernels are row-invariant)")
     print(f"blockwidth: mlx_lm.server in-process, verify attention {ours.verify_attention} = "

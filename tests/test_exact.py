@@ -218,13 +218,15 @@ def test_the_mlx_route_attention_is_mlx_s_own_below_the_cudnn_threshold(cuda_mlx
 
 
 def test_the_route_is_chosen_by_name_and_refuses_others(monkeypatch):
-    assert linear.exact_route() == linear.DEFAULT_EXACT_ROUTE == "mlx"
+    monkeypatch.delenv(linear.EXACT_ROUTE_ENV, raising=False)
+    assert linear.exact_route() == linear.DEFAULT_EXACT_ROUTE == "auto"
+    assert linear.concrete_route() == "mlx"  # auto unresolved (the served path): MLX's own classic
     monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "kernels")
     assert linear.exact_route() == "kernels"
     assert exact.plan(_llama(4), "auto", backend="cuda").route == "kernels"
     assert exact.plan(_llama(4), "auto", backend="cuda", route="mlx").route == "mlx"
     monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "fast")
-    with pytest.raises(ValueError, match="mlx, kernels"):
+    with pytest.raises(ValueError, match="auto, mlx, kernels"):
         linear.exact_route()
     assert linear.balanced(8, 7) == [(0, 4), (4, 8)]
     assert linear.balanced(16, 7) == [(0, 6), (6, 11), (11, 16)]
@@ -391,3 +393,26 @@ def test_on_the_exact_path_the_served_classic_decodes_one_request_at_a_time():
         gen = object.__new__(cls)  # no generation thread: only the batching decision is asked
         gen.model_provider = SimpleNamespace(is_batchable=True, cli_args=SimpleNamespace(kv_bits=None))
         assert gen._is_batchable(args) is batches
+
+
+def test_auto_times_both_routes_and_keeps_the_cheaper(cuda):
+    """``auto`` on CUDA: each route's 1-row step plus its 4-row verify, the smaller sum taken, both
+    figures in the plan's record and reason; a route named is left alone; off CUDA auto is mlx.
+    Then the real measurement (engine.costcurve on the path, each route) runs end to end."""
+    model = _llama(4)
+    plan = exact.plan(model, "auto", backend="cuda", route="auto")
+    assert plan.active and plan.route == "auto"
+    fake = {"mlx": (3.7, 5.0), "kernels": (4.8, 5.1)}
+    got = exact.choose_route(model, plan, measure=lambda m, p: fake[p.route])
+    assert got.route == "mlx" and got.active and got.exact
+    assert got.to_dict()["route_costs"] == {"mlx": {"1": 3.7, "4": 5.0}, "kernels": {"1": 4.8, "4": 5.1}}
+    assert "route mlx" in got.reason
+    fake["kernels"] = (2.6, 2.8)  # a weight-bound target: the engine's kernels read weights once
+    assert exact.choose_route(model, plan, measure=lambda m, p: fake[p.route]).route == "kernels"
+    named = exact.plan(model, "auto", backend="cuda", route="kernels")
+    assert exact.choose_route(model, named, measure=None) is named
+    cpu = exact.plan(model, "auto", backend="cpu", route="auto")
+    assert exact.choose_route(model, cpu).route == "mlx"
+    real = exact.choose_route(model, plan)
+    assert real.route in ("mlx", "kernels") and {r for r, _, _ in real.route_costs} == {"mlx", "kernels"}
+    assert all(a > 0 and b > 0 for _, a, b in real.route_costs)
