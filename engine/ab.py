@@ -878,7 +878,7 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
     prepared = _prepare(pair, config)
     backend = attention.current_backend()
     plan = exact_path.plan(pair.target, config.exact, backend)
-    plan = exact_path.choose_route(pair.target, plan)  # auto on CUDA: both routes timed, the cheaper kept
+    plan = exact_path.choose_route(pair.target, plan, lockstep=lockstep)  # auto on CUDA: the cheaper route
     if plan.active:  # classic on stock kernels beside exact classic: the faster is the control
         config = dataclasses.replace(config, stock_classic=True)
 

@@ -452,8 +452,9 @@ def mlx_attention(routing: Routing, q, k, v, scale, mask):
         if limit - lo >= STOCK_KEYS:
             break
         spans.append((lo, limit))
-    if not spans:
-        return None
+    if not spans or (len(spans) < L and not rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype),
+                                                       mask, None, scale)):
+        return None  # no row for MLX, or the kernel cannot take the rest: the caller routes the call
     routing.stock_rows += len(spans)
     if L == 1 and spans[0] == (0, S):  # classic's step: MLX's call as it comes
         return _fused(q, k, v, scale=scale, mask=None)

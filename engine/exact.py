@@ -194,7 +194,10 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
     from blockwidth.engine.linear import exact_route
 
     asked = parse(asked)
-    route = exact_route(route)
+    try:
+        route = exact_route(route)
+    except ValueError as e:  # a bad BLOCKWIDTH_EXACT_ROUTE: one clear line, not a traceback
+        raise ExactError(str(e)) from None
     backend = backend or current_backend()
     if asked is Exact.OFF:
         return Plan(asked, backend, False, backend == "cpu",
@@ -234,7 +237,7 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
 ROUTE_ROWS = 4  # choose_route prices a route by its 1-row step plus its verify of this many rows
 
 
-def choose_route(model: Any, p: Plan, measure=None) -> Plan:
+def choose_route(model: Any, p: Plan, measure=None, lockstep=None) -> Plan:
     """``p`` with its route settled. Under ``auto`` on CUDA, both routes are timed on ``model``
     (a 1-row step and a ROUTE_ROWS-row verify, engine.costcurve, cold, a few passes) and the one
     with the smaller sum is taken: MLX's own kernels keep a host-bound target's classic at stock
@@ -265,6 +268,9 @@ def choose_route(model: Any, p: Plan, measure=None) -> Plan:
             _chosen[id(model)] = (weakref.ref(model), costs)
     best = min(costs, key=lambda c: c[1] + c[2])
     why = ", ".join(f"{r} {a:.2f} + {b:.2f} ms" for r, a, b in costs)
+    if lockstep is not None:  # a sharded target: every rank runs rank 0's route
+        agreed = lockstep.agree(best[0])
+        best = next(c for c in costs if c[0] == agreed)
     return dataclasses.replace(p, route=best[0], route_costs=tuple(costs),
                                reason=f"{p.reason}; route {best[0]} (1-row step + {ROUTE_ROWS}-row verify: {why})")
 
@@ -276,7 +282,8 @@ def _route_cost(model: Any, p: Plan) -> tuple[float, float]:
     from blockwidth.engine import costcurve
 
     cc = costcurve.measure(model, (1, ROUTE_ROWS), context=64, repeats=3, warmup=1, warm=False, exact=p)
-    return cc.ms(1) or 0.0, cc.ms(ROUTE_ROWS) or 0.0
+    inf = float("inf")  # a point not measured never makes its route look free
+    return cc.ms(1) or inf, cc.ms(ROUTE_ROWS) or inf
 
 
 @dataclass

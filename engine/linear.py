@@ -476,13 +476,14 @@ def _mlx_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bits
     key = ("mlx-q", rows, width, w.shape, mode, bits, group)
     plan = routing._plans.get(key)
     if plan is None:
-        why = "rows" if not 1 <= rows <= EXACT_MAX_ROWS else mlx_quant_refusal(mode, bits, group)
+        why = ("rows" if not 1 <= rows <= EXACT_MAX_ROWS or routing.backend != "cuda"  # a CPU: stock
+               else mlx_quant_refusal(mode, bits, group))
         plan = routing._plans[key] = (why, f"{w.shape[0]}x{width} {mode}-{bits} g{group}",
                                       balanced(rows, MLX_QUANT_ROWS) if why is None else None)
     why, label, parts = plan
     if why is not None:
-        if why == "rows" and rows > EXACT_MAX_ROWS:
-            routing.passed += 1  # prefill: stock in every arm alike
+        if why == "rows":
+            routing.passed += 1  # prefill, or a CPU: stock in every arm alike
         else:
             _inexact(routing, f"quantized projection: {why}")
         return stock()
@@ -506,7 +507,7 @@ def _mlx_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array],
         if rows > EXACT_MAX_ROWS:
             why = ""
         elif routing.backend != "cuda":
-            why = "16-bit projection: no CUDA"  # gather_mv is CUDA's (a CPU's gather_mm: float32)
+            why = ""  # stock, as every arm: a CPU's kernels are row-invariant (gather_mv is CUDA's)
         elif weight.dtype not in _EXACT_DTYPES or x.dtype != weight.dtype or rows < 1:
             why = "16-bit projection: not bfloat16/float16 of one dtype"
         else:
@@ -522,7 +523,10 @@ def _mlx_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array],
     routing.routed += 1
     routing.served[label] = routing.served.get(label, 0) + 1
     if rows == 1:
-        return stock()
+        # MLX's x @ W.T + b of one row is addmm on cuBLASLt, the bias inside the kernel; a verify
+        # row is gather_mv's product, rounded, then the bias: so a biased 1-row step is gemv
+        # (x @ W.T), rounded, then the bias, as every verify row is
+        return stock() if bias is None else (x @ weight.T) + bias
     return gather_linear(x, weight, bias)
 
 
@@ -641,8 +645,8 @@ def _qdispatch(self, x):
 def _dispatch(self, x):
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.Linear:
-        if routing.route == "mlx" and x.size == x.shape[-1]:  # a 1-row step: MLX's own call
-            routing.routed += 1
+        if routing.route == "mlx" and x.size == x.shape[-1] and "bias" not in self:
+            routing.routed += 1  # a 1-row step: MLX's own call (a biased one is addmm: below)
             return _stock_call(self, x)
         return exact_dense(routing, x, self["weight"], lambda: _stock_call(self, x),
                            self["bias"] if "bias" in self else None)

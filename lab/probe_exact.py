@@ -172,6 +172,15 @@ def ops(dtype=mx.bfloat16, path: Path | None = None, only: tuple[str, ...] = ())
         record(f"gather bf16 {n}x{k} mlx route against a stock 1-row step",
                lambda: compare_rows(lambda L: dense(L, exact=True, route="mlx"),
                                     lambda r: _alone(lambda y: dense(1, x=y), x, r)))
+        # a biased projection: MLX's own 1-row x @ W.T + b is addmm, so the route's 1-row step is
+        # gemv then the bias; each verify row must be that step
+        blin = nn.Linear(k, n, bias=True)
+        blin.set_dtype(dtype)
+        mx.eval(blin.parameters())
+        record(f"gather bf16 {n}x{k} with a bias mlx route",
+               lambda blin=blin: compare_rows(lambda L: dense(L, lin=blin, exact=True, route="mlx"),
+                                              lambda r: _alone(lambda y: dense(1, lin=blin, x=y, exact=True,
+                                                                               route="mlx"), x, r)))
         for bits, group in ((4, 32), (4, 64), (8, 32), (8, 64), (4, 128)):
             if k % group:
                 continue

@@ -416,3 +416,35 @@ def test_auto_times_both_routes_and_keeps_the_cheaper(cuda):
     real = exact.choose_route(model, plan)
     assert real.route in ("mlx", "kernels") and {r for r, _, _ in real.route_costs} == {"mlx", "kernels"}
     assert all(a > 0 and b > 0 for _, a, b in real.route_costs)
+
+
+def test_a_biased_16_bit_projection_takes_gemv_then_its_bias_on_the_mlx_route(cuda_mlx, monkeypatch):
+    """MLX's biased 1-row x @ W.T + b is addmm (cuBLASLt, the bias inside the kernel) while a verify
+    row is gather_mv's rounded product plus the bias: on the mlx route a biased 1-row step is
+    computed as the verify rows are (x @ W.T, then + b), never by the stock biased call; the text
+    is classic's and a CPU never routes at all."""
+    cfg = dict(families.NAMED["llama"], head_dim=32, num_attention_heads=2, num_key_value_heads=1,
+               attention_bias=True, tie_word_embeddings=True)
+    model = families.build(cfg, seed=5, dtype="bfloat16")
+    assert any("bias" in m for _, m in model.named_modules() if type(m) is nn.Linear)
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.route == "mlx"
+    stock_biased_steps = []
+    stock = linear._stock_call
+
+    def counted(self, x):
+        if "bias" in self and x.size == x.shape[-1]:
+            stock_biased_steps.append(x.shape)
+        return stock(self, x)
+
+    monkeypatch.setattr(linear, "_stock_call", counted)
+    pair = _Pair(model)
+    base = classic(pair, PROMPT, 8, exact=plan)
+    assert not stock_biased_steps and base.attention["exact"]["exact"]
+    run = speculative(pair, PROMPT, 8, 4, drafter=_Echo(base.tokens), exact=plan)
+    assert run.tokens == base.tokens and not stock_biased_steps
+    with linear.exact_linear("cpu", route="mlx") as routing:  # a CPU: stock, counted as passed
+        lin = nn.Linear(32, 16)
+        lin.set_dtype(mx.bfloat16)
+        lin(mx.zeros((1, 3, 32), mx.bfloat16))
+    assert routing.inexact == {} and routing.passed == 1
