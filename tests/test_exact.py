@@ -448,3 +448,25 @@ def test_a_biased_16_bit_projection_takes_gemv_then_its_bias_on_the_mlx_route(cu
         lin.set_dtype(mx.bfloat16)
         lin(mx.zeros((1, 3, 32), mx.bfloat16))
     assert routing.inexact == {} and routing.passed == 1
+
+
+def test_a_session_under_auto_records_the_route_it_timed(cuda_mlx, monkeypatch):
+    """A session with no route named (auto) times both routes on its target before it runs and
+    records the route it kept with both figures; the session runs on that route."""
+    from blockwidth.engine.ab import AbConfig, run_session
+    from blockwidth.engine.pair import load_pair
+    from blockwidth.engine.session import record as records
+    from tests.conftest import ROOT
+
+    monkeypatch.delenv(linear.EXACT_ROUTE_ENV, raising=False)
+    monkeypatch.setattr(exact, "_chosen", {})
+    demo = ROOT / "engine" / "demo" / "pair"
+    pair = load_pair(demo / "target-bf16", demo / "drafter")
+    s = run_session(pair, AbConfig(widths=(2,), prompt="def add(a, b):", n=1, max_tokens=4,
+                                   exactness=True, predict=False, seed=7))
+    assert s.exact.active and s.exact.route in ("mlx", "kernels")
+    assert {r for r, _, _ in s.exact.route_costs} == {"mlx", "kernels"}
+    rec = records.build(s, pair, host={})
+    assert rec["exact"]["route"] == s.exact.route and set(rec["exact"]["route_costs"]) == {"mlx", "kernels"}
+    assert f"route {s.exact.route}" in rec["exact"]["reason"]
+    assert s.arm(2).identity.identical_ids
