@@ -389,6 +389,30 @@ def _inexact(routing: LinearRouting, why: str) -> None:
     routing.inexact[why] = routing.inexact.get(why, 0) + 1
 
 
+def _counted(routing: LinearRouting, why: str | None, label: str, passed: bool) -> bool:
+    """Count one exact-path call: routed under ``label`` when ``why`` is None (True: the caller
+    routes it); else stock, as ``passed`` (the same in every arm: prefill, a CPU) or as inexact
+    under ``why``."""
+    if why is None:
+        routing.routed += 1
+        routing.served[label] = routing.served.get(label, 0) + 1
+        return True
+    if passed:
+        routing.passed += 1
+    else:
+        _inexact(routing, why)
+    return False
+
+
+def _mlx_step(routing: LinearRouting, x) -> bool:
+    """Whether ``x`` is a 1-row step on the ``mlx`` route (counted as routed), which the caller
+    gives MLX's own call before any plan is looked at: a host-bound target makes ~200 a token."""
+    if routing.route == "mlx" and x.size == x.shape[-1]:
+        routing.routed += 1
+        return True
+    return False
+
+
 def _rows_of(x) -> tuple[int, int]:
     width = x.shape[-1] if x.ndim else 0
     return (x.size // width if width else 0), width
@@ -481,14 +505,9 @@ def _mlx_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bits
         plan = routing._plans[key] = (why, f"{w.shape[0]}x{width} {mode}-{bits} g{group}",
                                       balanced(rows, MLX_QUANT_ROWS) if why is None else None)
     why, label, parts = plan
-    if why is not None:
-        if why == "rows":
-            routing.passed += 1  # prefill, or a CPU: stock in every arm alike
-        else:
-            _inexact(routing, f"quantized projection: {why}")
+    # "rows": prefill, or a CPU: stock in every arm alike
+    if not _counted(routing, why and f"quantized projection: {why}", label, passed=why == "rows"):
         return stock()
-    routing.routed += 1
-    routing.served[label] = routing.served.get(label, 0) + 1
     if len(parts) == 1:
         return stock()
     flat = x.reshape(rows, width)
@@ -514,14 +533,8 @@ def _mlx_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array],
             why = None
         plan = routing._plans[key] = (why, f"{weight.shape[0]}x{width} {_name(weight.dtype)}")
     why, label = plan
-    if why is not None:
-        if why:
-            _inexact(routing, why)
-        else:
-            routing.passed += 1
+    if not _counted(routing, why, label, passed=why == ""):
         return stock()
-    routing.routed += 1
-    routing.served[label] = routing.served.get(label, 0) + 1
     if rows == 1:
         # MLX's x @ W.T + b of one row is addmm on cuBLASLt, the bias inside the kernel; a verify
         # row is gather_mv's product, rounded, then the bias: so a biased 1-row step is gemv
@@ -555,14 +568,9 @@ def exact_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bit
             fns = [qmv.bound(s, n, x.dtype, bits, group, routing.call) for s in shapes]
         plan = routing._plans[key] = (why, label, fns, n)
     why, label, fns, n = plan
-    if why is not None:
-        if why == "rows" and rows > EXACT_MAX_ROWS:
-            routing.passed += 1  # prefill: stock in every arm alike
-        else:
-            _inexact(routing, f"quantized projection: {qmv.REASONS.get(why, why)}")
+    if not _counted(routing, why and f"quantized projection: {qmv.REASONS.get(why, why)}", label,
+                    passed=why == "rows" and rows > EXACT_MAX_ROWS):  # prefill: stock in every arm alike
         return stock()
-    routing.routed += 1
-    routing.served[label] = routing.served.get(label, 0) + 1
     y = _chunked(x, n, fns, w, scales, biases)
     return y + bias if bias is not None else y
 
@@ -594,14 +602,8 @@ def exact_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array]
         plan = routing._plans[key] = (why, f"{weight.shape[0]}x{width} {_name(weight.dtype)}",
                                       len(chunks(rows)))
     why, label, parts = plan
-    if why is not None:
-        if why:
-            _inexact(routing, why)
-        else:
-            routing.passed += 1
+    if not _counted(routing, why, label, passed=why == ""):
         return stock()
-    routing.routed += 1
-    routing.served[label] = routing.served.get(label, 0) + 1
     y = _chunked(x, weight.shape[0], [gemv_linear] * parts, weight)
     return y + bias if bias is not None else y
 
@@ -611,8 +613,7 @@ def _qdispatch(self, x):
     reason counted. The plan is worked out once per call signature (shapes, dtypes, mode)."""
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.QuantizedLinear:
-        if routing.route == "mlx" and x.size == x.shape[-1]:  # a 1-row step: MLX's own call
-            routing.routed += 1
+        if _mlx_step(routing, x):
             return _stock_qcall(self, x)
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"), self.mode,
                                self.bits, self.group_size, lambda: _stock_qcall(self, x),
@@ -645,8 +646,7 @@ def _qdispatch(self, x):
 def _dispatch(self, x):
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.Linear:
-        if routing.route == "mlx" and x.size == x.shape[-1] and "bias" not in self:
-            routing.routed += 1  # a 1-row step: MLX's own call (a biased one is addmm: below)
+        if "bias" not in self and _mlx_step(routing, x):  # (a biased one is addmm: _mlx_dense)
             return _stock_call(self, x)
         return exact_dense(routing, x, self["weight"], lambda: _stock_call(self, x),
                            self["bias"] if "bias" in self else None)
@@ -678,8 +678,7 @@ def _emb_as_linear(self, x):
     gemv kernel, else stock."""
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.Embedding:
-        if routing.route == "mlx" and x.size == x.shape[-1]:
-            routing.routed += 1
+        if _mlx_step(routing, x):
             return _stock_emb(self, x)
         return exact_dense(routing, x, self["weight"], lambda: _stock_emb(self, x))
     return _stock_emb(self, x)
@@ -690,8 +689,7 @@ def _qemb_as_linear(self, x):
     itself, past nn.QuantizedLinear) while a block is open: on the exact path the qmv kernel."""
     routing = _active.get()
     if routing is not None and routing.exact and type(self) is nn.QuantizedEmbedding:
-        if routing.route == "mlx" and x.size == x.shape[-1]:
-            routing.routed += 1
+        if _mlx_step(routing, x):
             return _stock_qemb(self, x)
         return exact_quantized(routing, x, self["weight"], self["scales"], self.get("biases"),
                                getattr(self, "mode", "affine"), self.bits, self.group_size,
