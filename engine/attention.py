@@ -119,7 +119,10 @@ class Routing:
     exact: bool = False
     inexact: dict = field(default_factory=dict)
     route: str = "kernels"  # the exact path's route (engine.linear.EXACT_ROUTES)
-    stock_rows: int = 0  # mlx route: rows computed by MLX's own 1-row attention (below STOCK_KEYS)
+    stock_rows: int = 0  # mlx route: rows computed by MLX's own 1-row attention
+    # The keys the last off-step cache handed out (engine.kvcache.make_cache): a call on them may
+    # give MLX's 1-row attention any number of keys (mark_off_step)
+    off_step_keys: object = field(default=None, repr=False)
     buckets: set[int] = field(default_factory=set)
     # The additive causal mask of the current verify shape: every layer of one forward
     # asks for the same (rows, keys), so it is built once per forward, not once per layer.
@@ -422,11 +425,24 @@ _rows_launch: dict = {}  # (q shape, KV heads, dtype, causal, scale, window) -> 
 # from 256 keys, and then only a cache slice whose buffer is a multiple of 256 rows, which a
 # verify's cache growth need not keep), whose per-row arithmetic depends on the row's keys only.
 # So there classic's step is MLX's own call, and each verify row is that same call on the keys
-# the row may see; from STOCK_KEYS keys, classic's steps and the verify's rows take the rows
-# kernel. The choice is per row, by its own number of keys, so a row is computed the same way in
-# a 1-row step and in any verify. Head sizes the vector kernel takes: VECTOR_HEADS.
+# the row may see. The exact path's own caches keep every buffer one row past a multiple of 256
+# (engine.kvcache.off_step), which cuDNN's decode test never takes: on their keys the bound does
+# not apply, and every row at every length is MLX's vector kernel (mark_off_step). On keys from
+# any other cache (the served path's), from STOCK_KEYS keys classic's steps and the verify's rows
+# take the rows kernel. The choice is per row, by its own number of keys, so a row is computed
+# the same way in a 1-row step and in any verify. Head sizes the vector kernel takes: VECTOR_HEADS.
 STOCK_KEYS = 256
 VECTOR_HEADS = (64, 96, 128)
+
+
+def mark_off_step(k) -> None:
+    """Called by the exact path's caches (engine.kvcache.make_cache with off-step buffers) with
+    the keys they hand a layer's attention: a buffer one row past a multiple of 256 is never
+    cuDNN's (its decode test wants a multiple of 256), so MLX's 1-row call on these keys, or on
+    a slice of them, is its vector kernel at any length, and the STOCK_KEYS bound does not apply."""
+    r = _active.get()
+    if r is not None:
+        r.off_step_keys = k
 
 
 def _vector_fits(q, k, v, mask, sinks) -> bool:
@@ -445,11 +461,12 @@ def mlx_attention(routing: Routing, q, k, v, scale, mask):
     if mask is None and L > 1:  # no causal mask: not a verify (every row sees every key)
         return None
     window = mask.window if isinstance(mask, WindowMask) else 0
+    bound = S + 1 if k is routing.off_step_keys else STOCK_KEYS  # an off-step buffer: every row
     spans = []
     for r in range(L):
         limit = S - L + r + 1
         lo = max(0, limit - window) if window else 0
-        if limit - lo >= STOCK_KEYS:
+        if limit - lo >= bound:
             break
         spans.append((lo, limit))
     if not spans or (len(spans) < L and not rows_fits(q.shape, k.shape, v.shape, (q.dtype, k.dtype, v.dtype),
@@ -494,11 +511,12 @@ def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
     routing = _active.get()
     if routing is not None and routing.exact:
         if (routing.route == "mlx" and mask is None and not args and not kwargs and q.ndim == 4
-                and q.shape[2] == 1 and k.ndim == 4 and k.shape[2] < STOCK_KEYS and routing.cuda
-                and _vector_fits(q, k, v, mask, sinks)):
-            # classic's step below STOCK_KEYS keys: MLX's own call (what mlx_attention gives a
-            # 1-row call), before anything else is looked at: a host-bound target makes this call
-            # once a layer a token, and every microsecond of Python here is the exact path's cost
+                and q.shape[2] == 1 and k.ndim == 4 and (k.shape[2] < STOCK_KEYS or k is routing.off_step_keys)
+                and routing.cuda and _vector_fits(q, k, v, mask, sinks)):
+            # classic's step below STOCK_KEYS keys, or on an off-step buffer: MLX's own call (what
+            # mlx_attention gives a 1-row call), before anything else is looked at: a host-bound
+            # target makes this call once a layer a token, and every microsecond of Python here
+            # is the exact path's cost
             routing.routed += 1
             routing.stock_rows += 1
             return _fused(q, k, v, scale=scale, mask=None)

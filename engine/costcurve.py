@@ -245,7 +245,7 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
         exact_path.prepare(exact, model)
     else:
         prepare(linear, model)
-    cache = make_cache(model, slack=max(rows, default=1) + warmup + repeats + 1)
+    cache = make_cache(model, slack=max(rows, default=1) + warmup + repeats + 1, off_step_buffers=on_path)
     rb = Rollback(model, cache, rollback or DEFAULT_METHOD)
     kv = [c for c in rb.leaves if not _is_state(c)]
     prefix = mx.array(context_ids(context), mx.uint32)

@@ -205,7 +205,7 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
     _check(prompt, max_tokens, pair.context_length)
     model = pair.target
     on_path = exact is not None and exact.active
-    cache = make_cache(model, slack=1) if on_path else make_prompt_cache(model)
+    cache = make_cache(model, slack=1, off_step_buffers=True) if on_path else make_prompt_cache(model)
     exact_path.prepare(exact, model)
     tokens: list[int] = []
     rounds: list[Round] = []
@@ -295,7 +295,7 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
     model = pair.target
     widest = width if source is None else source.cap  # what caches and drafters are sized for
     drafter = drafter or make_drafter(pair, widest)
-    cache = make_cache(model, slack=widest)
+    cache = make_cache(model, slack=widest, off_step_buffers=exact is not None and exact.active)
     rb = Rollback(model, cache, rollback)
     tokens: list[int] = []
     rounds: list[Round] = []

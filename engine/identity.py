@@ -184,7 +184,7 @@ def probe(model, prefix: list[int], block: list[int], attention=None, linear=Non
     on_path = exact is not None and exact.active
 
     def prepared():
-        cache = make_cache(model, slack=len(block)) if on_path else make_prompt_cache(model)
+        cache = make_cache(model, slack=len(block), off_step_buffers=True) if on_path else make_prompt_cache(model)
         rest = prefill_cache(model, cache, ids, exact_path.PREFILL_STEP)
         model(rest[None], cache=cache)  # the last prefix token, as decoding would have
         mx.eval([c.state for c in cache])

@@ -29,6 +29,7 @@ from typing import Any, Iterator
 
 import mlx.core as mx
 
+from blockwidth.engine.attention import mark_off_step
 from blockwidth.policy.errors import BlockwidthError
 
 
@@ -170,8 +171,9 @@ class WindowCache:
 
     step = 256
 
-    def __init__(self, window: int, slack: int):
+    def __init__(self, window: int, slack: int, off_step_buffer: bool = False):
         self.window = window
+        self.off_step = bool(off_step_buffer)  # the exact path's: see make_cache
         self.max_size = window  # what code written for RotatingKVCache reads as the window
         self.keep = 0
         self.slack = max(int(slack), 1)
@@ -192,7 +194,8 @@ class WindowCache:
         used = self._rows()
         if self.keys is None or used + S > self.keys.shape[2]:
             kept = min(used, self.window - 1 + self.slack)
-            size = (kept + S + self.step - 1) // self.step * self.step
+            size = (off_step(kept + S, self.step) if self.off_step
+                    else (kept + S + self.step - 1) // self.step * self.step)
             B, H, _, Dk = keys.shape
             new_k = mx.zeros((B, H, size, Dk), keys.dtype)
             new_v = mx.zeros((B, H, size, values.shape[3]), values.dtype)
@@ -206,7 +209,10 @@ class WindowCache:
         self.values[..., used:used + S, :] = values
         lo = max(0, used - (self.window - 1))
         self.offset += S
-        return self.keys[..., lo:used + S, :], self.values[..., lo:used + S, :]
+        k = self.keys[..., lo:used + S, :]
+        if self.off_step:
+            mark_off_step(k)
+        return k, self.values[..., lo:used + S, :]
 
     def make_mask(self, N: int, window_size: int | None = None, return_array: bool = False):
         from mlx_lm.models.base import create_causal_mask
@@ -257,8 +263,54 @@ class WindowCache:
         return 0 if self.keys is None else self.keys.nbytes + self.values.nbytes
 
 
-def make_cache(model: Any, slack: int) -> list:
-    """mlx-lm's cache for ``model``, every sliding window given ``slack`` rows beyond it."""
+def _off_step_kv():
+    """mlx-lm's KVCache with its buffer never a multiple of 256 rows (built on first use, so that
+    importing this module does not import mlx-lm)."""
+    global _OffStep
+    if _OffStep is None:
+        from mlx_lm.models.cache import KVCache
+
+        class OffStepKVCache(KVCache):
+            """KVCache whose buffer holds one row past a multiple of ``step``: MLX's CUDA 1-row
+            attention then always takes its vector kernel, whose arithmetic depends on the keys
+            a row sees and nothing else (engine.attention, STOCK_KEYS). The rows it hands out are
+            marked as such for the exact path's dispatcher."""
+
+            def update_and_fetch(self, keys, values):
+                prev, S = self.offset, keys.shape[2]
+                if self.keys is None or prev + S > self.keys.shape[2]:
+                    B, H, _, Dk = keys.shape
+                    size = off_step(prev + S, self.step)
+                    new_k = mx.zeros((B, H, size, Dk), keys.dtype)
+                    new_v = mx.zeros((B, H, size, values.shape[3]), values.dtype)
+                    if self.keys is not None and prev:
+                        new_k[..., :prev, :] = self.keys[..., :prev, :]
+                        new_v[..., :prev, :] = self.values[..., :prev, :]
+                    self.keys, self.values = new_k, new_v
+                self.offset += S
+                self.keys[..., prev:self.offset, :] = keys
+                self.values[..., prev:self.offset, :] = values
+                k, v = self.keys_and_values()
+                mark_off_step(k)
+                return k, v
+
+        _OffStep = OffStepKVCache
+    return _OffStep
+
+
+_OffStep = None
+
+
+def off_step(rows: int, step: int = 256) -> int:
+    """A buffer size for ``rows`` rows: the next multiple of ``step``, plus one row, so never a
+    multiple of 256 (where MLX's CUDA 1-row attention may turn to cuDNN)."""
+    return (rows + step - 1) // step * step + 1
+
+
+def make_cache(model: Any, slack: int, off_step_buffers: bool = False) -> list:
+    """mlx-lm's cache for ``model``, every sliding window given ``slack`` rows beyond it.
+    ``off_step_buffers`` (the exact path's caches): every KV buffer one row past a multiple of
+    256, so MLX's 1-row attention on CUDA is its vector kernel at every length (off_step)."""
     from mlx_lm.models import cache as mc
 
     def swap(c):
@@ -267,7 +319,9 @@ def make_cache(model: Any, slack: int) -> list:
             return c
         if isinstance(c, mc.RotatingKVCache) and not isinstance(c, WindowCache):
             how(c)  # keep > 0 is refused
-            return WindowCache(c.max_size, slack)
+            return WindowCache(c.max_size, slack, off_step_buffers)
+        if off_step_buffers and type(c) is mc.KVCache:
+            return _off_step_kv()()
         return c
 
     return [swap(c) for c in mc.make_prompt_cache(model)]

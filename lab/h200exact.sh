@@ -13,7 +13,7 @@
 #   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the chat
 #            and mixed workloads, bf16 + its 4-bit g64 as drafter, the served A/B with every server
 #            on the path (--exact on, 1 and 4 clients), the 5B pair, the trained drafters, and the
-#            stock path beside one of them for contrast
+#            stock path beside one of them for contrast; with chat5b, the 5B pair over chat too
 # Every step has its own time limit and a global DEADLINE (seconds after the start) past which no
 # step starts, so a slow step costs itself and not the ones after it; a step's SIGINT leaves GRACE
 # seconds (45) for its record before the kill. MLX JIT-compiles every new kernel on a fresh host
@@ -112,25 +112,32 @@ run)
     for v in ${SPEED_VARIANTS:-native bf16 q4g64}; do
         [ -f "$S/$v/config.json" ] && speed_targets+=(--target "$S/$v")
     done
+    curve=(--curve)
+    [ "${SPEED_CURVE:-1}" = 0 ] && curve=()
     want speed && step speed "${SPEED_LIMIT:-240}" python3 -m lab.probe_exact models "${speed_targets[@]}" --widths none \
-        --speed-reps 3 --curve --routes "${ROUTES:-mlx,kernels}" --out "$R/models-speed.json" 2> "$R/models-speed.txt"
+        --speed-reps 3 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" --routes "${ROUTES:-mlx,kernels}" \
+        --out "$R/models-speed.json" 2> "$R/models-speed.txt"
     want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
         --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
     want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat "${MODEL_LIMIT:-200}" --target "$S/bf16" \
         --draft "$S/q4g64" --workload chat --widths "${MODEL_SWEEP_WIDTHS:-2,4,8}" "${common[@]}"
     if want served && [ -f "$S/bf16/config.json" ]; then
         step served "${SERVED_LIMIT:-300}" $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
-            --widths 4 --concurrency 1,4 -n "${SERVED_N:-2}" --max-tokens "$TOKENS" --prompt-file lab/prompts/chat-rename.txt \
+            --widths 4 --concurrency 1,4 -n "${SERVED_N:-2}" --max-tokens "$TOKENS" \
+            $([ -n "${SERVED_WORKLOAD:-}" ] && echo --workload "$SERVED_WORKLOAD" || echo --prompt-file lab/prompts/chat-rename.txt) \
             --record-dir "$R/records-served" --json > "$R/served.json" 2> "$R/served.err"
     fi
     want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
         --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
     if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
         step models5b "${MODELS5B_LIMIT:-200}" python3 -m lab.probe_exact models --target "$P/target-4bit" \
-            --target "$P/target-bf16" --widths "${MODEL5B_WIDTHS:-2-16}" --speed-tokens 48 --speed-reps 2 --curve \
+            --target "$P/target-bf16" --widths "${MODEL5B_WIDTHS:-2-16}" --prefix "${MODEL5B_PREFIX:-96}" \
+            --speed-tokens 48 --speed-reps 2 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" \
             --routes "${ROUTES:-mlx,kernels}" --out "$R/models5b.json" 2> "$R/models5b.txt"
         sweep pair5b-4bit-mixed 240 --target "$P/target-4bit" --draft "$P/drafter" --workload mixed \
             --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
+        want chat5b && sweep pair5b-4bit-chat "${CHAT5B_LIMIT:-200}" --target "$P/target-4bit" --draft "$P/drafter" \
+            --workload chat --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
     fi
     if want drafters && [ -d "$W/drafters" ]; then
         for k in dflash:dflash mtp:mtp drafter:model; do  # folder:kind (lab/target_drafters_gpu.sh)

@@ -183,11 +183,13 @@ def test_the_mlx_route_keeps_classic_on_mlx_and_computes_each_verify_row_as_its_
             assert set(calls["mlx_qmm"]) <= {5, 6}
 
 
-def test_the_mlx_route_attention_is_mlx_s_own_below_the_cudnn_threshold(cuda_mlx, monkeypatch):
-    """On the mlx route a row that sees fewer than STOCK_KEYS keys is MLX's own 1-row attention
-    (classic's step is the stock call itself; a verify row, that call on its own keys), and the
-    rows past it take the rows kernel, in classic and in a verify alike, so a verify straddling
-    the threshold still gives classic's text. (STOCK_KEYS lowered to 20 so a short run crosses.)"""
+def test_the_mlx_route_attention_is_mlx_s_own_at_every_length_on_the_engine_s_caches(cuda_mlx, monkeypatch):
+    """On the mlx route every row is MLX's own 1-row attention (classic's step is the stock call
+    itself; a verify row, that call on its own keys) at any number of keys, since the engine's
+    caches keep their buffers off multiples of 256 (cuDNN never decodes them). On keys from any
+    other cache (mlx-lm's own, as the served path has), a row that sees STOCK_KEYS keys or more
+    takes the rows kernel, in classic and in a verify alike, so a verify straddling the threshold
+    still gives classic's text. (STOCK_KEYS lowered to 20 so a short run crosses.)"""
     monkeypatch.setattr(attention, "STOCK_KEYS", 20)
     cfg = dict(families.NAMED["llama"], head_dim=64, num_attention_heads=2, num_key_value_heads=1,
                tie_word_embeddings=True)
@@ -203,10 +205,10 @@ def test_the_mlx_route_attention_is_mlx_s_own_below_the_cudnn_threshold(cuda_mlx
         return fused(q, *a, **kw)
 
     monkeypatch.setattr(attention, "_fused", counted)
-    base = classic(pair, PROMPT, 16, exact=plan)  # keys 12..27: MLX's below 20, the kernel from 20
+    base = classic(pair, PROMPT, 16, exact=plan)  # keys 12..27: MLX's at every length
     att = base.attention["exact"]["attention"]
     assert att["route"] == "mlx" and att["stock_rows"] > 0 and att["inexact_calls"] == {}
-    assert 1 in stock_calls and (1, 0) in calls["rows"]
+    assert 1 in stock_calls and "rows" not in calls
     for width in (4, 6):
         calls.clear()
         stock_calls.clear()
@@ -214,7 +216,27 @@ def test_the_mlx_route_attention_is_mlx_s_own_below_the_cudnn_threshold(cuda_mlx
         assert run.tokens == base.tokens
         assert run.attention["exact"]["exact"]
         assert stock_calls and all(n == 1 or n > exact.MAX_ROWS for n in stock_calls)  # 1-row calls (and no prefill past 16)
-        assert calls["rows"]  # the rows from 20 keys on
+        assert "rows" not in calls
+
+    # keys from mlx-lm's own cache (no off-step buffer): from 20 keys the rows kernel
+    from mlx_lm.models.cache import make_prompt_cache
+
+    def forwards(chunks):
+        cache = make_prompt_cache(model)
+        outs = []
+        with exact.path(plan):
+            for c in chunks:
+                outs.append(model(mx.array(c, mx.uint32)[None], cache=cache)[0])
+        mx.eval(outs)
+        return mx.concatenate(outs, axis=0)
+
+    seq = PROMPT + base.tokens
+    calls.clear()
+    steps = forwards([seq[:10]] + [[t] for t in seq[10:26]])  # 1-row steps from 10 to 26 keys
+    assert (1, 0) in calls["rows"]
+    calls.clear()
+    verify = forwards([seq[:10], seq[10:18], seq[18:26]])  # 8-row verifies straddling 20 keys
+    assert calls["rows"] and mx.array_equal(steps, verify).item()
 
 
 def test_the_route_is_chosen_by_name_and_refuses_others(monkeypatch):

@@ -143,6 +143,46 @@ def test_window_cache_sees_exactly_the_window_and_drops_a_rejected_tail():
     assert win.keys.shape[2] <= W - 1 + 4 + 4 + win.step  # bounded, not the history
 
 
+def test_the_exact_path_s_caches_keep_their_buffers_off_multiples_of_256():
+    """make_cache(off_step_buffers=True): plain KV and window buffers hold one row past a multiple
+    of 256 through growth, verify blocks and trims (MLX's CUDA 1-row attention decodes through
+    cuDNN only on a buffer that is a multiple of 256), the keys they hand out are what mlx-lm's
+    KVCache and the plain WindowCache hand out, and each handed-out key array is marked for the
+    exact path's dispatcher while a routing is active."""
+    from mlx_lm.models.cache import KVCache
+
+    from blockwidth.engine import attention
+    from blockwidth.engine.kvcache import off_step
+
+    assert [off_step(n) for n in (1, 255, 256, 257, 512)] == [257, 257, 257, 513, 513]
+    mx.random.seed(5)
+    for off, plain in ((_off_step_kv_cache(), KVCache()), (WindowCache(300, 4, True), WindowCache(300, 4))):
+        marked = []
+        routing = attention.Routing(attention.VerifyAttention.ROWS)
+        token = attention._active.set(routing)
+        try:
+            for step in range(260):
+                n = 1 if step % 5 else 6
+                k = mx.random.normal((1, 2, n, 8))
+                got = off.update_and_fetch(k, k + 1)
+                want = plain.update_and_fetch(k, k + 1)
+                marked.append(routing.off_step_keys is got[0])
+                assert off.keys.shape[2] % 256 != 0
+                assert mx.array_equal(got[0], want[0]).item() and mx.array_equal(got[1], want[1]).item()
+                if n > 1:  # the verify kept 2 of its 6 rows
+                    off.trim(4)
+                    plain.trim(4)
+        finally:
+            attention._active.reset(token)
+        assert all(marked) and off.offset == plain.offset > 256
+
+
+def _off_step_kv_cache():
+    from blockwidth.engine.kvcache import _off_step_kv
+
+    return _off_step_kv()()
+
+
 def test_window_cache_refuses_to_drop_more_than_its_slack():
     from blockwidth.engine.kvcache import RewindError
 
