@@ -42,6 +42,8 @@ def _generator_class(mode: str, exact: bool = False):
             return False if exact else super()._is_batchable(args)
 
         def _run_generate(self):
+            if not getattr(self.prompt_cache.insert_cache, "aligned", False):
+                self.prompt_cache.insert_cache = _aligned(self.prompt_cache.insert_cache)
             with verify_attention(mode, exact=exact) as routing, \
                     (exact_linear() if exact else _nothing()) as lrouting:
                 type(self).routing = routing
@@ -54,6 +56,47 @@ def _generator_class(mode: str, exact: bool = False):
                         logging.info("blockwidth exact projections: %s", lrouting.summary())
 
     return DispatchingResponseGenerator
+
+
+def _option(args: list[str], name: str) -> str | None:
+    """The value of ``name`` among pass-through arguments (``--x V`` or ``--x=V``), or None."""
+    for i, a in enumerate(args):
+        if a == name and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def _aligned(insert):
+    """mlx_lm.server's ``insert_cache``, storing a cache only under as many tokens as it holds rows.
+
+    mlx_lm.server keys a finished request's cache by its prompt and the tokens it sent, and its
+    LRUPromptCache trims a reused entry by that key's length. The draft path breaks that: a
+    request that stops inside a speculative round leaves the target cache with the round's rows
+    past the last token sent (or without the last token's row), and the draft cache at its own
+    length, so a later request that reuses the entry continues from misaligned rows (measured on
+    the H200, lab/evidence/h200-2026-12-04d: cached repeats that stopped after 1 token, texts that
+    left classic's). Here every layer is trimmed to the rows all of them and the key have in
+    common, and the entry is stored under that many tokens; an entry that cannot be trimmed that
+    way is not stored (the next request prefills)."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+    def aligned(model_key, tokens, prompt_cache, **kw):
+        rows = [getattr(c, "offset", None) for c in prompt_cache]
+        if any(not isinstance(r, int) for r in rows):  # recurrent state: no rows to count
+            return insert(model_key, tokens, prompt_cache, **kw)
+        n = min([len(tokens), *rows])
+        if any(r != n for r in rows):
+            if not can_trim_prompt_cache(prompt_cache):
+                return None
+            for c, r in zip(prompt_cache, rows):
+                if r > n:
+                    trim_prompt_cache([c], r - n)
+        return insert(model_key, list(tokens[:n]), prompt_cache, **kw)
+
+    aligned.aligned = True
+    return aligned
 
 
 class _nothing:
@@ -82,6 +125,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                  " 1-row step), one request at a time (no batched decode)"
                  if backend == "cuda" else "; exact path: nothing to route on this backend "
                  "(the CPU's kernels are row-invariant)")
+        step = _option(rest, "--prefill-step-size")
+        if backend == "cuda" and step is not None and step.isdigit() and int(step) > 16:
+            note += (f"; --prefill-step-size {step} is past the path's 16 rows: prompt chunks are stock, so a "
+                     "prefix reused from the prompt cache may differ in its last bits from one computed here")
     print(f"blockwidth: mlx_lm.server in-process, verify attention {ours.verify_attention} = "
           f"{mode.value} on {backend}{note}", file=sys.stderr, flush=True)
     # run() builds its ResponseGenerator by name from the module: this one for this process.

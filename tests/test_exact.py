@@ -397,8 +397,14 @@ def test_the_served_path_takes_the_exact_path_in_process(tmp_path):
     assert argv[1:3] == list(DISPATCH_COMMAND) and argv[3:7] == ["--verify-attention", "auto", "--exact", "on"]
     # printed as it runs (what serve prints is what it starts), the interpreter aside
     assert on.command_line()[:7] == ["python", *DISPATCH_COMMAND, "--verify-attention", "auto", "--exact", "on"]
+    # prompt chunks of at most the path's rows, so a prefix the prompt cache reuses is the same
+    # bits whichever request computed it; the operator's own step is kept
+    assert argv[argv.index("--prefill-step-size") + 1] == "16"
+    mine = ServerSpec("draft", tmp_path / "t", tmp_path / "d", args=("--prefill-step-size", "64"), exact=True)
+    assert mine.argv(8123).count("--prefill-step-size") == 1 and "64" in mine.argv(8123)
     stock = ServerSpec("classic", tmp_path / "t")
     assert DISPATCH_COMMAND[1] not in stock.argv(8123) and stock.command_line()[0] == "mlx_lm.server"
+    assert "--prefill-step-size" not in stock.argv(8123)
 
 
 def test_on_the_exact_path_the_served_classic_decodes_one_request_at_a_time():

@@ -413,6 +413,36 @@ def test_serve_in_process_with_the_dispatcher_answers_and_counts_its_routes(tmp_
     assert routed and int(routed[1]) > 0, stderr[-2000:]
 
 
+def test_the_in_process_draft_server_answers_a_cached_repeat_as_it_answered_the_first(tmp_path):
+    """mlx_lm.server stores a finished request's cache under the tokens it sent, but its draft path
+    can leave the cache with other rows than that (a round cut by max_tokens: the stock server's
+    cached repeat differs, test_the_cached_repeat_differs_on_mlx_lm_0_32_2). In-process, every
+    entry is stored under as many tokens as all its layers hold rows, so a repeat, and a request
+    that shares the prefix, answer as a server that has seen nothing does."""
+    port = _free_port()
+    p = Proc("serve", "--port", str(port), "--verify-attention", "plain")
+
+    def complete(prompt: str, n: int) -> str:
+        body = json.dumps({"prompt": prompt, "max_tokens": n, "temperature": 0}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            return json.loads(resp.read())["choices"][0]["text"]
+
+    try:
+        p.wait_for("stderr", r"ready at")
+        texts = {}
+        for prompt in ("import os\n", "def main():\n"):
+            for n in (13, 7, 13, 13):  # rounds cut at different places, then repeats
+                texts.setdefault((prompt, n), set()).add(complete(prompt, n))
+        p.proc.send_signal(signal.SIGINT)
+    finally:
+        p.finish()
+    assert all(len(v) == 1 for v in texts.values()), texts
+    for prompt in ("import os\n", "def main():\n"):  # 7 tokens are the start of 13
+        assert next(iter(texts[(prompt, 13)])).startswith(next(iter(texts[(prompt, 7)])))
+
+
 # ---------------------------------------------------------------- profile, resolve, export (no server)
 
 
