@@ -212,7 +212,8 @@ def register(sub, resolution_args, pair_args) -> None:
     add_verify_attention(p, served=True)
     p.add_argument("--exact", action="store_true",
                    help="run mlx_lm.server in-process on the exact path: every forward of 1..16 rows "
-                        "row-invariant (each verify row computed as MLX's 1-row step), so a speculative "
+                        "row-invariant (each verify row computed as MLX's 1-row step; prompts prefilled "
+                        "16 rows at a time unless --prefill-step-size is passed), so a speculative "
                         "server answers byte for byte what a classic one answers (CUDA; a no-op route "
                         "on a CPU)")
     p.add_argument("--host", default="127.0.0.1", metavar="HOST",

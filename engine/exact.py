@@ -104,10 +104,15 @@ class Plan:
         return None
 
 
-def _stock_keys() -> int:
-    from blockwidth.engine.attention import STOCK_KEYS
+def _mlx_attention_words(model: Any) -> str:
+    """How the mlx route computes this model's attention, in the plan's reason."""
+    from blockwidth.engine.attention import VECTOR_HEADS
 
-    return STOCK_KEYS
+    head = _head_dim(getattr(model, "args", None))
+    if head is not None and head not in VECTOR_HEADS:
+        return f"attention of head size {head} on the rows kernel, which MLX's 1-row vector kernel does not take"
+    return ("attention MLX's 1-row call at every length on the path's KV buffers, kept off multiples "
+            "of 256 so that it is never cuDNN's")
 
 
 def _dtype(a) -> str:
@@ -220,8 +225,8 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
             cache = None
     missing = tuple(uncovered_ops(model, cache, "mlx" if route == "auto" else route))
     if not missing:
-        how = (f"classic's steps on MLX's own kernels (attention from {_stock_keys()} keys on the rows "
-               f"kernel), each row of a verify of up to {MAX_ROWS} computed as its 1-row step"
+        how = (f"classic's steps on MLX's own kernels, each row of a verify of up to {MAX_ROWS} computed as "
+               f"its 1-row step ({_mlx_attention_words(model)})"
                if route == "mlx" else "the route (MLX's own kernels, or the engine's) measured before "
                "the session" if route == "auto" else
                f"every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, rows "
