@@ -9,6 +9,7 @@
 #            K = 2..16, on the exact path by each of ROUTES (mlx, kernels) and off it (SmolLM2's
 #            four variants, random-weight models)
 #   ops      meanwhile: every op of a forward, stock and on the path, rows 1..16 (lab/probe_exact.py)
+#   stall    (only when named) the K = 8 stall of 2026-12-04d, three ways, stacks dumped
 #   speed    after the training: exact classic against stock classic, the exact and stock curves
 #   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the chat
 #            and mixed workloads, bf16 + its 4-bit g64 as drafter, the served A/B with every server
@@ -104,6 +105,16 @@ run)
         --out "$R/models.json" 2> "$R/models.txt"
     # bitwise checks only while training runs (the other load changes no bit; every op JSON is
     # rewritten as each op finishes)
+    # the stall seen at K = 8 on SmolLM2 native (lab/evidence/h200-2026-12-04d): the probe alone,
+    # as it ran, without MLX's CUDA graphs, and with every launch synchronous, stacks dumped
+    if want stall && [ -f "$S/native/config.json" ]; then
+        for e in STALL=as-run MLX_USE_CUDA_GRAPHS=0 CUDA_LAUNCH_BLOCKING=1; do
+            n="stall-${e/=/-}"
+            step "$n" "${STALL_LIMIT:-90}" env "$e" python3 -m lab.probe_exact models \
+                --target "$S/native" --widths "${STALL_WIDTHS:-8,4}" --prefix 96 --routes mlx --speed-reps 0 \
+                --dump-after 30 --out "$R/$n.json" > "$R/$n.txt" 2>&1
+        done
+    fi
     want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --only "${OPS_ONLY:-}" --out "$R/ops.json" 2> "$R/ops.txt"
     wait
     [ -f "$R/drafters.rc" ] || [ -f "$R/build5b.rc" ] && \

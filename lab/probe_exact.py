@@ -427,7 +427,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--curve", action="store_true", help="also the exact and stock cost curves, rows 1..16")
     p.add_argument("--routes", default="mlx,kernels", help="the exact path's routes to probe, side by side")
     p.add_argument("--out", type=Path)
+    p.add_argument("--dump-after", type=float, default=0, metavar="S",
+                   help="print every thread's stack every S seconds (a stalled eval: where it waits)")
     args = ap.parse_args(argv)
+    if getattr(args, "dump_after", 0) > 0:
+        import faulthandler
+
+        faulthandler.dump_traceback_later(args.dump_after, repeat=True)
     if args.what == "ops":
         _write(args.out, ops(path=args.out, only=tuple(x for x in args.only.split(",") if x)))
         return 0

@@ -70,3 +70,13 @@ def test_a_step_past_the_deadline_is_skipped_and_said(tmp_path):
     assert p.returncode == 0, p.stderr
     log = (tmp_path / "w" / "exact" / "run.log").read_text()
     assert "ops: skipped" in log and not any("lab.probe_exact ops" in c for c in _calls(tmp_path))
+
+
+def test_the_stall_step_runs_the_probe_three_ways_with_stacks_dumped(tmp_path):
+    p = _run(tmp_path, "run", STEPS="convert,stall")
+    assert p.returncode == 0, p.stderr
+    probes = [c for c in _calls(tmp_path) if "lab.probe_exact models" in c]
+    assert len(probes) == 3 and all("--widths 8,4" in c and "--dump-after 30" in c for c in probes)
+    log = (tmp_path / "w" / "exact" / "run.log").read_text()
+    for name in ("STALL-as-run", "MLX_USE_CUDA_GRAPHS-0", "CUDA_LAUNCH_BLOCKING-1"):
+        assert f"stall-{name}: rc 0" in log
