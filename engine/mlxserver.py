@@ -44,6 +44,7 @@ def _generator_class(mode: str, exact: bool = False):
         def _run_generate(self):
             if not getattr(self.prompt_cache.insert_cache, "aligned", False):
                 self.prompt_cache.insert_cache = _aligned(self.prompt_cache.insert_cache)
+                self.prompt_cache.fetch_nearest_cache = _one_left(self.prompt_cache.fetch_nearest_cache)
             with verify_attention(mode, exact=exact) as routing, \
                     (exact_linear() if exact else _nothing()) as lrouting:
                 type(self).routing = routing
@@ -87,6 +88,8 @@ def _aligned(insert):
         if any(not isinstance(r, int) for r in rows):  # recurrent state: no rows to count
             return insert(model_key, tokens, prompt_cache, **kw)
         n = min([len(tokens), *rows])
+        if n == 0:
+            return None  # nothing to reuse
         if any(r != n for r in rows):
             if not can_trim_prompt_cache(prompt_cache):
                 return None
@@ -97,6 +100,25 @@ def _aligned(insert):
 
     aligned.aligned = True
     return aligned
+
+
+def _one_left(fetch):
+    """mlx_lm.server's ``fetch_nearest_cache``, never leaving a request no token to run: an entry
+    stored under exactly the prompt (``_aligned`` can store one so) comes back with its last row
+    trimmed and the prompt's last token to feed, as a longer entry would; one that cannot be
+    trimmed is not used."""
+    from mlx_lm.models.cache import can_trim_prompt_cache, trim_prompt_cache
+
+    def one_left(model, tokens):
+        cache, rest = fetch(model, tokens)
+        if cache is not None and len(rest) == 0 and len(tokens) > 0:
+            if not can_trim_prompt_cache(cache):
+                return None, tokens
+            trim_prompt_cache(cache, 1)
+            return cache, tokens[-1:]
+        return cache, rest
+
+    return one_left
 
 
 class _nothing:

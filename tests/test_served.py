@@ -433,14 +433,16 @@ def test_the_in_process_draft_server_answers_a_cached_repeat_as_it_answered_the_
         p.wait_for("stderr", r"ready at")
         texts = {}
         for prompt in ("import os\n", "def main():\n"):
-            for n in (13, 7, 13, 13):  # rounds cut at different places, then repeats
+            for n in (13, 7, 13, 13, 1, 1):  # rounds cut at different places, then repeats (an
+                # entry stored under exactly the prompt: max_tokens 1)
                 texts.setdefault((prompt, n), set()).add(complete(prompt, n))
         p.proc.send_signal(signal.SIGINT)
     finally:
         p.finish()
     assert all(len(v) == 1 for v in texts.values()), texts
-    for prompt in ("import os\n", "def main():\n"):  # 7 tokens are the start of 13
+    for prompt in ("import os\n", "def main():\n"):  # 7 tokens are the start of 13, 1 of 7
         assert next(iter(texts[(prompt, 13)])).startswith(next(iter(texts[(prompt, 7)])))
+        assert next(iter(texts[(prompt, 7)])).startswith(next(iter(texts[(prompt, 1)])))
 
 
 # ---------------------------------------------------------------- profile, resolve, export (no server)
