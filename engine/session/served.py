@@ -155,13 +155,14 @@ class ServerSpec:
                 *(("--exact", "on") if self.exact else ())]
 
     def _arguments(self, port: int | None) -> list[str]:
+        from blockwidth.engine.mlxserver import _option
+
         out = ["--model", str(self.model)]
         if self.draft is not None:
             out += ["--draft-model", str(self.draft)]
             if self.draft_tokens is not None:
                 out += ["--num-draft-tokens", str(self.draft_tokens)]
-        if self.exact and not any(a == "--prefill-step-size" or a.startswith("--prefill-step-size=")
-                                  for a in self.args):
+        if self.exact and _option(list(self.args), "--prefill-step-size") is None:
             # prompt chunks of at most the exact path's rows: each row of a chunk is then computed
             # as its 1-row step, so a prefix's KV rows are the same bits whichever request, chunk
             # or server computed them (the prompt cache reuses prefixes across requests)
