@@ -390,6 +390,8 @@ def markdown(record: dict) -> str:
         lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
     elif isinstance(record.get("predicted_note"), str) and record["predicted_note"]:
         lines.append(f"\nPrediction from the cost curve and acceptance: {record['predicted_note']}")
+    if record.get("predicted_best") or record.get("predicted_note"):
+        # the terms behind the prediction, resolved or not: a reader checks a best width against them
         pred = record.get("prediction") or {}
         if pred.get("widths"):
             unit = "per round, any width" if pred["draft_cost"] == "flat" else "per drafted token"
