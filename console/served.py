@@ -272,7 +272,7 @@ def _print(session, written, pair) -> None:
         print(shown(line), **kw)
 
     c = session.config
-    how = ("stock" if c.verify_attention is None else
+    how = ("in-process on the exact path" if c.exact else "stock" if c.verify_attention is None else
            f"in-process with verify attention {c.verify_attention}")
     say(f"pair   {pair.describe()}")
     env = server_env()

@@ -212,6 +212,34 @@ def test_the_cached_repeat_differs_on_mlx_lm_0_32_2(served_sweep):
             assert a["verdict"] in ("faster, output differs", "slower", "undecided", "below min gain")
 
 
+def test_a_served_sweep_on_the_exact_path_gives_classics_text_on_every_cached_repeat(tmp_path):
+    """The stock server's cached repeats differ (above); ``--exact on`` runs every server in-process
+    on the exact path, whose prompt cache stores an entry aligned with its rows
+    (engine.mlxserver._aligned): there every width's first sending and cached repeat, at 1 and 2
+    clients, is classic's text, and the table and the record say which servers ran."""
+    r = subprocess.run([sys.executable, "-m", "blockwidth", "sweep", "--path", "mlx-lm-server", "--exact", "on",
+                        "--widths", "2,4", "-n", "2", "--max-tokens", "12", "--concurrency", "1,2",
+                        "--record-dir", str(tmp_path)], capture_output=True, text=True, env=_env(), cwd=ROOT,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "(in-process on the exact path)" in r.stdout, r.stdout
+    assert "DIFFERS" not in r.stdout and "text differs" not in r.stdout, r.stdout
+    files = sorted(tmp_path.glob("session-*.json"))
+    assert len(files) == 2
+    for f in files:
+        rec = json.loads(f.read_text())
+        assert rec["server"]["exact"] is True
+        assert all(p["argv"][2:4] == ["blockwidth.engine.mlxserver", "--verify-attention"]
+                   for p in rec["server"]["processes"].values())
+        for a in rec["arms"][1:]:
+            ident = a["served_identity"]
+            assert ident["first_sending"]["identical_ids"] and ident["cached_repeat"]["identical_ids"], ident
+        from blockwidth.engine.session import record
+
+        assert "in-process, exact path" in record.markdown(rec)
+    assert _gone(_pids(r.stderr).values(), within=1.0)
+
+
 @SHARES_THE_SWEEP
 def test_no_server_is_left_after_a_served_sweep(served_sweep):
     r, _ = served_sweep

@@ -323,7 +323,7 @@ def _path_line(record: dict) -> str:
     # a record is input when it is read back: its words shown (one line each), then quoted
     raw = server.get("args") if isinstance(server.get("args"), list) else []
     args = shell([shown(a) for a in raw])
-    how = ("stock" if server.get("verify_attention") is None
+    how = ("in-process, exact path" if server.get("exact") is True else "stock" if server.get("verify_attention") is None
            else f"in-process, verify attention {server['verify_attention']}")
     env = server.get("env") or {}
     env = {k: v for k, v in env.items() if not server_env_problems({k: v})} if isinstance(env, dict) else {}
