@@ -164,9 +164,11 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
 
     def on_server(server) -> None:
         # The pids, so that an operator (or a test) can see what runs and that it is gone.
+        spec = server.spec
         print(f"blockwidth: started {server.name} on {server.url}"
-              + (f" (verify attention {server.spec.verify_attention}, in-process)"
-                 if server.spec.verify_attention else ""), file=sys.stderr, flush=True)
+              + (" (in-process, exact path)" if spec.exact else
+                 f" (verify attention {spec.verify_attention}, in-process)" if spec.verify_attention else ""),
+              file=sys.stderr, flush=True)
 
     def on_event(e) -> None:
         if quiet:

@@ -223,6 +223,7 @@ def test_a_served_sweep_on_the_exact_path_gives_classics_text_on_every_cached_re
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "(in-process on the exact path)" in r.stdout, r.stdout
+    assert r.stderr.count("(in-process, exact path)") == 3, r.stderr  # each server, as it starts
     assert "DIFFERS" not in r.stdout and "text differs" not in r.stdout, r.stdout
     files = sorted(tmp_path.glob("session-*.json"))
     assert len(files) == 2
