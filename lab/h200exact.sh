@@ -105,14 +105,18 @@ run)
         --out "$R/models.json" 2> "$R/models.txt"
     # bitwise checks only while training runs (the other load changes no bit; every op JSON is
     # rewritten as each op finishes)
-    # the stall seen at K = 8 on SmolLM2 native (lab/evidence/h200-2026-12-04d): the probe alone,
-    # as it ran, without MLX's CUDA graphs, and with every launch synchronous, stacks dumped
+    # the stall seen at K = 8 on SmolLM2 native (lab/evidence/h200-2026-12-04d; its eval returned
+    # 21 s after the SIGINT, so perhaps slow rather than hung): the probe alone as it ran, K rising
+    # to 8 with each probe timed twice (a slow first is compilation), a limit past the 190 s seen;
+    # then without MLX's CUDA graphs and with every launch synchronous; stacks dumped
     if want stall && [ -f "$S/native/config.json" ]; then
         for e in STALL=as-run MLX_USE_CUDA_GRAPHS=0 CUDA_LAUNCH_BLOCKING=1; do
             n="stall-${e/=/-}"
-            step "$n" "${STALL_LIMIT:-90}" env "$e" python3 -m lab.probe_exact models \
-                --target "$S/native" --widths "${STALL_WIDTHS:-8,4}" --prefix 96 --routes mlx --speed-reps 0 \
-                --dump-after 30 --out "$R/$n.json" > "$R/$n.txt" 2>&1
+            lim=${STALL_LIMIT:-120}
+            [ "$e" = STALL=as-run ] && lim=${STALL_FIRST_LIMIT:-300}
+            step "$n" "$lim" env "$e" python3 -m lab.probe_exact models \
+                --target "$S/native" --widths "${STALL_WIDTHS:-5-8}" --prefix 96 --routes mlx --speed-reps 0 \
+                --probe-repeats 2 --dump-after 30 --out "$R/$n.json" > "$R/$n.txt" 2>&1
         done
     fi
     want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --only "${OPS_ONLY:-}" --out "$R/ops.json" 2> "$R/ops.txt"

@@ -334,7 +334,7 @@ class _Pair:
 
 def model_probe(target: str, widths: list[int], prefixes: tuple[int, ...], speed_tokens: int, speed_reps: int,
                 curve: bool, route_names: tuple[str, ...] = ("mlx", "kernels"),
-                speed_prompts: tuple[int, ...] = (64,)) -> dict:
+                speed_prompts: tuple[int, ...] = (64,), probe_repeats: int = 1) -> dict:
     from blockwidth.engine import costcurve
     from blockwidth.engine.identity import probe
 
@@ -357,12 +357,20 @@ def model_probe(target: str, widths: list[int], prefixes: tuple[int, ...], speed
         for K in widths:
             row = {}
             for name, plan in (*routes.items(), ("stock", None)):
-                ex = probe(model, prefix, block_src[:K], attention="auto", linear="auto", exact=plan)
+                # each probe timed, repeated on request: a first call far slower than the second
+                # is compilation (MLX JIT-compiles a new kernel on a fresh host), both slow is the
+                # forward itself (the K = 8 "stall" of 2026-12-04d returned 21 s after its SIGINT)
+                seconds = []
+                for _ in range(max(1, probe_repeats)):
+                    t1 = time.perf_counter()
+                    ex = probe(model, prefix, block_src[:K], attention="auto", linear="auto", exact=plan)
+                    seconds.append(round(time.perf_counter() - t1, 3))
                 row[name] = {"bitwise_equal": ex.bitwise_equal, "max_abs_diff": ex.max_abs_diff,
-                             "argmax_agree": sum(ex.argmax_agree)}
+                             "argmax_agree": sum(ex.argmax_agree), "seconds": seconds}
             res[K if n_prefix == prefixes[0] else f"{K} after {n_prefix}"] = row
             print(f"  {target} K={K} after {n_prefix}: " + ", ".join(
-                f"{n} {'bitwise' if v['bitwise_equal'] else v['max_abs_diff']}" for n, v in row.items()),
+                f"{n} {'bitwise' if v['bitwise_equal'] else v['max_abs_diff']} "
+                f"({'/'.join(f'{x:.2f}' for x in v['seconds'])} s)" for n, v in row.items()),
                   file=sys.stderr, flush=True)
     if widths:
         out["exactness"] = res
@@ -426,6 +434,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speed-prompt", default="64", help="prompt lengths for the classic speeds, e.g. 64,400")
     p.add_argument("--curve", action="store_true", help="also the exact and stock cost curves, rows 1..16")
     p.add_argument("--routes", default="mlx,kernels", help="the exact path's routes to probe, side by side")
+    p.add_argument("--probe-repeats", type=int, default=1, metavar="N",
+                   help="run each K-row probe N times, each timed (compilation shows as a slow first)")
     p.add_argument("--out", type=Path)
     p.add_argument("--dump-after", type=float, default=0, metavar="S",
                    help="print every thread's stack every S seconds (a stalled eval: where it waits)")
@@ -446,7 +456,8 @@ def main(argv: list[str] | None = None) -> int:
             data["models"].append(model_probe(t, parse_widths(args.widths), prefix, args.speed_tokens,
                                               args.speed_reps, args.curve,
                                               tuple(r for r in args.routes.split(",") if r),
-                                              tuple(int(x) for x in args.speed_prompt.split(",") if x.strip())))
+                                              tuple(int(x) for x in args.speed_prompt.split(",") if x.strip()),
+                                              args.probe_repeats))
         except Exception as e:
             data["models"].append({"target": t, "error": f"{type(e).__name__}: {e}",
                                    "trace": traceback.format_exc()[-3000:]})

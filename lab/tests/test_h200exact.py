@@ -76,7 +76,10 @@ def test_the_stall_step_runs_the_probe_three_ways_with_stacks_dumped(tmp_path):
     p = _run(tmp_path, "run", STEPS="convert,stall")
     assert p.returncode == 0, p.stderr
     probes = [c for c in _calls(tmp_path) if "lab.probe_exact models" in c]
-    assert len(probes) == 3 and all("--widths 8,4" in c and "--dump-after 30" in c for c in probes)
+    assert len(probes) == 3 and all("--widths 5-8" in c and "--probe-repeats 2" in c and "--dump-after 30" in c
+                                    for c in probes)
     log = (tmp_path / "w" / "exact" / "run.log").read_text()
+    # the first way outlasts the 190 s the eval took when it ran; the other two are shorter
+    assert "stall-STALL-as-run: start (limit 300 s)" in log and "stall-CUDA_LAUNCH_BLOCKING-1: start (limit 120 s)" in log
     for name in ("STALL-as-run", "MLX_USE_CUDA_GRAPHS-0", "CUDA_LAUNCH_BLOCKING-1"):
         assert f"stall-{name}: rc 0" in log
