@@ -268,6 +268,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         params_note = None
     except CheckpointError as e:
         params, params_note, dtypes = None, str(e), {"weights": None, "scales": None}
+    config_dtype = quant.dtype
+    quant = quant.with_tensors(dtypes["weights"])  # a float32 copy is not its config's bfloat16
     archs = config.get("architectures") if isinstance(config.get("architectures"), list) else []
     arch_words = [a if isinstance(a, str) else json.dumps(a) for a in archs]  # [1, null] is not text
     # From the checkpoint alone: a folder's name ("draft") does not make a model a drafter, and a
@@ -282,7 +284,7 @@ def cmd_inspect(args: argparse.Namespace) -> int:
         # the tensors' dtype (config.json's where no tensor says), the scales', and what the config says
         "dtype": dtypes["weights"] or quant.dtype,
         "scales_dtype": dtypes["scales"],
-        "config_dtype": quant.dtype,
+        "config_dtype": config_dtype,
         "looks_like_drafter": looks,
         "drafter_kind": info.kind.value,
         "declared_width": info.declared_width,

@@ -359,10 +359,10 @@ def load_pair(target: Path | str, drafter: Path | str | None = None,
     own = dck.weights if kind is DrafterKind.MODEL else None  # dflash and mtp read the target's tables
     model = target_loader(target) if target_loader is not None else _load_model(target, tname)
     rows = token_rows(tokenizer, target, tck.weights, own, tname, dname, model)
-    pair = Pair(model, tokenizer, target, tck.config, checked.quantization, kind,
-                fingerprints={"target": tck.fingerprint}, caches=_cache_plan(model, target, tname),
-                token_rows=rows, checkpoints={"target": tck},
-                target_dtypes=tensor_dtypes_of(tck.weights))
+    dtypes = tensor_dtypes_of(tck.weights)
+    pair = Pair(model, tokenizer, target, tck.config, checked.quantization.with_tensors(dtypes["weights"]),
+                kind, fingerprints={"target": tck.fingerprint}, caches=_cache_plan(model, target, tname),
+                token_rows=rows, checkpoints={"target": tck}, target_dtypes=dtypes)
     if dck is not None:
         pair.checkpoints["drafter"] = dck
     if kind is DrafterKind.MODEL:

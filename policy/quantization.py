@@ -9,7 +9,7 @@ thin file reader.
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from enum import Enum
 from pathlib import Path
 from typing import Any, Mapping
@@ -56,6 +56,15 @@ class Quantization:
         if self.group_size is not None:
             parts.append(f"g{self.group_size}")
         return " ".join(parts)
+
+    def with_tensors(self, dtype: str | None) -> "Quantization":
+        """An unquantized checkpoint's words from its tensors' dtype (engine.checkpoint's
+        tensor_dtypes) where config.json says another: a float32 copy whose config kept
+        ``torch_dtype: bfloat16`` is not bfloat16, and on a CPU the two cost differently."""
+        if self.scheme is not Scheme.NONE or not dtype or dtype == self.dtype:
+            return self
+        said = f"config.json says {self.dtype}" if self.dtype else "config.json says no dtype"
+        return replace(self, dtype=dtype, detail=f"{self.detail}; tensors {dtype}, {said}".lstrip("; "))
 
     def to_dict(self) -> dict[str, Any]:
         return {

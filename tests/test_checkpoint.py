@@ -105,3 +105,31 @@ def test_engine_session_loads_no_mlx():
             "blockwidth.engine.session.served\n"
             "assert not [m for m in sys.modules if m == 'mlx' or m.startswith('mlx.')], 'mlx imported'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT, timeout=120)
+
+
+def test_a_float32_copy_whose_config_says_bfloat16_is_described_by_its_tensors(tmp_path, capsys):
+    """mlx_lm.convert --dtype float32 keeps config.json's torch_dtype "bfloat16": the pair, its
+    records and inspect call it float32 (what the CPU computes in, and costs), and inspect says
+    what the config claimed. Without the tensors' word the console printed 'unquantized bfloat16'
+    over a float32 costcurve."""
+    import mlx.core as mx
+
+    from blockwidth.console.cli import main
+
+    src, folder = demo.target("bf16"), tmp_path / "f32"
+    shutil.copytree(src, folder)
+    for f in folder.glob("*.safetensors"):
+        mx.save_safetensors(str(f), {k: v.astype(mx.float32) for k, v in mx.load(str(f)).items()},
+                            metadata={"format": "mlx"})
+    config = json.loads((folder / "config.json").read_text())
+    config["torch_dtype"] = "bfloat16"
+    (folder / "config.json").write_text(json.dumps(config))
+    pair = load_pair(folder, None, "lookup")
+    assert pair.quantization.describe() == "unquantized float32"
+    assert "tensors float32, config.json says bfloat16" in pair.quantization.detail
+    assert pair.quantization.to_dict()["dtype"] == "float32"  # what a record stores
+    assert main(["inspect", str(folder)]) == 0
+    out = capsys.readouterr().out
+    assert "quantization unquantized float32" in out and "dtype        float32 (config.json says bfloat16)" in out
+    # a bfloat16 checkpoint that says so keeps its words
+    assert load_pair(src, None, "lookup").quantization.describe() == "unquantized bfloat16"
