@@ -138,6 +138,30 @@ def test_the_plan_counts_prefill_and_the_repetitions_a_win_needs():
     assert pace.plan(p, dataclasses.replace(shape, n=3)).can_decide
 
 
+def test_a_sequential_sweep_prices_the_repetitions_it_adds(monkeypatch, capsys):
+    """--sequential -n 1 goes on while undecided: the estimate said "about 6.6 min ... for its
+    n 1" over a session that ran three repetitions (17 min). It now prices what it adds too;
+    without --sequential it says only the n."""
+    import threading
+
+    from blockwidth.console import measure
+    from blockwidth.engine import pace as engine_pace
+
+    rates = pace.Pace(prefill_s=0.04, spec_prefill_s=0.04, decode_s=0.14, spec_decode_s=0.14, width=2)
+    monkeypatch.setattr(engine_pace, "pilot", lambda *a, **k: rates)
+    reqs = ((80, 56),) * 6
+    config = AbConfig(widths=(2, 3, 4), prompt="", n=1, sequential=True, max_reps=12, max_seconds=1500)
+    measure._say_pilot(None, [1], reqs, config, threading.Event())
+    err = capsys.readouterr().err
+    plan = pace.plan(rates, pace.Shape(reqs, 3, 1, True, 12, 1500))
+    assert plan.reached == 3 and plan.can_decide
+    assert "for its n 1" in err and f"--sequential adds repetitions while undecided: 3 by about {pace.minutes(plan.need_s)}" in err
+    assert "--max-reps 12 and --max-seconds 1500 allow" in err
+    measure._say_pilot(None, [1], reqs, dataclasses.replace(config, sequential=False, n=3), threading.Event())
+    err = capsys.readouterr().err
+    assert "for its n 3" in err and "--sequential" not in err
+
+
 # ---- one next step ----------------------------------------------------------------------------
 
 def test_an_undecided_session_names_one_step_the_console_runs():
