@@ -84,7 +84,7 @@ def speedup_lines(session) -> list[str]:
             continue
         mark = "  <- chosen" if session.recommendation == a.width else (
             "  (fastest)" if session.choice and session.choice.best == a.width else "")
-        out.append(f"  {a.name:<5} {e.ratio:6.2f}x  [{e.ci.lo:.2f}, {e.ci.hi:.2f}]  p {e.p:<8.2g} "
+        out.append(f"  {a.name:<5} {e.ratio:6.2f}x  [{', '.join(e.ci.shown())}]  p {e.p:<8.2g} "
                    f"{a.verdict.value}{mark}")
     return out
 

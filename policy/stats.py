@@ -201,6 +201,14 @@ class Interval:
     def to_list(self, digits: int = 4) -> list[float]:
         return [round(self.lo, digits), round(self.hi, digits)]
 
+    def shown(self, digits: int = 2) -> tuple[str, str]:
+        """Its ends as printed, rounded outwards (the low end down, the high end up): a lower
+        end of 1.0252 printed as 1.03 sat beside "straddles the 1.03 minimum gain"."""
+        f = 10 ** digits
+        # the small nudge keeps an end stored at exactly two digits (0.76 is 0.7599999...) where it is
+        lo, hi = math.floor(self.lo * f + 1e-9) / f, math.ceil(self.hi * f - 1e-9) / f
+        return f"{lo:.{digits}f}", f"{hi:.{digits}f}"
+
 
 def request_spread(classic: Requests, arm: Requests, *, seed: int, resamples: int = RESAMPLES,
                    level: float = LEVEL) -> tuple[Interval, float, float]:
@@ -246,7 +254,7 @@ class Estimate:
     p_floor: float | None = None
 
     def describe(self) -> str:
-        return f"{self.ratio:.2f}x (95 % CI {self.ci.lo:.2f}-{self.ci.hi:.2f}, p {self.p:.2g})"
+        return f"{self.ratio:.2f}x (95 % CI {'-'.join(self.ci.shown())}, p {self.p:.2g})"
 
     def to_dict(self) -> dict:
         return {"ratio": round(self.ratio, 4), "ratio_ci": self.ci.to_list(),

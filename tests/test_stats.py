@@ -206,3 +206,14 @@ def test_tie_rule_only_among_winners_and_equal_ratios_go_small():
 def test_estimate_serialises_what_sweep_json_shows():
     d = _est(1.23456, 1.1, 1.3).to_dict()
     assert d == {"ratio": 1.2346, "ratio_ci": [1.1, 1.3], "p_value": 0.01, "p_method": "exact"}
+
+
+def test_an_interval_is_printed_rounded_outwards():
+    """SmolLM2 + lookup on proofreading (real-cpu-2026-12-04c): 1.0252-1.1753 printed "[1.03,
+    1.18]" beside "straddles the 1.03 minimum gain". Printed outwards, the low end is below the
+    bar it misses, and an end that is already two digits stays as it is."""
+    assert Interval(1.0252, 1.1753).shown() == ("1.02", "1.18")
+    assert Interval(0.76, 0.83).shown() == ("0.76", "0.83")
+    assert Interval(0.7549, 0.8301).shown() == ("0.75", "0.84")
+    est = Estimate(1.0979, Interval(1.0252, 1.1753), 0.000583, "exact")
+    assert est.describe() == "1.10x (95 % CI 1.02-1.18, p 0.00058)"
