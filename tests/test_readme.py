@@ -105,7 +105,7 @@ def test_the_real_models_results_are_what_their_records_hold():
     table = text[text.index("## Results"):text.index("**Built here**")]
     rows = re.findall(r"^\| (CPU|H200) \| ([^|]+) \| ([^|]+) \| all \| w(\d+) ([\d.]+) \| ([^|]+) \| ([^|]+) \| "
                       r"\[record\]\(([^)]+)\) \|$", table, re.M)
-    assert len(rows) == 7, rows
+    assert len(rows) == 8, rows
     for where, _pair, _requests, width, acceptance, speedup, verdict, link in rows:
         rec = json.loads((ROOT / link).read_text())
         assert rec["host"]["device"]["backend"] == {"CPU": "cpu", "H200": "cuda"}[where], link
