@@ -140,8 +140,17 @@ async def _save(app: BlockwidthApp, pilot, scope: str = "g") -> None:
     await pilot.press("s")
     await pilot.pause()
     await pilot.press(scope)
-    await app.workers.wait_for_complete()
-    await pilot.pause()
+    # The dialog's dismissal starts the save's thread worker a message later; on a loaded host
+    # one wait could return before the worker existed, and the state was snapshotted resolved
+    # from the per-kind default instead of the entry just saved. Wait for the profile file.
+    profile = Path(app.options.profile)
+    for _ in range(500):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if profile.is_file():
+            break
+    else:
+        raise AssertionError(f"the save never wrote {profile}")
     await app.workers.wait_for_complete()
     await _resolve(app, pilot, linked=app._linked)
 
