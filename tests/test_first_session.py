@@ -392,3 +392,38 @@ def test_an_undecided_workload_names_the_widths_still_open():
     assert _open(s) == "w4's interval straddles the minimum gain"
     s.arms = [arm("w2", Verdict.UNDECIDED), arm("w4", Verdict.UNDECIDED)]
     assert _open(s) == "intervals straddle the minimum gain"
+
+
+def test_a_width_whose_requests_agree_is_sent_more_repetitions_not_told_of_another_widths_spread():
+    """SmolLM2 proofreading: w2 1.10x [1.02, 1.18], best on most requests, its requests alone
+    [1.032, 1.174] (repetitions can still decide it), was told only that w3's requests disagree
+    and 'cannot decide it'. The width best on most requests whose requests agree gets more
+    repetitions; a spread is named only where it is that width's own."""
+    from blockwidth.console.outcome import more_runs
+    from blockwidth.engine.ab import _add_pass
+    from blockwidth.engine.identity import compare
+
+    pair = demo_pair()
+    out = pair.tokenizer.encode(" = []\n")[:4]
+    reqs = []
+    # per request (classic, w2, w4) tok/s: w2 1.10x on every request but noisy run to run; w4
+    # best on one request only and spread across 1
+    for i, (c, w2, w4) in enumerate([(40, 44, 30), (40, 44, 52), (40, 44, 31), (40, 44, 36), (40, 44, 38)]):
+        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
+        classic = Arm(None, [_run(None, c + d, out) for d in (-6, 0, 6, 0.5)], verdict=Verdict.CONTROL)
+        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w2 + d, out) for d in (-6, 0, 6)]),
+                                                Arm(4, [_run(4, w4 + d, out) for d in (-6, 0, 6)])]))
+    s = Session(AbConfig(widths=(2, 4), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
+                Arm(None, verdict=Verdict.CONTROL), [Arm(2), Arm(4)], requests=reqs, reps=3, seed=1)
+    for r in reqs:
+        for a in r.arms:
+            a.identity = compare(r.classic.runs[0].tokens, a.runs[0].tokens, pair.tokenizer)
+    for _ in range(3):
+        _add_pass(s, [None, 2, 4])
+    decide(s)
+    w2 = s.arms[0]
+    assert w2.verdict is Verdict.UNDECIDED, w2.why
+    m = more_runs(s)
+    assert m.spread is None, m.spread
+    step = next_step(s)
+    assert step is None or step.field("widths") is None  # more repetitions, not a part of the workload
