@@ -380,12 +380,12 @@ def build_parser() -> TopParser:
     from blockwidth.console import serve
 
     serve.add_resolve_arguments(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the resolution as one JSON document on stdout")
     p.set_defaults(func=cmd_resolve)
 
     p = sub.add_parser("inspect", help="what a checkpoint folder is: model, quantization, drafter")
     p.add_argument("path")
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="what it found as one JSON document on stdout")
     p.set_defaults(func=cmd_inspect)
 
     p = sub.add_parser("check", help="CI: is the profile still true for this runner? (alias: --check)")

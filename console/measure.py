@@ -515,6 +515,11 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say(f"saved: {saved}")
         if refusal:
             print(f"not saved: {shown(refusal)}", file=sys.stderr)
+        elif not args.save and record_file and headline(session).saveable and not session.cancelled:
+            # a tryout read "width 2 beats classic", then resolve still gave the per-kind default
+            what = (f"width {session.recommendation}" if session.recommendation is not None
+                    else "the decline (classic)")
+            say(f"not saved: rerun with --save to store {what} in the profile, so resolve and serve use it")
         if said is not None:
             for i, line in enumerate(said.lines()):
                 say(f"{'answer' if i == 0 else '':<6} {line}")
@@ -678,7 +683,7 @@ def register(sub) -> None:
 
     served.add_arguments(p)
     distributed.add_arguments(p)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the session as one JSON document on stdout")
     p.set_defaults(func=cmd_sweep)
 
     p = sub.add_parser("costcurve", help="verify-forward time against rows, with kernel boundaries")
@@ -695,7 +700,7 @@ def register(sub) -> None:
     add_verify_linear(p)
     add_exact(p)
     distributed.add_arguments(p, drafter=False)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", action="store_true", help="the curve as one JSON document on stdout")
     p.set_defaults(func=cmd_costcurve)
 
 

@@ -104,8 +104,8 @@ def request_table(session, fold: int | None = None) -> list[str]:
         note = (f"  ({more} more request{'' if more == 1 else 's'} between the {fold} worst and {fold} "
                 f"best by w{key_w}; all in the record)")
         reqs = [r for r in reqs if id(r) in keep]
-    head = f"{'request':<14} {'tok':>4} {'classic':>7} " + " ".join(f"{a.name:>6}" for a in session.arms)
-    out = ["", "per request (classic decode tok/s; each width's speed-up there):",
+    head = f"{'request':<14} {'prompt':>6} {'classic':>7} " + " ".join(f"{a.name:>6}" for a in session.arms)
+    out = ["", "per request (prompt tokens; classic decode tok/s; each width's speed-up there):",
            head + f" {'best':>7} {'accept':>6}"]
     for r in reqs:
         c = r.classic.decode_range()
@@ -118,7 +118,7 @@ def request_table(session, fold: int | None = None) -> list[str]:
         acc = r.arm(best).acceptance if best is not None else None
         # a request the session stopped before measuring on every arm has no best (not "classic")
         named = f"w{best}" if best else "classic" if r.measured else "-"
-        out.append(f"{r.id[:14]:<14} {len(r.prepared.ids):>4} {f'{c.median:7.1f}' if c else '      -'} "
+        out.append(f"{r.id[:14]:<14} {len(r.prepared.ids):>6} {f'{c.median:7.1f}' if c else '      -'} "
                    + " ".join(cells) + f" {named:>7} {f'{acc:.2f}' if acc is not None else '-':>6}")
     if any(r.arm(w).identity and not r.arm(w).identity.identical_ids for r in session.requests for w in widths):
         out.append("  ! output differs from classic's on that request")

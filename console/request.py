@@ -155,7 +155,9 @@ def parse_widths(text: str) -> tuple[int | str, ...]:
                 raise FieldError(Field.WIDTHS, text,
                                  f"{shorten(repr(part))} is not an integer (nor auto)") from None
             raise FieldError(Field.WIDTHS, text, f"width {e.shown} is out of range; each width is "
-                                                 f"{MIN_WIDTH}..{MAX_WIDTH}") from None
+                                                 f"{MIN_WIDTH}..{MAX_WIDTH}"
+                                                 + (" (width 1 is classic, which every session runs)"
+                                                    if e.shown.strip() == "1" else "")) from None
         out.append(w)
     return tuple(dict.fromkeys(out))
 

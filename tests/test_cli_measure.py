@@ -82,8 +82,23 @@ def test_sweep_save_saves_what_the_session_decided(tmp_path, blockwidth, monkeyp
     assert e[0].device_name  # the device it was measured on is recorded
 
 
+def test_a_sweep_without_save_says_its_saveable_answer_was_not_saved(tmp_path, blockwidth, monkeypatch):
+    """A tryout read "width 2 beats classic" on SmolLM2, then resolve still gave the per-kind
+    default: nothing said the winner was not stored. It says so now, and how to store it."""
+    import itertools
+
+    from tests.conftest import clocked_decodes
+
+    clocked_decodes(monkeypatch, {None: itertools.repeat(100.0), 2: itertools.cycle([30.0, 31.0]),
+                                  4: itertools.cycle([200.0, 201.0])})
+    p = blockwidth("sweep", "--widths", "2,4", "-n", "3", "--max-tokens", "4", "--record-dir", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "beats classic" in p.stdout
+    assert "not saved: rerun with --save to store width 4 in the profile, so resolve and serve use it" in p.stdout
+
+
 @pytest.mark.parametrize("args,needle", [
-    (("--widths", "1,4"), "width 1 is out of range"),
+    (("--widths", "1,4"), "width 1 is out of range; each width is 2..64 (width 1 is classic, which every session runs)"),
     (("--widths", "4,x"), "'x' is not an integer"),
     (("--max-tokens", "0"), "--max-tokens: 0 is out of range"),
     (("--prompt", ""), "prompt: empty"),

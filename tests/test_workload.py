@@ -240,7 +240,7 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, block
     assert p.returncode == 0, p.stderr
     out = p.stdout
     assert "workload w.jsonl: 2 requests" in out
-    assert "per request (classic decode tok/s; each width's speed-up there):" in out
+    assert "per request (prompt tokens; classic decode tok/s; each width's speed-up there):" in out
     assert "\\nper request" not in out  # a blank line above it, not an escaped newline (seen in the real models' records)
     assert any(line.startswith("first ") for line in out.splitlines())
     assert "best width per request:" in out
@@ -522,7 +522,7 @@ def test_console_prompt_field_runs_a_workload_and_folds_its_requests_at_80x24(tm
             assert "workload " in _text(app, "#settings")
             assert "speed-up per request" in _text(app, "#plot")
             details = _text(app, "#details")
-            assert "per request (classic decode tok/s" in details
+            assert "per request (prompt tokens; classic decode tok/s" in details
             assert "1 more request between the 2 worst and 2 best" in details
             assert "95 % bootstrap interval" in details
             # Identity: } picks the next request; ] another width keeps it (it reset to the first)
