@@ -190,6 +190,10 @@ def _spread(session: Session, open_, bar: float) -> tuple[str, float, float] | N
     named."""
     if getattr(session, "single", True) or not open_:
         return None
+    if any(a.verdict is Verdict.WINS for a in session.arms):
+        # a width already won: another width's spread is not what stands before a save (SmolLM2
+        # spelling: w2 won, classic drifted or was noisy, and the advice spoke of w3's requests)
+        return None
     classic, arms = session.stats_samples()
     favoured = (_best_count(session) or (None, 0))[0]
     for arm in sorted(open_, key=lambda a: a.width != favoured):

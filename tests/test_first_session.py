@@ -427,3 +427,31 @@ def test_a_width_whose_requests_agree_is_sent_more_repetitions_not_told_of_anoth
     assert m.spread is None, m.spread
     step = next_step(s)
     assert step is None or step.field("widths") is None  # more repetitions, not a part of the workload
+
+
+def test_a_winning_width_keeps_another_widths_spread_out_of_the_advice():
+    """SmolLM2 spelling: w2 won, classic's opening and closing runs did not overlap (drift or
+    noise), and the advice said w3's requests disagree so repetitions 'cannot decide it': what
+    stood before the save was the drift, which repetitions do settle."""
+    from blockwidth.console.outcome import more_runs
+    from blockwidth.engine.ab import _add_pass
+    from blockwidth.engine.identity import compare
+
+    pair = demo_pair()
+    out = pair.tokenizer.encode(" = []\n")[:4]
+    reqs = []
+    for i, (c, w2, w4) in enumerate([(40, 60, 30), (40, 60, 52), (40, 61, 31), (40, 60, 56), (40, 59, 38)]):
+        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
+        classic = Arm(None, [_run(None, c + d, out) for d in (0, 1, 2, 0.5)], verdict=Verdict.CONTROL)
+        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w2 + d, out) for d in (0, 1, 2)]),
+                                                Arm(4, [_run(4, w4 + d, out) for d in (0, 1, 2)])]))
+    s = Session(AbConfig(widths=(2, 4), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
+                Arm(None, verdict=Verdict.CONTROL), [Arm(2), Arm(4)], requests=reqs, reps=3, seed=1)
+    for r in reqs:
+        for a in r.arms:
+            a.identity = compare(r.classic.runs[0].tokens, a.runs[0].tokens, pair.tokenizer)
+    for _ in range(3):
+        _add_pass(s, [None, 2, 4])
+    decide(s)
+    assert [a.verdict for a in s.arms] == [Verdict.WINS, Verdict.UNDECIDED], [a.why for a in s.arms]
+    assert more_runs(s).spread is None
