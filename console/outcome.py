@@ -359,7 +359,10 @@ def profile_entry(session: Session, pair: PairFacts, device: Device, *, mlx: str
         # (escaped as a terminal shows them: a profile refuses a string holding a control character)
         "measured_on": {k: shown(v) for k, v in (("target", pair.target_name), ("drafter", pair.drafter_name),
                                                  ("pair", pair.pair_id),
-                                                 ("prompt", " ".join(session.config.prompt.split())[:60]))
+                                                 # a workload is named below; its session's
+                                                 # prompt field is the unused built-in one
+                                                 ("prompt", None if session.workload is not None
+                                                  else " ".join(session.config.prompt.split())[:60]))
                         if v},
     }
     if width is not None:

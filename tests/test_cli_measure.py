@@ -82,6 +82,27 @@ def test_sweep_save_saves_what_the_session_decided(tmp_path, blockwidth, monkeyp
     assert e[0].device_name  # the device it was measured on is recorded
 
 
+def test_a_workload_sessions_entry_names_its_workload_not_the_built_in_prompt(tmp_path, blockwidth, monkeypatch):
+    """SmolLM2 spelling (2 requests) saved an entry whose measured_on.prompt was the built-in
+    demo prompt ("class Stack: ..."), which the session never ran."""
+    import itertools
+
+    from tests.conftest import clocked_decodes
+
+    clocked_decodes(monkeypatch, {None: itertools.repeat(100.0), 2: itertools.cycle([30.0, 31.0]),
+                                  4: itertools.cycle([200.0, 201.0])})
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"id": "a", "prompt": "def f(x):\\n    return"}\n{"id": "b", "prompt": "import os\\n"}\n')
+    prof = tmp_path / "p.toml"
+    p = blockwidth("sweep", "--widths", "2,4", "-n", "3", "--max-tokens", "4", "--workload", str(wl),
+                   "--save", "--profile", str(prof), "--record-dir", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    (entry,) = profile.load(prof).entries
+    assert "prompt" not in entry.evidence["measured_on"], entry.evidence["measured_on"]
+    assert entry.evidence["workload"]["name"] == "w.jsonl" and entry.evidence["workload"]["requests"] == 2
+    assert "class Stack" not in prof.read_text()
+
+
 def test_a_sweep_without_save_says_its_saveable_answer_was_not_saved(tmp_path, blockwidth, monkeypatch):
     """A tryout read "width 2 beats classic" on SmolLM2, then resolve still gave the per-kind
     default: nothing said the winner was not stored. It says so now, and how to store it."""
