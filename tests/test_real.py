@@ -163,3 +163,20 @@ def test_the_sweep_estimate_counts_its_prefills(real_models, capsys):
     assert f"it runs 40 forwards and {len(prefills)} prefills of {sum(prefills)} tokens" in line
     minutes = line.split("about ")[1].split(" ")
     assert minutes[1] in ("min", "h")  # not the ~20 s that 40 + 20 single rows would be
+
+
+def test_the_committed_real_model_win_is_kept_true_by_check(real_models, capsys):
+    """The saved entry from SmolLM2 bf16 + lookup on spelling fixes (this CPU, w2 1.14x [1.06,
+    1.22], n 12): `check`'s static checks pass on it from a fresh clone (its record is found
+    beside the profile), and on an x86_64 CPU the real pair resolves to its width 2."""
+    import platform
+
+    from tests.conftest import ROOT
+
+    prof = ROOT / "lab/evidence/real-cpu-2026-12-04c/engine-spelling/profile.toml"
+    assert main(["check", "--profile", str(prof), "--device", "cpu",
+                 "--target", str(_smol(real_models, "bf16")), "--kind", "lookup"]) == 0
+    out = capsys.readouterr().out
+    assert "0 fail" in out and "record: record" in out and "present" in out
+    if platform.machine() == "x86_64":
+        assert "resolve: bf16 + lookup: 2 (profile: measured winner" in out, out
