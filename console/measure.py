@@ -479,7 +479,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say(line)
         if not session.single:
             say()
-            say("per-request speed-up by width (= min, # median, - max over the requests):")
+            say("per-request speed-up by width (= min, # median, - max over the requests; the verdict's "
+                "ratio above is over all tokens):")
             for line in bars(ratio_rows(session), "x", digits=2):
                 say(line)
         for line in auto_lines(session):

@@ -245,7 +245,9 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, block
     assert any(line.startswith("first ") for line in out.splitlines())
     assert "best width per request:" in out
     assert "95 % bootstrap interval resampling requests, then runs, seed 1" in out
-    assert "per-request speed-up by width" in out
+    assert "per-request speed-up by width" in out and "ratio above is over all tokens" in out
+    # the plot's value is the median request's, named so beside the verdict's ratio
+    assert any("median request; best on" in line for line in out.splitlines() if line.startswith("w2 ")), out
     assert "decision:" in out and "record:" in out
 
 
