@@ -180,13 +180,12 @@ def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, 
     # --sequential adds repetitions while an arm is undecided, up to its budgets: the n alone
     # said "about 6.6 min" over a session that ran on to 17
     adds = config.sequential and plan.reached > config.n
-    if max(plan.first_s, plan.need_s if adds else 0) < LONG_TOTAL_S and plan.can_decide:
+    if max(plan.first_s, plan.reached_s if adds else 0) < LONG_TOTAL_S and plan.can_decide:
         return
     said = f"about {pace.minutes(plan.first_s)} here for its n {config.n}, prefill counted ({rates.describe()})"
     if adds:
         said += (f"; --sequential adds repetitions while undecided: {plan.reached} by about "
-                 f"{pace.minutes(plan.need_s if plan.can_decide else plan.first_s + (plan.reached - config.n) * plan.pass_s)}"
-                 f", more while --max-reps {config.max_reps} and --max-seconds {config.max_seconds:g} allow")
+                 f"{pace.minutes(plan.reached_s)}, more while --max-reps {config.max_reps} and --max-seconds {config.max_seconds:g} allow")
     if not plan.can_decide:
         said += (f"; a win needs {plan.need} repetitions (its p below {stats_alpha()}), which it does not reach"
                  + (f": -n {plan.need}, or --sequential --max-seconds {plan.seconds_for_need()}"

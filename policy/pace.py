@@ -72,6 +72,7 @@ class Plan:
     need_s: float  # seconds to the end of ``need`` repetitions
     pass_s: float  # one repetition: every arm on every request
     start_need_s: float  # seconds from the start at which the ``need``-th repetition starts
+    reached_s: float  # seconds to the end of ``reached`` repetitions (sequential: what it adds)
 
     @property
     def can_decide(self) -> bool:
@@ -114,7 +115,8 @@ def plan(pace: Pace, shape: Shape, need: int | None = None) -> Plan:
             if reached >= need:
                 break
     return Plan(need, reached, seconds(pace, shape, shape.n), seconds(pace, shape, max(need, shape.n)),
-                one * OVERHEAD, (_warmup(pace, shape) + (need - 1) * one) * OVERHEAD)
+                one * OVERHEAD, (_warmup(pace, shape) + (need - 1) * one) * OVERHEAD,
+                seconds(pace, shape, reached))
 
 
 def minutes(s: float) -> str:

@@ -154,7 +154,7 @@ def test_a_sequential_sweep_prices_the_repetitions_it_adds(monkeypatch, capsys):
     measure._say_pilot(None, [1], reqs, config, threading.Event())
     err = capsys.readouterr().err
     plan = pace.plan(rates, pace.Shape(reqs, 3, 1, True, 12, 1500))
-    assert plan.reached == 3 and plan.can_decide
+    assert plan.reached == 3 and plan.can_decide and plan.reached_s == plan.need_s
     assert "for its n 1" in err and f"--sequential adds repetitions while undecided: 3 by about {pace.minutes(plan.need_s)}" in err
     assert "--max-reps 12 and --max-seconds 1500 allow" in err
     measure._say_pilot(None, [1], reqs, dataclasses.replace(config, sequential=False, n=3), threading.Event())
@@ -328,30 +328,39 @@ def test_the_next_steps_workload_runs_on_a_target_without_a_chat_template(tmp_pa
     assert {p.rendered for p in before if p.request.chat} == {TRANSCRIPT}
 
 
-def test_the_headline_names_the_width_the_next_step_runs(tmp_path):
-    """Two widths whose requests disagree: the headline spoke of w2 (the first open width) while
-    `n` ran w4 (the width best on most requests); now both name w4."""
-    from blockwidth.console.outcome import more_runs
+def _two_width_workload(rows, noise=(0, 1, 2), passes=3) -> Session:
+    """A decided workload session of widths 2 and 4 on the demo pair's tokenizer: ``rows`` one
+    (classic, w2, w4) tok/s per request, each arm's runs spread by ``noise`` (classic's closing
+    run at +0.5), then ``passes`` passes added."""
     from blockwidth.engine.ab import _add_pass
     from blockwidth.engine.identity import compare
 
     pair = demo_pair()
     out = pair.tokenizer.encode(" = []\n")[:4]
     reqs = []
-    # per request (classic, w2, w4) tok/s: w4 best on r0-r2, w2 on r3; both spread across 1
-    for i, (c, w2, w4) in enumerate([(40, 44, 80), (40, 45, 78), (40, 43, 82), (40, 60, 20), (40, 22, 21)]):
+    for i, (c, w2, w4) in enumerate(rows):
         prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
-        classic = Arm(None, [_run(None, c + d, out) for d in (0, 1, 2, 0.5)], verdict=Verdict.CONTROL)
-        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w2 + d, out) for d in (0, 1, 2)]),
-                                                Arm(4, [_run(4, w4 + d, out) for d in (0, 1, 2)])]))
+        classic = Arm(None, [_run(None, c + d, out) for d in (*noise, 0.5)], verdict=Verdict.CONTROL)
+        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w2 + d, out) for d in noise]),
+                                                Arm(4, [_run(4, w4 + d, out) for d in noise])]))
     s = Session(AbConfig(widths=(2, 4), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
                 Arm(None, verdict=Verdict.CONTROL), [Arm(2), Arm(4)], requests=reqs, reps=3, seed=1)
     for r in reqs:
         for a in r.arms:
             a.identity = compare(r.classic.runs[0].tokens, a.runs[0].tokens, pair.tokenizer)
-    for _ in range(4):
+    for _ in range(passes):
         _add_pass(s, [None, 2, 4])
     decide(s)
+    return s
+
+
+def test_the_headline_names_the_width_the_next_step_runs(tmp_path):
+    """Two widths whose requests disagree: the headline spoke of w2 (the first open width) while
+    `n` ran w4 (the width best on most requests); now both name w4."""
+    from blockwidth.console.outcome import more_runs
+
+    # per request (classic, w2, w4) tok/s: w4 best on r0-r2, w2 on r3; both spread across 1
+    s = _two_width_workload([(40, 44, 80), (40, 45, 78), (40, 43, 82), (40, 60, 20), (40, 22, 21)], passes=4)
     assert all(a.verdict is Verdict.UNDECIDED for a in s.arms), [a.why for a in s.arms]
     m = more_runs(s)
     step = next_step(s)
@@ -400,27 +409,11 @@ def test_a_width_whose_requests_agree_is_sent_more_repetitions_not_told_of_anoth
     and 'cannot decide it'. The width best on most requests whose requests agree gets more
     repetitions; a spread is named only where it is that width's own."""
     from blockwidth.console.outcome import more_runs
-    from blockwidth.engine.ab import _add_pass
-    from blockwidth.engine.identity import compare
 
-    pair = demo_pair()
-    out = pair.tokenizer.encode(" = []\n")[:4]
-    reqs = []
     # per request (classic, w2, w4) tok/s: w2 1.10x on every request but noisy run to run; w4
     # best on one request only and spread across 1
-    for i, (c, w2, w4) in enumerate([(40, 44, 30), (40, 44, 52), (40, 44, 31), (40, 44, 36), (40, 44, 38)]):
-        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
-        classic = Arm(None, [_run(None, c + d, out) for d in (-6, 0, 6, 0.5)], verdict=Verdict.CONTROL)
-        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w2 + d, out) for d in (-6, 0, 6)]),
-                                                Arm(4, [_run(4, w4 + d, out) for d in (-6, 0, 6)])]))
-    s = Session(AbConfig(widths=(2, 4), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
-                Arm(None, verdict=Verdict.CONTROL), [Arm(2), Arm(4)], requests=reqs, reps=3, seed=1)
-    for r in reqs:
-        for a in r.arms:
-            a.identity = compare(r.classic.runs[0].tokens, a.runs[0].tokens, pair.tokenizer)
-    for _ in range(3):
-        _add_pass(s, [None, 2, 4])
-    decide(s)
+    s = _two_width_workload([(40, 44, 30), (40, 44, 52), (40, 44, 31), (40, 44, 36), (40, 44, 38)],
+                            noise=(-6, 0, 6))
     w2 = s.arms[0]
     assert w2.verdict is Verdict.UNDECIDED, w2.why
     m = more_runs(s)
@@ -434,24 +427,7 @@ def test_a_winning_width_keeps_another_widths_spread_out_of_the_advice():
     noise), and the advice said w3's requests disagree so repetitions 'cannot decide it': what
     stood before the save was the drift, which repetitions do settle."""
     from blockwidth.console.outcome import more_runs
-    from blockwidth.engine.ab import _add_pass
-    from blockwidth.engine.identity import compare
 
-    pair = demo_pair()
-    out = pair.tokenizer.encode(" = []\n")[:4]
-    reqs = []
-    for i, (c, w2, w4) in enumerate([(40, 60, 30), (40, 60, 52), (40, 61, 31), (40, 60, 56), (40, 59, 38)]):
-        prep = Prepared(Request(f"r{i}", prompt=f"x{i}", line=i + 1), (1, 2, 3), 4, PROMPT)
-        classic = Arm(None, [_run(None, c + d, out) for d in (0, 1, 2, 0.5)], verdict=Verdict.CONTROL)
-        reqs.append(RequestArms(prep, classic, [Arm(2, [_run(2, w2 + d, out) for d in (0, 1, 2)]),
-                                                Arm(4, [_run(4, w4 + d, out) for d in (0, 1, 2)])]))
-    s = Session(AbConfig(widths=(2, 4), prompt="@mixed", n=3, max_tokens=4, sequential=True), [1, 2, 3],
-                Arm(None, verdict=Verdict.CONTROL), [Arm(2), Arm(4)], requests=reqs, reps=3, seed=1)
-    for r in reqs:
-        for a in r.arms:
-            a.identity = compare(r.classic.runs[0].tokens, a.runs[0].tokens, pair.tokenizer)
-    for _ in range(3):
-        _add_pass(s, [None, 2, 4])
-    decide(s)
+    s = _two_width_workload([(40, 60, 30), (40, 60, 52), (40, 61, 31), (40, 60, 56), (40, 59, 38)])
     assert [a.verdict for a in s.arms] == [Verdict.WINS, Verdict.UNDECIDED], [a.why for a in s.arms]
     assert more_runs(s).spread is None
