@@ -39,6 +39,7 @@ from blockwidth.console.widgets.profile import ProfileTab
 from blockwidth.console.widgets.records import RecordsTab
 from blockwidth.console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
 from blockwidth.policy.errors import BlockwidthError, ExitCode
+from blockwidth.policy.pace import minutes
 from blockwidth.policy.profile import ProfileError
 from blockwidth.policy.text import shown
 
@@ -133,6 +134,7 @@ class BlockwidthApp(App):
         # How errors word the pair's inputs: as the flags it came from, or as the open-pair fields.
         self._names: Any = CLI_NAMES
         self.pace: Any = None  # policy.pace.Pace: the pilot's rates on this host (None: no pilot)
+        self._clock: Any = None  # policy.pace.Clock: a running session's time left
         self._run_as_set: Any = None  # fields the operator chose to run despite the warning
         self._quitting = False  # q during a session: exit once its record is written
 
@@ -329,7 +331,8 @@ class BlockwidthApp(App):
 
     def _pilot(self, pair: Any) -> Any:
         """A few tokens decoded, classic and at width 2, on the default workload's request of
-        about its mean length: the rates every session's estimate is priced by (policy.pace).
+        about its mean length, and classic on its longest: the rates every session's estimate is
+        priced by (policy.pace).
         None where it cannot run (a context too short for that request): then no estimate."""
         from blockwidth.engine.pace import pilot
         from blockwidth.engine.workload import prepare
@@ -342,7 +345,9 @@ class BlockwidthApp(App):
             ctx = pair.context_length
             if ctx is not None and len(ids) + 16 > ctx:
                 ids = ids[-max(ctx - 16, 1):]
-            return pilot(pair, ids, 2, cancel=self._cancel.is_set)
+            # and classic on the longest request (its last 512 tokens): what context costs here
+            longest = list(max(prepared, key=lambda p: len(p.ids)).ids)
+            return pilot(pair, ids, 2, cancel=self._cancel.is_set, longest=longest)
         except (BlockwidthError, ValueError, RuntimeError):  # MLX raises these: no estimate, the pair stays
             return None
 
@@ -460,26 +465,36 @@ class BlockwidthApp(App):
         self.notify(f"prompt preset: {name}", timeout=4)
 
     # ---- the pilot's estimate
-    def plan_for(self, req: SessionRequest, workload: Any = None, widths: Any = None) -> Any:
-        """What a session of ``req`` can do here, priced by the pilot (policy.pace.Plan), or None
-        (no pilot, no pair, or fields that do not read)."""
+    def _shape_for(self, req: SessionRequest, workload: Any = None, widths: Any = None) -> Any:
+        """A session of ``req`` as the pilot prices it (policy.pace.Shape) and its requests' ids,
+        or None (no pair, or fields that do not read)."""
         from blockwidth.policy import pace
 
-        if self.pace is None or self.pair is None:
+        if self.pair is None:
             return None
         try:
             if req.workload is not None:
                 from blockwidth.engine.workload import prepare
 
                 w = workload if workload is not None else read_workload(req, self.pair)
-                shape_reqs = tuple((len(p.ids), p.max_tokens) for p in prepare(w, self.pair.tokenizer, req.tokens))
+                prepared = prepare(w, self.pair.tokenizer, req.tokens)
+                shape_reqs = tuple((len(p.ids), p.max_tokens) for p in prepared)
+                ids = tuple(p.id for p in prepared)
             else:
                 shape_reqs = ((len(self.pair.encode(literal_prompt(req.prompt))), req.tokens),)
+                ids = ()
         except BlockwidthError:
             return None
         arms = len(widths if widths is not None else self._with_width_in_effect(req.widths)[0])
-        shape = pace.Shape(shape_reqs, arms, req.n, req.sequential, req.max_reps, req.max_seconds)
-        return pace.plan(self.pace, shape)
+        return pace.Shape(shape_reqs, arms, req.n, req.sequential, req.max_reps, req.max_seconds), ids
+
+    def plan_for(self, req: SessionRequest, workload: Any = None, widths: Any = None) -> Any:
+        """What a session of ``req`` can do here, priced by the pilot (policy.pace.Plan), or None
+        (no pilot, no pair, or fields that do not read)."""
+        from blockwidth.policy import pace
+
+        got = self._shape_for(req, workload, widths) if self.pace is not None else None
+        return pace.plan(self.pace, got[0]) if got is not None else None
 
     def estimate_words(self, req: SessionRequest) -> str | None:
         """The settings line's estimate for these fields (None: no pilot)."""
@@ -535,7 +550,7 @@ class BlockwidthApp(App):
 
         config = recorded_session.config(req, widths=widths, prompt=literal_prompt(req.prompt),
                                          verify_attention=self.options.verify_attention, workload=workload)
-        self.begin(req, config.planned_runs, added)
+        self.begin(req, config.planned_runs, added, workload, widths)
         self._cancel = threading.Event()
         self.run_ab(config)
 
@@ -595,8 +610,14 @@ class BlockwidthApp(App):
 
         return f"{ALPHA:g}"
 
-    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None) -> None:
+    def begin(self, req: SessionRequest, planned: int, added_width: int | None = None,
+              workload: Any = None, widths: Any = None) -> None:
         """Clear the last results and show a session starting (the worker's events follow)."""
+        from blockwidth.policy import pace
+
+        got = self._shape_for(req, workload, widths)
+        # the time left, from the session's own runs as they finish (the pilot prices each)
+        self._clock = pace.Clock(self.pace, *got) if got is not None else None
         self._focus_results()  # before the buttons change: focus must not fall into a field
         self.session_state = SessionView(req, planned=planned, added_width=added_width,
                                          estimate=self.estimate_words(req))
@@ -641,12 +662,18 @@ class BlockwidthApp(App):
             phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
             req = self.request
+            left = self._left(e)
             if req is not None and req.sequential:
                 state = self.session_state
-                detail, fraction = sequential_stage(e, req, state.planned or e.runs)
+                planned = state.planned or e.runs
+                detail, fraction = sequential_stage(e, req, planned)
+                if left is not None and e.run < planned:  # the n repetitions always run in full
+                    detail += f" · n {req.n} in about {minutes(left)}"
                 self._show_phase(phase, f"stage 1/3 · {detail} · {where}{tokens}", fraction)
             else:
-                self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs} · {where}{tokens}", e.fraction)
+                left_words = f" · about {minutes(left)} left" if left is not None else ""
+                self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs}{left_words} · {where}{tokens}",
+                                 e.fraction)
         elif e.kind == "phase" and e.phase == "divergence":
             # where a width's output first differs: a probe and two decodes, one per width and request
             self._show_phase(Phase.EXACTNESS, f"stage 2/3 · divergence margin of {e.arm}")
@@ -656,6 +683,19 @@ class BlockwidthApp(App):
             unit = "widths" if phase is Phase.EXACTNESS else "forwards"
             stage = 2 if phase is Phase.EXACTNESS else 3
             self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
+
+    def _left(self, e: Any) -> float | None:
+        """Seconds left to the end of the runs planned (and what follows them), from the runs
+        measured so far; None before one has finished or without a clock."""
+        clock = self._clock
+        if clock is None:
+            return None
+        if e.kind == "arm":
+            clock.started(e.run, e.elapsed, e.request, e.arm)
+        state = self.session_state
+        runs = state.planned if state is not None and state.planned and self.request is not None \
+            and self.request.sequential else e.runs
+        return clock.left_s(runs, e.elapsed)
 
     def on_ab_done(self, message: AbDone) -> None:
         if self._quitting:  # q during the session: its record is written, nothing more to show

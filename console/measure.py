@@ -18,6 +18,7 @@ from blockwidth.console.save import save_session
 from blockwidth.console.session import answer_after, profile_for_save, record_dir  # noqa: F401 (their home)
 from blockwidth.policy import bounds, files
 from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH
+from blockwidth.policy.pace import minutes as pace_minutes
 from blockwidth.policy.text import error_line, error_lines, shown
 
 
@@ -160,20 +161,23 @@ def session_prefills(config, lengths: list[int], longest: int) -> list[int]:
     return out
 
 
-def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, cancel) -> None:
+def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, cancel,
+               longest: list[int] | None = None):
     """Before a session of a minute or more: what it costs here, from a pilot (a few tokens
     decoded, classic and at its smallest width: policy.pace), prefill counted (a forward-count
-    estimate said 9.2 s for a run of minutes), and whether its repetitions can reach a win."""
+    estimate said 9.2 s for a run of minutes), and whether its repetitions can reach a win.
+    Returns the pilot's rates (policy.pace.Pace; None: no pilot ran), which the progress line's
+    time left is priced by."""
     from blockwidth.engine.pace import pilot
     from blockwidth.policy import pace
 
     fixed = [w for w in config.widths if isinstance(w, int)]
     try:
-        rates = pilot(pair, ids, min(fixed) if fixed else 2, cancel=cancel.is_set)
+        rates = pilot(pair, ids, min(fixed) if fixed else 2, cancel=cancel.is_set, longest=longest)
     except (BlockwidthError, ValueError, RuntimeError):  # no estimate; the session says what fails
-        return
+        return None
     if rates is None:
-        return
+        return None
     shape = pace.Shape(reqs, len(dict.fromkeys(config.widths)), config.n, config.sequential,
                        config.max_reps, config.max_seconds)
     plan = pace.plan(rates, shape)
@@ -181,7 +185,7 @@ def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, 
     # said "about 6.6 min" over a session that ran on to 17
     adds = config.sequential and plan.reached > config.n
     if max(plan.first_s, plan.reached_s if adds else 0) < LONG_TOTAL_S and plan.can_decide:
-        return
+        return rates
     said = f"about {pace.minutes(plan.first_s)} here for its n {config.n}, prefill counted ({rates.describe()})"
     if adds:
         said += (f"; --sequential adds repetitions while undecided: {plan.reached} by about "
@@ -191,6 +195,7 @@ def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, 
                  + (f": -n {plan.need}, or --sequential --max-seconds {plan.seconds_for_need()}"
                     if not config.sequential else f": --max-seconds {plan.seconds_for_need()}"))
     print(f"blockwidth: sweep: {said} (Ctrl-C stops it between forwards)", file=sys.stderr, flush=True)
+    return rates
 
 
 def stats_alpha() -> str:
@@ -346,18 +351,35 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     quiet = args.json
 
     tty = sys.stderr.isatty()
+    clock: list = [None, 0]  # policy.pace.Clock once the pilot has priced the runs; runs planned
+
+    def left(e) -> str:
+        """The time left, from the runs measured so far (sequential: to the end of the runs
+        planned now; it adds repetitions while undecided)."""
+        c = clock[0]
+        if c is None or e.phase != "runs":
+            return ""
+        if e.kind == "arm":
+            c.started(e.run, e.elapsed, e.request, e.arm)
+        if e.kind != "rep":  # a repetition's end carries no run count: the last one seen
+            clock[1] = e.runs
+        s = c.left_s(clock[1], e.elapsed)
+        if s is None:
+            return ""
+        return f"about {pace_minutes(s)} left" + (" (for now)" if config.sequential else "")
 
     def on_event(e):
         if quiet:
             return
+        told = left(e) if e.kind in ("arm", "progress", "rep") else ""
         if tty and e.kind == "progress":
-            # one redrawn line: a bar over all runs, and where this run is
+            # one redrawn line: a bar over all runs, where this run is, and the time left
             frac = e.fraction
-            fill = int(frac * 30)
+            fill = int(frac * 20)
             where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             if e.request:
                 where = f"{e.request[:14]} {where}"
-            print(f"\r  [{'#' * fill}{'.' * (30 - fill)}] {frac:4.0%}  {where:<32}", end="",
+            print(f"\r  [{'#' * fill}{'.' * (20 - fill)}] {frac:4.0%}  {where:<30} {told:<24}", end="",
                   file=sys.stderr, flush=True)
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
@@ -367,7 +389,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
             print(f"\r  {e.kind}: {shown(e.message)}".ljust(60), file=sys.stderr)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
-            print(shown(f"  [{e.kind}] {e.arm} {e.message}".rstrip()), file=sys.stderr)
+            said = f"  [{e.kind}] {e.arm} {e.message}".rstrip() + (f"; {told}" if told else "")
+            print(shown(said), file=sys.stderr)
         elif not tty and e.kind == "progress" and e.tokens >= e.total and not e.request:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)
 
@@ -385,7 +408,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 else tuple((len(p.ids), p.max_tokens) for p in prepared))
         ids = (pair.encode(prompt) if workload is None
                else list(min(prepared, key=lambda p: abs(len(p.ids) - sum(r[0] for r in reqs) / len(reqs))).ids))
-        _say_pilot(pair, ids, reqs, config, cancel)
+        longest = None if workload is None else list(max(prepared, key=lambda p: len(p.ids)).ids)
+        rates = _say_pilot(pair, ids, reqs, config, cancel, longest)
+        from blockwidth.policy import pace
+
+        clock[0] = pace.Clock(rates, pace.Shape(reqs, len(dict.fromkeys(config.widths)), config.n),
+                              () if workload is None else tuple(p.id for p in prepared))
     # Ctrl-C stops the session after the forward under way; the cancelled session's record is
     # written, as any other (a measured result is never lost). A DecodeError is a BlockwidthError:
     # it reaches the front end as it is.

@@ -800,7 +800,7 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
                                     *(a.width for a in active)])
             session.reps = rep
             session.rep_ends.append(time.monotonic() - t_start)
-            emit(Event("rep", rep=rep, message=f"repetition {rep} done"))
+            emit(Event("rep", rep=rep, message=f"repetition {rep} done", elapsed=time.monotonic() - t_start))
         if cancel.is_set():
             break
         for req in requests:  # the closing bracket: classic on every request

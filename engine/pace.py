@@ -3,19 +3,39 @@ before it starts (policy.pace does the arithmetic)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 from blockwidth.engine.decode import decode
 from blockwidth.policy.pace import Pace
 
 PILOT_TOKENS = 8  # per timed run: enough to see a decode rate, a second or two on a busy CPU
+# The longest prompt a pilot times classic on, to see what context costs (policy.pace.Pace): a
+# workload's longest request, cut to this many tokens (SmolLM2 bf16 on the 2-core CPU: a few
+# seconds' prefill), and only where it is well past the pilot's own prompt.
+LONG_CAP = 512
+LONG_MIN_RATIO = 1.5
+
+
+def long_prompt(ids: list[int], longest: list[int] | None, room: int | None = None) -> list[int] | None:
+    """The prompt a pilot times classic's context cost on: ``longest``'s last LONG_CAP tokens
+    (fewer where the context has only ``room`` for the prompt), or None where it is not well past
+    ``ids`` (then every request is priced at ``ids``' rates)."""
+    if not longest:
+        return None
+    cap = LONG_CAP if room is None else min(LONG_CAP, room)
+    if cap <= 0:
+        return None
+    cut = list(longest[-cap:])
+    return cut if len(cut) >= LONG_MIN_RATIO * max(len(ids), 1) else None
 
 
 def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
-          cancel: Callable[[], bool] | None = None) -> Pace | None:
+          cancel: Callable[[], bool] | None = None, longest: list[int] | None = None) -> Pace | None:
     """Classic, then ``width``, on ``ids``: each run once short (first use: kernels compile,
-    memory is allocated; not timed) and once timed. None when cancelled, or when a run took no
-    time to divide by."""
+    memory is allocated; not timed) and once timed; then classic once, timed, on the longest
+    request (``long_prompt``) where one is given and well past ``ids``. None when cancelled, or
+    when a run took no time to divide by."""
     stop = cancel or (lambda: False)
     timed = []
     for w in (None, width):
@@ -28,5 +48,18 @@ def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
     if min(c.decode_s, s.decode_s) <= 0 or not c.tokens or not s.tokens:
         return None
     prompt = max(len(ids), 1)
-    return Pace(c.prefill_s / prompt, s.prefill_s / prompt, c.decode_s / len(c.tokens),
-                s.decode_s / len(s.tokens), width)
+    pace = Pace(c.prefill_s / prompt, s.prefill_s / prompt, c.decode_s / len(c.tokens),
+                s.decode_s / len(s.tokens), width, at_tokens=len(ids), new_tokens=len(c.tokens))
+    ctx = getattr(pair, "context_length", None)
+    far = long_prompt(ids, longest, None if ctx is None else ctx - tokens - 8)
+    if far is None:
+        return pace
+    if stop():
+        return None
+    run = decode(pair, far, tokens, None, cancel=stop)
+    if stop():
+        return None
+    if run.decode_s <= 0 or not run.tokens:
+        return pace
+    return replace(pace, long_tokens=len(far), long_prefill_s=run.prefill_s / len(far),
+                   long_decode_s=run.decode_s / len(run.tokens))

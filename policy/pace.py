@@ -24,30 +24,65 @@ OVERHEAD = 1.07
 
 @dataclass(frozen=True)
 class Pace:
-    """Seconds per token on this host, as a pilot measured them."""
+    """Seconds per token on this host, as a pilot measured them.
+
+    A token costs more the longer the context it attends over: on the 2-core CPU the demo
+    target's prefill took 1.5 ms a token at 26 prompt tokens and 2.5 at 780, its decode 5.1 ms
+    a token and 8.0 (2026-12-04, @mixed). A pilot that also times classic on a longer prompt
+    (``long_tokens`` > 0) prices each request at its own length, linearly between (and beyond)
+    the two; without one every request is priced at the short prompt's rates (an estimate of
+    65 s for a run of 87 s)."""
 
     prefill_s: float  # classic's prefill, per prompt token
     spec_prefill_s: float  # a speculative arm's prefill (a model drafter prefills too)
     decode_s: float  # classic's decode, per new token
     spec_decode_s: float  # at ``width``, per new token
     width: int
+    at_tokens: int = 0  # the prompt those four were timed on
+    new_tokens: int = 0  # new tokens a timed run decoded
+    long_tokens: int = 0  # a longer prompt classic was timed on too (0: none)
+    long_prefill_s: float = 0.0  # classic's prefill there, per prompt token
+    long_decode_s: float = 0.0  # classic's decode after it, per new token
+
+    def _slopes(self) -> tuple[float, float]:
+        """Seconds per token added by each token of context: prefill's, decode's (never below 0)."""
+        if self.long_tokens <= self.at_tokens:
+            return 0.0, 0.0
+        span = self.long_tokens - self.at_tokens
+        return (max(0.0, (self.long_prefill_s - self.prefill_s) / span),
+                max(0.0, (self.long_decode_s - self.decode_s) / span))
 
     def run_s(self, prompt_tokens: int, new_tokens: int, speculative: bool) -> float:
+        sp, sd = self._slopes()
+        # at the pilot's own length or shorter, its rates; longer, what each token of context adds
+        # (a speculative arm's in proportion to its own rates: its verify attends over as much)
+        more_prompt = max(prompt_tokens - self.at_tokens, 0)
+        more_ctx = max(prompt_tokens + new_tokens / 2 - (self.at_tokens + self.new_tokens / 2), 0)
         if speculative:
-            return prompt_tokens * self.spec_prefill_s + new_tokens * self.spec_decode_s
-        return prompt_tokens * self.prefill_s + new_tokens * self.decode_s
+            pre = self.spec_prefill_s + sp * more_prompt * (self.spec_prefill_s / self.prefill_s if self.prefill_s > 0 else 1)
+            dec = self.spec_decode_s + sd * more_ctx * (self.spec_decode_s / self.decode_s if self.decode_s > 0 else 1)
+        else:
+            pre = self.prefill_s + sp * more_prompt
+            dec = self.decode_s + sd * more_ctx
+        return prompt_tokens * pre + new_tokens * dec
 
     def describe(self) -> str:
         def rate(s: float) -> str:
             return f"{1 / s:.0f}" if s > 0 else "-"
 
-        return (f"pilot: decode classic {rate(self.decode_s)} tok/s, w{self.width} {rate(self.spec_decode_s)}; "
+        said = (f"pilot: decode classic {rate(self.decode_s)} tok/s, w{self.width} {rate(self.spec_decode_s)}; "
                 f"prefill {rate(self.prefill_s)} tok/s")
+        if self.long_tokens > self.at_tokens:
+            said += (f"; after {self.long_tokens} prompt tokens classic {rate(self.long_decode_s)}, "
+                     f"prefill {rate(self.long_prefill_s)}")
+        return said
 
     def to_dict(self) -> dict:
         return {"prefill_s_per_token": self.prefill_s, "spec_prefill_s_per_token": self.spec_prefill_s,
                 "decode_s_per_token": self.decode_s, "spec_decode_s_per_token": self.spec_decode_s,
-                "width": self.width}
+                "width": self.width, "at_tokens": self.at_tokens, "new_tokens": self.new_tokens,
+                "long_tokens": self.long_tokens, "long_prefill_s_per_token": self.long_prefill_s,
+                "long_decode_s_per_token": self.long_decode_s}
 
 
 @dataclass(frozen=True)
@@ -122,3 +157,46 @@ def plan(pace: Pace, shape: Shape, need: int | None = None) -> Plan:
 def minutes(s: float) -> str:
     """A duration as an operator reads an estimate: seconds under two minutes, else minutes."""
     return f"{s:.0f} s" if s < 120 else f"{s / 60:.1f} min"
+
+
+class Clock:
+    """A running session's seconds left, from its own runs. Each run is priced by the pilot
+    (``Pace.run_s`` at its request's length; with no pilot, every run alike) and the prices are
+    scaled by what the runs finished so far took against their price: a pre-run estimate is one
+    request's pilot (the drafts' acceptance and the host's load move it: 65 s said for 87 s on the
+    demo pair over @mixed), this one is the session's own. What follows the runs (verdicts, the
+    exactness probe, the cost curve) is priced as OVERHEAD's share."""
+
+    def __init__(self, pace: Pace | None, shape: Shape, ids: tuple[str, ...] = ()):
+        self._pace = pace
+        # a workload's request ids in order (a single prompt's runs carry no id: "")
+        self._lengths = dict(zip(ids or ("",), shape.requests))
+        prices = [self._price(p, t, spec) for p, t in shape.requests
+                  for spec in (False, *[True] * shape.widths)]
+        self._mean = sum(prices) / len(prices) if prices else 1.0
+        self._prices: dict[int, float] = {}
+        self._run, self._start = 0, 0.0  # the run under way, and the session's clock as it began
+
+    def _price(self, prompt: int, new: int, speculative: bool) -> float:
+        return self._pace.run_s(prompt, new, speculative) if self._pace is not None else 1.0
+
+    def started(self, run: int, elapsed: float, request: str = "", arm: str = "") -> None:
+        """Run ``run`` (0-based) started ``elapsed`` seconds into the session."""
+        length = self._lengths.get(request)
+        if length is None and len(self._lengths) == 1:  # one request: its runs carry no id
+            length = next(iter(self._lengths.values()))
+        self._prices[run] = (self._mean if length is None
+                             else self._price(*length, not arm.startswith("classic")))
+        self._run, self._start = run, elapsed
+
+    def left_s(self, runs: int, now: float) -> float | None:
+        """Seconds left to the end of ``runs`` runs and what follows them, at ``now`` seconds
+        into the session; None before a run has finished (nothing measured to scale by)."""
+        done = sum(v for k, v in self._prices.items() if k < self._run)
+        if self._run < 1 or done <= 0 or self._start <= 0:
+            return None
+        scale = self._start / done
+        current = self._prices.get(self._run, self._mean)
+        later = max(runs - self._run - 1, 0) * self._mean
+        this = max(current * scale - (now - self._start), 0.0)
+        return this + later * scale + (OVERHEAD - 1) * scale * self._mean * runs

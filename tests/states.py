@@ -142,12 +142,15 @@ async def _save(app: BlockwidthApp, pilot, scope: str = "g") -> None:
     await pilot.press(scope)
     # The dialog's dismissal starts the save's thread worker a message later; on a loaded host
     # one wait could return before the worker existed, and the state was snapshotted resolved
-    # from the per-kind default instead of the entry just saved. Wait for the profile file.
+    # from the per-kind default instead of the entry just saved. Wait for the profile file and
+    # for the Saved message's handling (it starts a re-resolution worker of its own, which once
+    # finished after the one below and the snapshot caught it half-way, under CI's load).
     profile = Path(app.options.profile)
     for _ in range(500):
         await app.workers.wait_for_complete()
         await pilot.pause()
-        if profile.is_file():
+        state = app.session_state
+        if profile.is_file() and state is not None and state.saved is not None:
             break
     else:
         raise AssertionError(f"the save never wrote {profile}")

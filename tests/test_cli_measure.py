@@ -101,6 +101,11 @@ def test_a_workload_sessions_entry_names_its_workload_not_the_built_in_prompt(tm
     assert "prompt" not in entry.evidence["measured_on"], entry.evidence["measured_on"]
     assert entry.evidence["workload"]["name"] == "w.jsonl" and entry.evidence["workload"]["requests"] == 2
     assert "class Stack" not in prof.read_text()
+    # each repetition's end says the time left, from the runs measured so far (policy.pace.Clock)
+    import re
+
+    reps = [line for line in p.stderr.splitlines() if "[rep]" in line]
+    assert len(reps) == 3 and all(re.search(r"repetition \d done; about \d+ s left$", r) for r in reps), p.stderr
 
 
 def test_a_sweep_without_save_says_its_saveable_answer_was_not_saved(tmp_path, blockwidth, monkeypatch):

@@ -434,3 +434,43 @@ def test_q_during_a_session_stops_it_on_screen_then_quits(tmp_path):
         assert list((tmp_path / "rec").glob("session-*.json"))  # its record was kept
 
     _run(go())
+
+
+def test_a_running_session_says_the_time_left_from_its_own_runs(tmp_path):
+    """A tryout read "about 82 s for its n 3" and waited 105: the pre-run estimate is one
+    request's pilot. Once a run has finished the stage line says the time left, the pilot's price
+    scaled by what the runs took (policy.pace.Clock); in sequential mode, until its n are done."""
+    from blockwidth.engine.ab import Event
+    from blockwidth.policy import pace
+    from tests.states import TOKENS, _event
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            def status() -> str:
+                return str(app.query_one("#status").render())
+
+            await enter(app, pilot, "running")
+            assert "left" not in status()  # no run has finished: nothing to say it from
+            from dataclasses import replace
+
+            runs = app.session_state.planned
+            app.begin(replace(app.request, sequential=False), runs)
+            for run, at in ((0, 0.0), (1, 3.0), (2, 6.0)):
+                app.on_ab_event(_event(Event("arm", "w4", 1, 0, TOKENS, run=run, runs=runs, elapsed=at)))
+            app.on_ab_event(_event(Event("progress", "w4", 1, 8, TOKENS, run=2, runs=runs, elapsed=6.5)))
+            await pilot.pause()
+            left = app._clock.left_s(runs, 6.5)
+            assert left is not None and f"run 3/{runs} · about {pace.minutes(left)} left · " in status()
+
+        app2 = make_app(tmp_path)
+        async with app2.run_test(size=(140, 40)) as pilot:
+            app = app2
+            await enter(app, pilot, "sequential-n")
+            for run, at in ((8, 16.0), (9, 18.0)):
+                app.on_ab_event(_event(Event("arm", "w4", 2, 0, TOKENS, run=run, runs=17, elapsed=at)))
+            await pilot.pause()
+            said = str(app.query_one("#status").render())
+            assert "run 10/17 · 18 of 180 s · n 3 in about " in said, said
+
+    _run(go())

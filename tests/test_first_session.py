@@ -138,6 +138,72 @@ def test_the_plan_counts_prefill_and_the_repetitions_a_win_needs():
     assert pace.plan(p, dataclasses.replace(shape, n=3)).can_decide
 
 
+def test_a_pilot_with_a_long_prompt_prices_each_request_at_its_own_length():
+    """The demo pair over @mixed: 1.5 ms a prefill token at 26 tokens, 2.5 at 780; one pilot at
+    the mean length priced every request alike and said 65 s for a run of 87 s."""
+    short = pace.Pace(prefill_s=0.0015, spec_prefill_s=0.0018, decode_s=0.005, spec_decode_s=0.006,
+                      width=2, at_tokens=60, new_tokens=8)
+    p = dataclasses.replace(short, long_tokens=560, long_prefill_s=0.0025, long_decode_s=0.008)
+    # at or under the pilot's own prompt, its rates; longer, what each token of context adds
+    assert p.run_s(40, 32, False) == pytest.approx(short.run_s(40, 32, False))
+    sp, sd = 0.001 / 500, 0.003 / 500
+    # decode's context is the run's middle: 560 + 32 / 2 against the pilot's 60 + 8 / 2
+    assert p.run_s(560, 32, False) == pytest.approx(560 * (0.0015 + sp * 500) + 32 * (0.005 + sd * 512))
+    # a speculative arm's grows in proportion to its own rates
+    assert p.run_s(560, 32, True) == pytest.approx(560 * (0.0018 + sp * 500 * 1.2) + 32 * (0.006 + sd * 512 * 1.2))
+    reqs = ((30, 32),) * 10 + ((780, 32),) * 2
+    shape = pace.Shape(reqs, widths=3, n=2)
+    assert pace.plan(p, shape).first_s > 1.2 * pace.plan(short, shape).first_s
+    # a long prompt that is cheaper per token (noise) never makes a longer request cheaper
+    cheap = dataclasses.replace(short, long_tokens=560, long_prefill_s=0.001, long_decode_s=0.004)
+    assert cheap.run_s(780, 32, False) == pytest.approx(short.run_s(780, 32, False))
+    assert "after 560 prompt tokens classic 125, prefill 400" in p.describe()
+
+
+def test_the_pilot_times_classic_on_the_longest_request_only_where_it_is_well_past_its_own():
+    from blockwidth.engine import pace as engine_pace
+
+    ids = list(range(40))
+    assert engine_pace.long_prompt(ids, None) is None
+    assert engine_pace.long_prompt(ids, list(range(50))) is None  # not 1.5x past: priced as is
+    assert engine_pace.long_prompt(ids, list(range(2000))) == list(range(2000 - 512, 2000))
+    assert engine_pace.long_prompt(ids, list(range(2000)), room=100) == list(range(1900, 2000))
+    assert engine_pace.long_prompt(ids, list(range(2000)), room=50) is None  # no room past 1.5x
+    pair = demo_pair()
+    got = engine_pace.pilot(pair, ids, 2, longest=list(range(1, 300)))
+    assert got.at_tokens == 40 and got.new_tokens == engine_pace.PILOT_TOKENS
+    assert got.long_tokens == 299 and got.long_prefill_s > 0 and got.long_decode_s > 0
+    assert engine_pace.pilot(pair, ids, 2).long_tokens == 0
+
+
+def test_the_time_left_is_the_pilots_price_scaled_by_the_runs_measured_so_far():
+    """A pilot that priced the runs at half what they take: after the first runs the clock says
+    twice the pilot's time left, and a long request's run counts for more than a short one's."""
+    p = pace.Pace(prefill_s=0.001, spec_prefill_s=0.001, decode_s=0.01, spec_decode_s=0.01, width=2)
+    reqs = ((100, 10), (1000, 10))  # prices: 0.2 s and 1.1 s a run
+    shape = pace.Shape(reqs, widths=1, n=2)
+    clock = pace.Clock(p, shape, ("short", "long"))
+    assert clock.left_s(10, 0.0) is None  # nothing measured yet
+    clock.started(0, 0.0, "short", "classic")
+    assert clock.left_s(10, 0.1) is None
+    clock.started(1, 0.4, "short", "w2")  # the first run took 0.4 s for a price of 0.2: twice
+    clock.started(2, 0.8, "long", "classic")
+    mean = (0.2 + 0.2 + 1.1 + 1.1) / 4
+    expect = 2 * 1.1 + 7 * mean * 2 + (pace.OVERHEAD - 1) * 2 * mean * 10
+    assert clock.left_s(10, 0.8) == pytest.approx(expect)
+    assert clock.left_s(10, 1.8) == pytest.approx(expect - 1.0)  # the current run's time passes
+    # without a pilot every run costs alike: the mean run so far, times the runs left
+    bare = pace.Clock(None, shape, ("short", "long"))
+    bare.started(0, 0.0, "short", "classic")
+    bare.started(1, 0.5, "short", "w2")
+    assert bare.left_s(4, 0.5) == pytest.approx(0.5 + 2 * 0.5 + (pace.OVERHEAD - 1) * 0.5 * 4)
+    # a single prompt's runs carry no request id: its one length prices them
+    one = pace.Clock(p, pace.Shape(((1000, 10),), widths=1, n=1))
+    one.started(0, 0.0, "", "classic")
+    one.started(1, 2.2, "", "w2")
+    assert one.left_s(2, 2.2) == pytest.approx(2.2 + (pace.OVERHEAD - 1) * 2 * 1.1 * 2)
+
+
 def test_a_sequential_sweep_prices_the_repetitions_it_adds(monkeypatch, capsys):
     """--sequential -n 1 goes on while undecided: the estimate said "about 6.6 min ... for its
     n 1" over a session that ran three repetitions (17 min). It now prices what it adds too;
