@@ -32,7 +32,7 @@ from blockwidth.console.messages import AbDone, AbEvent, Deleted, PairReady, Res
 from blockwidth.console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from blockwidth.console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
 from blockwidth.console.state import BUDGET_S, DEFAULT_WIDTHS, Options, Phase, ResolutionView, SessionView
-from blockwidth.console.widgets.ab import AbTab, Stage, sequential_stage
+from blockwidth.console.widgets.ab import AbTab, Stage, running_rows, sequential_stage
 from blockwidth.console.widgets.chain import ChainTab
 from blockwidth.console.widgets.identity import IdentityTab, IdentityViews
 from blockwidth.console.widgets.profile import ProfileTab
@@ -619,6 +619,7 @@ class BlockwidthApp(App):
         # the time left, from the session's own runs as they finish (the pilot prices each)
         self._clock = pace.Clock(self.pace, *got) if got is not None else None
         self._focus_results()  # before the buttons change: focus must not fall into a field
+        self.query_one(AbTab).show_running([], 0)  # the last session's figures so far go
         self.session_state = SessionView(req, planned=planned, added_width=added_width,
                                          estimate=self.estimate_words(req))
         self._show_phase(Phase.WARMUP, f"stage 1/3 · run 0/{planned}", 0.0)
@@ -630,6 +631,8 @@ class BlockwidthApp(App):
 
         gate = host.gate()
         last = [0.0]
+        res = self.res
+        width_in_effect = res.engine_width if res is not None else None
 
         def post(e: Any) -> None:
             # Token ticks at most ten a second: at one a token they queued faster than a busy
@@ -639,7 +642,10 @@ class BlockwidthApp(App):
                 if now - last[0] < 0.1:
                     return
                 last[0] = now
-            self.post_message(AbEvent(e))
+            rows = None
+            if e.kind == "rep" and e.session is not None:  # the table so far, drawn here
+                rows = running_rows(e.session, width_in_effect)
+            self.post_message(AbEvent(e, rows))
 
         where = Path(self.options.record_dir) if self.options.record_dir else None
         done = recorded_session.run(self.pair, config, record_dir=where, gate=gate, on_event=post,
@@ -655,6 +661,8 @@ class BlockwidthApp(App):
         e = message.event
         if self.phase is Phase.CANCELLING or not self.phase.busy:
             return  # the stage text stays "cancelling" until the worker returns
+        if message.rows is not None:
+            self.query_one(AbTab).show_running(message.rows, e.rep)
         if e.kind in ("arm", "progress"):
             where = "closing classic" if e.closing else f"{e.arm} warm-up" if e.rep == 0 else f"{e.arm} rep {e.rep}"
             if e.request:  # a workload's request

@@ -43,9 +43,12 @@ class PairReady(Message):
 
 @dataclass
 class AbEvent(Message):
-    """One progress event of a running A/B session."""
+    """One progress event of a running A/B session; a repetition's end carries the arms table's
+    rows so far (``widgets.ab.running_rows``, drawn in the worker, where the session is still
+    changing between events)."""
 
     event: Event
+    rows: Any = None
 
     def can_replace(self, message: Message) -> bool:
         # Token ticks coalesce, and so do a stage's own ticks (the cost curve's forwards);

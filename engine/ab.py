@@ -167,6 +167,9 @@ class Event:
     # front end branches on it, never on ``message``, which is prose)
     elapsed: float = 0.0  # seconds since the session started (the sequential budget's clock)
     request: str = ""  # a workload's request id ("" for a single prompt)
+    # "rep": the session as its finished repetitions left it, for a front end to show the figures
+    # so far (read it in the callback: the session goes on changing after it returns)
+    session: Any = field(default=None, repr=False, compare=False)
 
     @property
     def fraction(self) -> float:
@@ -800,7 +803,8 @@ def interleave(session: Session, one: Callable[..., object], *, cancel: threadin
                                     *(a.width for a in active)])
             session.reps = rep
             session.rep_ends.append(time.monotonic() - t_start)
-            emit(Event("rep", rep=rep, message=f"repetition {rep} done", elapsed=time.monotonic() - t_start))
+            emit(Event("rep", rep=rep, message=f"repetition {rep} done", elapsed=time.monotonic() - t_start,
+                       session=session))
         if cancel.is_set():
             break
         for req in requests:  # the closing bracket: classic on every request

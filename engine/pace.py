@@ -3,6 +3,7 @@ before it starts (policy.pace does the arithmetic)."""
 
 from __future__ import annotations
 
+import time
 from dataclasses import replace
 from typing import Callable
 
@@ -11,10 +12,13 @@ from blockwidth.policy.pace import Pace
 
 PILOT_TOKENS = 8  # per timed run: enough to see a decode rate, a second or two on a busy CPU
 # The longest prompt a pilot times classic on, to see what context costs (policy.pace.Pace): a
-# workload's longest request, cut to this many tokens (SmolLM2 bf16 on the 2-core CPU: a few
-# seconds' prefill), and only where it is well past the pilot's own prompt.
+# workload's longest request, cut to this many tokens, and to a prefill of half the short runs'
+# time (at least LONG_MIN_S): SmolLM2 bf16 on the 2-core CPU prefills 21-25 tokens a second, and
+# its 512 tokens took the pilot from 20 s to 46 s; and only where it is well past the pilot's own.
 LONG_CAP = 512
 LONG_MIN_RATIO = 1.5
+LONG_SHARE = 0.5
+LONG_MIN_S = 2.0
 
 
 def long_prompt(ids: list[int], longest: list[int] | None, room: int | None = None) -> list[int] | None:
@@ -34,9 +38,11 @@ def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
           cancel: Callable[[], bool] | None = None, longest: list[int] | None = None) -> Pace | None:
     """Classic, then ``width``, on ``ids``: each run once short (first use: kernels compile,
     memory is allocated; not timed) and once timed; then classic once, timed, on the longest
-    request (``long_prompt``) where one is given and well past ``ids``. None when cancelled, or
+    request (``long_prompt``, no longer than half the short runs' time prefills) where one is
+    given and well past ``ids``. None when cancelled, or
     when a run took no time to divide by."""
     stop = cancel or (lambda: False)
+    t0 = time.monotonic()
     timed = []
     for w in (None, width):
         for n in (2, tokens):
@@ -51,7 +57,9 @@ def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
     pace = Pace(c.prefill_s / prompt, s.prefill_s / prompt, c.decode_s / len(c.tokens),
                 s.decode_s / len(s.tokens), width, at_tokens=len(ids), new_tokens=len(c.tokens))
     ctx = getattr(pair, "context_length", None)
-    far = long_prompt(ids, longest, None if ctx is None else ctx - tokens - 8)
+    room = ctx - tokens - 8 if ctx is not None else LONG_CAP
+    affordable = int(max(LONG_MIN_S, LONG_SHARE * (time.monotonic() - t0)) / pace.prefill_s) if pace.prefill_s > 0 else LONG_CAP
+    far = long_prompt(ids, longest, min(room, affordable))
     if far is None:
         return pace
     if stop():

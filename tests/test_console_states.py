@@ -474,3 +474,38 @@ def test_a_running_session_says_the_time_left_from_its_own_runs(tmp_path):
             assert "run 10/17 · 18 of 180 s · n 3 in about " in said, said
 
     _run(go())
+
+
+def test_a_running_session_fills_its_table_as_repetitions_end(tmp_path):
+    """A tryout watched an empty table for the whole of a session. After each repetition the
+    table holds the figures so far, every verdict "so far"; the next session starts empty."""
+    from blockwidth.console.app import AbEvent
+    from blockwidth.console.widgets.ab import running_rows
+    from blockwidth.engine.ab import Event
+    from tests.states import fixture_session
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "running")
+            table = app.query_one("#arms")
+            assert table.row_count == 0
+            partial = fixture_session()
+            rows = running_rows(partial, None)
+            app.on_ab_event(AbEvent(Event("rep", rep=1, session=partial), rows))
+            await pilot.pause()
+            assert table.row_count == 1 + len(partial.arms)
+            cells = [table.get_row_at(i) for i in range(table.row_count)]
+            assert [c[0] for c in cells] == ["classic", *(a.name for a in partial.arms)]
+            assert all(str(c[-1]) == "so far" for c in cells)
+            assert "after repetition 1" in str(app.query_one("#headline").render())
+            # the session ends: its own rows, with verdicts
+            app.show_session(partial, None, [])
+            await pilot.pause()
+            assert all(str(table.get_row_at(i)[-1]) != "so far" for i in range(table.row_count))
+            # a new session starts with an empty table
+            app.begin(app.request, 17)
+            await pilot.pause()
+            assert table.row_count == 0
+
+    _run(go())

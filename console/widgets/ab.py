@@ -148,6 +148,13 @@ def arm_table_rows(session: Session, width_in_effect: int | None) -> list[tuple[
     return rows
 
 
+def running_rows(session: Session, width_in_effect: int | None) -> list[tuple[str, tuple]]:
+    """The arms table while the session runs: its finished repetitions' figures, each verdict
+    "so far" (none is drawn before the runs end: a tryout watched an empty table for minutes)."""
+    so_far = Text("so far", style="dim")
+    return [(key, (*cells[:-1], so_far)) for key, cells in arm_table_rows(session, width_in_effect)]
+
+
 def details_text(state: SessionView, view: ResolutionView | None, fold: int | None = 2) -> Text:
     """Below the table: the width in effect, why, each width's speed-up and interval, a
     workload's requests (``fold``: only that many worst and best), predictions, exactness,
@@ -203,6 +210,7 @@ class AbTab(TabPane):
         self._prompt = prompt
         self._verify_attention = verify_attention
         self._widths_touched = False  # typed by the operator: the resolution no longer fills them
+        self._running: list[tuple[str, tuple]] = []  # a running session's rows so far
 
     def compose(self) -> ComposeResult:
         with Horizontal(id="controls"):
@@ -354,9 +362,21 @@ class AbTab(TabPane):
         table.clear()
         s = self._shown()
         if s is not None:
+            self._running = []
             res = self.resolution.res if self.resolution else None
             for key, cells in arm_table_rows(s, res.engine_width if res is not None else None):
                 table.add_row(*cells, key=key)
+        elif self.phase.busy:  # a session runs: its figures so far, if a repetition has ended
+            for key, cells in self._running:
+                table.add_row(*cells, key=key)
+
+    def show_running(self, rows: list[tuple[str, tuple]], rep: int) -> None:
+        """A running session's table after its repetition ``rep`` (``running_rows``); [] clears."""
+        self._running = list(rows)
+        self._draw_arms()
+        if rows:
+            self.query_one("#headline", Static).update(Text(
+                f"figures so far, after repetition {rep}: the verdicts come when the runs end", style="dim"))
 
     def _draw_plot(self) -> None:
         s = self._shown()
