@@ -202,7 +202,22 @@ async def enter(app: BlockwidthApp, pilot, state: str) -> None:
     req = request_of(session)
     app.begin(req, session.config.planned_runs)
     if state == "running":
-        app.on_ab_event(_event(Event("progress", "w4", 2, 8, TOKENS, run=9, runs=session.config.planned_runs)))
+        # the first repetition has ended (its table so far) and the second is under way, each run
+        # taking 2 s (the time left is said from them)
+        from blockwidth.console.app import AbEvent
+        from blockwidth.console.widgets.ab import running_rows
+
+        planned = session.config.planned_runs
+        for run in range(10):
+            if run == 8:
+                first = fixture_session(cancelled=True)  # one repetition's runs
+                width = app.res.engine_width if app.res is not None else None
+                app.on_ab_event(AbEvent(Event("rep", rep=1, elapsed=16.0, session=first),
+                                        running_rows(first, width)))
+            arm = ("classic", "w2", "w4", "w8")[run % 4]
+            app.on_ab_event(_event(Event("arm", arm, run // 4, 0, TOKENS, run=run, runs=planned,
+                                         elapsed=2.0 * run)))
+        app.on_ab_event(_event(Event("progress", "w4", 2, 8, TOKENS, run=9, runs=planned, elapsed=19.0)))
     elif state == "sequential":
         # the sixth repetition of a sequential session, 31 s into its 60 s budget: the bar
         # is the budget, not a total that grows

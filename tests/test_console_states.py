@@ -451,11 +451,12 @@ def test_a_running_session_says_the_time_left_from_its_own_runs(tmp_path):
                 return str(app.query_one("#status").render())
 
             await enter(app, pilot, "running")
-            assert "left" not in status()  # no run has finished: nothing to say it from
             from dataclasses import replace
 
             runs = app.session_state.planned
             app.begin(replace(app.request, sequential=False), runs)
+            await pilot.pause()
+            assert "left" not in status()  # no run has finished: nothing to say it from
             for run, at in ((0, 0.0), (1, 3.0), (2, 6.0)):
                 app.on_ab_event(_event(Event("arm", "w4", 1, 0, TOKENS, run=run, runs=runs, elapsed=at)))
             app.on_ab_event(_event(Event("progress", "w4", 1, 8, TOKENS, run=2, runs=runs, elapsed=6.5)))
@@ -487,18 +488,18 @@ def test_a_running_session_fills_its_table_as_repetitions_end(tmp_path):
     async def go():
         app = make_app(tmp_path)
         async with app.run_test(size=(140, 40)) as pilot:
-            await enter(app, pilot, "running")
+            await enter(app, pilot, "running")  # its first repetition has ended
             table = app.query_one("#arms")
-            assert table.row_count == 0
-            partial = fixture_session()
-            rows = running_rows(partial, None)
-            app.on_ab_event(AbEvent(Event("rep", rep=1, session=partial), rows))
+            assert "after repetition 1" in str(app.query_one("#headline").render())
+            partial = fixture_session()  # and now three
+            app.on_ab_event(AbEvent(Event("rep", rep=3, session=partial), running_rows(partial, None)))
             await pilot.pause()
             assert table.row_count == 1 + len(partial.arms)
             cells = [table.get_row_at(i) for i in range(table.row_count)]
             assert [c[0] for c in cells] == ["classic", *(a.name for a in partial.arms)]
             assert all(str(c[-1]) == "so far" for c in cells)
-            assert "after repetition 1" in str(app.query_one("#headline").render())
+            assert cells[2][2] == f"{sorted(r.decode_tok_s for r in partial.arms[1].runs)[1]:.1f}"  # w4's median
+            assert "after repetition 3" in str(app.query_one("#headline").render())
             # the session ends: its own rows, with verdicts
             app.show_session(partial, None, [])
             await pilot.pause()
