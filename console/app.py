@@ -330,9 +330,9 @@ class BlockwidthApp(App):
         self.post_message(PairReady(pair, self._pilot(pair)))
 
     def _pilot(self, pair: Any) -> Any:
-        """A few tokens decoded, classic and at width 2, on the default workload's request of
-        about its mean length, and classic on its longest: the rates every session's estimate is
-        priced by (policy.pace).
+        """A few tokens decoded, classic and at width 2 and the fields' widest, on the default
+        workload's request of about its mean length, and classic on its longest: the rates every
+        session's estimate is priced by (policy.pace).
         None where it cannot run (a context too short for that request): then no estimate."""
         from blockwidth.engine.pace import pilot
         from blockwidth.engine.workload import prepare
@@ -347,9 +347,21 @@ class BlockwidthApp(App):
                 ids = ids[-max(ctx - 16, 1):]
             # and classic on the longest request (its last 512 tokens): what context costs here
             longest = list(max(prepared, key=lambda p: len(p.ids)).ids)
-            return pilot(pair, ids, 2, cancel=self._cancel.is_set, longest=longest)
+            # and the widest width the fields ask for (a token costs more at a wider width)
+            wide = self.call_from_thread(self._pilot_wide)  # the fields live on the app's thread
+            return pilot(pair, ids, 2, cancel=self._cancel.is_set, longest=longest, wide=wide)
         except (BlockwidthError, ValueError, RuntimeError):  # MLX raises these: no estimate, the pair stays
             return None
+
+    def _pilot_wide(self) -> int | None:
+        """The widest fixed width the fields hold as the pair loads, with the width in effect
+        (the defaults where they do not read)."""
+        try:
+            widths = self.query_one(AbTab).read_request().widths
+        except Exception:  # noqa: BLE001 (a field that does not read: the defaults)
+            widths = DEFAULT_WIDTHS
+        fixed = [w for w in self._with_width_in_effect(tuple(widths))[0] if isinstance(w, int)]
+        return max(fixed) if fixed else None
 
     def on_pair_ready(self, message: PairReady) -> None:
         self.pace = message.pace
@@ -485,8 +497,8 @@ class BlockwidthApp(App):
                 ids = ()
         except BlockwidthError:
             return None
-        arms = len(widths if widths is not None else self._with_width_in_effect(req.widths)[0])
-        return pace.Shape(shape_reqs, arms, req.n, req.sequential, req.max_reps, req.max_seconds), ids
+        arms = tuple(dict.fromkeys(widths if widths is not None else self._with_width_in_effect(req.widths)[0]))
+        return pace.Shape(shape_reqs, len(arms), req.n, req.sequential, req.max_reps, req.max_seconds, arms), ids
 
     def plan_for(self, req: SessionRequest, workload: Any = None, widths: Any = None) -> Any:
         """What a session of ``req`` can do here, priced by the pilot (policy.pace.Plan), or None

@@ -164,7 +164,7 @@ def session_prefills(config, lengths: list[int], longest: int) -> list[int]:
 def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, cancel,
                longest: list[int] | None = None):
     """Before a session of a minute or more: what it costs here, from a pilot (a few tokens
-    decoded, classic and at its smallest width: policy.pace), prefill counted (a forward-count
+    decoded, classic and at its smallest and widest widths: policy.pace), prefill counted (a forward-count
     estimate said 9.2 s for a run of minutes), and whether its repetitions can reach a win.
     Returns the pilot's rates (policy.pace.Pace; None: no pilot ran), which the progress line's
     time left is priced by."""
@@ -173,13 +173,14 @@ def _say_pilot(pair, ids: list[int], reqs: tuple[tuple[int, int], ...], config, 
 
     fixed = [w for w in config.widths if isinstance(w, int)]
     try:
-        rates = pilot(pair, ids, min(fixed) if fixed else 2, cancel=cancel.is_set, longest=longest)
+        rates = pilot(pair, ids, min(fixed) if fixed else 2, cancel=cancel.is_set, longest=longest,
+                      wide=max(fixed) if fixed else None)
     except (BlockwidthError, ValueError, RuntimeError):  # no estimate; the session says what fails
         return None
     if rates is None:
         return None
-    shape = pace.Shape(reqs, len(dict.fromkeys(config.widths)), config.n, config.sequential,
-                       config.max_reps, config.max_seconds)
+    arms = tuple(dict.fromkeys(config.widths))
+    shape = pace.Shape(reqs, len(arms), config.n, config.sequential, config.max_reps, config.max_seconds, arms)
     plan = pace.plan(rates, shape)
     # --sequential adds repetitions while an arm is undecided, up to its budgets: the n alone
     # said "about 6.6 min" over a session that ran on to 17
@@ -412,7 +413,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         rates = _say_pilot(pair, ids, reqs, config, cancel, longest)
         from blockwidth.policy import pace
 
-        clock[0] = pace.Clock(rates, pace.Shape(reqs, len(dict.fromkeys(config.widths)), config.n),
+        arms = tuple(dict.fromkeys(config.widths))
+        clock[0] = pace.Clock(rates, pace.Shape(reqs, len(arms), config.n, arm_widths=arms),
                               () if workload is None else tuple(p.id for p in prepared))
     # Ctrl-C stops the session after the forward under way; the cancelled session's record is
     # written, as any other (a measured result is never lost). A DecodeError is a BlockwidthError:

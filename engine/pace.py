@@ -35,28 +35,33 @@ def long_prompt(ids: list[int], longest: list[int] | None, room: int | None = No
 
 
 def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
-          cancel: Callable[[], bool] | None = None, longest: list[int] | None = None) -> Pace | None:
+          cancel: Callable[[], bool] | None = None, longest: list[int] | None = None,
+          wide: int | None = None) -> Pace | None:
     """Classic, then ``width``, on ``ids``: each run once short (first use: kernels compile,
-    memory is allocated; not timed) and once timed; then classic once, timed, on the longest
+    memory is allocated; not timed) and once timed, and so ``wide`` where it is wider (a session's
+    widest width: a token costs more at a wider width); then classic once, timed, on the longest
     request (``long_prompt``, no longer than half the short runs' time prefills) where one is
-    given and well past ``ids``. None when cancelled, or
-    when a run took no time to divide by."""
+    given and well past ``ids``. None when cancelled, or when a run took no time to divide by."""
     stop = cancel or (lambda: False)
     t0 = time.monotonic()
     timed = []
-    for w in (None, width):
+    ctx = getattr(pair, "context_length", None)
+    fits = wide is not None and (ctx is None or len(ids) + tokens + wide <= ctx)
+    widths = (None, width, *([wide] if fits and wide > width else []))
+    for w in widths:
         for n in (2, tokens):
             if stop():
                 return None
             run = decode(pair, list(ids), n, w, cancel=stop)
         timed.append(run)
-    c, s = timed
+    c, s, *far_w = timed
     if min(c.decode_s, s.decode_s) <= 0 or not c.tokens or not s.tokens:
         return None
     prompt = max(len(ids), 1)
     pace = Pace(c.prefill_s / prompt, s.prefill_s / prompt, c.decode_s / len(c.tokens),
                 s.decode_s / len(s.tokens), width, at_tokens=len(ids), new_tokens=len(c.tokens))
-    ctx = getattr(pair, "context_length", None)
+    if far_w and far_w[0].decode_s > 0 and far_w[0].tokens:
+        pace = replace(pace, wide_width=wide, wide_decode_s=far_w[0].decode_s / len(far_w[0].tokens))
     room = ctx - tokens - 8 if ctx is not None else LONG_CAP
     affordable = int(max(LONG_MIN_S, LONG_SHARE * (time.monotonic() - t0)) / pace.prefill_s) if pace.prefill_s > 0 else LONG_CAP
     far = long_prompt(ids, longest, min(room, affordable))

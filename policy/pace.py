@@ -43,6 +43,18 @@ class Pace:
     long_tokens: int = 0  # a longer prompt classic was timed on too (0: none)
     long_prefill_s: float = 0.0  # classic's prefill there, per prompt token
     long_decode_s: float = 0.0  # classic's decode after it, per new token
+    wide_width: int = 0  # a wider width the pilot timed too (0: none)
+    wide_decode_s: float = 0.0  # at ``wide_width``, per new token
+
+    def spec_rate(self, width: int | str | None = None) -> float:
+        """A speculative arm's decode seconds per new token at ``width``: linear in the width
+        between (and past) the two the pilot timed; ``width``'s own where it timed one only,
+        or for auto (a width per round) and None. On the demo pair over @mixed w2 took 6.9 ms a
+        token and w4 8.6, w8 13.0: every arm priced at w2's said 82 s for a run of 105."""
+        if (not isinstance(width, int) or self.wide_width <= self.width or width <= self.width):
+            return self.spec_decode_s
+        slope = (self.wide_decode_s - self.spec_decode_s) / (self.wide_width - self.width)
+        return max(self.spec_decode_s + slope * (width - self.width), 0.5 * self.spec_decode_s)
 
     def _slopes(self) -> tuple[float, float]:
         """Seconds per token added by each token of context: prefill's, decode's (never below 0)."""
@@ -52,7 +64,10 @@ class Pace:
         return (max(0.0, (self.long_prefill_s - self.prefill_s) / span),
                 max(0.0, (self.long_decode_s - self.decode_s) / span))
 
-    def run_s(self, prompt_tokens: int, new_tokens: int, speculative: bool) -> float:
+    def run_s(self, prompt_tokens: int, new_tokens: int, speculative: bool,
+              width: int | str | None = None) -> float:
+        """Seconds for one run: a prompt's prefill and its new tokens, classic or speculative
+        (at ``width``, where the pilot timed two widths: ``spec_rate``)."""
         sp, sd = self._slopes()
         # at the pilot's own length or shorter, its rates; longer, what each token of context adds
         # (a speculative arm's in proportion to its own rates: its verify attends over as much)
@@ -60,7 +75,8 @@ class Pace:
         more_ctx = max(prompt_tokens + new_tokens / 2 - (self.at_tokens + self.new_tokens / 2), 0)
         if speculative:
             pre = self.spec_prefill_s + sp * more_prompt * (self.spec_prefill_s / self.prefill_s if self.prefill_s > 0 else 1)
-            dec = self.spec_decode_s + sd * more_ctx * (self.spec_decode_s / self.decode_s if self.decode_s > 0 else 1)
+            rate = self.spec_rate(width)
+            dec = rate + sd * more_ctx * (rate / self.decode_s if self.decode_s > 0 else 1)
         else:
             pre = self.prefill_s + sp * more_prompt
             dec = self.decode_s + sd * more_ctx
@@ -70,8 +86,9 @@ class Pace:
         def rate(s: float) -> str:
             return f"{1 / s:.0f}" if s > 0 else "-"
 
-        said = (f"pilot: decode classic {rate(self.decode_s)} tok/s, w{self.width} {rate(self.spec_decode_s)}; "
-                f"prefill {rate(self.prefill_s)} tok/s")
+        wide = f", w{self.wide_width} {rate(self.wide_decode_s)}" if self.wide_width > self.width else ""
+        said = (f"pilot: decode classic {rate(self.decode_s)} tok/s, w{self.width} {rate(self.spec_decode_s)}"
+                f"{wide}; prefill {rate(self.prefill_s)} tok/s")
         if self.long_tokens > self.at_tokens:
             said += (f"; after {self.long_tokens} prompt tokens classic {rate(self.long_decode_s)}, "
                      f"prefill {rate(self.long_prefill_s)}")
@@ -82,7 +99,8 @@ class Pace:
                 "decode_s_per_token": self.decode_s, "spec_decode_s_per_token": self.spec_decode_s,
                 "width": self.width, "at_tokens": self.at_tokens, "new_tokens": self.new_tokens,
                 "long_tokens": self.long_tokens, "long_prefill_s_per_token": self.long_prefill_s,
-                "long_decode_s_per_token": self.long_decode_s}
+                "long_decode_s_per_token": self.long_decode_s, "wide_width": self.wide_width,
+                "wide_decode_s_per_token": self.wide_decode_s}
 
 
 @dataclass(frozen=True)
@@ -95,6 +113,10 @@ class Shape:
     sequential: bool = False
     max_reps: int = 12
     max_seconds: float = 600.0
+    arm_widths: tuple = ()  # each speculative arm's width (or "auto"); () prices each alike
+
+    def spec_widths(self) -> tuple:
+        return self.arm_widths if self.arm_widths else (None,) * self.widths
 
 
 @dataclass(frozen=True)
@@ -119,13 +141,17 @@ class Plan:
         return max(10, int(math.ceil((self.start_need_s + 0.5 * self.pass_s) / 10) * 10))
 
 
+def _arms(pace: Pace, shape: Shape, p: int, t: int) -> float:
+    """Every arm once on a request of ``p`` prompt and ``t`` new tokens."""
+    return pace.run_s(p, t, False) + sum(pace.run_s(p, t, True, w) for w in shape.spec_widths())
+
+
 def _pass(pace: Pace, shape: Shape) -> float:
-    return sum(pace.run_s(p, t, False) + shape.widths * pace.run_s(p, t, True) for p, t in shape.requests)
+    return sum(_arms(pace, shape, p, t) for p, t in shape.requests)
 
 
 def _warmup(pace: Pace, shape: Shape) -> float:
-    p, t = shape.requests[0]
-    return pace.run_s(p, t, False) + shape.widths * pace.run_s(p, t, True)
+    return _arms(pace, shape, *shape.requests[0])
 
 
 def _closing(pace: Pace, shape: Shape) -> float:
@@ -171,22 +197,27 @@ class Clock:
         self._pace = pace
         # a workload's request ids in order (a single prompt's runs carry no id: "")
         self._lengths = dict(zip(ids or ("",), shape.requests))
-        prices = [self._price(p, t, spec) for p, t in shape.requests
-                  for spec in (False, *[True] * shape.widths)]
+        prices = [self._price(p, t, w) for p, t in shape.requests for w in ("classic", *shape.spec_widths())]
         self._mean = sum(prices) / len(prices) if prices else 1.0
         self._prices: dict[int, float] = {}
         self._run, self._start = 0, 0.0  # the run under way, and the session's clock as it began
 
-    def _price(self, prompt: int, new: int, speculative: bool) -> float:
-        return self._pace.run_s(prompt, new, speculative) if self._pace is not None else 1.0
+    def _price(self, prompt: int, new: int, width: int | str | None) -> float:
+        """A run's price; ``width`` "classic" for classic's, else a speculative arm's width."""
+        if self._pace is None:
+            return 1.0
+        if width == "classic":
+            return self._pace.run_s(prompt, new, False)
+        return self._pace.run_s(prompt, new, True, width)
 
     def started(self, run: int, elapsed: float, request: str = "", arm: str = "") -> None:
         """Run ``run`` (0-based) started ``elapsed`` seconds into the session."""
         length = self._lengths.get(request)
         if length is None and len(self._lengths) == 1:  # one request: its runs carry no id
             length = next(iter(self._lengths.values()))
-        self._prices[run] = (self._mean if length is None
-                             else self._price(*length, not arm.startswith("classic")))
+        width = ("classic" if arm.startswith("classic")
+                 else int(arm[1:]) if arm[:1] == "w" and arm[1:].isdigit() else arm or None)
+        self._prices[run] = self._mean if length is None else self._price(*length, width)
         self._run, self._start = run, elapsed
 
     def left_s(self, runs: int, now: float) -> float | None:

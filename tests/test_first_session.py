@@ -176,6 +176,31 @@ def test_the_pilot_times_classic_on_the_longest_request_only_where_it_is_well_pa
     assert engine_pace.pilot(pair, ids, 2).long_tokens == 0
 
 
+def test_a_pilot_of_two_widths_prices_each_arm_at_its_own_width():
+    """The demo pair over @mixed: w2 6.9 ms a token, w4 8.6, w8 13.0; every arm priced at w2's
+    rate said 82 s for a console session of 105."""
+    p = pace.Pace(prefill_s=0.001, spec_prefill_s=0.001, decode_s=0.005, spec_decode_s=0.007, width=2,
+                  wide_width=8, wide_decode_s=0.013)
+    assert p.spec_rate(2) == p.spec_rate(None) == p.spec_rate("auto") == 0.007
+    assert p.spec_rate(4) == pytest.approx(0.009) and p.spec_rate(8) == pytest.approx(0.013)
+    assert p.spec_rate(16) == pytest.approx(0.021)  # past the widest, the same slope
+    assert p.run_s(10, 32, True, 4) == pytest.approx(10 * 0.001 + 32 * 0.009)
+    # a wider width timed faster (noise, or acceptance): never below half the narrow one's rate
+    odd = dataclasses.replace(p, wide_decode_s=0.001)
+    assert odd.spec_rate(16) == pytest.approx(0.0035)
+    shape = pace.Shape(((10, 32),), widths=2, n=3, arm_widths=(2, 8))
+    alike = dataclasses.replace(shape, arm_widths=())
+    assert pace.plan(p, shape).pass_s == pytest.approx(
+        pace.OVERHEAD * (p.run_s(10, 32, False) + p.run_s(10, 32, True, 2) + p.run_s(10, 32, True, 8)))
+    assert pace.plan(p, shape).pass_s > pace.plan(p, alike).pass_s
+    assert "w2 143, w8 77;" in p.describe()
+    from blockwidth.engine import pace as engine_pace
+
+    got = engine_pace.pilot(demo_pair(), list(range(1, 30)), 2, wide=8)
+    assert got.wide_width == 8 and got.wide_decode_s > 0
+    assert engine_pace.pilot(demo_pair(), list(range(1, 30)), 2, wide=2).wide_width == 0
+
+
 def test_the_time_left_is_the_pilots_price_scaled_by_the_runs_measured_so_far():
     """A pilot that priced the runs at half what they take: after the first runs the clock says
     twice the pilot's time left, and a long request's run counts for more than a short one's."""
