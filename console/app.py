@@ -40,6 +40,10 @@ from blockwidth.console.widgets.records import RecordsTab
 from blockwidth.console.widgets.top import ErrorLine, PairPanel, ResolutionPanel
 from blockwidth.policy.errors import BlockwidthError, ExitCode
 from blockwidth.policy.pace import minutes
+
+# The load-time pilot's long prompt: at most this share of its short runs' time (a sweep's own
+# pilot allows half, before minutes of runs; here the operator waits for it).
+PILOT_LONG_SHARE = 0.15
 from blockwidth.policy.profile import ProfileError
 from blockwidth.policy.text import shown
 
@@ -349,7 +353,10 @@ class BlockwidthApp(App):
             longest = list(max(prepared, key=lambda p: len(p.ids)).ids)
             # and the widest width the fields ask for (a token costs more at a wider width)
             wide = self.call_from_thread(self._pilot_wide)  # the fields live on the app's thread
-            return pilot(pair, ids, 2, cancel=self._cancel.is_set, longest=longest, wide=wide)
+            # (the operator waits for it: a long prompt only where it is cheap, as on the demo
+            # pair; SmolLM2 bf16 on the 2-core CPU took the pilot from 31 s to 52 s)
+            return pilot(pair, ids, 2, cancel=self._cancel.is_set, longest=longest, wide=wide,
+                         long_share=PILOT_LONG_SHARE)
         except (BlockwidthError, ValueError, RuntimeError):  # MLX raises these: no estimate, the pair stays
             return None
 

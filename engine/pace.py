@@ -36,12 +36,12 @@ def long_prompt(ids: list[int], longest: list[int] | None, room: int | None = No
 
 def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
           cancel: Callable[[], bool] | None = None, longest: list[int] | None = None,
-          wide: int | None = None) -> Pace | None:
+          wide: int | None = None, long_share: float = LONG_SHARE) -> Pace | None:
     """Classic, then ``width``, on ``ids``: each run once short (first use: kernels compile,
     memory is allocated; not timed) and once timed, and so ``wide`` where it is wider (a session's
     widest width: a token costs more at a wider width); then classic once, timed, on the longest
-    request (``long_prompt``, no longer than half the short runs' time prefills) where one is
-    given and well past ``ids``. None when cancelled, or when a run took no time to divide by."""
+    request (``long_prompt``, no longer than ``long_share`` of the short runs' time prefills)
+    where one is given and well past ``ids``. None when cancelled, or when a run took no time to divide by."""
     stop = cancel or (lambda: False)
     t0 = time.monotonic()
     timed = []
@@ -63,7 +63,8 @@ def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
     if far_w and far_w[0].decode_s > 0 and far_w[0].tokens:
         pace = replace(pace, wide_width=wide, wide_decode_s=far_w[0].decode_s / len(far_w[0].tokens))
     room = ctx - tokens - 8 if ctx is not None else LONG_CAP
-    affordable = int(max(LONG_MIN_S, LONG_SHARE * (time.monotonic() - t0)) / pace.prefill_s) if pace.prefill_s > 0 else LONG_CAP
+    spent = time.monotonic() - t0
+    affordable = int(max(LONG_MIN_S, long_share * spent) / pace.prefill_s) if pace.prefill_s > 0 else LONG_CAP
     far = long_prompt(ids, longest, min(room, affordable))
     if far is None:
         return pace
