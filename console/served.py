@@ -15,6 +15,7 @@ from typing import Any
 from blockwidth.console import outputs
 from blockwidth.console.inputs import ExitCode, InputError, pair_paths, user_path
 from blockwidth.policy import files
+from blockwidth.policy.commands import server_how
 from blockwidth.policy.text import error_line, error_lines, shown
 
 PATH_HELP = ("what is measured: engine (blockwidth's decode loop, default) or mlx-lm-server (the "
@@ -165,9 +166,8 @@ def cmd_sweep_served(args: argparse.Namespace) -> int:
     def on_server(server) -> None:
         # The pids, so that an operator (or a test) can see what runs and that it is gone.
         spec = server.spec
-        print(f"blockwidth: started {server.name} on {server.url}"
-              + (" (in-process, exact path)" if spec.exact else
-                 f" (verify attention {spec.verify_attention}, in-process)" if spec.verify_attention else ""),
+        how = server_how(spec.exact, spec.verify_attention)
+        print(f"blockwidth: started {server.name} on {server.url}" + ("" if how == "stock" else f" ({how})"),
               file=sys.stderr, flush=True)
 
     def on_event(e) -> None:
@@ -274,8 +274,7 @@ def _print(session, written, pair) -> None:
         print(shown(line), **kw)
 
     c = session.config
-    how = ("in-process on the exact path" if c.exact else "stock" if c.verify_attention is None else
-           f"in-process with verify attention {c.verify_attention}")
+    how = server_how(c.exact, c.verify_attention)
     say(f"pair   {pair.describe()}")
     env = server_env()
     say(f"path   mlx-lm-server: mlx_lm.server {server_version()} ({how})"

@@ -58,6 +58,15 @@ def env_words(env: Mapping[str, str]) -> str:
     return " ".join(assignments(env))
 
 
+def server_how(exact: bool, verify_attention: str | None) -> str:
+    """How a served sweep's mlx_lm.server ran, in the words its start line, its table's header
+    and its record's Markdown all use: the stock server, or blockwidth's in-process one on the
+    exact path or with a verify attention."""
+    if exact:
+        return "in-process, exact path"
+    return "stock" if verify_attention is None else f"in-process, verify attention {verify_attention}"
+
+
 def json_text(value: Any) -> str:
     """JSON, as a config block or a shell-quoted argument holds it (json.dumps escapes every
     control character itself)."""

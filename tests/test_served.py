@@ -222,7 +222,7 @@ def test_a_served_sweep_on_the_exact_path_gives_classics_text_on_every_cached_re
                         "--record-dir", str(tmp_path)], capture_output=True, text=True, env=_env(), cwd=ROOT,
                        timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert "(in-process on the exact path)" in r.stdout, r.stdout
+    assert "(in-process, exact path)" in r.stdout, r.stdout  # the start lines' words (policy.commands.server_how)
     assert r.stderr.count("(in-process, exact path)") == 3, r.stderr  # each server, as it starts
     assert "DIFFERS" not in r.stdout and "text differs" not in r.stdout, r.stdout
     files = sorted(tmp_path.glob("session-*.json"))

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from blockwidth.policy import files, stats
-from blockwidth.policy.commands import env_words, shell
+from blockwidth.policy.commands import env_words, server_how, shell
 from blockwidth.policy.profile import server_env_problems
 from blockwidth.policy.text import shown, shown_block
 
@@ -323,8 +323,7 @@ def _path_line(record: dict) -> str:
     # a record is input when it is read back: its words shown (one line each), then quoted
     raw = server.get("args") if isinstance(server.get("args"), list) else []
     args = shell([shown(a) for a in raw])
-    how = ("in-process, exact path" if server.get("exact") is True else "stock" if server.get("verify_attention") is None
-           else f"in-process, verify attention {server['verify_attention']}")
+    how = server_how(server.get("exact") is True, server.get("verify_attention"))
     env = server.get("env") or {}
     env = {k: v for k, v in env.items() if not server_env_problems({k: v})} if isinstance(env, dict) else {}
     env = ", environment " + env_words(env) if env else ""
