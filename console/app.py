@@ -695,7 +695,9 @@ class BlockwidthApp(App):
                 planned = state.planned or e.runs
                 detail, fraction = sequential_stage(e, req, planned)
                 if left is not None and e.run < planned:  # the n repetitions always run in full
-                    detail += f" · n {req.n} in about {minutes(left)}"
+                    # next to the run count: at 80 columns the line's end is cut (a tryout never
+                    # saw the time left when it followed the budget)
+                    detail = detail.replace(" · ", f" · n {req.n} in about {minutes(left)} · ", 1)
                 self._show_phase(phase, f"stage 1/3 · {detail} · {where}{tokens}", fraction)
             else:
                 left_words = f" · about {minutes(left)} left" if left is not None else ""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shutil
 import sys
 
 from blockwidth.engine import linear
@@ -369,6 +370,14 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             return ""
         return f"about {pace_minutes(s)} left" + (" (for now)" if config.sequential else "")
 
+    def redraw(line: str, end: str = "", cut: bool = True) -> None:
+        """The progress line drawn over the last: the line erased first (a shorter one left the
+        last one's end: "single stepst 6 s left"), and cut to the terminal's width (a wrapped
+        line is not redrawn by a carriage return)."""
+        if cut:
+            line = line[:max(shutil.get_terminal_size((80, 24)).columns - 1, 20)]
+        print(f"\r\x1b[K{line}", end=end, file=sys.stderr, flush=True)
+
     def on_event(e):
         if quiet:
             return
@@ -376,19 +385,18 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if tty and e.kind == "progress":
             # one redrawn line: a bar over all runs, where this run is, and the time left
             frac = e.fraction
-            fill = int(frac * 20)
+            fill = int(frac * 16)
             where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             if e.request:
                 where = f"{e.request[:14]} {where}"
-            print(f"\r  [{'#' * fill}{'.' * (20 - fill)}] {frac:4.0%}  {where:<30} {told:<24}", end="",
-                  file=sys.stderr, flush=True)
+            redraw(f"  [{'#' * fill}{'.' * (16 - fill)}] {frac:4.0%}  {where:<26} {told}")
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
             stage, unit = {"exactness": ("exactness probe", "widths"),
                            "divergence": ("divergence margin", "widths")}.get(e.phase, ("cost curve", "forwards"))
-            print(f"\r  {stage} {e.run}/{e.runs} {unit} {e.arm}".ljust(60), end="", file=sys.stderr, flush=True)
+            redraw(f"  {stage} {e.run}/{e.runs} {unit} {e.arm}")
         elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
-            print(f"\r  {e.kind}: {shown(e.message)}".ljust(60), file=sys.stderr)
+            redraw(f"  {e.kind}: {shown(e.message)}", end="\n", cut=False)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
             said = f"  [{e.kind}] {e.arm} {e.message}".rstrip() + (f"; {told}" if told else "")
             print(shown(said), file=sys.stderr)

@@ -17,9 +17,17 @@ from dataclasses import dataclass
 
 from blockwidth.policy import stats
 
-# Verdicts, the exactness probe and the cost curve after the runs: the default first session on
-# the 2-core CPU spent 253 s for 237 s of runs (2026-12-04, @mixed, n 2).
-OVERHEAD = 1.07
+# Between and around the runs (their records, the verdicts' bootstrap): the demo pair over
+# @mixed spent 86.7 s for 82.3 s of runs, of which about 4 s was the exactness probe and the cost
+# curve (``after_s``, priced apart: on SmolLM2 with one prompt they were a third of the session,
+# and an estimate of 31 s ran 47).
+OVERHEAD = 1.02
+# What a session runs with no pilot to price it after its runs, as a share of them (the share
+# the demo pair's first session spent on them all, 2026-12-04).
+AFTER_SHARE = 0.05
+# The cost curve's passes over its row counts (engine.ab: warm-up 2, repeats 5), each timed
+# cold and warm.
+CURVE_PASSES = 2 * (2 + 5)
 
 
 @dataclass(frozen=True)
@@ -63,6 +71,16 @@ class Pace:
         span = self.long_tokens - self.at_tokens
         return (max(0.0, (self.long_prefill_s - self.prefill_s) / span),
                 max(0.0, (self.long_decode_s - self.decode_s) / span))
+
+    def prefill_total_s(self, prompt_tokens: int) -> float:
+        """Classic's prefill of a prompt this long."""
+        sp, _ = self._slopes()
+        return prompt_tokens * (self.prefill_s + sp * max(prompt_tokens - self.at_tokens, 0))
+
+    def step_s(self, context: int) -> float:
+        """One classic step (a 1-row forward) after ``context`` tokens."""
+        _, sd = self._slopes()
+        return self.decode_s + sd * max(context - (self.at_tokens + self.new_tokens / 2), 0)
 
     def run_s(self, prompt_tokens: int, new_tokens: int, speculative: bool,
               width: int | str | None = None) -> float:
@@ -158,9 +176,25 @@ def _closing(pace: Pace, shape: Shape) -> float:
     return sum(pace.run_s(p, t, False) for p, t in shape.requests)
 
 
+def after_s(pace: Pace, shape: Shape) -> float:
+    """What a session runs after its runs (engine.ab), priced: the exactness probe of each fixed
+    width (the first request's prefill, then about width + 2 forwards) and the cost curve (the
+    prefill of a context past every request, then its passes over rows 1 and each fixed width,
+    a row costing about a step: on a CPU every row costs; on a GPU the curve is milliseconds).
+    0 where the shape names no widths (nothing to price it by)."""
+    fixed = sorted({w for w in shape.arm_widths if isinstance(w, int) and not isinstance(w, bool)})
+    if not fixed or not shape.requests:
+        return 0.0
+    p0 = shape.requests[0][0]
+    probe = sum(pace.prefill_total_s(p0) + (w + 2) * pace.step_s(p0) for w in fixed)
+    ctx = max(p + t for p, t in shape.requests) + max(fixed)
+    curve = pace.prefill_total_s(ctx) + CURVE_PASSES * sum({1, *fixed}) * pace.step_s(ctx)
+    return probe + curve
+
+
 def seconds(pace: Pace, shape: Shape, reps: int) -> float:
     """Warm-ups, ``reps`` passes, classic's closing pass and what follows the runs."""
-    return (_warmup(pace, shape) + reps * _pass(pace, shape) + _closing(pace, shape)) * OVERHEAD
+    return (_warmup(pace, shape) + reps * _pass(pace, shape) + _closing(pace, shape)) * OVERHEAD + after_s(pace, shape)
 
 
 def plan(pace: Pace, shape: Shape, need: int | None = None) -> Plan:
@@ -190,8 +224,9 @@ class Clock:
     (``Pace.run_s`` at its request's length; with no pilot, every run alike) and the prices are
     scaled by what the runs finished so far took against their price: a pre-run estimate is one
     request's pilot (the drafts' acceptance and the host's load move it: 65 s said for 87 s on the
-    demo pair over @mixed), this one is the session's own. What follows the runs (verdicts, the
-    exactness probe, the cost curve) is priced as OVERHEAD's share."""
+    demo pair over @mixed), this one is the session's own. What follows the runs (the exactness
+    probe, the cost curve) is priced by ``after_s``, scaled alike; with no pilot, AFTER_SHARE of
+    the runs."""
 
     def __init__(self, pace: Pace | None, shape: Shape, ids: tuple[str, ...] = ()):
         self._pace = pace
@@ -199,6 +234,7 @@ class Clock:
         self._lengths = dict(zip(ids or ("",), shape.requests))
         prices = [self._price(p, t, w) for p, t in shape.requests for w in ("classic", *shape.spec_widths())]
         self._mean = sum(prices) / len(prices) if prices else 1.0
+        self._after = after_s(pace, shape) if pace is not None else None
         self._prices: dict[int, float] = {}
         self._run, self._start = 0, 0.0  # the run under way, and the session's clock as it began
 
@@ -230,4 +266,5 @@ class Clock:
         current = self._prices.get(self._run, self._mean)
         later = max(runs - self._run - 1, 0) * self._mean
         this = max(current * scale - (now - self._start), 0.0)
-        return this + later * scale + (OVERHEAD - 1) * scale * self._mean * runs
+        after = self._after if self._after is not None else AFTER_SHARE * self._mean * runs
+        return this + later * scale + (OVERHEAD - 1) * scale * self._mean * runs + scale * after

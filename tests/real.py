@@ -19,6 +19,7 @@ import fcntl
 import hashlib
 import importlib.util
 import os
+import sys
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -127,6 +128,9 @@ def build(root: Path | None = None) -> Path:
 
 if __name__ == "__main__":  # `python -m tests.real`: build what is missing, print where they are
     base = build()
+    # the folders alone on stdout (docs pick one with sed -n Np); what each is, on stderr
+    print("blockwidth: real models, a folder a line: SmolLM2-135M-Instruct as its native Q4_1 "
+          "(4-bit g32), bf16 and 8-bit g64; Gemma 3 270M as bf16", file=sys.stderr)
     for model, variants in MODELS.items():
         for variant in variants:
             print(base / model / variant)

@@ -201,6 +201,21 @@ def test_a_pilot_of_two_widths_prices_each_arm_at_its_own_width():
     assert engine_pace.pilot(demo_pair(), list(range(1, 30)), 2, wide=2).wide_width == 0
 
 
+def test_what_follows_the_runs_is_priced_from_the_pilot():
+    """SmolLM2 bf16 on the 2-core CPU, one prompt, widths 2 and 4, n 2: the estimate said 31 s
+    and the session took 47; its exactness probe and cost curve (a third of it) were priced as
+    7 % of the runs."""
+    p = pace.Pace(prefill_s=0.04, spec_prefill_s=0.04, decode_s=0.125, spec_decode_s=0.14, width=2)
+    shape = pace.Shape(((40, 16),), widths=2, n=2, arm_widths=(2, 4))
+    probe = (40 * 0.04 + 4 * 0.125) + (40 * 0.04 + 6 * 0.125)  # each width: prefill, w + 2 steps
+    curve = 60 * 0.04 + pace.CURVE_PASSES * (1 + 2 + 4) * 0.125  # past every request, rows 1, 2, 4
+    assert pace.after_s(p, shape) == pytest.approx(probe + curve)
+    runs = p.run_s(40, 16, False) * 4 + (p.run_s(40, 16, True, 2) + p.run_s(40, 16, True, 4)) * 3
+    assert pace.plan(p, shape).first_s == pytest.approx(runs * pace.OVERHEAD + probe + curve)
+    assert pace.after_s(p, dataclasses.replace(shape, arm_widths=())) == 0  # nothing to price it by
+    assert pace.after_s(p, dataclasses.replace(shape, arm_widths=("auto",))) == 0
+
+
 def test_the_time_left_is_the_pilots_price_scaled_by_the_runs_measured_so_far():
     """A pilot that priced the runs at half what they take: after the first runs the clock says
     twice the pilot's time left, and a long request's run counts for more than a short one's."""
@@ -221,12 +236,17 @@ def test_the_time_left_is_the_pilots_price_scaled_by_the_runs_measured_so_far():
     bare = pace.Clock(None, shape, ("short", "long"))
     bare.started(0, 0.0, "short", "classic")
     bare.started(1, 0.5, "short", "w2")
-    assert bare.left_s(4, 0.5) == pytest.approx(0.5 + 2 * 0.5 + (pace.OVERHEAD - 1) * 0.5 * 4)
+    assert bare.left_s(4, 0.5) == pytest.approx(0.5 + 2 * 0.5 + (pace.OVERHEAD - 1 + pace.AFTER_SHARE) * 0.5 * 4)
     # a single prompt's runs carry no request id: its one length prices them
-    one = pace.Clock(p, pace.Shape(((1000, 10),), widths=1, n=1))
+    # and with the widths named, what follows the runs (the exactness probe, the cost curve) is
+    # priced from the pilot too, and scaled alike
+    single = pace.Shape(((1000, 10),), widths=1, n=1, arm_widths=(2,))
+    one = pace.Clock(p, single)
     one.started(0, 0.0, "", "classic")
     one.started(1, 2.2, "", "w2")
-    assert one.left_s(2, 2.2) == pytest.approx(2.2 + (pace.OVERHEAD - 1) * 2 * 1.1 * 2)
+    after = pace.after_s(p, single)
+    assert after > 0
+    assert one.left_s(2, 2.2) == pytest.approx(2.2 + (pace.OVERHEAD - 1) * 2 * 1.1 * 2 + 2 * after)
 
 
 def test_a_sequential_sweep_prices_the_repetitions_it_adds(monkeypatch, capsys):
@@ -244,7 +264,7 @@ def test_a_sequential_sweep_prices_the_repetitions_it_adds(monkeypatch, capsys):
     config = AbConfig(widths=(2, 3, 4), prompt="", n=1, sequential=True, max_reps=12, max_seconds=1500)
     measure._say_pilot(None, [1], reqs, config, threading.Event())
     err = capsys.readouterr().err
-    plan = pace.plan(rates, pace.Shape(reqs, 3, 1, True, 12, 1500))
+    plan = pace.plan(rates, pace.Shape(reqs, 3, 1, True, 12, 1500, (2, 3, 4)))
     assert plan.reached == 3 and plan.can_decide and plan.reached_s == plan.need_s
     assert "for its n 1" in err and f"--sequential adds repetitions while undecided: 3 by about {pace.minutes(plan.need_s)}" in err
     assert "--max-reps 12 and --max-seconds 1500 allow" in err
