@@ -86,8 +86,9 @@ def run_interruptibly(work, cancel, what: str):
     # An Event, not Thread.join: a KeyboardInterrupt inside join can leave the thread looking
     # finished while it still runs. SIGTERM and SIGHUP are Ctrl-C here (console.signals): a
     # supervisor's stop keeps the record of what finished too.
-    from blockwidth.console.signals import as_interrupt
+    from blockwidth.console.signals import LAST, as_interrupt
 
+    LAST.clear()  # Ctrl-C (SIGINT) raises KeyboardInterrupt without the handler: it leaves none
     with as_interrupt():
         while not finished.is_set():
             try:
@@ -98,8 +99,9 @@ def run_interruptibly(work, cancel, what: str):
                     os._exit(ExitCode.INTERRUPTED)
                 interrupted = True
                 cancel.set()
-                print(f"\nblockwidth: stopping {what} after the forward under way (Ctrl-C again quits now)",
-                      file=sys.stderr, flush=True)
+                from blockwidth.console.signals import stop_words
+
+                print(f"\n{stop_words(what)}", file=sys.stderr, flush=True)
     thread.join()  # done: it only returns now
     if "error" in box:
         raise box["error"]
@@ -395,7 +397,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             stage, unit = {"exactness": ("exactness probe", "widths"),
                            "divergence": ("divergence margin", "widths")}.get(e.phase, ("cost curve", "forwards"))
             redraw(f"  {stage} {e.run}/{e.runs} {unit} {e.arm}")
-        elif tty and e.kind in ("exactness", "costcurve", "done", "cancelled"):
+        elif tty and e.kind == "cancelled":
+            redraw("  cancelled", end="\n")  # its message is the word again ("cancelled: cancelled")
+        elif tty and e.kind in ("exactness", "costcurve", "done"):
             redraw(f"  {e.kind}: {shown(e.message)}", end="\n", cut=False)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
             said = f"  [{e.kind}] {e.arm} {e.message}".rstrip() + (f"; {told}" if told else "")
@@ -502,16 +506,20 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say("per pass (one run of every request):")
         if session.exact is not None:
             say(f"exact path: {session.exact.reason}")
-        say(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
-            f"{'identity':<16} verdict")
-        for row in arm_table(session):
-            d = row.decode
-            say(f"{row.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {row.e2e.median:8.1f}  "
-                f"{row.acceptance:>6}  {row.identity:<16} {row.verdict.value}")
-        say()
-        say("decode tok/s by width (= min, # median, - max):")
-        for line in bars(arm_rows(session), "tok/s"):
-            say(line)
+        rows = arm_table(session)
+        if rows:  # a cancel before a pass finished leaves none: no headings over nothing
+            say(f"{'arm':<8}  {'decode tok/s min/med/max':>26}  {'e2e med':>8}  {'accept':>6}  "
+                f"{'identity':<16} verdict")
+            for row in rows:
+                d = row.decode
+                say(f"{row.name:<8}  {d.min:8.1f} {d.median:8.1f} {d.max:8.1f}  {row.e2e.median:8.1f}  "
+                    f"{row.acceptance:>6}  {row.identity:<16} {row.verdict.value}")
+            say()
+            say("decode tok/s by width (= min, # median, - max):")
+            for line in bars(arm_rows(session), "tok/s"):
+                say(line)
+        elif not session.single:
+            say("no pass finished: no per-pass figures (the requests above hold what ran)")
         for line in speedup_lines(session):
             say(line)
         if not session.single:

@@ -33,8 +33,21 @@ class handlers:
         return False
 
 
+LAST: list[int] = []  # the last signal raise_interrupt took (what the stop line names)
+
+
 def raise_interrupt(signum: int, frame: Any) -> None:
+    LAST[:] = [signum]
     raise KeyboardInterrupt
+
+
+def stop_words(what: str, step: str = "forward") -> str:
+    """The line a first stop signal gets: the work stops after its step and keeps what finished.
+    Ctrl-C's own words for SIGINT; another signal is named (a supervisor's SIGTERM read "Ctrl-C
+    again quits now"), and a second signal of any kind quits."""
+    name = signal.Signals(LAST[0]).name if LAST and LAST[0] != signal.SIGINT else None
+    again = "Ctrl-C again quits now" if name is None else f"{name}; a second signal quits now"
+    return f"blockwidth: stopping {what} after the {step} under way ({again})"
 
 
 def as_interrupt() -> handlers:
@@ -55,8 +68,8 @@ def cancelling(cancel: threading.Event, what: str) -> handlers:
         if cancel.is_set():
             raise KeyboardInterrupt
         cancel.set()
-        sys.stderr.write(f"\nblockwidth: stopping {what} after the step under way "
-                         f"({signal.Signals(signum).name}; Ctrl-C again quits now)\n")
+        LAST[:] = [signum]
+        sys.stderr.write(f"\n{stop_words(what, 'step')}\n")
         sys.stderr.flush()
 
     return handlers(handler, signal.SIGINT, *STOP)

@@ -282,8 +282,9 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
     recommendation, choice = None, None
     if cancelled:
         decision = "cancelled"
-        why = (f"stopped by the operator after {reps} repetition(s); the ranges so far "
-               "are kept, no verdict is drawn from them")
+        done = ("before a repetition finished" if reps == 0
+                else f"after {reps} repetition" + ("" if reps == 1 else "s"))
+        why = f"stopped {done}; the ranges so far are kept, no verdict is drawn from them"
     elif winners and estimates is not None:
         choice = stats.choose(estimates, [a.width for a, _ in winners])
         recommendation = choice.width

@@ -40,6 +40,8 @@ def test_sigterm_to_sweep_after_a_repetition_writes_the_record_marked_cancelled(
     assert code == 130 and "Traceback" not in stderr, stderr[-2000:]
     _kept_every_arm(_record(tmp_path), {"classic", "w2", "w4"})
     assert "record: " in proc.text("stdout") and "cancelled" in proc.text("stdout")
+    # the signal it took is named (a tryout's SIGTERM read "Ctrl-C again quits now")
+    assert "(SIGTERM; a second signal quits now)" in stderr and "Ctrl-C" not in stderr.split("stopping")[-1]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
