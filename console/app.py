@@ -44,6 +44,11 @@ from blockwidth.policy.pace import minutes
 # The load-time pilot's long prompt: at most this share of its short runs' time (a sweep's own
 # pilot allows half, before minutes of runs; here the operator waits for it).
 PILOT_LONG_SHARE = 0.15
+# A running session's token ticks reach the screen at most this often (seconds): each redraw
+# takes CPU from the decode it reports on. On the 2-core CPU (demo pair, @mixed, n 3, 32 tokens)
+# classic decoded at a median 119-134 tok/s under ticks every 0.1 s, 173 at 0.5 s, 171 at 1 s,
+# against 187 headless (a tryout read 118 in the console and 187 from sweep).
+TICK_S = 0.5
 from blockwidth.policy.profile import ProfileError
 from blockwidth.policy.text import shown
 
@@ -654,11 +659,11 @@ class BlockwidthApp(App):
         width_in_effect = res.engine_width if res is not None else None
 
         def post(e: Any) -> None:
-            # Token ticks at most ten a second: at one a token they queued faster than a busy
+            # Token ticks at most every TICK_S: at one a token they queued faster than a busy
             # 2-core host drew them, and a c waited behind them (a pilot's wait timed out).
             if e.kind == "progress" and e.tokens < e.total:
                 now = time.monotonic()
-                if now - last[0] < 0.1:
+                if now - last[0] < TICK_S:
                     return
                 last[0] = now
             rows = None
