@@ -668,7 +668,10 @@ class BlockwidthApp(App):
                 last[0] = now
             rows = None
             if e.kind == "rep" and e.session is not None:  # the table so far, drawn here
-                rows = running_rows(e.session, width_in_effect)
+                try:
+                    rows = running_rows(e.session, width_in_effect)
+                except Exception:  # noqa: BLE001 (a picture of the way there must never cost the session)
+                    rows = None
             self.post_message(AbEvent(e, rows))
 
         where = Path(self.options.record_dir) if self.options.record_dir else None
@@ -729,7 +732,10 @@ class BlockwidthApp(App):
         state = self.session_state
         runs = state.planned if state is not None and state.planned and self.request is not None \
             and self.request.sequential else e.runs
-        return clock.left_s(runs, e.elapsed)
+        try:
+            return clock.left_s(runs, e.elapsed)
+        except (ArithmeticError, ValueError):  # a help, not the session: no time left said
+            return None
 
     def on_ab_done(self, message: AbDone) -> None:
         if self._quitting:  # q during the session: its record is written, nothing more to show

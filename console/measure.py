@@ -383,7 +383,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def on_event(e):
         if quiet:
             return
-        told = left(e) if e.kind in ("arm", "progress", "rep") else ""
+        try:
+            told = left(e) if e.kind in ("arm", "progress", "rep") else ""
+        except (ArithmeticError, ValueError):  # the time left is a help: never a session's end
+            told = ""
         if tty and e.kind == "progress":
             # one redrawn line: a bar over all runs, where this run is, and the time left
             frac = e.fraction
