@@ -727,14 +727,14 @@ class BlockwidthApp(App):
         clock = self._clock
         if clock is None:
             return None
-        if e.kind == "arm":
-            clock.started(e.run, e.elapsed, e.request, e.arm)
         state = self.session_state
         runs = state.planned if state is not None and state.planned and self.request is not None \
             and self.request.sequential else e.runs
         try:
+            if e.kind == "arm":
+                clock.started(e.run, e.elapsed, e.request, e.arm)
             return clock.left_s(runs, e.elapsed)
-        except (ArithmeticError, ValueError):  # a help, not the session: no time left said
+        except Exception:  # noqa: BLE001 (a help, not the session: no time left said)
             return None
 
     def on_ab_done(self, message: AbDone) -> None:

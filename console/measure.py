@@ -357,20 +357,31 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     tty = sys.stderr.isatty()
     clock: list = [None, 0]  # policy.pace.Clock once the pilot has priced the runs; runs planned
 
-    def left(e) -> str:
-        """The time left, from the runs measured so far (sequential: to the end of the runs
-        planned now; it adds repetitions while undecided)."""
+    def follow(e) -> None:
+        """The clock follows the runs: each run's start, and the runs planned (a repetition's end
+        carries no run count)."""
         c = clock[0]
         if c is None or e.phase != "runs":
-            return ""
+            return
         if e.kind == "arm":
             c.started(e.run, e.elapsed, e.request, e.arm)
-        if e.kind != "rep":  # a repetition's end carries no run count: the last one seen
+        if e.kind in ("arm", "progress"):
             clock[1] = e.runs
-        s = c.left_s(clock[1], e.elapsed)
+
+    def left(e) -> str:
+        """The time left, from the runs measured so far (sequential: to the end of the runs
+        planned now; it adds repetitions while undecided): asked only where it is printed."""
+        c = clock[0]
+        s = c.left_s(clock[1], e.elapsed) if c is not None and e.phase == "runs" else None
         if s is None:
             return ""
         return f"about {pace_minutes(s)} left" + (" (for now)" if config.sequential else "")
+
+    def told(e) -> str:
+        try:
+            return left(e)
+        except Exception:  # noqa: BLE001 (the time left is a help: never a session's end)
+            return ""
 
     def redraw(line: str, end: str = "", cut: bool = True) -> None:
         """The progress line drawn over the last: the line erased first (a shorter one left the
@@ -384,9 +395,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         if quiet:
             return
         try:
-            told = left(e) if e.kind in ("arm", "progress", "rep") else ""
-        except (ArithmeticError, ValueError):  # the time left is a help: never a session's end
-            told = ""
+            follow(e)
+        except Exception:  # noqa: BLE001 (the time left is a help: never a session's end)
+            clock[0] = None
         if tty and e.kind == "progress":
             # one redrawn line: a bar over all runs, where this run is, and the time left
             frac = e.fraction
@@ -394,7 +405,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             if e.request:
                 where = f"{e.request[:14]} {where}"
-            redraw(f"  [{'#' * fill}{'.' * (16 - fill)}] {frac:4.0%}  {where:<26} {told}")
+            redraw(f"  [{'#' * fill}{'.' * (16 - fill)}] {frac:4.0%}  {where:<26} {told(e)}")
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
             stage, unit = {"exactness": ("exactness probe", "widths"),
@@ -405,7 +416,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         elif tty and e.kind in ("exactness", "costcurve", "done"):
             redraw(f"  {e.kind}: {shown(e.message)}", end="\n", cut=False)
         elif not tty and e.kind in ("warmup", "rep", "exactness", "costcurve"):
-            said = f"  [{e.kind}] {e.arm} {e.message}".rstrip() + (f"; {told}" if told else "")
+            left_words = told(e) if e.kind == "rep" else ""
+            said = f"  [{e.kind}] {e.arm} {e.message}".rstrip() + (f"; {left_words}" if left_words else "")
             print(shown(said), file=sys.stderr)
         elif not tty and e.kind == "progress" and e.tokens >= e.total and not e.request:
             print(f"  rep {e.rep} {e.arm:>8} done", file=sys.stderr)

@@ -235,7 +235,11 @@ class Clock:
         prices = [self._price(p, t, w) for p, t in shape.requests for w in ("classic", *shape.spec_widths())]
         self._mean = sum(prices) / len(prices) if prices else 1.0
         self._after = after_s(pace, shape) if pace is not None else None
-        self._prices: dict[int, float] = {}
+        # runs start one after another (engine.ab numbers them in order): the runs before the one
+        # under way are summed as they finish, so each call is a few operations (the CLI's
+        # progress line asks once a token, during timed decodes)
+        self._done = 0.0  # the prices of the runs before the one under way
+        self._price_now: float | None = None  # the run under way's price
         self._run, self._start = 0, 0.0  # the run under way, and the session's clock as it began
 
     def _price(self, prompt: int, new: int, width: int | str | None) -> float:
@@ -253,17 +257,18 @@ class Clock:
             length = next(iter(self._lengths.values()))
         width = ("classic" if arm.startswith("classic")
                  else int(arm[1:]) if arm[:1] == "w" and arm[1:].isdigit() else arm or None)
-        self._prices[run] = self._mean if length is None else self._price(*length, width)
+        if self._price_now is not None and run > self._run:
+            self._done += self._price_now
+        self._price_now = self._mean if length is None else self._price(*length, width)
         self._run, self._start = run, elapsed
 
     def left_s(self, runs: int, now: float) -> float | None:
         """Seconds left to the end of ``runs`` runs and what follows them, at ``now`` seconds
         into the session; None before a run has finished (nothing measured to scale by)."""
-        done = sum(v for k, v in self._prices.items() if k < self._run)
-        if self._run < 1 or done <= 0 or self._start <= 0:
+        if self._run < 1 or self._done <= 0 or self._start <= 0:
             return None
-        scale = self._start / done
-        current = self._prices.get(self._run, self._mean)
+        scale = self._start / self._done
+        current = self._price_now if self._price_now is not None else self._mean
         later = max(runs - self._run - 1, 0) * self._mean
         this = max(current * scale - (now - self._start), 0.0)
         after = self._after if self._after is not None else AFTER_SHARE * self._mean * runs
