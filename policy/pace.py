@@ -241,6 +241,7 @@ class Clock:
         self._done = 0.0  # the prices of the runs before the one under way
         self._price_now: float | None = None  # the run under way's price
         self._run, self._start = 0, 0.0  # the run under way, and the session's clock as it began
+        self._origin: float | None = None  # the clock as the first run began (auto calibrates before it)
 
     def _price(self, prompt: int, new: int, width: int | str | None) -> float:
         """A run's price; ``width`` "classic" for classic's, else a speculative arm's width."""
@@ -259,15 +260,18 @@ class Clock:
                  else int(arm[1:]) if arm[:1] == "w" and arm[1:].isdigit() else arm or None)
         if self._price_now is not None and run > self._run:
             self._done += self._price_now
+        if self._origin is None:
+            self._origin = elapsed
         self._price_now = self._mean if length is None else self._price(*length, width)
         self._run, self._start = run, elapsed
 
     def left_s(self, runs: int, now: float) -> float | None:
         """Seconds left to the end of ``runs`` runs and what follows them, at ``now`` seconds
         into the session; None before a run has finished (nothing measured to scale by)."""
-        if self._run < 1 or self._done <= 0 or self._start <= 0:
+        spent = self._start - (self._origin or 0.0)  # the runs' time, not what came before them
+        if self._run < 1 or self._done <= 0 or spent <= 0:
             return None
-        scale = self._start / self._done
+        scale = spent / self._done
         current = self._price_now if self._price_now is not None else self._mean
         later = max(runs - self._run - 1, 0) * self._mean
         this = max(current * scale - (now - self._start), 0.0)
