@@ -357,7 +357,10 @@ class BlockwidthApp(App):
             # and classic on the longest request (its last 512 tokens): what context costs here
             longest = list(max(prepared, key=lambda p: len(p.ids)).ids)
             # and the widest width the fields ask for (a token costs more at a wider width)
-            wide = self.call_from_thread(self._pilot_wide)  # the fields live on the app's thread
+            try:
+                wide = self.call_from_thread(self._pilot_wide)  # the fields live on the app's thread
+            except RuntimeError:  # not from a worker, or the app is closing: the pilot without it
+                wide = None
             # (the operator waits for it: a long prompt only where it is cheap, as on the demo
             # pair; SmolLM2 bf16 on the 2-core CPU took the pilot from 31 s to 52 s)
             return pilot(pair, ids, 2, cancel=self._cancel.is_set, longest=longest, wide=wide,

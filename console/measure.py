@@ -537,11 +537,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say("no pass finished: no per-pass figures (the requests above hold what ran)")
         for line in speedup_lines(session):
             say(line)
-        if not session.single:
+        ratios = [] if session.single else ratio_rows(session)
+        if ratios:  # none where a cancel came inside the first request: no heading over nothing
             say()
             say("per-request speed-up by width (= min, # median, - max over the requests; the verdict's "
                 "ratio above is over all tokens):")
-            for line in bars(ratio_rows(session), "x", digits=2):
+            for line in bars(ratios, "x", digits=2):
                 say(line)
         for line in auto_lines(session):
             say(line)

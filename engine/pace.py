@@ -8,6 +8,7 @@ from dataclasses import replace
 from typing import Callable
 
 from blockwidth.engine.decode import decode
+from blockwidth.policy.errors import BlockwidthError
 from blockwidth.policy.pace import Pace
 
 PILOT_TOKENS = 8  # per timed run: enough to see a decode rate, a second or two on a busy CPU
@@ -70,7 +71,10 @@ def pilot(pair, ids: list[int], width: int, *, tokens: int = PILOT_TOKENS,
         return pace
     if stop():
         return None
-    run = decode(pair, far, tokens, None, cancel=stop)
+    try:
+        run = decode(pair, far, tokens, None, cancel=stop)
+    except (BlockwidthError, ValueError, RuntimeError):  # the long prompt only: keep what was timed
+        return pace
     if stop():
         return None
     if run.decode_s <= 0 or not run.tokens:
