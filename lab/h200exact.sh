@@ -117,18 +117,36 @@ run)
             step "$n" "$lim" env "$e" python3 -m lab.probe_exact models \
                 --target "$S/native" --widths "${STALL_WIDTHS:-5-8}" --prefix 96 --routes mlx --speed-reps 0 \
                 --probe-repeats 2 --dump-after 30 --out "$R/$n.json" > "$R/$n.txt" 2>&1
+            rc=$?
+            # the other two ways only explain a stall: when the way it ran returns, they cost time
+            if [ "$e" = STALL=as-run ] && [ "$rc" = 0 ]; then log "stall: none as run; the other two ways skipped"; break; fi
         done
     fi
     want ops && step ops "${OPS_LIMIT:-200}" python3 -m lab.probe_exact ops --only "${OPS_ONLY:-}" --out "$R/ops.json" 2> "$R/ops.txt"
     wait
     [ -f "$R/drafters.rc" ] || [ -f "$R/build5b.rc" ] && \
         log "train: done (drafters rc $(cat "$R/drafters.rc" 2>/dev/null), pair rc $(cat "$R/build5b.rc" 2>/dev/null))"
+    curve=(--curve)
+    [ "${SPEED_CURVE:-1}" = 0 ] && curve=()
+    # the 5B pair first after the training: its widths cleared the gain at n 2 (lab/evidence/h200-2026-12-04d),
+    # and n 3 is the least that can save a win; lookup always, the trained drafter when the build wrote it
+    if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
+        want models5b && step models5b "${MODELS5B_LIMIT:-200}" python3 -m lab.probe_exact models --target "$P/target-4bit" \
+            --target "$P/target-bf16" --widths "${MODEL5B_WIDTHS:-2-16}" --prefix "${MODEL5B_PREFIX:-96}" \
+            --speed-tokens 48 --speed-reps 2 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" \
+            --routes "${ROUTES:-mlx,kernels}" --out "$R/models5b.json" 2> "$R/models5b.txt"
+        p5=(-n "$N" --max-tokens 48 --exact auto --seed 11)
+        sweep pair5b-4bit-lookup-mixed "${PAIR5B_LIMIT:-200}" --target "$P/target-4bit" --kind lookup --workload mixed \
+            --widths 2,4,8 "${p5[@]}"
+        want chat5b && sweep pair5b-4bit-lookup-chat "${PAIR5B_LIMIT:-200}" --target "$P/target-4bit" --kind lookup \
+            --workload chat --widths 2,4,8 "${p5[@]}"
+        [ -f "$P/drafter/config.json" ] && sweep pair5b-4bit-drafter-mixed "${PAIR5B_LIMIT:-200}" --target "$P/target-4bit" \
+            --draft "$P/drafter" --workload mixed --widths 2,4,8 "${p5[@]}"
+    fi
     speed_targets=()
     for v in ${SPEED_VARIANTS:-native bf16 q4g64}; do
         [ -f "$S/$v/config.json" ] && speed_targets+=(--target "$S/$v")
     done
-    curve=(--curve)
-    [ "${SPEED_CURVE:-1}" = 0 ] && curve=()
     want speed && step speed "${SPEED_LIMIT:-240}" python3 -m lab.probe_exact models "${speed_targets[@]}" --widths none \
         --speed-reps 3 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" --routes "${ROUTES:-mlx,kernels}" \
         --out "$R/models-speed.json" 2> "$R/models-speed.txt"
@@ -144,16 +162,6 @@ run)
     fi
     want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
         --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
-    if want pair5b && [ -f "$P/target-4bit/config.json" ]; then
-        step models5b "${MODELS5B_LIMIT:-200}" python3 -m lab.probe_exact models --target "$P/target-4bit" \
-            --target "$P/target-bf16" --widths "${MODEL5B_WIDTHS:-2-16}" --prefix "${MODEL5B_PREFIX:-96}" \
-            --speed-tokens 48 --speed-reps 2 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" \
-            --routes "${ROUTES:-mlx,kernels}" --out "$R/models5b.json" 2> "$R/models5b.txt"
-        sweep pair5b-4bit-mixed 240 --target "$P/target-4bit" --draft "$P/drafter" --workload mixed \
-            --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
-        want chat5b && sweep pair5b-4bit-chat "${CHAT5B_LIMIT:-200}" --target "$P/target-4bit" --draft "$P/drafter" \
-            --workload chat --widths 2,4,8 -n 2 --max-tokens 48 --exact auto --seed 11
-    fi
     if want drafters && [ -d "$W/drafters" ]; then
         for k in dflash:dflash mtp:mtp drafter:model; do  # folder:kind (lab/target_drafters_gpu.sh)
             d="$W/drafters/${k%%:*}"

@@ -72,14 +72,38 @@ def test_a_step_past_the_deadline_is_skipped_and_said(tmp_path):
     assert "ops: skipped" in log and not any("lab.probe_exact ops" in c for c in _calls(tmp_path))
 
 
-def test_the_stall_step_runs_the_probe_three_ways_with_stacks_dumped(tmp_path):
+def test_the_stall_step_stops_after_the_way_it_ran_when_that_returns(tmp_path):
     p = _run(tmp_path, "run", STEPS="convert,stall")
+    assert p.returncode == 0, p.stderr
+    probes = [c for c in _calls(tmp_path) if "lab.probe_exact models" in c]
+    assert len(probes) == 1 and "--widths 5-8" in probes[0] and "--probe-repeats 2" in probes[0]
+    log = (tmp_path / "w" / "exact" / "run.log").read_text()
+    assert "stall-STALL-as-run: start (limit 300 s)" in log and "stall: none as run" in log
+
+
+def test_a_stall_as_it_ran_is_probed_two_more_ways_with_stacks_dumped(tmp_path):
+    stalls = STUB.replace("case \"$*\" in", 'case "$*" in\n  *--probe-repeats*) [ "$STALL" = as-run ] && exit 124; echo ok ;;', 1)
+    p = run_stubbed(SCRIPT, tmp_path, stalls, "run", timeout=120, GGUF=str(tmp_path / "model.gguf"),
+                    STEPS="convert,stall")
     assert p.returncode == 0, p.stderr
     probes = [c for c in _calls(tmp_path) if "lab.probe_exact models" in c]
     assert len(probes) == 3 and all("--widths 5-8" in c and "--probe-repeats 2" in c and "--dump-after 30" in c
                                     for c in probes)
     log = (tmp_path / "w" / "exact" / "run.log").read_text()
     # the first way outlasts the 190 s the eval took when it ran; the other two are shorter
-    assert "stall-STALL-as-run: start (limit 300 s)" in log and "stall-CUDA_LAUNCH_BLOCKING-1: start (limit 120 s)" in log
-    for name in ("STALL-as-run", "MLX_USE_CUDA_GRAPHS-0", "CUDA_LAUNCH_BLOCKING-1"):
+    assert "stall-STALL-as-run: rc 124" in log and "stall-CUDA_LAUNCH_BLOCKING-1: start (limit 120 s)" in log
+    for name in ("MLX_USE_CUDA_GRAPHS-0", "CUDA_LAUNCH_BLOCKING-1"):
         assert f"stall-{name}: rc 0" in log
+
+
+def test_the_5b_pair_runs_first_after_training_at_n_3_with_lookup_and_its_drafter(tmp_path):
+    built = STUB.replace('echo \'{}\' > "$PAIR/build.json"', 'echo \'{}\' > "$PAIR/build.json"; echo \'{}\' > "$PAIR/drafter/config.json"')
+    p = run_stubbed(SCRIPT, tmp_path, built, "run", timeout=120, GGUF=str(tmp_path / "model.gguf"),
+                    STEPS="convert,train,pair5b,chat5b,chat,served")
+    assert p.returncode == 0, p.stderr
+    sweeps = [c for c in _calls(tmp_path) if c.split()[1] == "blockwidth"]
+    names = [next(a for a in c.split() if "/records-" in a).rsplit("records-", 1)[1] for c in sweeps]
+    assert names[:3] == ["pair5b-4bit-lookup-mixed", "pair5b-4bit-lookup-chat", "pair5b-4bit-drafter-mixed"]
+    assert all("-n 3 " in c and "--exact auto" in c for c in sweeps[:3])
+    assert "--kind lookup" in sweeps[0] and "--draft" in sweeps[2]
+    assert not any("--target " in c and "target-bf16" in c for c in _calls(tmp_path))  # models5b not asked
