@@ -135,13 +135,11 @@ run)
             --target "$P/target-bf16" --widths "${MODEL5B_WIDTHS:-2-16}" --prefix "${MODEL5B_PREFIX:-96}" \
             --speed-tokens 48 --speed-reps 2 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" \
             --routes "${ROUTES:-mlx,kernels}" --out "$R/models5b.json" 2> "$R/models5b.txt"
-        p5=(-n "$N" --max-tokens 48 --exact auto --seed 11)
-        sweep pair5b-4bit-lookup-mixed "${PAIR5B_LIMIT:-200}" --target "$P/target-4bit" --kind lookup --workload mixed \
-            --widths 2,4,8 "${p5[@]}"
-        want chat5b && sweep pair5b-4bit-lookup-chat "${PAIR5B_LIMIT:-200}" --target "$P/target-4bit" --kind lookup \
-            --workload chat --widths 2,4,8 "${p5[@]}"
-        [ -f "$P/drafter/config.json" ] && sweep pair5b-4bit-drafter-mixed "${PAIR5B_LIMIT:-200}" --target "$P/target-4bit" \
-            --draft "$P/drafter" --workload mixed --widths 2,4,8 "${p5[@]}"
+        p5=(--target "$P/target-4bit" --widths 2,4,8 -n "$N" --max-tokens 48 --exact auto --seed 11)
+        sweep pair5b-4bit-lookup-mixed "${PAIR5B_LIMIT:-200}" "${p5[@]}" --kind lookup --workload mixed
+        want chat5b && sweep pair5b-4bit-lookup-chat "${PAIR5B_LIMIT:-200}" "${p5[@]}" --kind lookup --workload chat
+        [ -f "$P/drafter/config.json" ] && sweep pair5b-4bit-drafter-mixed "${PAIR5B_LIMIT:-200}" "${p5[@]}" \
+            --draft "$P/drafter" --workload mixed
     fi
     speed_targets=()
     for v in ${SPEED_VARIANTS:-native bf16 q4g64}; do
