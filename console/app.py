@@ -700,15 +700,22 @@ class BlockwidthApp(App):
             phase = Phase.WARMUP if e.rep == 0 and not e.closing else Phase.RUNS
             tokens = f" · {e.tokens}/{e.total} tokens" if e.kind == "progress" else ""
             req = self.request
+            state = self.session_state
+            if e.kind == "arm" and e.run == 0 and state is not None and e.runs > state.planned:
+                # the engine's count: on CUDA's exact path stock classic runs beside exact
+                # classic, an arm the console's config could not know of before the plan
+                self.session_state = state = replace(state, planned=e.runs)
             left = self._left(e)
             if req is not None and req.sequential:
-                state = self.session_state
-                planned = state.planned or e.runs
+                planned = (state.planned if state is not None else 0) or e.runs
                 detail, fraction = sequential_stage(e, req, planned)
                 if left is not None and e.run < planned:  # the n repetitions always run in full
                     # next to the run count: at 80 columns the line's end is cut (a tryout never
                     # saw the time left when it followed the budget)
-                    detail = detail.replace(" · ", f" · n {req.n} in about {minutes(left)} · ", 1)
+                    # (the n repetitions' runs alone: the probe and curve after them are not "n")
+                    runs_left = self._left(e, after=False)
+                    if runs_left is not None:
+                        detail = detail.replace(" · ", f" · n {req.n} in about {minutes(runs_left)} · ", 1)
                 self._show_phase(phase, f"stage 1/3 · {detail} · {where}{tokens}", fraction)
             else:
                 left_words = f" · about {minutes(left)} left" if left is not None else ""
@@ -724,7 +731,7 @@ class BlockwidthApp(App):
             stage = 2 if phase is Phase.EXACTNESS else 3
             self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
 
-    def _left(self, e: Any) -> float | None:
+    def _left(self, e: Any, after: bool = True) -> float | None:
         """Seconds left to the end of the runs planned (and what follows them), from the runs
         measured so far; None before one has finished or without a clock."""
         clock = self._clock
@@ -734,9 +741,9 @@ class BlockwidthApp(App):
         runs = state.planned if state is not None and state.planned and self.request is not None \
             and self.request.sequential else e.runs
         try:
-            if e.kind == "arm":
+            if e.kind == "arm" and after:  # (each event followed once: the first ask)
                 clock.started(e.run, e.elapsed, e.request, e.arm)
-            return clock.left_s(runs, e.elapsed)
+            return clock.left_s(runs, e.elapsed, after)
         except Exception:  # noqa: BLE001 (a help, not the session: no time left said)
             return None
 

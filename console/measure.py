@@ -405,7 +405,10 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             where = f"{e.arm} {'closing' if e.closing else 'warm-up' if e.rep == 0 else f'rep {e.rep}'}"
             if e.request:
                 where = f"{e.request[:14]} {where}"
-            redraw(f"  [{'#' * fill}{'.' * (16 - fill)}] {frac:4.0%}  {where:<26} {told(e)}")
+            # the time left before where the run is: the line is cut to the terminal's width,
+            # and at 80 columns a workload's request ids pushed it past the end
+            said = told(e)
+            redraw(f"  [{'#' * fill}{'.' * (16 - fill)}] {frac:4.0%}  " + (f"{said} · " if said else "") + where)
         elif tty and e.kind == "phase":
             # after the runs: say which stage is working instead of leaving the bar at 100 %
             stage, unit = {"exactness": ("exactness probe", "widths"),

@@ -265,15 +265,19 @@ class Clock:
         self._price_now = self._mean if length is None else self._price(*length, width)
         self._run, self._start = run, elapsed
 
-    def left_s(self, runs: int, now: float) -> float | None:
-        """Seconds left to the end of ``runs`` runs and what follows them, at ``now`` seconds
-        into the session; None before a run has finished (nothing measured to scale by)."""
+    def left_s(self, runs: int, now: float, after: bool = True) -> float | None:
+        """Seconds left to the end of ``runs`` runs and what follows them (``after`` False: the
+        runs alone), at ``now`` seconds into the session; None before a run has finished (nothing
+        measured to scale by)."""
         spent = self._start - (self._origin or 0.0)  # the runs' time, not what came before them
         if self._run < 1 or self._done <= 0 or spent <= 0:
             return None
         scale = spent / self._done
         current = self._price_now if self._price_now is not None else self._mean
-        later = max(runs - self._run - 1, 0) * self._mean
+        left = max(runs - self._run - 1, 0)
         this = max(current * scale - (now - self._start), 0.0)
-        after = self._after if self._after is not None else AFTER_SHARE * self._mean * runs
-        return this + later * scale + (OVERHEAD - 1) * scale * self._mean * runs + scale * after
+        tail = self._after if self._after is not None else AFTER_SHARE * self._mean * runs
+        # what the pilot does not time (between runs) is priced on the runs still to come, the
+        # one under way included: a session's last run has only its own share left to pay
+        overhead = (OVERHEAD - 1) * scale * (current + left * self._mean)
+        return this + left * self._mean * scale + overhead + (scale * tail if after else 0.0)

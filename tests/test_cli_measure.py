@@ -2,6 +2,8 @@
 
 import json
 
+import sys
+
 import pytest
 
 from blockwidth.policy import profile
@@ -105,7 +107,48 @@ def test_a_workload_sessions_entry_names_its_workload_not_the_built_in_prompt(tm
     import re
 
     reps = [line for line in p.stderr.splitlines() if "[rep]" in line]
-    assert len(reps) == 3 and all(re.search(r"repetition \d done; about \d+ s left$", r) for r in reps), p.stderr
+    assert len(reps) == 3 and all(re.search(r"repetition \d done; about (\d+ s|\d+\.\d min) left$", r)
+                                  for r in reps), p.stderr
+
+
+def test_the_tty_progress_line_says_the_time_left_before_where_the_run_is(tmp_path, blockwidth, monkeypatch):
+    """The redrawn progress line is cut to the terminal's width; with the time left last, a
+    workload's request ids pushed it off an 80-column line. It now comes right after the bar."""
+    import io
+    import itertools
+    import re
+
+    from tests.conftest import clocked_decodes
+
+    class Tty(io.TextIOBase):
+        def __init__(self, inner):
+            self.inner = inner
+
+        def isatty(self):
+            return True
+
+        def write(self, s):
+            return self.inner.write(s)
+
+        def flush(self):
+            self.inner.flush()
+
+    clocked_decodes(monkeypatch, {None: itertools.repeat(100.0), 2: itertools.repeat(30.0),
+                                  4: itertools.repeat(30.0)})  # 4: the width in effect, added
+    monkeypatch.setattr(sys, "stderr", Tty(sys.stderr))
+    monkeypatch.setenv("COLUMNS", "80")
+    wl = tmp_path / "w.jsonl"
+    wl.write_text('{"id": "a-long-request-id", "prompt": "def f(x):\\n    return"}\n'
+                  '{"id": "b-long-request-id", "prompt": "import os\\n"}\n')
+    p = blockwidth("sweep", "--widths", "2", "-n", "2", "--max-tokens", "4", "--workload", str(wl),
+                   "--record-dir", str(tmp_path))
+    assert p.returncode == 0, p.stdout + p.stderr
+    lines = [seg for seg in p.stderr.replace("\x1b[K", "").split("\r") if "%" in seg and "[" in seg]
+    timed = [seg for seg in lines if " left" in seg]
+    assert timed, lines
+    assert all(len(seg.rstrip("\n")) <= 79 for seg in lines)
+    assert all(re.match(r"  \[[#.]{16}\] +\d+%  about [\d.]+ (s|min) left · [ab]-long-request ", seg)
+               for seg in timed), timed
 
 
 def test_a_sweep_without_save_says_its_saveable_answer_was_not_saved(tmp_path, blockwidth, monkeypatch):

@@ -455,16 +455,30 @@ def test_a_running_session_says_the_time_left_from_its_own_runs(tmp_path):
             await enter(app, pilot, "running")
             from dataclasses import replace
 
-            runs = app.session_state.planned
+            runs = 20
             app.begin(replace(app.request, sequential=False), runs)
+            # a clock with no pilot prices every run alike (1.0), and what follows the runs at
+            # AFTER_SHARE of them: the figure below is worked out by hand, not asked of it
+            app._clock = pace.Clock(None, pace.Shape(((30, TOKENS),), widths=1, n=3))
             await pilot.pause()
             assert "left" not in status()  # no run has finished: nothing to say it from
             for run, at in ((0, 0.0), (1, 3.0), (2, 6.0)):
                 app.on_ab_event(_event(Event("arm", "w4", 1, 0, TOKENS, run=run, runs=runs, elapsed=at)))
             app.on_ab_event(_event(Event("progress", "w4", 1, 8, TOKENS, run=2, runs=runs, elapsed=6.5)))
             await pilot.pause()
-            left = app._clock.left_s(runs, 6.5)
-            assert left is not None and f"run 3/{runs} · about {pace.minutes(left)} left · " in status()
+            # two runs took 6 s for a price of 2: each costs 3 s. Run 3 has 2.5 s to go, 17 runs
+            # follow (51 s), the overhead is the 18 runs' 2 % (1.08 s), the probe and curve
+            # 5 % of 20 runs at 3 s (3 s): 57.58 s
+            left = 2.5 + 17 * 3 + (pace.OVERHEAD - 1) * 18 * 3 + pace.AFTER_SHARE * 20 * 3
+            assert left == pytest.approx(57.58)
+            assert f"run 3/{runs} · about {pace.minutes(left)} left · " in status()
+            # the engine's first run says how many runs it plans: on CUDA's exact path, one arm
+            # more than the console's config knew (stock classic beside exact classic)
+            app.begin(replace(app.request, sequential=False), runs)
+            app.on_ab_event(_event(Event("arm", "classic", 0, 0, TOKENS, run=0, runs=runs + 4, elapsed=0.0)))
+            await pilot.pause()
+            assert app.session_state.planned == runs + 4
+            assert f"run 1/{runs + 4} · " in status()
 
         app2 = make_app(tmp_path)
         async with app2.run_test(size=(140, 40)) as pilot:
@@ -475,6 +489,11 @@ def test_a_running_session_says_the_time_left_from_its_own_runs(tmp_path):
             await pilot.pause()
             said = str(app.query_one("#status").render())
             assert re.search(r"run 10/17 · n 3 in about [\d.]+ (s|min) · 18 of 180 s", said), said
+            # "n 3 in about" is the runs' time alone: the probe and curve after them are not n 3
+            n3 = float(re.search(r"n 3 in about ([\d.]+) s", said).group(1))
+            whole = app._clock.left_s(17, 18.0)
+            assert n3 == pytest.approx(app._clock.left_s(17, 18.0, after=False), abs=0.5)
+            assert whole - n3 > 0.5
 
     _run(go())
 

@@ -229,7 +229,7 @@ def test_the_time_left_is_the_pilots_price_scaled_by_the_runs_measured_so_far():
     clock.started(1, 0.4, "short", "w2")  # the first run took 0.4 s for a price of 0.2: twice
     clock.started(2, 0.8, "long", "classic")
     mean = (0.2 + 0.2 + 1.1 + 1.1) / 4
-    expect = 2 * 1.1 + 7 * mean * 2 + (pace.OVERHEAD - 1) * 2 * mean * 10
+    expect = 2 * 1.1 + 7 * mean * 2 + (pace.OVERHEAD - 1) * 2 * (1.1 + 7 * mean)
     assert clock.left_s(10, 0.8) == pytest.approx(expect)
     assert clock.left_s(10, 1.8) == pytest.approx(expect - 1.0)  # the current run's time passes
     # an auto arm's controller calibrates before the first run: that time is not the runs'
@@ -243,7 +243,7 @@ def test_the_time_left_is_the_pilots_price_scaled_by_the_runs_measured_so_far():
     bare = pace.Clock(None, shape, ("short", "long"))
     bare.started(0, 0.0, "short", "classic")
     bare.started(1, 0.5, "short", "w2")
-    assert bare.left_s(4, 0.5) == pytest.approx(0.5 + 2 * 0.5 + (pace.OVERHEAD - 1 + pace.AFTER_SHARE) * 0.5 * 4)
+    assert bare.left_s(4, 0.5) == pytest.approx(0.5 + 2 * 0.5 + ((pace.OVERHEAD - 1) * 3 + pace.AFTER_SHARE * 4) * 0.5)
     # a single prompt's runs carry no request id: its one length prices them
     # and with the widths named, what follows the runs (the exactness probe, the cost curve) is
     # priced from the pilot too, and scaled alike
@@ -253,7 +253,12 @@ def test_the_time_left_is_the_pilots_price_scaled_by_the_runs_measured_so_far():
     one.started(1, 2.2, "", "w2")
     after = pace.after_s(p, single)
     assert after > 0
-    assert one.left_s(2, 2.2) == pytest.approx(2.2 + (pace.OVERHEAD - 1) * 2 * 1.1 * 2 + 2 * after)
+    assert one.left_s(2, 2.2) == pytest.approx(2.2 + (pace.OVERHEAD - 1) * 2 * 1.1 + 2 * after)
+    # the overhead is the runs left's: at the last of many runs, it is that run's share alone
+    many = pace.Clock(None, pace.Shape(reqs, widths=1, n=50), ("short", "long"))
+    for run in range(200):
+        many.started(run, run * 1.0, "short", "classic")
+    assert many.left_s(200, 199.0) == pytest.approx(1.0 + (pace.OVERHEAD - 1) * 1.0 + pace.AFTER_SHARE * 200)
 
 
 def test_a_sequential_sweep_prices_the_repetitions_it_adds(monkeypatch, capsys):
