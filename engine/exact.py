@@ -8,7 +8,7 @@ a time) differs from one of 8+ (``qmm``), a bfloat16 matmul of 1 row (gemv) from
 no width can be saved (a real SmolLM2 on the H200: every width differed from classic).
 
 The exact path makes every forward of 1..``MAX_ROWS`` rows against a cache, classic's 1-row
-steps and the verify alike, row-invariant, by one of two routes (engine.linear.EXACT_ROUTES):
+steps and the verify alike, row-invariant, by one of three routes (engine.linear.EXACT_ROUTES):
 
 - ``mlx``: classic's steps keep MLX's own kernels and each verify row is computed as its 1-row
   step: affine quantized projections in MLX calls of at most 7 rows (its qmv, row-invariant below
@@ -18,7 +18,9 @@ steps and the verify alike, row-invariant, by one of two routes (engine.linear.E
 - ``kernels``: every projection on engine.qmv's kernel (affine 4/8-bit, groups 32/64/128, a tied
   quantized head's ``as_linear`` too) or engine.linear's gemv kernel (16-bit), 9..16 rows in two
   calls; attention on the ``rows`` kernel (sliding windows as a WindowMask);
-- ``auto`` (the default): :func:`choose_route` times both on the target before a session and
+- ``hybrid``: the projections as ``mlx``, attention on the ``rows`` kernel at every length,
+  classic's steps included: a verify's attention is one call a layer, not one a row;
+- ``auto`` (the default): :func:`choose_route` times each on the target before a session and
   keeps the cheaper (MLX's own kernels keep a host-bound target's classic at stock cost; the
   engine's read a large target's weights once for every verify row).
 
@@ -126,7 +128,7 @@ def uncovered_ops(model: Any, cache: list | None = None, route: str = "mlx") -> 
     import mlx.nn as nn
 
     from blockwidth.engine import qmv
-    from blockwidth.engine.linear import mlx_quant_refusal
+    from blockwidth.engine.linear import MLX_PROJECTION_ROUTES, mlx_quant_refusal
 
     out: dict[str, None] = {}
     args = getattr(model, "args", None)
@@ -142,7 +144,7 @@ def uncovered_ops(model: Any, cache: list | None = None, route: str = "mlx") -> 
             k = w.shape[-1] * 32 // m.bits if w.ndim == 2 else 0
             dt = _dtype(s)
             mode = getattr(m, "mode", "affine")
-            if route == "mlx":
+            if route in MLX_PROJECTION_ROUTES:
                 why = mlx_quant_refusal(mode, m.bits, m.group_size)
                 if why is not None:
                     out[f"quantized projections ({why})"] = None
@@ -227,8 +229,11 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
     if not missing:
         how = (f"classic's steps on MLX's own kernels, each row of a verify of up to {MAX_ROWS} computed as "
                f"its 1-row step ({_mlx_attention_words(model)})"
-               if route == "mlx" else "the route (MLX's own kernels, or the engine's) measured before "
-               "the session" if route == "auto" else
+               if route == "mlx" else "the route (MLX's own kernels, the engine's, or MLX's projections "
+               "with the engine's attention) measured before the session" if route == "auto" else
+               f"projections on MLX's own kernels, each row of a verify of up to {MAX_ROWS} computed as "
+               "its 1-row step; attention on the rows kernel at every length, classic's steps included"
+               if route == "hybrid" else
                f"every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, rows "
                "attention), classic's steps included")
         return Plan(asked, backend, True, True, f"on: {how}", route=route)
@@ -240,16 +245,23 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
 
 
 ROUTE_ROWS = 4  # choose_route prices a route by its 1-row step plus its verify of this many rows
+# The routes auto times, in this order (a tie keeps the first): MLX's own kernels, MLX's
+# projections with the engine's attention, the engine's kernels throughout.
+ROUTE_ORDER = ("mlx", "hybrid", "kernels")
 
 
 def choose_route(model: Any, p: Plan, measure=None, lockstep=None) -> Plan:
-    """``p`` with its route settled. Under ``auto`` on CUDA, both routes are timed on ``model``
+    """``p`` with its route settled. Under ``auto`` on CUDA, each route is timed on ``model``
     (a 1-row step and a ROUTE_ROWS-row verify, engine.costcurve, cold, a few passes) and the one
     with the smaller sum is taken: MLX's own kernels keep a host-bound target's classic at stock
     speed but price a verify's rows one by one (K attention calls, K weight reads); the engine's
     kernels read the weights once for every row (a 5B-shaped 4-bit target on the H200: a 1-row step
     2.58 ms against MLX's 4.77, 8 rows 1.09x one) but cost a custom-kernel call per projection
-    (SmolLM2-135M: classic 0.72x of stock). ``measure(model, plan) -> (ms at 1, ms at
+    (SmolLM2-135M: classic 0.72x of stock); ``hybrid`` keeps MLX's projections and gives
+    attention, classic's included, to the rows kernel: one custom call a layer, and a verify's
+    attention one call instead of one a row (on SmolLM2 the mlx route's 2-row verify cost 1.43
+    1-row steps on the H200, with draft, sync and rollback under 0.2 ms of it). ``measure(model,
+    plan) -> (ms at 1, ms at
     ROUTE_ROWS)`` (tests pass their own). A route whose ops the path does not cover is not tried.
     Elsewhere auto is ``mlx``."""
     import dataclasses
@@ -262,8 +274,8 @@ def choose_route(model: Any, p: Plan, measure=None, lockstep=None) -> Plan:
     costs = got[1] if got is not None and got[0]() is model else None
     if costs is None:
         costs = []
-        for route in ("mlx", "kernels"):
-            if route == "kernels" and uncovered_ops(model, route="kernels"):
+        for route in ROUTE_ORDER:
+            if route != "mlx" and uncovered_ops(model, route=route):
                 continue
             one, wide = (measure or _route_cost)(model, dataclasses.replace(p, route=route))
             costs.append((route, round(one, 3), round(wide, 3)))

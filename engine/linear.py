@@ -184,7 +184,7 @@ class LinearRouting:
     # ``passed``, the same in every arm.
     exact: bool = False
     inexact: dict = field(default_factory=dict)
-    route: str = "kernels"  # the exact path's route (EXACT_ROUTES): "mlx" or "kernels"
+    route: str = "kernels"  # the exact path's route (EXACT_ROUTES): "mlx", "hybrid" or "kernels"
 
     def summary(self) -> dict:
         out = {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
@@ -405,9 +405,10 @@ def _counted(routing: LinearRouting, why: str | None, label: str, passed: bool) 
 
 
 def _mlx_step(routing: LinearRouting, x) -> bool:
-    """Whether ``x`` is a 1-row step on the ``mlx`` route (counted as routed), which the caller
-    gives MLX's own call before any plan is looked at: a host-bound target makes ~200 a token."""
-    if routing.route == "mlx" and x.size == x.shape[-1]:
+    """Whether ``x`` is a 1-row step on a route of MLX's projections (counted as routed), which
+    the caller gives MLX's own call before any plan is looked at: a host-bound target makes ~200
+    a token."""
+    if routing.route in MLX_PROJECTION_ROUTES and x.size == x.shape[-1]:
         routing.routed += 1
         return True
     return False
@@ -438,7 +439,11 @@ def _chunked(x, n: int, fns: list, *args):
 # kernel, in classic's steps too). ``kernels``: every projection of 1..16 rows, 1-row steps
 # included, on the engine's qmv and gemv kernels (a custom-kernel call each: on a host-bound
 # SmolLM2-135M classic ran at 0.63-0.75x of stock, docs/exact.md). BLOCKWIDTH_EXACT_ROUTE chooses.
-EXACT_ROUTES = ("auto", "mlx", "kernels")
+EXACT_ROUTES = ("auto", "mlx", "hybrid", "kernels")
+# Routes whose projections are MLX's own (1..7-row quantized calls, gather_mv for 16-bit): ``mlx``
+# and ``hybrid``, which differ in attention only (engine.attention: hybrid's is the rows kernel
+# at every length, classic's steps included, so a verify is one attention call a layer, not one a row)
+MLX_PROJECTION_ROUTES = ("mlx", "hybrid")
 EXACT_ROUTE_ENV = "BLOCKWIDTH_EXACT_ROUTE"
 DEFAULT_EXACT_ROUTE = "auto"  # a session measures both and takes the cheaper (engine.exact.choose_route)
 MLX_QUANT_ROWS = 7  # MLX's CUDA quantized matmul: qmv (one row at a time) below 8 rows, qmm from 8
@@ -549,7 +554,7 @@ def exact_quantized(routing: LinearRouting, x, w, scales, biases, mode: str, bit
     (in chunks of CHUNK_ROWS), else ``stock()`` (which adds its own bias) with the reason counted.
     Shared by nn.QuantizedLinear and a tied quantized head's as_linear. (MLX's own quantized
     matmul of 1..7 rows is row-invariant on the H200: the ``mlx`` route, _mlx_quantized, keeps it.)"""
-    if routing.route == "mlx":
+    if routing.route in MLX_PROJECTION_ROUTES:
         return _mlx_quantized(routing, x, w, scales, biases, mode, bits, group, stock, bias)
     rows, width = _rows_of(x)
     key = ("exact", rows, width, x.dtype, w.shape, scales.dtype, mode, bits, group, biases is None)
@@ -583,7 +588,7 @@ def exact_dense(routing: LinearRouting, x, weight, stock: Callable[[], mx.array]
     16-bit weights (in chunks of CHUNK_ROWS), else ``stock()`` (bias its own) with the reason
     counted. The plan is worked out once per call signature, as exact_quantized's is (a
     host-bound target makes ~200 of these calls a token)."""
-    if routing.route == "mlx":
+    if routing.route in MLX_PROJECTION_ROUTES:
         return _mlx_dense(routing, x, weight, stock, bias)
     rows, width = _rows_of(x)
     key = ("dense", rows, width, x.dtype, weight.shape, weight.dtype)

@@ -1,7 +1,10 @@
 """Host cost of the exact path's routing, per projection call, against stock (this CPU): the
 kernels are replaced by functions that return at once, so what is timed is the Python and graph
 work a host-bound target pays ~200 times a token on CUDA; the ``mlx`` route's 1-row step is the stock
-call itself behind the route's plan lookup. `python -m lab.bench_route_host`."""
+call itself behind the route's plan lookup. Then one layer's attention call of a K-row forward
+(SmolLM2-135M's 9/3 heads, head size 64, 300 keys on an off-step buffer) on the ``mlx`` route
+(a call a row: slices, MLX's 1-row call, a concatenation) and the ``hybrid`` route (one rows-kernel
+call), the kernels again returning at once. `python -m lab.bench_route_host`."""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ import mlx.nn as nn
 from blockwidth.engine import linear, qmv
 
 CALLS = 20000
+REPEATS = 5  # attention_host: each figure the least of this many, interleaved
 
 
 def per_call_us(fn) -> float:
@@ -45,5 +49,43 @@ def main() -> None:
     print(routing.summary())
 
 
+
+def attention_host(rows=(1, 2, 4, 8, 16)) -> dict:
+    """Microseconds of host work a layer's attention call costs per route, at each row count."""
+    from blockwidth.engine import attention
+
+    q_heads, kv_heads, d, keys = 9, 3, 64, 300
+    k = mx.zeros((1, kv_heads, keys, d), mx.bfloat16)
+    one = mx.zeros((1, q_heads, 1, d), mx.bfloat16)
+    outs = {L: mx.zeros((1, q_heads, L, d), mx.bfloat16) for L in rows}
+    real = attention._fused, attention.rows_attention, attention.current_backend
+    attention.install()
+    attention._fused = lambda q, k, v, *a, **kw: one if q.shape[2] == 1 else outs[q.shape[2]]
+    attention.rows_attention = lambda q, k, v, **kw: outs[q.shape[2]]
+    attention.current_backend = lambda: "cuda"
+    got = {}
+    try:
+        for L in rows:
+            q = mx.zeros((1, q_heads, L, d), mx.bfloat16)
+            mask = None if L == 1 else "causal"
+            call = lambda: mx.fast.scaled_dot_product_attention(q, k, k, scale=0.125, mask=mask)  # noqa: E731
+            for _ in range(REPEATS):  # interleaved; the least disturbed of the repeats kept
+                t = per_call_us(call)
+                by = got.setdefault("stock", {})
+                by[L] = min(t, by.get(L, t))
+                for route in ("mlx", "hybrid"):
+                    with attention.verify_attention(None, exact=True, route=route) as routing:
+                        routing.off_step_keys = k  # the path's own cache: MLX's 1-row call at any length
+                        t = per_call_us(call)
+                    by = got.setdefault(route, {})
+                    by[L] = min(t, by.get(L, t))
+    finally:
+        attention._fused, attention.rows_attention, attention.current_backend = real
+    for route, by in got.items():
+        print(f"attention, {route} (least of {REPEATS}): " + ", ".join(f"{L} rows {us:.2f} us" for L, us in by.items()))
+    return got
+
+
 if __name__ == "__main__":
     main()
+    attention_host()

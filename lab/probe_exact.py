@@ -333,7 +333,7 @@ class _Pair:
 
 
 def model_probe(target: str, widths: list[int], prefixes: tuple[int, ...], speed_tokens: int, speed_reps: int,
-                curve: bool, route_names: tuple[str, ...] = ("mlx", "kernels"),
+                curve: bool, route_names: tuple[str, ...] = ("mlx", "hybrid", "kernels"),
                 speed_prompts: tuple[int, ...] = (64,), probe_repeats: int = 1) -> dict:
     from blockwidth.engine import costcurve
     from blockwidth.engine.identity import probe
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--speed-reps", type=int, default=3)
     p.add_argument("--speed-prompt", default="64", help="prompt lengths for the classic speeds, e.g. 64,400")
     p.add_argument("--curve", action="store_true", help="also the exact and stock cost curves, rows 1..16")
-    p.add_argument("--routes", default="mlx,kernels", help="the exact path's routes to probe, side by side")
+    p.add_argument("--routes", default="mlx,hybrid,kernels", help="the exact path's routes to probe, side by side")
     p.add_argument("--probe-repeats", type=int, default=1, metavar="N",
                    help="run each K-row probe N times, each timed (compilation shows as a slow first)")
     p.add_argument("--out", type=Path)

@@ -183,6 +183,39 @@ def test_the_mlx_route_keeps_classic_on_mlx_and_computes_each_verify_row_as_its_
             assert set(calls["mlx_qmm"]) <= {5, 6}
 
 
+@pytest.mark.parametrize("quantize", [None, 4])
+def test_the_hybrid_route_keeps_mlx_s_projections_and_gives_attention_to_the_rows_kernel(cuda_mlx, monkeypatch,
+                                                                                          quantize):
+    """``hybrid``: the projections as on the mlx route (MLX's own 1-row calls in classic, 1..7-row
+    quantized calls and gather_mv in a verify), attention on the rows kernel in classic's steps
+    and in each verify as one call of all its rows (the mlx route makes one call a row); the
+    output is classic's, nothing inexact, and the records name the route."""
+    monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "hybrid")
+    model = _llama(quantize)
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.exact and plan.route == "hybrid" and "rows kernel at every length" in plan.reason
+    pair = _Pair(model)
+    base = classic(pair, PROMPT, 16, exact=plan)
+    got = base.attention["exact"]
+    assert got["exact"] and got["linear"]["route"] == "hybrid" and got["attention"]["route"] == "hybrid"
+    assert "qmv" not in calls and "gemv" not in calls
+    steps = len(base.tokens)  # an 11-row prefill, then 1-row steps from the prompt's last token
+    layers = len(model.layers)
+    assert calls["rows"].count((1, 0)) == steps * layers  # every classic step: the rows kernel
+    for width in (3, 12):
+        calls.clear()
+        run = speculative(pair, PROMPT, 16, width, drafter=_Echo(base.tokens), exact=plan)
+        assert run.tokens == base.tokens
+        assert run.attention["exact"]["exact"], run.attention["exact"]
+        assert "qmv" not in calls and "gemv" not in calls
+        # the verify's rows in one call a layer (the mlx route: one MLX call a row, no rows call)
+        assert (width, 0) in calls["rows"] and all(n <= width or n == len(PROMPT) - 1 for n, _ in calls["rows"])
+        if quantize is None:
+            assert width in calls["gather"]
+        elif width > linear.MLX_QUANT_ROWS:
+            assert max(calls["mlx_qmm"]) <= linear.MLX_QUANT_ROWS
+
+
 def test_the_mlx_route_attention_is_mlx_s_own_at_every_length_on_the_engine_s_caches(cuda_mlx, monkeypatch):
     """On the mlx route every row is MLX's own 1-row attention (classic's step is the stock call
     itself; a verify row, that call on its own keys) at any number of keys, since the engine's
@@ -248,7 +281,7 @@ def test_the_route_is_chosen_by_name_and_refuses_others(monkeypatch):
     assert exact.plan(_llama(4), "auto", backend="cuda").route == "kernels"
     assert exact.plan(_llama(4), "auto", backend="cuda", route="mlx").route == "mlx"
     monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "fast")
-    with pytest.raises(ValueError, match="auto, mlx, kernels"):
+    with pytest.raises(ValueError, match="auto, mlx, hybrid, kernels"):
         linear.exact_route()
     assert linear.balanced(8, 7) == [(0, 4), (4, 8)]
     assert linear.balanced(16, 7) == [(0, 6), (6, 11), (11, 16)]
@@ -423,18 +456,23 @@ def test_on_the_exact_path_the_served_classic_decodes_one_request_at_a_time():
         assert gen._is_batchable(args) is batches
 
 
-def test_auto_times_both_routes_and_keeps_the_cheaper(cuda):
-    """``auto`` on CUDA: each route's 1-row step plus its 4-row verify, the smaller sum taken, both
-    figures in the plan's record and reason; a route named is left alone; off CUDA auto is mlx.
-    Then the real measurement (engine.costcurve on the path, each route) runs end to end."""
+def test_auto_times_every_route_and_keeps_the_cheapest(cuda):
+    """``auto`` on CUDA: each route's 1-row step plus its 4-row verify, the smallest sum taken,
+    every figure in the plan's record and reason; a route named is left alone; off CUDA auto is
+    mlx. Then the real measurement (engine.costcurve on the path, each route) runs end to end."""
     model = _llama(4)
     plan = exact.plan(model, "auto", backend="cuda", route="auto")
     assert plan.active and plan.route == "auto"
-    fake = {"mlx": (3.7, 5.0), "kernels": (4.8, 5.1)}
+    fake = {"mlx": (3.7, 5.0), "hybrid": (3.9, 5.2), "kernels": (4.8, 5.1)}
     got = exact.choose_route(model, plan, measure=lambda m, p: fake[p.route])
     assert got.route == "mlx" and got.active and got.exact
-    assert got.to_dict()["route_costs"] == {"mlx": {"1": 3.7, "4": 5.0}, "kernels": {"1": 4.8, "4": 5.1}}
+    assert got.to_dict()["route_costs"] == {"mlx": {"1": 3.7, "4": 5.0}, "hybrid": {"1": 3.9, "4": 5.2},
+                                            "kernels": {"1": 4.8, "4": 5.1}}
     assert "route mlx" in got.reason
+    # a host-bound target whose verify pays an attention call a row on mlx (SmolLM2 on the H200:
+    # a 2-row verify 1.43 steps): hybrid's one call a layer
+    fake["hybrid"] = (3.8, 4.1)
+    assert exact.choose_route(model, plan, measure=lambda m, p: fake[p.route]).route == "hybrid"
     fake["kernels"] = (2.6, 2.8)  # a weight-bound target: the engine's kernels read weights once
     assert exact.choose_route(model, plan, measure=lambda m, p: fake[p.route]).route == "kernels"
     named = exact.plan(model, "auto", backend="cuda", route="kernels")
@@ -442,7 +480,7 @@ def test_auto_times_both_routes_and_keeps_the_cheaper(cuda):
     cpu = exact.plan(model, "auto", backend="cpu", route="auto")
     assert exact.choose_route(model, cpu).route == "mlx"
     real = exact.choose_route(model, plan)
-    assert real.route in ("mlx", "kernels") and {r for r, _, _ in real.route_costs} == {"mlx", "kernels"}
+    assert real.route in exact.ROUTE_ORDER and {r for r, _, _ in real.route_costs} == set(exact.ROUTE_ORDER)
     assert all(a > 0 and b > 0 for _, a, b in real.route_costs)
 
 
@@ -492,9 +530,9 @@ def test_a_session_under_auto_records_the_route_it_timed(cuda_mlx, monkeypatch):
     pair = load_pair(demo / "target-bf16", demo / "drafter")
     s = run_session(pair, AbConfig(widths=(2,), prompt="def add(a, b):", n=1, max_tokens=4,
                                    exactness=True, predict=False, seed=7))
-    assert s.exact.active and s.exact.route in ("mlx", "kernels")
-    assert {r for r, _, _ in s.exact.route_costs} == {"mlx", "kernels"}
+    assert s.exact.active and s.exact.route in exact.ROUTE_ORDER
+    assert {r for r, _, _ in s.exact.route_costs} == set(exact.ROUTE_ORDER)
     rec = records.build(s, pair, host={})
-    assert rec["exact"]["route"] == s.exact.route and set(rec["exact"]["route_costs"]) == {"mlx", "kernels"}
+    assert rec["exact"]["route"] == s.exact.route and set(rec["exact"]["route_costs"]) == set(exact.ROUTE_ORDER)
     assert f"route {s.exact.route}" in rec["exact"]["reason"]
     assert s.arm(2).identity.identical_ids

@@ -35,7 +35,7 @@ def _calls(tmp_path: Path) -> list[str]:
 
 
 def test_the_lease_converts_probes_trains_then_measures_on_the_exact_path(tmp_path):
-    p = _run(tmp_path, "run", STEPS="convert,train,chat,models,model,served,mixed,pair5b,stock,ops")
+    p = _run(tmp_path, "run", STEPS="convert,edits,train,chat,models,model,served,mixed,pair5b,stock,ops")
     assert p.returncode == 0, p.stderr
     calls = _calls(tmp_path)
     mods = [c.split()[1] for c in calls]
@@ -48,15 +48,21 @@ def test_the_lease_converts_probes_trains_then_measures_on_the_exact_path(tmp_pa
     chat = next(c for c in sweeps if "records-smol-lookup-chat " in c + " ")
     assert "--workload chat" in chat and "--kind lookup" in chat and "--exact auto" in chat
     served = next(c for c in sweeps if "--path mlx-lm-server" in c)
-    assert "--exact on" in served and "--concurrency 1,4" in served
+    assert "--exact on" in served and "--concurrency 1,4" in served and "--workload chat" in served
+    edits = next(c for c in sweeps if "records-smol-lookup-edits " in c + " ")
+    assert "--workload lab/prompts/edits.jsonl" in edits and "--exact auto" in edits and "--sequential" in edits
+    assert "--save --profile" in edits and "-n 3 " in edits
     stock = next(c for c in sweeps if "records-smol-lookup-chat-stock" in c)
     assert "--exact off" in stock  # the stock path beside it, for contrast
+    # nothing timed while the training runs: the edits and the served A/B before it starts (on
+    # an idle GPU, first, since the last leases lost them to the host going back), the rest after
     build = next(i for i, c in enumerate(calls) if "lab.build_gpu" in c)
-    first_timed = next(i for i, c in enumerate(calls) if c.split()[1] == "blockwidth")
-    assert build < first_timed  # training started before anything timed...
+    timed = [i for i, c in enumerate(calls) if c.split()[1] == "blockwidth"]
+    assert calls.index(edits) < calls.index(served) < build < min(i for i in timed if i > build)
     r = tmp_path / "w" / "exact"
     log = (r / "run.log").read_text()
-    assert log.index("train: done") < log.index("smol-lookup-chat: start")  # ...and ended before
+    assert log.index("served: rc") < log.index("train: the")
+    assert log.index("train: done") < log.index("smol-lookup-chat: start")
     assert any("lab.probe_exact models" in c and "--target random:gemma3-270m" in c for c in calls)
     assert any("lab.probe_exact ops" in c for c in calls) and (r / "done").is_file()
     w = _run(tmp_path, "wait", "1")
@@ -101,7 +107,9 @@ def test_the_5b_pair_runs_first_after_training_at_n_3_with_lookup_and_its_drafte
     p = run_stubbed(SCRIPT, tmp_path, built, "run", timeout=120, GGUF=str(tmp_path / "model.gguf"),
                     STEPS="convert,train,pair5b,chat5b,chat,served")
     assert p.returncode == 0, p.stderr
-    sweeps = [c for c in _calls(tmp_path) if c.split()[1] == "blockwidth"]
+    calls = _calls(tmp_path)
+    build = next(i for i, c in enumerate(calls) if "lab.build_gpu" in c)
+    sweeps = [c for c in calls[build:] if c.split()[1] == "blockwidth"]  # the served A/B ran before it
     names = [next(a for a in c.split() if "/records-" in a).rsplit("records-", 1)[1] for c in sweeps]
     assert names[:3] == ["pair5b-4bit-lookup-mixed", "pair5b-4bit-lookup-chat", "pair5b-4bit-drafter-mixed"]
     assert all("-n 3 " in c and "--exact auto" in c for c in sweeps[:3])
