@@ -4,6 +4,8 @@ import asyncio
 import io
 import time
 
+import pytest
+
 from textual.widgets import Input
 
 from blockwidth.console.app import BlockwidthApp, Options, Phase
@@ -576,3 +578,22 @@ def test_c_in_a_workload_sessions_measured_phase_starts_no_run_after_it(tmp_path
     app = _app(tmp_path)
     run(go())
     assert len(started) >= 8 and not any(started)  # not one run began after the c
+
+
+@pytest.mark.pilot
+def test_the_console_s_own_pilot_prices_the_fields_once_the_pair_loads(tmp_path):
+    """The console's pilot (off in every other test: it adds seconds to each load) runs for real
+    here on the demo pair: the pace it leaves has positive rates at both widths, and the settings
+    panel says the pre-run estimate from it before anything runs."""
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await _settle(app, pilot)
+            p = app.pace
+            assert p is not None, "no pace: the pilot did not run or returned nothing"
+            assert p.prefill_s > 0 and p.decode_s > 0 and p.spec_decode_s > 0 and p.width == 2
+            await pilot.pause()
+            said = _text(app, "#settings")
+            assert "at the pilot's pace" in said and "for its n 3" in said, said
+
+    run(go())
