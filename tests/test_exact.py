@@ -168,12 +168,21 @@ def test_the_mlx_route_keeps_classic_on_mlx_and_computes_each_verify_row_as_its_
     # gathers or splits: 6 and 5)
     assert set(calls.get("gather", [])) <= {11} and set(calls.get("mlx_qmm", [])) <= {5, 6}
     assert (1, 0) in calls["rows"]
+    _widths_on_mlx_projections(pair, base, plan, quantize)
+
+
+def _widths_on_mlx_projections(pair, base, plan, quantize, attention_check=None):
+    """Widths 3 and 12 on a route of MLX's projections: classic's text, nothing inexact, none of
+    the engine's projection kernels, 16-bit rows through gather_mv, 8+ quantized rows split into
+    MLX calls of at most 7 (12: 6 and 6); ``attention_check(width)`` asks the route's own."""
     for width in (3, 12):
         calls.clear()
         run = speculative(pair, PROMPT, 16, width, drafter=_Echo(base.tokens), exact=plan)
         assert run.tokens == base.tokens
         assert run.attention["exact"]["exact"], run.attention["exact"]
         assert "qmv" not in calls and "gemv" not in calls
+        if attention_check is not None:
+            attention_check(width)
         if quantize is None:
             assert width in calls["gather"]
         elif width > linear.MLX_QUANT_ROWS:
@@ -202,18 +211,11 @@ def test_the_hybrid_route_keeps_mlx_s_projections_and_gives_attention_to_the_row
     steps = len(base.tokens)  # an 11-row prefill, then 1-row steps from the prompt's last token
     layers = len(model.layers)
     assert calls["rows"].count((1, 0)) == steps * layers  # every classic step: the rows kernel
-    for width in (3, 12):
-        calls.clear()
-        run = speculative(pair, PROMPT, 16, width, drafter=_Echo(base.tokens), exact=plan)
-        assert run.tokens == base.tokens
-        assert run.attention["exact"]["exact"], run.attention["exact"]
-        assert "qmv" not in calls and "gemv" not in calls
-        # the verify's rows in one call a layer (the mlx route: one MLX call a row, no rows call)
+
+    def one_call_a_layer(width):  # the mlx route: one MLX call a row, no rows call
         assert (width, 0) in calls["rows"] and all(n <= width or n == len(PROMPT) - 1 for n, _ in calls["rows"])
-        if quantize is None:
-            assert width in calls["gather"]
-        elif width > linear.MLX_QUANT_ROWS:
-            assert max(calls["mlx_qmm"]) <= linear.MLX_QUANT_ROWS
+
+    _widths_on_mlx_projections(pair, base, plan, quantize, one_call_a_layer)
 
 
 def test_the_mlx_route_attention_is_mlx_s_own_at_every_length_on_the_engine_s_caches(cuda_mlx, monkeypatch):
