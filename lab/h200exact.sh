@@ -164,7 +164,7 @@ run)
         [ -f "$S/$v/config.json" ] && speed_targets+=(--target "$S/$v")
     done
     want speed && step speed "${SPEED_LIMIT:-240}" python3 -m lab.probe_exact models "${speed_targets[@]}" --widths none \
-        --speed-reps 3 --speed-prompt "${SPEED_PROMPT:-64}" "${curve[@]}" --routes "${ROUTES:-mlx,hybrid,kernels}" \
+        --speed-reps "${SPEED_REPS:-9}" --speed-prompt "${SPEED_PROMPT:-64,400}" "${curve[@]}" --routes "${ROUTES:-mlx,hybrid,kernels}" \
         --out "$R/models-speed.json" 2> "$R/models-speed.txt"
     want chat && [ -f "$S/native/config.json" ] && sweep smol-lookup-chat "${CHAT_LIMIT:-200}" --target "$S/native" \
         --kind lookup --workload chat --widths "${CHAT_WIDTHS:-2,3,4,6,8}" "${common[@]}"
