@@ -138,6 +138,8 @@ def parse_rows(text: str) -> tuple[int, ...]:
             part = part.strip()
             if "-" in part:  # each bound within 1..512 before a range is built from it
                 a, b = (parse_int(x, 1, MAX_ROWS, signed=False) for x in part.split("-", 1))
+                if b < a:  # "5-2" named no row at all: say so, not the bounds
+                    raise InputError(f"{shown}: the range {a}-{b} runs backwards; write it {b}-{a}", "rows")
                 out.update(range(a, b + 1))
             elif part:
                 out.add(parse_int(part, 1, MAX_ROWS, signed=False))

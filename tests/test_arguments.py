@@ -113,6 +113,8 @@ def test_integers_past_python_s_digit_limit_are_refused_in_one_short_line(tmp_pa
         parse_width("0" * 5000 + "1", "--draft-block-size")  # 1, with leading zeros int() counts
     with pytest.raises(BlockwidthError, match="1..512"):
         parse_rows("1-100000000000000000")  # refused before a range of 10**17 rows is built
+    with pytest.raises(BlockwidthError, match="the range 5-2 runs backwards; write it 2-5"):
+        parse_rows("5-2")  # a tryout read "row counts must be 1..512" for it
 
 
 ONES = "1" * 5000  # as BIG, in a digit the cut-off echo of it shows as itself
