@@ -705,19 +705,19 @@ class BlockwidthApp(App):
                 # the engine's count: on CUDA's exact path stock classic runs beside exact
                 # classic, an arm the console's config could not know of before the plan
                 self.session_state = state = replace(state, planned=e.runs)
-            left = self._left(e)
+            self._follow(e)
             if req is not None and req.sequential:
                 planned = (state.planned if state is not None else 0) or e.runs
                 detail, fraction = sequential_stage(e, req, planned)
+                # the n repetitions' runs alone: the probe and curve after them are not "n"
+                left = self._left(e, after=False)
                 if left is not None and e.run < planned:  # the n repetitions always run in full
                     # next to the run count: at 80 columns the line's end is cut (a tryout never
                     # saw the time left when it followed the budget)
-                    # (the n repetitions' runs alone: the probe and curve after them are not "n")
-                    runs_left = self._left(e, after=False)
-                    if runs_left is not None:
-                        detail = detail.replace(" · ", f" · n {req.n} in about {minutes(runs_left)} · ", 1)
+                    detail = detail.replace(" · ", f" · n {req.n} in about {minutes(left)} · ", 1)
                 self._show_phase(phase, f"stage 1/3 · {detail} · {where}{tokens}", fraction)
             else:
+                left = self._left(e)
                 left_words = f" · about {minutes(left)} left" if left is not None else ""
                 self._show_phase(phase, f"stage 1/3 · run {e.run + 1}/{e.runs}{left_words} · {where}{tokens}",
                                  e.fraction)
@@ -731,9 +731,17 @@ class BlockwidthApp(App):
             stage = 2 if phase is Phase.EXACTNESS else 3
             self._show_phase(phase, f"stage {stage}/3 · {what}{e.run}/{e.runs} {unit} done", e.run / max(e.runs, 1))
 
+    def _follow(self, e: Any) -> None:
+        """The clock follows each run's start (a help, not the session: no time left said if it fails)."""
+        if self._clock is not None and e.kind == "arm":
+            try:
+                self._clock.started(e.run, e.elapsed, e.request, e.arm)
+            except Exception:  # noqa: BLE001
+                pass
+
     def _left(self, e: Any, after: bool = True) -> float | None:
-        """Seconds left to the end of the runs planned (and what follows them), from the runs
-        measured so far; None before one has finished or without a clock."""
+        """Seconds left to the end of the runs planned (and, ``after``, what follows them), from
+        the runs measured so far; None before one has finished or without a clock."""
         clock = self._clock
         if clock is None:
             return None
@@ -741,8 +749,6 @@ class BlockwidthApp(App):
         runs = state.planned if state is not None and state.planned and self.request is not None \
             and self.request.sequential else e.runs
         try:
-            if e.kind == "arm" and after:  # (each event followed once: the first ask)
-                clock.started(e.run, e.elapsed, e.request, e.arm)
             return clock.left_s(runs, e.elapsed, after)
         except Exception:  # noqa: BLE001 (a help, not the session: no time left said)
             return None

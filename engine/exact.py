@@ -227,15 +227,14 @@ def plan(model: Any, asked: str | Exact | None = None, backend: str | None = Non
             cache = None
     missing = tuple(uncovered_ops(model, cache, "mlx" if route == "auto" else route))
     if not missing:
-        how = (f"classic's steps on MLX's own kernels, each row of a verify of up to {MAX_ROWS} computed as "
-               f"its 1-row step ({_mlx_attention_words(model)})"
-               if route == "mlx" else "the route (MLX's own kernels, the engine's, or MLX's projections "
-               "with the engine's attention) measured before the session" if route == "auto" else
-               f"projections on MLX's own kernels, each row of a verify of up to {MAX_ROWS} computed as "
-               "its 1-row step; attention on the rows kernel at every length, classic's steps included"
-               if route == "hybrid" else
-               f"every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, rows "
-               "attention), classic's steps included")
+        per_row = f"each row of a verify of up to {MAX_ROWS} computed as its 1-row step"
+        how = {"mlx": f"classic's steps on MLX's own kernels, {per_row} ({_mlx_attention_words(model)})",
+               "auto": "the route (MLX's own kernels, the engine's, or MLX's projections with the engine's "
+                       "attention) measured before the session",
+               "hybrid": f"projections on MLX's own kernels, {per_row}; attention on the rows kernel at "
+                         "every length, classic's steps included",
+               "kernels": f"every forward of 1..{MAX_ROWS} rows on row-invariant kernels (qmv, gemv, rows "
+                          "attention), classic's steps included"}[route]
         return Plan(asked, backend, True, True, f"on: {how}", route=route)
     if asked is Exact.AUTO:
         return Plan(asked, backend, False, False, "off (auto): not covered: " + "; ".join(missing), missing,
@@ -260,9 +259,8 @@ def choose_route(model: Any, p: Plan, measure=None, lockstep=None) -> Plan:
     (SmolLM2-135M: classic 0.72x of stock); ``hybrid`` keeps MLX's projections and gives
     attention, classic's included, to the rows kernel: one custom call a layer, and a verify's
     attention one call instead of one a row (on SmolLM2 the mlx route's 2-row verify cost 1.43
-    1-row steps on the H200, with draft, sync and rollback under 0.2 ms of it). ``measure(model,
-    plan) -> (ms at 1, ms at
-    ROUTE_ROWS)`` (tests pass their own). A route whose ops the path does not cover is not tried.
+    1-row steps on the H200, with draft, sync and rollback under 0.25 ms of it).
+    ``measure(model, plan) -> (ms at 1, ms at ROUTE_ROWS)`` (tests pass their own). A route whose ops the path does not cover is not tried.
     Elsewhere auto is ``mlx``."""
     import dataclasses
 

@@ -445,7 +445,7 @@ EXACT_ROUTES = ("auto", "mlx", "hybrid", "kernels")
 # at every length, classic's steps included, so a verify is one attention call a layer, not one a row)
 MLX_PROJECTION_ROUTES = ("mlx", "hybrid")
 EXACT_ROUTE_ENV = "BLOCKWIDTH_EXACT_ROUTE"
-DEFAULT_EXACT_ROUTE = "auto"  # a session measures both and takes the cheaper (engine.exact.choose_route)
+DEFAULT_EXACT_ROUTE = "auto"  # a session times each route and takes the cheapest (engine.exact.choose_route)
 MLX_QUANT_ROWS = 7  # MLX's CUDA quantized matmul: qmv (one row at a time) below 8 rows, qmm from 8
 MLX_QUANT = {"affine": ((4, 8), (32, 64, 128))}  # what the H200 probes found row-invariant
 
