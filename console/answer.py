@@ -223,12 +223,17 @@ def _answer(res: Any, paths: Any, base: dict, path: str | None, session_decline:
     classic = shell(["mlx_lm.server", "--model", target])
     if res.width is None:  # a decline: classic was faster, so the server runs without a draft model
         return Answer(command=classic, refusal=None, **base)
+    # ``session_decline``: the session on screen found every width it ran slower than classic
+    # (or short of the minimum gain), saved or not (the words say which): its command is classic's,
+    # whether or not the resolved width has one (a lookup pair has none, and its answer said only
+    # "not measured: the per-kind constant" after a session had measured it slower)
+    extra = {"session_command": classic, "session_why": session_decline} if session_decline else {}
     kind = res.drafter_kind
     if kind in _CANNOT or paths.drafter is None:
         why = _CANNOT.get(kind, _CANNOT[DrafterKind.LOOKUP])
         where = ("blockwidth's engine does not run it either" if kind is DrafterKind.EAGLE else
                  f"width {res.width} runs on blockwidth's engine (BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width})")
-        return Answer(command=None, refusal=f"{why}; {where}", **base)
+        return Answer(command=None, refusal=f"{why}; {where}", **extra, **base)
     argv = ["mlx_lm.server", "--model", target, "--draft-model", _abs(paths.drafter, "the drafter's folder"),
             "--num-draft-tokens", str(num_draft_tokens(res.width))]
     env: dict[str, str] = {}
@@ -239,7 +244,4 @@ def _answer(res: Any, paths: Any, base: dict, path: str | None, session_decline:
         if isinstance(args, list) and all(isinstance(a, str) for a in args):
             argv += args  # the arguments it was measured with
         env = entry.server_env  # the environment it was measured in: without it, another kernel runs
-    # ``session_decline``: the session on screen found every width it ran slower than classic
-    # (or short of the minimum gain), saved or not (the words say which): its command is classic's
-    extra = {"session_command": classic, "session_why": session_decline} if session_decline else {}
     return Answer(command=shell(argv, env), refusal=None, caution=caution(res, path), **extra, **base)

@@ -12,6 +12,7 @@ a field: a run moves it to the results, Escape leaves a field, Enter in a field 
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from dataclasses import replace
@@ -463,8 +464,39 @@ class BlockwidthApp(App):
                                 f"{self._record_dir()} ({e.strerror or e})")
                     return
             tab.set_field(name, value)
-        self.notify(f"next step: {step.says}", timeout=5, markup=False)
+        says = step.says
+        # the step's fields can still fall short of the repetitions a win needs at the pilot's
+        # pace (longer runs, fewer requests): n raises the budget to them itself, as the warning's
+        # first choice would (a tryout's n met that warning again, one key after choosing from it)
+        raised = self._budget_for_a_win(tab)
+        if raised is not None:
+            says += f", secs {raised[0]} and reps {raised[1]} (what a win needs at the pilot's pace)"
+        self.notify(f"next step: {says}", timeout=6, markup=False)
         self.action_start_ab()
+
+    def _budget_for_a_win(self, tab: AbTab) -> tuple[int, int] | None:
+        """Raise the fields' sequential budget to what the pilot says a win needs, and the
+        seconds to what their n repetitions take, where they fall short (the two cases _warn
+        asks about): (secs, reps) set, or None (they reach it, or no pilot, or fields that do
+        not read: action_start_ab says why)."""
+        try:
+            req = tab.read_request()
+        except FieldError:
+            return None
+        plan = self.plan_for(req)
+        if plan is None:
+            return None
+        secs, reps = int(req.max_seconds), req.max_reps
+        if not plan.can_decide:
+            secs, reps = max(plan.seconds_for_need(), secs), max(reps, plan.need)
+        if req.sequential and plan.first_s > 2 * secs:  # the warning's other case: n alone runs past it
+            secs = math.ceil(plan.first_s)
+        if (secs, reps) == (int(req.max_seconds), req.max_reps):
+            return None
+        tab.set_field("secs", str(secs))
+        tab.set_field("reps", str(reps))
+        tab.set_field("sequential", True)
+        return secs, reps
 
     def _write_requests(self, requests: Any) -> Path:
         """A part of a workload as a JSONL file beside the records (the prompt field names it,

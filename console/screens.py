@@ -178,6 +178,8 @@ class AnswerScreen(ModalScreen[None]):
                       ("the resolved width's command (the session measured that width no faster):\n", "bold")]
             if a.command is not None:
                 parts += ["  ", a.command, "\n\n"]
+            else:
+                parts += ["  none: ", shown(a.refusal or ""), "\n\n"]
         elif a.command is not None:
             parts += [("the mlx_lm.server command" + (", copied to the clipboard (where the terminal "
                                                       "allows it)" if self.copied else "") + ":\n", "bold"),
@@ -191,8 +193,11 @@ class AnswerScreen(ModalScreen[None]):
         if a.session:
             parts += [("this session: ", "bold"), shown(a.session), "\n"]
         if a.env:
-            parts += ["\n", ("for blockwidth's engine and CI, the environment variable:\n", "bold"),
-                      f"  export {a.env}\n"]
+            # after a session that measured every width slower, the variable is the resolved
+            # width's, not a recommendation: said so where it is offered
+            head = ("the resolved width for blockwidth's engine (this session measured it no faster):\n"
+                    if a.session_command else "for blockwidth's engine and CI, the environment variable:\n")
+            parts += ["\n", (head, "bold"), f"  export {a.env}\n"]
         keys = ["y copies the command" if a.command else "", "Y copies the variable" if a.env else "",
                 "Escape closes"]
         parts += ["\n", (" · ".join(k for k in keys if k) + ".  num_draft_tokens = width - 1.", "dim")]

@@ -52,6 +52,19 @@ def test_kinds_mlx_lm_server_cannot_run_are_refused_with_the_reason(kind, why):
     assert "runs on blockwidth's engine" in said.refusal and said.env  # the engine still runs it
 
 
+@pytest.mark.parametrize("kind", ["lookup", "dflash", None])
+def test_a_session_that_found_every_width_slower_hands_classics_command_for_every_kind(kind):
+    """From a tryout: after a lookup session measured its width slower than classic, y said only
+    "not measured: the per-kind constant" and offered the width's variable (a lookup pair has no
+    server command, and the session's word was dropped with it)."""
+    said, res, paths = _answer(kind, session_decline="a decline: s saves it")
+    assert said.session_command == f"mlx_lm.server --model {paths.target}"
+    assert said.session_why == "a decline: s saves it"
+    assert any(line.startswith("this session measured classic faster than every width") for line in said.lines())
+    plain, _, _ = _answer(kind)
+    assert plain.session_command is None
+
+
 def test_the_refusal_for_dflash_and_mtp_is_what_mlx_lm_does_with_them():
     """mlx_lm.server loads --draft-model with mlx_lm's loader; the demo DFlash and MTP drafters
     fail there as the refusal says (the first request died with this in the tryout)."""

@@ -139,6 +139,22 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path, monkeypat
             before = app.query_one("#prompt", Input).value
             await pilot.press("p")
             assert app.query_one("#prompt", Input).value != before
+            # the label names the preset (main() and its repeat begin with the same line), and
+            # forgets it once the field is edited
+            from textual.widgets import Label
+
+            from blockwidth.engine.demo.prompts import PRESETS
+
+            label = app.query_one("#prompt-label", Label)
+            seen = set()
+            for _ in PRESETS:
+                seen.add(str(label.render()))
+                await pilot.press("p")
+            assert len(seen) == len(PRESETS) and "prompt (repeat)" in seen and "prompt (main())" in seen
+            field = app.query_one("#prompt", Input)
+            field.value += " x"
+            await pilot.pause()
+            assert str(label.render()) == "prompt"
             assert "STALE" in _text(app, "#settings")  # the results no longer match the fields
             await pilot.press("r")
             await _settle(app, pilot)

@@ -369,6 +369,33 @@ def test_the_next_step_of_an_undecided_session_is_one_key(tmp_path):
     _run(go())
 
 
+def test_n_raises_the_budget_a_win_needs_itself_rather_than_warning_again(tmp_path):
+    """A tryout: n's step (secs raised from the session's own times) still fell short at the
+    pilot's slower pace, and the pilot's warning came up one key after its choice. n now sets
+    the budget a win needs (and the seconds its n repetitions take) itself, says so, and runs."""
+    async def go():
+        from blockwidth.console.screens import FirstSessionScreen
+        from blockwidth.policy.pace import Pace
+
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "undecided")
+            # a pilot a hundred times slower than the session's own repetitions: its n 3 alone
+            # would take past twice the budget n's step sets (the warning's second case)
+            app.pace = Pace(prefill_s=0.05, spec_prefill_s=0.06, decode_s=2.5, spec_decode_s=3.0, width=2)
+            await pilot.press("n")
+            await pilot.pause()
+            assert not isinstance(app.screen, FirstSessionScreen)
+            req = app.request
+            plan = app.plan_for(req)
+            assert app.phase.busy and plan.can_decide and plan.first_s <= 2 * req.max_seconds
+            await pilot.press("c")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+
+    _run(go())
+
+
 def test_the_pilots_warning_offers_a_budget_that_reaches_a_win(tmp_path):
     """n 2 within 60 s on the pilot's rates cannot reach the 3 repetitions a win needs:
     a warns before anything runs; r raises the budget to what they take here and runs."""

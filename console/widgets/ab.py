@@ -199,6 +199,14 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
     return Text("\n").join(lines)
 
 
+def _prompt_label(prompt: str) -> str:
+    """The prompt field's label: with the preset's name while it holds one (p cycles them)."""
+    from blockwidth.engine.demo.prompts import preset_tag
+
+    tag = preset_tag(prompt)
+    return f"prompt ({tag})" if tag else "prompt"
+
+
 class AbTab(TabPane):
     resolution: var[ResolutionView | None] = var(None)
     session_state: var[SessionView | None] = var(None)
@@ -228,7 +236,7 @@ class AbTab(TabPane):
             yield Label("secs")
             yield Input(f"{BUDGET_S:g}", id="secs", compact=True, tooltip="sequential budget: seconds")
         with Horizontal(id="prompt-row"):
-            yield Label("prompt")
+            yield Label(_prompt_label(self._prompt), id="prompt-label")
             yield Input(escape_prompt(self._prompt), id="prompt", compact=True,
                         tooltip="\\n is a newline; p puts the next preset here")
             # On the prompt row, where the field gives way, so both fit at 80 columns.
@@ -291,6 +299,8 @@ class AbTab(TabPane):
     @on(Input.Changed)
     def _field_changed(self, event: Input.Changed) -> None:
         event.input.remove_class("-bad")
+        if event.input.id == "prompt":
+            self.query_one("#prompt-label", Label).update(_prompt_label(unescape_prompt(event.value)))
         if event.input.id == "widths" and event.input.has_focus:  # typed by the operator
             self._widths_touched = True
         self._mark_stale()

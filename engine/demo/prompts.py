@@ -43,6 +43,15 @@ PRESETS: tuple[tuple[str, str], ...] = (
     ("repeat: main() once more (its answer repeats the prompt; lookup can win)", REPEAT_PROMPT),
 )
 
+# What the prompt field's label says while the field holds a preset: two presets begin with the
+# same line (main() and its repeat), and the toast that named them was gone in four seconds.
+_TAGS = ("@mixed", "Stack", "__repr__", "read_config", "main()", "repeat")
+
+
+def preset_tag(text: str) -> str | None:
+    """The short name of the preset ``text`` is, or None (typed, or a preset edited)."""
+    return next((tag for tag, (_, t) in zip(_TAGS, PRESETS) if t == text), None)
+
 
 class PromptsFileError(BlockwidthError, ValueError):
     """A prompts file that cannot be used; str() is the one line to show: flag, path, what."""
