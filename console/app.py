@@ -210,13 +210,13 @@ class BlockwidthApp(App):
             return err.say(CONSOLE_NAMES)
         return err.say(self._names) if isinstance(err, BlockwidthError) else str(err)
 
-    def _error(self, text: str, refusal: bool = False) -> None:
+    def _error(self, text: str, refusal: bool = False, field: str | None = None) -> None:
         """Show ``text`` on the error line (empty: clear it). ``refusal``: a key's "nothing to do"
         answer, which the next action that works takes away (_clear_refusal); other errors stay
         until what caused them is redone. Shown as one line: an error quotes paths and names from
         the operator's files, whose escape sequences must not reach the terminal."""
         text = shown(text)
-        self.query_one(ErrorLine).show(text, refusal)
+        self.query_one(ErrorLine).show(text, refusal, field)
         if text:
             # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags
             self.notify(text, severity="error", timeout=8, markup=False)
@@ -593,9 +593,9 @@ class BlockwidthApp(App):
                 check_fits(req, len(self.pair.encode(literal_prompt(req.prompt))),
                            self.pair.context_length)
         except FieldError as e:
-            self._error(self._words(e))
             # Mark the field to fix; focus stays where the operator left it (w goes to the fields).
-            tab.mark_bad(e.field.value)
+            # Editing it takes the error line away (ErrorLine.clear_field).
+            self._error(self._words(e), field=tab.mark_bad(e.field.value))
             return
         except BlockwidthError as e:  # a ShapeError too: an id the pair's tables have no row for
             self._error(self._words(e))

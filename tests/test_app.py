@@ -277,6 +277,14 @@ def test_field_errors_name_the_console_field(tmp_path):
             err = _text(app, "#error")
             assert "widths field '1,4': width 1 is out of range" in err and "--" not in err
             assert app.query_one("#widths").has_class("-bad")  # the field to fix is marked
+            # editing the field it names takes the error away (it stayed until the next run);
+            # another field's edit does not
+            app.query_one("#tokens").value = "65"
+            await pilot.pause()
+            assert "widths field '1,4'" in _text(app, "#error")
+            app.query_one("#widths").value = "2,4"
+            await pilot.pause()
+            assert app.query_one("#error").has_class("-empty") and not app.query_one("#widths").has_class("-bad")
             await _type_fields(pilot, "2", "x", "64")
             await pilot.press("enter")
             assert "n field x: must be a whole number" in _text(app, "#error")

@@ -23,7 +23,7 @@ from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, rat
 from blockwidth.console.request import SessionRequest, session_request
 from blockwidth.console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, FIRST_N, FIRST_TOKENS, Phase, ResolutionView, SessionView
 from blockwidth.console.widgets.common import TONE_STYLE
-from blockwidth.console.widgets.top import in_effect
+from blockwidth.console.widgets.top import ErrorLine, in_effect
 from blockwidth.policy.text import shown
 
 if TYPE_CHECKING:
@@ -285,12 +285,14 @@ class AbTab(TabPane):
             self._widths_touched = True  # chosen: the resolution no longer fills them
         self.query_one(f"#{name}", Input).value = str(value)
 
-    def mark_bad(self, field: str) -> None:
-        """Mark the field to fix (a ``console.request.Field`` value)."""
+    def mark_bad(self, field: str) -> str | None:
+        """Mark the field to fix (a ``console.request.Field`` value); its input's id, or None."""
         ids = {"widths": "widths", "n": "n", "tokens": "tokens", "prompt": "prompt", "max reps": "reps",
                "max seconds": "secs"}
         if field in ids:
             self.query_one(f"#{ids[field]}", Input).add_class("-bad")
+            return ids[field]
+        return None
 
     def set_buttons(self, busy: bool, can_start: bool, can_cancel: bool) -> None:
         self.query_one("#start", Button).disabled = busy or not can_start
@@ -299,6 +301,7 @@ class AbTab(TabPane):
     @on(Input.Changed)
     def _field_changed(self, event: Input.Changed) -> None:
         event.input.remove_class("-bad")
+        self.app.query_one(ErrorLine).clear_field(event.input.id)
         if event.input.id == "prompt":
             self.query_one("#prompt-label", Label).update(_prompt_label(unescape_prompt(event.value)))
         if event.input.id == "widths" and event.input.has_focus:  # typed by the operator

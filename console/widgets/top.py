@@ -115,11 +115,19 @@ class ErrorLine(Static):
     next action that works (``clear_refusal``); other errors stay until their cause is redone."""
 
     refusal_shown = False
+    field: str | None = None  # the A/B field the error is about: editing it takes the error away
 
-    def show(self, text: str, refusal: bool = False) -> None:
+    def show(self, text: str, refusal: bool = False, field: str | None = None) -> None:
         self.update(Text(shown(text)))  # one line, whatever the error quotes
         self.set_class(not text, "-empty")
         self.refusal_shown = bool(text) and refusal
+        self.field = field if text else None
+
+    def clear_field(self, field: str | None) -> None:
+        """The field an error was about was edited (a tryout's "n must be at least 1" stayed
+        up after n was fixed, until the next run)."""
+        if field is not None and field == self.field:
+            self.show("")
 
     def clear_refusal(self) -> None:
         if self.refusal_shown:
