@@ -8,6 +8,7 @@ with ``data_bind``) and its own ``stale``: results belong to the fields they wer
 
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING
 
 from rich.text import Text
@@ -68,6 +69,9 @@ class MarkedCheckbox(Checkbox):
         self.BUTTON_INNER = "X" if self.value else " "
 
 
+_STAGE_COUNT = re.compile(r"^stage \d/\d · ")
+
+
 class StageBar(Static):
     """How far the stage is, in per mille: a thick line for what is done, a thin dotted one for
     what is left. Textual's ProgressBar drew the part left with the same thick glyph in a dim
@@ -98,6 +102,10 @@ class Stage(Horizontal):
         bar.set_class(not phase.busy or fraction is None, "-idle")
         if fraction is not None:
             bar.progress = round(min(max(fraction, 0.0), 1.0) * 1000)
+        if detail and self.is_attached and self.screen.has_class("-narrow"):
+            # under 100 columns the line is cut at its end, where the time figures and the arm
+            # are: "stage k/3 · " goes first (the phase word names the stage)
+            detail = _STAGE_COUNT.sub("", detail, count=1)
         status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {shown(detail)}" if detail else "")
         status.no_wrap, status.overflow = True, "ellipsis"
         self.query_one("#status", Static).update(status)
@@ -203,8 +211,8 @@ def _prompt_label(prompt: str) -> str:
     """The prompt field's label: with the preset's name while it holds one (p cycles them)."""
     from blockwidth.engine.demo.prompts import preset_tag
 
-    tag = preset_tag(prompt)
-    return f"prompt ({tag})" if tag else "prompt"
+    tag = preset_tag(prompt)  # a workload (@mixed) names itself in the field
+    return f"prompt ({tag})" if tag and not prompt.startswith("@") else "prompt"
 
 
 class AbTab(TabPane):
