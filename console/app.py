@@ -521,6 +521,9 @@ class BlockwidthApp(App):
         self._prompt_index = (self._prompt_index + 1) % len(PRESETS)
         name, text = PRESETS[self._prompt_index]
         self.query_one(AbTab).set_prompt(text)
+        # the last preset's toast goes (p pressed four times stacked four over the screen at 80
+        # columns); the error line keeps any error
+        self.clear_notifications()
         self.notify(f"prompt preset: {name}", timeout=4)
 
     # ---- the pilot's estimate

@@ -153,6 +153,7 @@ def test_keys_run_a_session_and_every_binding_works_after_it(tmp_path, monkeypat
             # every preset named but the workload, whose field names it (@mixed)
             assert len(seen) == len(PRESETS) and "prompt (repeat)" in seen and "prompt (main())" in seen
             assert "prompt" in seen and "prompt (@mixed)" not in seen
+            assert len(app._notifications) == 1  # one preset's toast, not one per p
             field = app.query_one("#prompt", Input)
             field.value += " x"
             await pilot.pause()
