@@ -205,6 +205,10 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
         why = f"the resolution failed: {resolve_error}" if resolve_error else "the width is not resolved yet"
         return Answer(None, None, why, "-", False, why, session=session)
     measured, trust, path = _trust(res)
+    if session and not measured:
+        # right after a session, "run an A/B session to measure it" read as if none had run
+        trust = (trust.replace(" (run an A/B session to measure it)", "")
+                 + "; this session measured it (below), not saved")
     source = label(res.source)
     env = None if res.width is None else f"BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width}"
     base = dict(width=res.width, source=source, measured=measured, trust=trust, path=path,

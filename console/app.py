@@ -72,7 +72,7 @@ class BlockwidthApp(App):
         Binding("a", "start_ab", "Run A/B", tooltip="run the A/B session with the fields above"),
         Binding("c", "cancel_ab", "Cancel", tooltip="stop the session after the current round"),
         Binding("s", "save", "Save"),
-        Binding("d", "delete", "Delete entry"),
+        Binding("d", "delete", "Delete"),  # "Delete entry" pushed "q Quit" off the Profile tab at 80 columns
         Binding("y", "copy_command", "Copy cmd"),
         Binding("Y", "copy_env", "Copy env var", key_display="Y", show=False),
         Binding("w", "edit_fields", "Edit fields", show=False),
@@ -225,6 +225,12 @@ class BlockwidthApp(App):
         self.query_one(ErrorLine).clear_refusal()
 
     # ---- keys: focus, tabs, help, palette
+    def push_screen(self, *args: Any, **kwargs: Any) -> Any:
+        # A dialog opens over no toast: at 80x24 an error's toast covered the right half of the
+        # y dialog (its export line) and of the open dialog; the error line keeps the error.
+        self.clear_notifications()
+        return super().push_screen(*args, **kwargs)
+
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
         tab = self.query_one(TabbedContent).active if self.is_mounted else ""
         if action == "cancel_ab":

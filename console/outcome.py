@@ -79,6 +79,7 @@ class MoreRuns:
     # speed-up of one request), where the requests-only interval (policy.stats.request_spread)
     # straddles it, so more repetitions cannot decide it.
     spread: tuple[str, float, float] | None = None
+    own_traffic: bool = False  # the workload is the operator's file, not a built-in one
 
     @property
     def more(self) -> int:
@@ -118,10 +119,13 @@ class MoreRuns:
             return f"more repetitions cannot part them; {where} (longer runs even out this host's noise)"
         if self.spread is not None:
             name, lo, hi = self.spread
+            head = (f"{name}'s requests disagree ({lo:.2f}x to {hi:.2f}x by request), so more "
+                    f"repetitions narrow the run noise but not that spread and cannot decide it; ")
+            if self.own_traffic:  # already the traffic served: it was told to measure what it measured
+                return head + ("more requests of each kind do, or a workload per kind of request "
+                               "(they may want different widths)")
             other = "--workload FILE" if cli else "the prompt field (@FILE)"
-            return (f"{name}'s requests disagree ({lo:.2f}x to {hi:.2f}x by request), so more "
-                    f"repetitions narrow the run noise but not that spread and cannot decide it; the "
-                    f"workload's mix does: measure the traffic you serve ({other}, JSONL)")
+            return head + f"the workload's mix does: measure the traffic you serve ({other}, JSONL)"
         if not self.sequential:
             return ("add --sequential (it adds repetitions until decided)" if cli
                     else "turn on sequential (it adds repetitions until decided)")
@@ -179,7 +183,8 @@ def more_runs(session: Session) -> MoreRuns:
     return MoreRuns(any(blocked(a) for a in open_), c.sequential, session.reps, c.max_reps,
                     c.max_seconds, session.budget_out, c.max_tokens,
                     rep_seconds(session) if ends else None, ends[-1] if ends else None,
-                    _spread(session, open_, bar))
+                    _spread(session, open_, bar),
+                    c.workload is not None and not getattr(c.workload, "builtin", True))
 
 
 def _spread(session: Session, open_, bar: float) -> tuple[str, float, float] | None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-BAR = 40
+BAR = 36  # with a label, the figure and "below min gain", a line fits 80 columns
 
 
 def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: int = 1) -> list[str]:
@@ -18,7 +18,7 @@ def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: in
         m = max(m, 1)
         a = min(a, m - 1)  # leave the median's own cell as '#'
         bar = "=" * a + "#" * (m - a) + "-" * max(b - m, 0)
-        out.append(f"{label:<9}|{bar:<{BAR}}| {med:8.{digits}f} {unit} {note}")
+        out.append(f"{label:<9}|{bar:<{BAR}}| {med:7.{digits}f} {unit} {note}")
     return out
 
 

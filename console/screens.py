@@ -99,8 +99,8 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
         self.values = (target, draft, kind)
         self.error = error  # why the last entry was refused: what was typed stays to be fixed
         # the field the refusal is about (target, draft, kind): marked and focused, as the A/B
-        # fields mark theirs, the cursor at its end and nothing selected (a whole path selected
-        # here, and nothing in the A/B fields, was two behaviours for one thing)
+        # fields mark theirs, the cursor at its end and nothing selected, to fix what was typed;
+        # on a fresh open every field selects its text on focus, so typing replaces it
         self.bad = {"target": "target", "draft": "draft", "kind": "kind"}.get(bad or "")
         self._dropped = ""  # the drafter the kind lookup took out of its field
 
@@ -114,18 +114,23 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
             if self.error:
                 yield Static(Text(self.error, style="bold red"), id="open-error")
             yield Label("target: folder or Hugging Face repo id in the local cache")
-            yield Input(self.values[0], id="open-target", compact=True, select_on_focus=False)
+            yield Input(self.values[0], id="open-target", compact=True, select_on_focus=self.bad is None)
             yield Label("drafter: folder or repo id (none with kind lookup)")
-            yield Input(self.values[1], id="open-draft", compact=True, select_on_focus=False)
+            yield Input(self.values[1], id="open-draft", compact=True, select_on_focus=self.bad is None)
             yield Label("kind (model, lookup, dflash, mtp; empty: detected)")
-            yield Input(self.values[2], id="open-kind", compact=True, select_on_focus=False)
+            yield Input(self.values[2], id="open-kind", compact=True, select_on_focus=self.bad is None)
 
     def on_mount(self) -> None:
         field = self.query_one(f"#open-{self.bad or 'target'}", Input)
         if self.bad:
             field.add_class("-bad")
         field.focus()
-        field.cursor_position = len(field.value)
+        if self.bad:
+            field.cursor_position = len(field.value)
+        else:
+            # a fresh open: the pair in use is selected, so typing replaces it (a tryout typed a
+            # path after the one shown and opened ".../smollm2/bf16/tmp/tryout/me/nope")
+            field.select_all()
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:

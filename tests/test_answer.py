@@ -65,6 +65,14 @@ def test_a_session_that_found_every_width_slower_hands_classics_command_for_ever
     assert plain.session_command is None
 
 
+def test_an_unmeasured_width_the_session_on_screen_measured_says_so():
+    """A tryout: straight after a session, y said "not measured: the per-kind constant (run an
+    A/B session to measure it)" above "this session: width 4 in effect is SLOWER than classic"."""
+    said, _, _ = _answer(session="width 4 in effect is SLOWER than classic here")
+    assert "run an A/B session" not in said.trust and said.trust.endswith("this session measured it (below), not saved")
+    assert "run an A/B session to measure it" in _answer()[0].trust
+
+
 def test_the_refusal_for_dflash_and_mtp_is_what_mlx_lm_does_with_them():
     """mlx_lm.server loads --draft-model with mlx_lm's loader; the demo DFlash and MTP drafters
     fail there as the refusal says (the first request died with this in the tryout)."""

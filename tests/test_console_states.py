@@ -396,6 +396,25 @@ def test_n_raises_the_budget_a_win_needs_itself_rather_than_warning_again(tmp_pa
     _run(go())
 
 
+def test_a_dialog_opens_over_no_toast(tmp_path):
+    """A tryout at 80x24: s on an undecided session toasted "not saved: ...", and the toast
+    covered the right half of the y dialog that followed (its export line). The error line keeps
+    the error; the dialog opens clear."""
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "undecided")
+            await pilot.press("s")
+            await pilot.pause()
+            assert app._notifications and "not saved" in str(app.query_one("#error").render())
+            await pilot.press("y")
+            await pilot.pause()
+            assert type(app.screen).__name__ == "AnswerScreen"
+            assert all("not saved" not in str(n.message) for n in app._notifications)
+
+    _run(go())
+
+
 def test_the_pilots_warning_offers_a_budget_that_reaches_a_win(tmp_path):
     """n 2 within 60 s on the pilot's rates cannot reach the 3 repetitions a win needs:
     a warns before anything runs; r raises the budget to what they take here and runs."""

@@ -379,6 +379,13 @@ def test_the_open_dialog_drops_the_drafter_for_lookup_and_marks_the_field_at_fau
             screen = app.screen
             assert isinstance(screen, PairScreen)
             draft, kind = screen.query_one("#open-draft", Input), screen.query_one("#open-kind", Input)
+            # a fresh open selects the pair in use: typing replaces it (a tryout's typing was
+            # appended to the folder shown)
+            target = screen.query_one("#open-target", Input)
+            assert target.has_focus and target.value and target.selected_text == target.value
+            await pilot.press(*"/x")
+            assert target.value == "/x"
+            target.value = str(DEMO / "target-bf16")
             await pilot.press("tab", "tab", *"lookup")
             await pilot.pause()
             assert kind.value == "lookup" and draft.value == ""  # prompt lookup takes no checkpoint

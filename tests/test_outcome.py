@@ -230,6 +230,11 @@ def test_a_workload_whose_requests_disagree_is_not_advised_more_repetitions():
     said = runs.say(Front.CONSOLE)
     assert said.startswith("w2's requests disagree (0.56x to 1.32x by request)") and "secs" not in said
     assert "the prompt field (@FILE)" in said and "--workload FILE" in runs.say(Front.CLI)
+    # on the operator's own file it was told to measure the traffic it had just measured (a tryout)
+    from dataclasses import replace
+
+    own = replace(runs, own_traffic=True).say(Front.CONSOLE)
+    assert "@FILE" not in own and "traffic you serve" not in own and "a workload per kind of request" in own
 
 
 def test_an_entry_says_how_its_identity_was_had_and_against_which_classic():
