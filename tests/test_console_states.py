@@ -577,3 +577,29 @@ def test_a_running_session_fills_its_table_as_repetitions_end(tmp_path):
             assert table.row_count == 0
 
     _run(go())
+
+
+def test_the_chain_tab_wraps_a_long_reason_under_its_own_column(tmp_path):
+    """A tryout at 80 columns: the Chain tab's wrapped reasons restarted at column 0, under the
+    sources ("MLXCEL_DRAFT_BLOCK_SIZE is set" read as a row of its own)."""
+    import io
+
+    from rich.console import Console
+
+    from blockwidth.console.widgets.chain import chain_table
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "idle")
+            out = io.StringIO()
+            Console(file=out, width=76, color_system=None).print(chain_table(app.resolution))
+            lines = [line for line in out.getvalue().splitlines() if line.strip()]
+            sources = [s.source.value for s in app.res.chain]
+            assert any(len(s.why) > 40 for s in app.res.chain)  # something wraps at 76
+            assert len(lines) > len(sources)
+            indent = min(line.index(s) for line in lines for s in sources if s in line)
+            for line in lines:
+                assert line[:indent].strip() in ("", "->"), line  # a row's start, or its reason going on
+
+    _run(go())
