@@ -28,7 +28,7 @@
 # machine goes back after 30 s idle):
 #   setsid nohup bash lab/h200exact.sh run > /root/bw/exact.out 2>&1 < /dev/null &
 #   bash lab/h200exact.sh wait S     # up to S seconds; then $OUT/exact.tgz holds what $R has so far
-# STEPS, DEADLINE (default 1380) and each step's *_LIMIT are settings; lab/tests/test_h200exact.py
+# STEPS, DEADLINE (default 1380), CONVERT_VARIANTS (name:scales-dtype list) and each step's *_LIMIT are settings; lab/tests/test_h200exact.py
 # runs it on this CPU with a stub python3.
 set -uo pipefail
 verb=${1:?verb: run | wait}
@@ -73,7 +73,7 @@ run)
     log "exact: steps $STEPS, deadline ${DEADLINE:-1380} s, results $R"
     python3 -c 'import mlx.core as mx, json; print(json.dumps(mx.device_info()))' > "$R/device.json" 2>&1
     if want convert; then
-        for v in native:float16 bf16:bfloat16 q4g64:bfloat16 q8g64:bfloat16; do
+        for v in ${CONVERT_VARIANTS:-native:float16 bf16:bfloat16 q4g64:bfloat16 q8g64:bfloat16}; do  # name:scales dtype
             name=${v%%:*}
             [ -f "$S/$name/config.json" ] || step "convert-$name" 120 python3 -m lab.gguf_convert "$GGUF" \
                 "$S/$name" --variant "$name" --scales-dtype "${v##*:}" >> "$R/convert.txt" 2>&1
