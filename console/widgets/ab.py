@@ -69,7 +69,7 @@ class MarkedCheckbox(Checkbox):
         self.BUTTON_INNER = "X" if self.value else " "
 
 
-_STAGE_COUNT = re.compile(r"^stage \d/\d · ")
+_STAGE_COUNT = re.compile(r"^stage 1/\d · ")  # the runs; the probe and the curve keep theirs
 
 
 class StageBar(Static):
@@ -104,7 +104,9 @@ class Stage(Horizontal):
             bar.progress = round(min(max(fraction, 0.0), 1.0) * 1000)
         if detail and self.is_attached and self.screen.has_class("-narrow"):
             # under 100 columns the line is cut at its end, where the time figures and the arm
-            # are: "stage k/3 · " goes first (the phase word names the stage)
+            # are: "stage 1/3 · " goes first (the phase word names it); the later stages keep
+            # theirs, which says why the bar starts again (a tryout read "83% runs" then "76% cost
+            # curve" as the bar going backwards)
             detail = _STAGE_COUNT.sub("", detail, count=1)
         status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {shown(detail)}" if detail else "")
         status.no_wrap, status.overflow = True, "ellipsis"
