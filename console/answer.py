@@ -155,8 +155,17 @@ def entry_verdict(evidence: Mapping[str, Any], width: int | None) -> str:
     return head + (f", n {n}" if n else "")
 
 
-def _trust(res: Any) -> tuple[bool, str, str | None]:
-    """(measured, the one line that says so, the path it was measured on)."""
+def _trust(res: Any, session: bool = False) -> tuple[bool, str, str | None]:
+    """(measured, the one line that says so, the path it was measured on). ``session``: a
+    session on screen measured the width in effect (not saved: an unmeasured line says so)."""
+    measured, line, path = _trust_line(res, session)
+    if session and not measured:
+        # right after a session, "run an A/B session to measure it" read as if none had run
+        line += "; this session measured it (below), not saved"
+    return measured, line, path
+
+
+def _trust_line(res: Any, session: bool) -> tuple[bool, str, str | None]:
     src = res.source
     entry = getattr(res, "entry", None)
     if src is Source.PROFILE and entry is not None:
@@ -193,7 +202,8 @@ def _trust(res: Any) -> tuple[bool, str, str | None]:
         return False, "not measured: the operator's environment variable", None
     if src is Source.DRAFTER:
         return False, "not measured: the width the drafter checkpoint declares", None
-    return False, "not measured: the per-kind constant (run an A/B session to measure it)", None
+    hint = "" if session else " (run an A/B session to measure it)"
+    return False, f"not measured: the per-kind constant{hint}", None
 
 
 def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error: str | None = None,
@@ -204,11 +214,7 @@ def answer(res: Any, paths: Any, *, load_error: str | None = None, resolve_error
     if res is None:
         why = f"the resolution failed: {resolve_error}" if resolve_error else "the width is not resolved yet"
         return Answer(None, None, why, "-", False, why, session=session)
-    measured, trust, path = _trust(res)
-    if session and not measured:
-        # right after a session, "run an A/B session to measure it" read as if none had run
-        trust = (trust.replace(" (run an A/B session to measure it)", "")
-                 + "; this session measured it (below), not saved")
+    measured, trust, path = _trust(res, bool(session))
     source = label(res.source)
     env = None if res.width is None else f"BLOCKWIDTH_DRAFT_BLOCK_SIZE={res.width}"
     base = dict(width=res.width, source=source, measured=measured, trust=trust, path=path,

@@ -492,17 +492,24 @@ class BlockwidthApp(App):
         plan = self.plan_for(req)
         if plan is None:
             return None
-        secs, reps = int(req.max_seconds), req.max_reps
-        if not plan.can_decide:
-            secs, reps = max(plan.seconds_for_need(), secs), max(reps, plan.need)
+        secs, reps = (int(req.max_seconds), req.max_reps) if plan.can_decide else self._win_budget(req, plan)
         if req.sequential and plan.first_s > 2 * secs:  # the warning's other case: n alone runs past it
             secs = math.ceil(plan.first_s)
         if (secs, reps) == (int(req.max_seconds), req.max_reps):
             return None
+        self._set_budget(tab, secs, reps)
+        return secs, reps
+
+    @staticmethod
+    def _win_budget(req: SessionRequest, plan: Any) -> tuple[int, int]:
+        """(secs, reps): the fields' sequential budget raised to what ``plan`` says a win needs."""
+        return max(plan.seconds_for_need(), int(req.max_seconds)), max(req.max_reps, plan.need)
+
+    @staticmethod
+    def _set_budget(tab: AbTab, secs: int, reps: int) -> None:
         tab.set_field("secs", str(secs))
         tab.set_field("reps", str(reps))
         tab.set_field("sequential", True)
-        return secs, reps
 
     def _write_requests(self, requests: Any) -> Path:
         """A part of a workload as a JSONL file beside the records (the prompt field names it,
@@ -640,8 +647,7 @@ class BlockwidthApp(App):
         else:
             why = (f"its n {req.n} repetitions take about {minutes(plan.first_s)} here, past twice its "
                    f"{req.max_seconds:g} s budget")
-        budget = max(plan.seconds_for_need(), int(req.max_seconds))
-        raise_ = None if plan.can_decide else (budget, max(req.max_reps, plan.need))
+        raise_ = None if plan.can_decide else self._win_budget(req, plan)
         one = next((name for name, text in PRESETS if not text.startswith("@")), None)
         single = alt = None
         if req.workload is not None and one is not None:
@@ -652,16 +658,12 @@ class BlockwidthApp(App):
         def chose(choice: str | None) -> None:
             tab = self.query_one(AbTab)
             if choice == "raise" and raise_ is not None:
-                tab.set_field("secs", str(raise_[0]))
-                tab.set_field("reps", str(raise_[1]))
-                tab.set_field("sequential", True)
+                self._set_budget(tab, *raise_)
             elif choice == "single" and single is not None:
                 self._prompt_index = next(i for i, (name, _) in enumerate(PRESETS) if name == one)
                 tab.set_prompt(PRESETS[self._prompt_index][1])
                 if alt is not None and not alt.can_decide:  # the prompt alone, with what a win needs
-                    tab.set_field("secs", str(max(alt.seconds_for_need(), int(req.max_seconds))))
-                    tab.set_field("reps", str(max(req.max_reps, alt.need)))
-                    tab.set_field("sequential", True)
+                    self._set_budget(tab, *self._win_budget(req, alt))
             elif choice == "as set":
                 self._run_as_set = req
             else:

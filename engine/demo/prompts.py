@@ -45,12 +45,14 @@ PRESETS: tuple[tuple[str, str], ...] = (
 
 # What the prompt field's label says while the field holds a preset: two presets begin with the
 # same line (main() and its repeat), and the toast that named them was gone in four seconds.
-_TAGS = ("@mixed", "Stack", "__repr__", "read_config", "main()", "repeat")
+# (strict: a preset added without its tag fails at import, not by naming the wrong one)
+_TAGS = {text: tag for tag, (_, text) in
+         zip(("@mixed", "Stack", "__repr__", "read_config", "main()", "repeat"), PRESETS, strict=True)}
 
 
 def preset_tag(text: str) -> str | None:
     """The short name of the preset ``text`` is, or None (typed, or a preset edited)."""
-    return next((tag for tag, (_, t) in zip(_TAGS, PRESETS) if t == text), None)
+    return _TAGS.get(text)
 
 
 class PromptsFileError(BlockwidthError, ValueError):
