@@ -81,6 +81,13 @@ class TextScreen(ModalScreen[None]):
         yield VerticalScroll(Static(self.text), id="text")
 
 
+_OPEN_LABELS = {  # the open dialog's fields, in order, and what each takes
+    "target": "target: folder or Hugging Face repo id in the local cache",
+    "draft": "drafter: folder or repo id (none with kind lookup)",
+    "kind": "kind (model, lookup, dflash, mtp; empty: detected)",
+}
+
+
 class PairScreen(ModalScreen[tuple[str, str, str] | None]):
     """Open another pair: target and drafter as folders or cached hub ids, and the drafter kind."""
 
@@ -113,12 +120,20 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
                                        "mtp the target's own MTP layers)"))
             if self.error:
                 yield Static(Text(self.error, style="bold red"), id="open-error")
-            yield Label("target: folder or Hugging Face repo id in the local cache")
-            yield Input(self.values[0], id="open-target", compact=True, select_on_focus=self.bad is None)
-            yield Label("drafter: folder or repo id (none with kind lookup)")
-            yield Input(self.values[1], id="open-draft", compact=True, select_on_focus=self.bad is None)
-            yield Label("kind (model, lookup, dflash, mtp; empty: detected)")
-            yield Input(self.values[2], id="open-kind", compact=True, select_on_focus=self.bad is None)
+            for key, value in zip(_OPEN_LABELS, self.values, strict=True):
+                yield Label(self._label(key, False), id=f"open-{key}-label")
+                yield Input(value, id=f"open-{key}", compact=True, select_on_focus=self.bad is None)
+
+    @staticmethod
+    def _label(key: str, focused: bool) -> str:
+        # the field being typed in is marked by a glyph too, not by its colour alone (a tryout in
+        # a terminal of few colours could not tell which field had the cursor)
+        return ("▸ " if focused else "  ") + _OPEN_LABELS[key]
+
+    def on_descendant_focus(self, event) -> None:
+        for key in _OPEN_LABELS:
+            self.query_one(f"#open-{key}-label", Label).update(
+                self._label(key, getattr(event.widget, "id", None) == f"open-{key}"))
 
     def on_mount(self) -> None:
         field = self.query_one(f"#open-{self.bad or 'target'}", Input)

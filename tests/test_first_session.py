@@ -383,11 +383,18 @@ def test_the_open_dialog_drops_the_drafter_for_lookup_and_marks_the_field_at_fau
             # appended to the folder shown)
             target = screen.query_one("#open-target", Input)
             assert target.has_focus and target.value and target.selected_text == target.value
+            # the field with the cursor is marked by a glyph, not by its colour alone
+            def marked() -> list[str]:
+                return [k for k in ("target", "draft", "kind")
+                        if str(screen.query_one(f"#open-{k}-label").render()).startswith("▸")]
+
+            assert marked() == ["target"]
             await pilot.press(*"/x")
             assert target.value == "/x"
             target.value = str(DEMO / "target-bf16")
             await pilot.press("tab", "tab", *"lookup")
             await pilot.pause()
+            assert marked() == ["kind"]
             assert kind.value == "lookup" and draft.value == ""  # prompt lookup takes no checkpoint
             await pilot.press(*["backspace"] * 6, *"model")
             await pilot.pause()

@@ -127,8 +127,8 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
     if e.run < planned:
         if spent:
             said = f"{secs:g} s spent: n {req.n} finish, none added"  # short: 80 columns cut it
-        else:
-            said = f"{e.elapsed:.0f} of {secs:g} s"
+        else:  # the bar's scale, named: its percent is of the budget, not of these runs
+            said = f"budget {e.elapsed:.0f}/{secs:g} s"
         label = f"run {e.run + 1}/{planned} · {said}"
         if spent:  # no repetition will be added: the planned runs are the whole session
             return label, min((e.run + part) / planned, 0.99)

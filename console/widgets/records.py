@@ -7,6 +7,7 @@ Markdown is kept once rendered (records are written once and never change).
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from rich.text import Text
@@ -77,10 +78,16 @@ class RecordsTab(TabPane):
             # The verdict says whether it could be saved (policy.verdict's rule, as save applies
             # it), so a drifted or undecided "result" never reads as one.
             why = refusal(rec)
-            verdict = (Text(shown(dec.get("decision", "?")), style="green") if why is None
-                       else Text(f"not saveable ({why.value}): {shown(dec.get('decision', '?'))}", style="yellow"))
+            decision = shown(dec.get("decision", "?"))
+            # the reason once: a cancelled session's decision is the word "cancelled" (at 80
+            # columns "not saveable (cancelled): cancell…" was cut before it said anything)
+            said = decision if why is None or decision.startswith(why.value) else f"{why.value}: {decision}"
+            verdict = (Text(decision, style="green") if why is None
+                       else Text(f"not saveable: {said}", style="yellow"))
             widths = cfg.get("widths", [])
-            table.add_row(shown(rec.get("created", "?")),
+            created = shown(rec.get("created", "?"))  # the minute is enough to tell them apart here
+            created = created.replace("T", " ")[:16] if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d", created) else created
+            table.add_row(created,
                           shown(",".join(map(str, widths if isinstance(widths, list) else [widths]))),
                           shown(cfg.get("n", "?")), shown(cfg.get("max_tokens", "?")), verdict)
         self.query_one("#records-head", Static).update(Text(

@@ -67,7 +67,25 @@ class ResolutionPanel(_Panel):
         if note:
             head.append(f"  {note[0]}", style=TONE_STYLE[note[1]])
         keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
-        self.update(Text.assemble(head, "\n", shown(res.reason), *(() if self.narrow() else ("\n", keyed))))
+        reason = shown(res.reason)
+        if self.narrow():
+            # two lines at most: after a save at 80x24 the profile's reason (file, line, pair,
+            # prompt) took four and pushed the table below the fold; y and the Profile tab say the rest
+            reason = _lines(reason, self.content_size.width, 2)
+        self.update(Text.assemble(head, "\n", reason, *(() if self.narrow() else ("\n", keyed))))
+
+
+def _lines(text: str, width: int, most: int) -> str:
+    """``text`` wrapped to ``width`` columns, cut to ``most`` lines with an ellipsis."""
+    import textwrap
+
+    if width < 8:  # not laid out yet: drawn again on resize
+        return text
+    lines = textwrap.wrap(text, width, break_long_words=True)
+    if len(lines) <= most:
+        return text
+    last = lines[most - 1]
+    return "\n".join(lines[: most - 1] + [last[: width - 1].rstrip() + "…"])
 
 
 class PairPanel(_Panel):
