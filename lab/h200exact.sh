@@ -28,7 +28,8 @@
 # machine goes back after 30 s idle):
 #   setsid nohup bash lab/h200exact.sh run > /root/bw/exact.out 2>&1 < /dev/null &
 #   bash lab/h200exact.sh wait S     # up to S seconds; then $OUT/exact.tgz holds what $R has so far
-# STEPS, DEADLINE (default 1380), CONVERT_VARIANTS (name:scales-dtype list) and each step's *_LIMIT are settings; lab/tests/test_h200exact.py
+# STEPS, DEADLINE (default 1380), CONVERT_VARIANTS (name:scales-dtype list), MODEL_NO_STOCK (1: the models
+# step probes the routes only) and each step's *_LIMIT are settings; lab/tests/test_h200exact.py
 # runs it on this CPU with a stub python3.
 set -uo pipefail
 verb=${1:?verb: run | wait}
@@ -120,7 +121,7 @@ run)
     common=(-n "$N" --max-tokens "$TOKENS" --exact auto --seed 11)
     want models && step models "${MODELS_LIMIT:-300}" python3 -m lab.probe_exact models "${targets[@]}" \
         --widths "${MODEL_WIDTHS:-2-16}" --prefix "${MODEL_PREFIX:-96,250}" --speed-reps 0 --routes "${MODEL_ROUTES:-${ROUTES:-mlx,hybrid,kernels}}" \
-        --out "$R/models.json" 2> "$R/models.txt"
+        ${MODEL_NO_STOCK:+--no-stock} --out "$R/models.json" 2> "$R/models.txt"
     # bitwise checks only while training runs (the other load changes no bit; every op JSON is
     # rewritten as each op finishes)
     # the stall seen at K = 8 on SmolLM2 native (lab/evidence/h200-2026-12-04d; its eval returned

@@ -334,7 +334,7 @@ class _Pair:
 
 def model_probe(target: str, widths: list[int], prefixes: tuple[int, ...], speed_tokens: int, speed_reps: int,
                 curve: bool, route_names: tuple[str, ...] = ("mlx", "hybrid", "kernels"),
-                speed_prompts: tuple[int, ...] = (64,), probe_repeats: int = 1) -> dict:
+                speed_prompts: tuple[int, ...] = (64,), probe_repeats: int = 1, stock: bool = True) -> dict:
     from blockwidth.engine import costcurve
     from blockwidth.engine.identity import probe
 
@@ -356,7 +356,9 @@ def model_probe(target: str, widths: list[int], prefixes: tuple[int, ...], speed
             block_src = [(31 * i + 5) % max(vocab - 2, 2) + 1 for i in range(widest)]
         for K in widths:
             row = {}
-            for name, plan in (*routes.items(), ("stock", None)):
+            # stock's K-row verify is a contrast only, and its first 8-row call on SmolLM2 native
+            # took 91 s once (2026-12-05): --no-stock leaves it out where the lease is short
+            for name, plan in (*routes.items(), *((("stock", None),) if stock else ())):
                 # each probe timed, repeated on request: a first call far slower than the second
                 # is compilation (MLX JIT-compiles a new kernel on a fresh host), both slow is the
                 # forward itself (the K = 8 "stall" of 2026-12-04d returned 21 s after its SIGINT)
@@ -436,6 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--routes", default="mlx,hybrid,kernels", help="the exact path's routes to probe, side by side")
     p.add_argument("--probe-repeats", type=int, default=1, metavar="N",
                    help="run each K-row probe N times, each timed (compilation shows as a slow first)")
+    p.add_argument("--no-stock", dest="stock", action="store_false",
+                   help="probe the exact path's routes only, not stock MLX's K-row verify beside them")
     p.add_argument("--out", type=Path)
     p.add_argument("--dump-after", type=float, default=0, metavar="S",
                    help="print every thread's stack every S seconds (a stalled eval: where it waits)")
@@ -457,7 +461,7 @@ def main(argv: list[str] | None = None) -> int:
                                               args.speed_reps, args.curve,
                                               tuple(r for r in args.routes.split(",") if r),
                                               tuple(int(x) for x in args.speed_prompt.split(",") if x.strip()),
-                                              args.probe_repeats))
+                                              args.probe_repeats, args.stock))
         except Exception as e:
             data["models"].append({"target": t, "error": f"{type(e).__name__}: {e}",
                                    "trace": traceback.format_exc()[-3000:]})
