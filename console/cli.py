@@ -130,6 +130,27 @@ class TopParser(Parser):
                            f"e.g. blockwidth {owners[0]} {name} ...")
             return
 
+    def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
+        # argparse reports a subcommand's unknown options from the top parser, pointing at
+        # `blockwidth --help`, which lists no subcommand's options: name the command's own help
+        ns, extras = self.parse_known_args(args, namespace)
+        if extras:
+            cmd = self.commands.get(getattr(ns, "command", None) or "")
+            where = cmd if cmd is not None else self
+            hint = ""
+            if getattr(ns, "command", None) == "inspect" and {"--target", "--draft"} & set(extras):
+                # the other commands take a pair; inspect takes one folder
+                hint = "; inspect takes one checkpoint folder: blockwidth inspect PATH"
+            else:  # a typo: the option it is nearest (difflib, as Python's own "did you mean")
+                import difflib
+
+                known = [o for a in where.declared.values() for o in a.option_strings if o.startswith("--")]
+                near = [m for x in extras if x.startswith("--")
+                        for m in difflib.get_close_matches(x.split("=", 1)[0], known, n=1, cutoff=0.75)]
+                hint = f"; did you mean {', '.join(dict.fromkeys(near))}?" if near else ""
+            where.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
+        return ns
+
     def check_alias(self, argv: list[str]) -> list[str]:
         """``--check`` is the check command's alias (CI scripts and the design card name it):
         ``blockwidth --check ...`` reads as ``blockwidth check ...``, every option its own. A

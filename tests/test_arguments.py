@@ -68,7 +68,10 @@ def test_profile_and_record_dir_before_sweep_are_where_it_writes(tmp_path, block
     (("sweep", "--record-dir", "/proc/blockwidth-records"), "--record-dir /proc/blockwidth-records"),
     (("sweep", "--prompt-file", "/dev/zero"), "is a character device"),
     (("resolve", "--profile", "/dev/zero"), "is a character device"),
-    (("resolve", "--bogus"), "unrecognized arguments: --bogus"),
+    (("resolve", "--bogus"), "unrecognized arguments: --bogus (see blockwidth resolve --help)"),
+    # a typo names the option it is nearest, and the command's own help (not the top's)
+    (("sweep", "--sequental"), "--sequental; did you mean --sequential? (see blockwidth sweep --help)"),
+    (("inspect", "--target", "x"), "inspect takes one checkpoint folder: blockwidth inspect PATH"),
     (("sweep", "--widths", "1_0"), "'1_0' is not an integer"),
     (("sweep", "--widths", ""), "--widths '': empty: give widths such as 2,4,8"),
     (("sweep", "--widths", "2,,4"), "an empty entry between commas"),
