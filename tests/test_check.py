@@ -363,7 +363,9 @@ def test_measured_decline_of_a_hopeless_width_passes(tmp_path, blockwidth):
     assert r.returncode == 0, r.stdout + r.stderr
     m = by_name(json.loads(r.stdout))["measure: target-4bit + drafter"]
     assert m["status"] == "pass" and "every declined width still loses" in m["detail"], m
-    assert m["figures"]["widths"] == [32] and m["figures"]["arms"]["w32"]["verdict"] == "slower"
+    # a loss either way: "slower" where n 2's intervals part, "below min gain" where the host's
+    # load widened them (seen once in CI while another session ran)
+    assert m["figures"]["widths"] == [32] and m["figures"]["arms"]["w32"]["verdict"] in ("slower", "below min gain")
     assert m["figures"]["arms"]["w32"]["identical"] is True
     assert Path(m["figures"]["record"]).is_file() and p.read_bytes() == before
 
