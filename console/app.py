@@ -268,9 +268,16 @@ class BlockwidthApp(App):
     def _tab_changed(self, event: TabbedContent.TabActivated) -> None:
         self._clear_refusal()
         if event.pane.id == "tab-records":  # by key or by mouse: read them fresh
-            self.query_one(RecordsTab).read(self.pair.pair_id if self.pair is not None else None,
-                                            self.res.device.backend.value if self.res is not None else None)
+            self._read_records()
         self.refresh_bindings()
+
+    def _read_records(self, only_shown: bool = False) -> None:
+        """The Records tab for the pair open now; ``only_shown``: only if the tab is in view (a
+        pair opened or closed while it is: it listed the old pair's sessions until left)."""
+        if only_shown and self.query_one(TabbedContent).active != "tab-records":
+            return
+        self.query_one(RecordsTab).show_for(self.pair.pair_id if self.pair is not None else None,
+                                            self.res.device.backend.value if self.res is not None else None)
 
     def key_rows(self) -> list[tuple[str, str]]:
         rows = []
@@ -326,6 +333,7 @@ class BlockwidthApp(App):
         self.resolution = ResolutionView(res, paths, info)
         if failed:  # that error is answered now; others (a failed load) stay
             self._error("")
+        self._read_records(only_shown=True)  # the device is part of what the tab lists
 
     def _profile_path(self) -> Path:
         from blockwidth.policy import profile as profiles
@@ -391,6 +399,7 @@ class BlockwidthApp(App):
 
     def set_pair(self, pair: Any) -> None:
         self.pair = pair
+        self._read_records(only_shown=True)
         # The settings line says how to start ("press a"): the status carries the pair only, so it
         # fits 80 columns instead of ending in a cut-off copy of that hint.
         self._show_phase(Phase.READY, pair.describe())
@@ -434,6 +443,7 @@ class BlockwidthApp(App):
                                variant=None if target else self.options.variant)
         self._names = CONSOLE_NAMES
         self.pair = self.resolution = self.session_state = self.load_error = None
+        self._read_records(only_shown=True)
         self._error("")
         self._show_phase(Phase.LOADING, target or "the demo pair")
         self.resolve_in_background()

@@ -102,9 +102,11 @@ class ProfileRead(Message):
 
 @dataclass
 class RecordsRead(Message):
-    """Past session records for this pair and device, newest first."""
+    """Past session records for this pair and device, newest first; ``key``: the (pair id,
+    backend) they were read for (a read for a pair since closed is dropped)."""
 
     rows: list[tuple[Path, dict]]
+    key: tuple[str | None, str | None] = (None, None)
 
 
 @dataclass

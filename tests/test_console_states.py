@@ -124,6 +124,51 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     asyncio.run(go())
 
 
+def test_the_records_tab_lists_only_the_open_pair_while_pairs_change(tmp_path):
+    """After `o` the Records tab listed the demo's sessions under the new pair, then every pair's
+    while it loaded (a tryout could have exported the wrong record): a read for a pair since
+    closed is dropped, no pair open lists none, and the tab follows a pair opened while shown."""
+    import asyncio
+
+    from blockwidth.console import records
+    from blockwidth.console.messages import RecordsRead
+    from blockwidth.console.widgets.records import RecordsTab
+    from blockwidth.engine.session import record
+    from tests.states import demo_pair, fixture_session
+
+    host = {"device": {"backend": "cpu"}}
+    mine = record.build(fixture_session(), demo_pair(), host)
+    records.write(mine, tmp_path / "rec")
+    other = record.build(fixture_session(), demo_pair(), host)
+    other["pair"]["pair_id"], other["created"] = "another-pair", "2030-01-01T00:00:00Z"
+    records.write(other, tmp_path / "rec")
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "idle")
+            await pilot.press("5")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            table, tab = app.query_one("#records-table"), app.query_one(RecordsTab)
+            assert table.row_count == 1
+            # a read for another pair arriving late (its worker outlived the pair): dropped
+            tab.post_message(RecordsRead([(tmp_path / "x.json", other)] * 3, ("another-pair", "cpu")))
+            await pilot.pause()
+            assert table.row_count == 1
+            pair = app.pair
+            app.pair = None  # as `o` leaves it while the next pair loads
+            app._read_records(only_shown=True)
+            await pilot.pause()
+            assert table.row_count == 0 and "no pair open yet" in str(app.query_one("#records-head").render())
+            app.set_pair(pair)  # loaded while the tab is in view: it lists that pair's
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            assert table.row_count == 1
+
+    asyncio.run(go())
+
+
 def _run(coro):
     import asyncio
 

@@ -29,6 +29,9 @@ class RecordsTab(TabPane):
         self.record_dir = record_dir
         self.rows: list[tuple[Path, dict]] = []
         self._markdown: dict[Path, str] = {}
+        # the (pair id, backend) the table is for: a read that returns for another is dropped
+        # (after `o`, the demo's list came back under the new pair's name)
+        self._want: tuple[str | None, str | None] | None = None
 
     def compose(self) -> ComposeResult:
         yield Static("past sessions for this pair and device", id="records-head")
@@ -43,6 +46,19 @@ class RecordsTab(TabPane):
         """The record under the table's cursor, if any."""
         i = self.query_one(DataTable).cursor_row
         return self.rows[i][0] if self.rows and i is not None and i < len(self.rows) else None
+
+    def show_for(self, pair_id: str | None, backend: str | None) -> None:
+        """Read the records of this pair on this backend; no pair (one loading, or none
+        opened): an empty table that says so, never every pair's sessions under this one's name."""
+        self._want = (pair_id, backend)
+        if pair_id is None:
+            self.rows = []
+            self.query_one(DataTable).clear()
+            self.query_one("#record-preview", Static).update("")
+            self.query_one("#records-head", Static).update(
+                "no pair open yet: its past sessions show here once it has loaded")
+            return
+        self.read(pair_id, backend)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
     def read(self, pair_id: str | None, backend: str | None) -> None:
@@ -62,10 +78,12 @@ class RecordsTab(TabPane):
             except (OSError, ValueError, AttributeError):  # not a record (a list, a string for a table)
                 continue
             rows.append((path, rec))
-        self.post_message(RecordsRead(rows))
+        self.post_message(RecordsRead(rows, (pair_id, backend)))
 
     def on_records_read(self, message: RecordsRead) -> None:
         message.stop()
+        if self._want is not None and message.key != self._want:
+            return  # read for a pair since closed (or a device since resolved)
         self.rows = message.rows
         listed = {path for path, _ in message.rows}
         self._markdown = {p: md for p, md in self._markdown.items() if p in listed}
