@@ -50,6 +50,9 @@ class Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kw: Any) -> None:
         self.declared: dict[str, argparse.Action] = {}
+        # no prefixes: `--width 2,3` read as --widths, which sweeps a list, not one width pinned
+        # (a tryout's); a typo is refused with the option it is nearest instead
+        kw.setdefault("allow_abbrev", False)
         super().__init__(*args, **kw)
 
     def add_argument(self, *args: Any, **kw: Any) -> argparse.Action:
@@ -128,7 +131,12 @@ class TopParser(Parser):
             if owners:
                 self.error(f"{name} is an option of {' and '.join(owners)}: put it after the command, "
                            f"e.g. blockwidth {owners[0]} {name} ...")
-            return
+            # no command takes it: argparse would take the next word for the COMMAND and say
+            # "invalid choice: 'x'" (`--profil x`); name the option and the one it is nearest
+            import difflib
+
+            near = difflib.get_close_matches(name, sorted(o for o in top if o.startswith("--")), n=1, cutoff=0.75)
+            self.error(f"unrecognized arguments: {name}" + (f"; did you mean {near[0]}?" if near else ""))
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         # argparse reports a subcommand's unknown options from the top parser, pointing at

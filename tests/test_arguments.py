@@ -71,6 +71,8 @@ def test_profile_and_record_dir_before_sweep_are_where_it_writes(tmp_path, block
     (("resolve", "--bogus"), "unrecognized arguments: --bogus (see blockwidth resolve --help)"),
     # a typo names the option it is nearest, and the command's own help (not the top's)
     (("sweep", "--sequental"), "--sequental; did you mean --sequential? (see blockwidth sweep --help)"),
+    (("sweep", "--width", "2"), "--width 2; did you mean --widths?"),  # no prefix is taken as its option
+    (("--profil", "p.toml"), "unrecognized arguments: --profil; did you mean --profile?"),  # not "invalid choice"
     (("inspect", "--target", "x"), "inspect takes one checkpoint folder: blockwidth inspect PATH"),
     (("sweep", "--widths", "1_0"), "'1_0' is not an integer"),
     (("sweep", "--widths", ""), "--widths '': empty: give widths such as 2,4,8"),
