@@ -966,9 +966,13 @@ class BlockwidthApp(App):
         self.resolve_in_background()  # the saved width is the one in effect now: the screen follows
 
     def action_delete(self) -> None:
-        entry = self.query_one(ProfileTab).highlighted()
+        tab = self.query_one(ProfileTab)
+        entry = tab.highlighted()
         if entry is None:
-            self._error("no profile entry to delete: the profile is empty", refusal=True)
+            # an unreadable profile lists no entry too, and is not empty (a tryout was told so)
+            self._error(f"no profile entry to delete: the profile does not read ({tab.unreadable}); "
+                        "fix it by hand, then r reads it again" if tab.unreadable
+                        else "no profile entry to delete: the profile is empty", refusal=True)
             return
 
         def answer(yes: bool | None) -> None:

@@ -311,6 +311,12 @@ def test_console_corrupt_profile_is_shown_and_untouched(tmp_path):
             await _settle(app, pilot)
             assert "line 2" in _text(app, "#error")
             assert "no resolution" in _text(app, "#resolution")
+            # d on the Profile tab: no entry listed, and the profile is not "empty" (a tryout was
+            # told it was)
+            await pilot.press("4", "d")
+            await pilot.pause()
+            said = _text(app, "#error")
+            assert "does not read" in said and "line" in said and "is empty" not in said, said
 
     run(go())
     assert p.read_bytes() == before

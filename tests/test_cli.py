@@ -50,6 +50,15 @@ def test_bad_target_paths(tmp_path, blockwidth):
         assert p.returncode == 2 and str(path) in p.stderr and msg in p.stderr
 
 
+def test_resolve_with_a_profile_not_there_yet_says_so_in_its_chain(tmp_path, blockwidth):
+    """resolve --profile FILE exited 2 for a file not there yet, which the console and sweep
+    --save take (a save creates it): it resolves, its chain saying the file is not present."""
+    p = blockwidth("resolve", "--device", "cpu", "--profile", str(tmp_path / "p.toml"))
+    assert p.returncode == 0, p.stderr
+    assert f"{tmp_path / 'p.toml'} is not present: nothing measured" in p.stdout
+    assert not (tmp_path / "p.toml").exists()
+
+
 @pytest.mark.parametrize("config", [None, "{not json", "[1, 2]"])
 def test_target_and_drafter_without_a_readable_config_are_refused_alike(tmp_path, config, blockwidth):
     """A target without config.json once resolved with exit 0 while a drafter exited 2."""

@@ -38,6 +38,7 @@ class ProfileTab(TabPane):
         super().__init__(title, id=id)
         self.path = path
         self.entries: list[Any] = []
+        self.unreadable: str | None = None  # why the profile does not read, where it does not
         self._generation = 0  # reads started; only the latest one's answer is drawn
 
     def compose(self) -> ComposeResult:
@@ -80,6 +81,7 @@ class ProfileTab(TabPane):
         table = self.query_one(DataTable)
         table.clear()
         prof = message.profile
+        self.unreadable = (message.error or ["it does not read"])[0] if prof is None else None
         if prof is None:
             self.entries = []
             self.query_one("#profile-path", Static).update(Text("\n".join(message.error or []), style="red"))
