@@ -142,10 +142,17 @@ def drift(classic_tok_s: Sequence[float], more: str) -> Drift:
     chance = disjoint_by_chance(half, len(classic_tok_s) - half)
     lo, hi = sorted((opening, closing), key=lambda r: r.min)  # lo.max < hi.min: the gap
     d = apart((lo.max, hi.min))
-    span = (f"opening {opening.min:.{d}f}-{opening.max:.{d}f} tok/s, "
-            f"closing {closing.min:.{d}f}-{closing.max:.{d}f}")
+    def said(r: Range) -> str:  # one run: its figure, not "199.9-199.9"
+        return f"{r.min:.{d}f}" if f"{r.min:.{d}f}" == f"{r.max:.{d}f}" else f"{r.min:.{d}f}-{r.max:.{d}f}"
+
+    span = f"opening {said(opening)} tok/s, closing {said(closing)}"
     if chance <= DRIFT_CHANCE:
         return Drift(True, chance, f"classic drifted: {span}; nothing here can be saved")
+    if chance >= 1:  # one run each side: two single figures are always apart (n 1)
+        return Drift(True, chance, f"classic ran once before the widths and once after ({span}): "
+                                   f"two single runs never overlap, so drift cannot be told from "
+                                   f"noise; nothing here can be saved until more repetitions settle it"
+                                   + (f" ({more})" if more else ""))
     return Drift(True, chance, f"classic's opening and closing runs do not overlap ({span}), which "
                                f"noise alone does {chance:.0%} of the time with this few runs: drift "
                                f"or noise, it cannot tell; nothing here can be saved until more "
@@ -301,6 +308,11 @@ def decide(classic_tok_s: Sequence[float], arms: Sequence[ArmFacts], *, cancelle
         why = ("ranges overlap for " if estimates is None or (single and _overlap(classic, undecided))
                else "not decided for ") + ", ".join(a.name for a in undecided)
         why += f"; {more}" if more else ""
+    elif arms and all(v is Verdict.NOT_MEASURED for v, _ in verdicts):
+        # not a decline: no width drafted anything to measure (a tryout's 4-token lookup
+        # session read "no width beats classic here — w2: not measured")
+        decision = "no width drafted a token"
+        why = "; ".join(f"{a.name}: {w}" for a, (_, w) in zip(arms, verdicts))
     else:
         decision = "no width beats classic here"
         why = "; ".join(f"{a.name}: {v.value}" for a, (v, _) in zip(arms, verdicts))

@@ -242,6 +242,15 @@ def test_decision_rules_on_constructed_samples():
     assert s.recommendation == 4 and not s.drift and s.saveable
     none = _session([100, 101, 102, 101], {4: ([90, 91, 92], True)})
     assert none.recommendation is None and none.decision == "no width beats classic here"
+    # every width's runs without a speculative round (lookup found nothing to copy): not a
+    # decline, and said so (a tryout read "no width beats classic here — w2: not measured")
+    idle = _session([100, 101, 102, 101], {4: ([99, 100, 101], True)})
+    for arm in idle.arms:
+        for run in arm.runs:
+            run.rounds = []
+    decide(idle)
+    assert idle.decision == "no width drafted a token" and "zero speculative rounds" in idle.why
+    assert not idle.saveable
     und = _session([100, 101, 102, 101], {4: ([95, 101, 105], True)})
     assert und.decision == "undecided"
     # the console shows this line too: the advice is each front end's (console.outcome.advice),
@@ -266,7 +275,7 @@ def test_ranges_judged_apart_print_apart():
     # One classic run each side, 0.09 tok/s apart (the demo 4-bit DFlash sweep): the reason
     # read "opening 27.1-27.1 tok/s, closing 27.1-27.1" for runs it called non-overlapping.
     s = _session([27.148, 27.058], {4: ([27.10], True)})
-    assert s.drift and "opening 27.15-27.15 tok/s, closing 27.06-27.06" in s.drift_why, s.drift_why
+    assert s.drift and "opening 27.15 tok/s, closing 27.06" in s.drift_why, s.drift_why  # one run: one figure
     s = _session([27.05, 27.0], {2: ([27.07], True), 4: ([26.96], True)})
     assert s.arm(2).why.startswith("slowest 27.07 tok/s beats classic's fastest 27.05")
     assert s.arm(4).why.startswith("fastest 26.96 tok/s is below classic's slowest 27.00")
