@@ -339,6 +339,12 @@ def test_console_profile_tab_shows_marks(tmp_path):
             whys = [str(table.get_row_at(i)[-1]) for i in range(table.row_count)]
             assert cells == ["skip", "stale"], cells
             assert "another machine's entry" in whys[0] and "0.0.1" in whys[1]
+            # the highlighted entry's why below the table, wrapped (at 80 columns the why column
+            # lies past the right edge)
+            await pilot.press("4", "down")
+            await pilot.pause()
+            detail = str(app.query_one("#profile-detail").render())
+            assert detail.startswith("entry 2: ") and "check stale: " in detail and "0.0.1" in detail, detail
             await app.workers.wait_for_complete()
         assert p.read_text().count("[[override]]") == 2  # read-only
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from rich.text import Text
-from textual import work
+from textual import on, work
 from textual.app import ComposeResult
 from textual.reactive import var
 from textual.widgets import DataTable, Static, TabPane
@@ -44,6 +44,9 @@ class ProfileTab(TabPane):
     def compose(self) -> ComposeResult:
         yield Static("", id="profile-path")
         yield DataTable(id="profile-table", cursor_type="row")
+        # the highlighted entry's check and why, wrapped: the why is the table's last column,
+        # past the right edge at 80 columns (a tryout saw "fail" and no reason)
+        yield Static("", id="profile-detail")
 
     def on_mount(self) -> None:
         self.query_one(DataTable).add_columns(
@@ -91,12 +94,27 @@ class ProfileTab(TabPane):
         self.query_one("#profile-path", Static).update(Text(
             f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
             f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
+        self._marks_shown = list(message.marks)
         for e, mark in zip(prof.entries, message.marks):
             table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
                           e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
                           e.drafter_kind.value, "decline" if e.decline else str(e.width), shown(e.mlx or "-"),
-                          shown((e.measured_at or "-")[:19]), "yes" if e.byte_identical else "NO",
+                          shown((e.measured_at or "-")[:16].replace("T", " ")), "yes" if e.byte_identical else "NO",
                           shown((e.pair or "any")[:12]), shown(mark.why))
+
+    @on(DataTable.RowHighlighted, "#profile-table")
+    def _highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        marks = getattr(self, "_marks_shown", [])
+        i = event.cursor_row
+        detail = self.query_one("#profile-detail", Static)
+        if not 0 <= i < min(len(marks), len(self.entries)):
+            detail.update("")
+            return
+        mark, e = marks[i], self.entries[i]
+        detail.update(Text.assemble((f"entry {i + 1}: ", "bold"), f"{e.describe_keys()} -> ",
+                                    "decline" if e.decline else str(e.width), "   check ",
+                                    (mark.mark.value, MARK_STYLE[mark.mark.value]), f": {shown(mark.why)}"))
 
     @staticmethod
     def _marks(prof: Any, view: ResolutionView | None) -> list[Any]:
