@@ -24,9 +24,11 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
     from blockwidth.console.outcome import Front, PairFacts, Refusal, profile_entry
     from blockwidth.engine.device import probe
 
-    drafter = pair.drafter_path.name if pair.drafter_path else (
+    from blockwidth.engine.pair import folder_label
+
+    drafter = folder_label(pair.drafter_path) if pair.drafter_path else (
         "the target's own MTP layers" if pair.kind.value == "mtp" else "prompt lookup")
-    facts = PairFacts(pair.kind, pair.quantization, pair.pair_id, pair.target_path.name, drafter,
+    facts = PairFacts(pair.kind, pair.quantization, pair.pair_id, folder_label(pair.target_path), drafter,
                       getattr(pair, "target_dtypes", None))
     entry = profile_entry(session, facts, probe(),
                           mlx=mlx_version(), measured_at=profile_file.now_iso(),

@@ -2,6 +2,7 @@
 
 import dataclasses
 import json
+from pathlib import Path
 
 import mlx.core as mx
 import pytest
@@ -543,3 +544,15 @@ def test_a_cancel_takes_effect_within_one_run_wherever_the_session_is(model_pair
     assert kinds[-1] == "cancelled"
     if where == "exactness":
         assert len(s.exactness) <= 1 and s.curve is None
+
+
+def test_a_checkpoint_folder_with_a_short_name_is_named_with_its_parent():
+    """A tryout read "bf16 + prompt lookup" and saved target = "bf16" for SmolLM2's bf16 folder;
+    a hub snapshot's folder is a commit hash."""
+    from blockwidth.engine.pair import folder_label
+
+    assert folder_label(Path("/m/smollm2/bf16")) == "smollm2/bf16"
+    assert folder_label(Path("/m/engine/demo/pair/target-bf16")) == "target-bf16"
+    assert folder_label(Path("bf16")) == "bf16"
+    snap = Path("/h/hub/models--mlx-community--Qwen3-0.6B-4bit/snapshots") / ("0a" * 20)
+    assert folder_label(snap) == "mlx-community/Qwen3-0.6B-4bit"

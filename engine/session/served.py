@@ -796,7 +796,9 @@ class ServedPair:
         return context_length(self.target_config)  # the engine path's rule (text_config too)
 
     def describe(self) -> str:
-        return (f"{self.target_path.name} [{self.quantization.describe()}] + {self.drafter_path.name} "
+        from blockwidth.engine.pair import folder_label
+
+        return (f"{folder_label(self.target_path)} [{self.quantization.describe()}] + {folder_label(self.drafter_path)} "
                 f"(model), served by mlx_lm.server {server_version()}")
 
 
