@@ -506,8 +506,13 @@ def in_effect_note(session: Session, width: int | None) -> tuple[str, Tone] | No
             return (f"width {width} in effect beats classic; the tie rule chooses {chosen} "
                     f"({_arm_name(c.best)} is the fastest)", Tone.WARN)
         return (f"width {width} in effect beats classic; {chosen} is chosen (the fastest)", Tone.WARN)
+    # another width won: said beside the one in effect, so the top and the session's headline
+    # ("width 2 beats classic") do not read as two answers (a tryout's)
+    won = ""
+    if session.recommendation is not None and session.recommendation != width:
+        won = f"; {_arm_name(session.recommendation)} beats classic" + (" (s saves it)" if session.saveable else "")
     if v is Verdict.SLOWER:
-        return (f"width {width} in effect is SLOWER than classic here", Tone.BAD)
+        return (f"width {width} in effect is SLOWER than classic here{won}", Tone.BAD)
     if v is Verdict.NO_GAIN:
-        return (f"width {width} in effect does not clear the minimum gain over classic here", Tone.WARN)
-    return (f"width {width} in effect: {v.value} against classic", Tone.WARN)
+        return (f"width {width} in effect does not clear the minimum gain over classic here{won}", Tone.WARN)
+    return (f"width {width} in effect: {v.value} against classic{won}", Tone.WARN)

@@ -58,6 +58,9 @@ def test_a_lost_width_in_effect_is_flagged():
     s = fixture_session()
     assert in_effect_note(s, 4)[1] is Tone.GOOD
     assert in_effect_note(s, 8)[1] is Tone.BAD and "SLOWER" in in_effect_note(s, 8)[0]
+    # the width that won is named beside the one in effect: the top and the session's headline
+    # read as one answer
+    assert in_effect_note(s, 8)[0].endswith("; w4 beats classic (s saves it)")
     assert in_effect_note(s, 6)[1] is Tone.WARN  # not measured
     assert in_effect_note(fixture_session(cancelled=True), 4) is None
 
