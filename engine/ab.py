@@ -940,6 +940,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             return None  # cancelled while the controller was calibrating: nothing to run
         width = session.auto.run() if arm.auto else arm.width  # auto: a width per round
         before, host_before = clocks.read(), host.host_reading()
+        if cancel.is_set():
+            return None  # cancelled while the run was announced and the clocks read (CI saw one start)
         run = decode(pair, list(req.prepared.ids) if keep else warm_ids, total, width, **kw,
                      on_progress=lambda k, t: emit(Event("progress", arm.name, rep, k, t, run=index,
                                                          runs=runs, closing=closing, request=rid,
