@@ -128,7 +128,7 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
         if spent:
             said = f"{secs:g} s spent: n {req.n} finish, none added"  # short: 80 columns cut it
         else:  # the bar's scale, named: its percent is of the budget, not of these runs
-            said = f"budget {e.elapsed:.0f}/{secs:g} s"
+            said = f"{e.elapsed:.0f}/{secs:g} s budget"
         label = f"run {e.run + 1}/{planned} · {said}"
         if spent:  # no repetition will be added: the planned runs are the whole session
             return label, min((e.run + part) / planned, 0.99)
