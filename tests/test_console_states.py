@@ -83,6 +83,15 @@ def test_console_save_and_delete_keep_the_operators_comment(tmp_path):
     assert "# our H200: measured by hand, keep" in p.read_text()
 
 
+async def _records_tab(app, pilot):
+    """The Records tab of an idle console, read: its table."""
+    await enter(app, pilot, "idle")
+    await pilot.press("5")
+    await app.workers.wait_for_complete()
+    await pilot.pause()
+    return app.query_one("#records-table")
+
+
 def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     """An undecided session's record showed green in the Records tab (its stored flag said
     saveable) while save refused it: the tab now says why not, by the rule save applies."""
@@ -110,11 +119,7 @@ def test_the_records_tab_colours_only_what_save_would_take(tmp_path):
     async def go():
         app = make_app(tmp_path)
         async with app.run_test(size=(140, 40)) as pilot:
-            await enter(app, pilot, "idle")
-            await pilot.press("5")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            table = app.query_one("#records-table")
+            table = await _records_tab(app, pilot)
             cells = [table.get_row_at(i)[-1] for i in range(table.row_count)]
             assert [(str(c), str(c.style)) for c in cells] == [
                 ("width 4 beats classic", "green"), ("not saveable: undecided", "yellow")]
@@ -146,11 +151,7 @@ def test_the_records_tab_lists_only_the_open_pair_while_pairs_change(tmp_path):
     async def go():
         app = make_app(tmp_path)
         async with app.run_test(size=(140, 40)) as pilot:
-            await enter(app, pilot, "idle")
-            await pilot.press("5")
-            await app.workers.wait_for_complete()
-            await pilot.pause()
-            table, tab = app.query_one("#records-table"), app.query_one(RecordsTab)
+            table, tab = await _records_tab(app, pilot), app.query_one(RecordsTab)
             assert table.row_count == 1
             # a read for another pair arriving late (its worker outlived the pair): dropped
             tab.post_message(RecordsRead([(tmp_path / "x.json", other)] * 3, ("another-pair", "cpu")))
