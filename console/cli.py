@@ -67,6 +67,17 @@ class Parser(argparse.ArgumentParser):
                                   f"(see {self.prog} --help)\n")
 
 
+def _did_you_mean(typed: Sequence[str], options: set[str]) -> str:
+    """"; did you mean --x?" for the long options among ``typed`` nearest one of ``options``
+    (difflib, as Python's own suggestion), or nothing."""
+    import difflib
+
+    known = sorted(o for o in options if o.startswith("--"))
+    near = [m for x in typed if x.startswith("--")
+            for m in difflib.get_close_matches(x.split("=", 1)[0], known, n=1, cutoff=0.75)]
+    return f"; did you mean {', '.join(dict.fromkeys(near))}?" if near else ""
+
+
 _BEFORE = "before:"  # dest prefix of an option given before the subcommand
 
 
@@ -133,10 +144,7 @@ class TopParser(Parser):
                            f"e.g. blockwidth {owners[0]} {name} ...")
             # no command takes it: argparse would take the next word for the COMMAND and say
             # "invalid choice: 'x'" (`--profil x`); name the option and the one it is nearest
-            import difflib
-
-            near = difflib.get_close_matches(name, sorted(o for o in top if o.startswith("--")), n=1, cutoff=0.75)
-            self.error(f"unrecognized arguments: {name}" + (f"; did you mean {near[0]}?" if near else ""))
+            self.error(f"unrecognized arguments: {name}{_did_you_mean([name], top)}")
 
     def parse_args(self, args: Sequence[str] | None = None, namespace: Any = None) -> Any:  # type: ignore[override]
         # argparse reports a subcommand's unknown options from the top parser, pointing at
@@ -149,13 +157,8 @@ class TopParser(Parser):
             if getattr(ns, "command", None) == "inspect" and {"--target", "--draft"} & set(extras):
                 # the other commands take a pair; inspect takes one folder
                 hint = "; inspect takes one checkpoint folder: blockwidth inspect PATH"
-            else:  # a typo: the option it is nearest (difflib, as Python's own "did you mean")
-                import difflib
-
-                known = [o for a in where.declared.values() for o in a.option_strings if o.startswith("--")]
-                near = [m for x in extras if x.startswith("--")
-                        for m in difflib.get_close_matches(x.split("=", 1)[0], known, n=1, cutoff=0.75)]
-                hint = f"; did you mean {', '.join(dict.fromkeys(near))}?" if near else ""
+            else:
+                hint = _did_you_mean(extras, {o for a in where.declared.values() for o in a.option_strings})
             where.error(f"unrecognized arguments: {' '.join(extras)}{hint}")
         return ns
 

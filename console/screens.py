@@ -108,7 +108,7 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
         # the field the refusal is about (target, draft, kind): marked and focused, as the A/B
         # fields mark theirs, the cursor at its end and nothing selected, to fix what was typed;
         # on a fresh open every field selects its text on focus, so typing replaces it
-        self.bad = {"target": "target", "draft": "draft", "kind": "kind"}.get(bad or "")
+        self.bad = bad if bad in _OPEN_LABELS else None
         self._dropped = ""  # the drafter the kind lookup took out of its field
 
     def compose(self) -> ComposeResult:
@@ -149,7 +149,7 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
 
     @on(Input.Changed)
     def _changed(self, event: Input.Changed) -> None:
-        refused = dict(zip(("open-target", "open-draft", "open-kind"), self.values))
+        refused = {f"open-{k}": v for k, v in zip(_OPEN_LABELS, self.values, strict=True)}
         if event.value != refused.get(event.input.id):  # edited (Textual also posts the first value)
             event.input.remove_class("-bad")
         if event.input.id != "open-kind":
@@ -166,7 +166,7 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
     def _open(self, event: Input.Submitted) -> None:
         event.stop()  # Enter here opens the pair; it must not also run an A/B session
         self.dismiss(tuple(self.query_one(f"#open-{k}", Input).value.strip()  # type: ignore[arg-type]
-                           for k in ("target", "draft", "kind")))
+                           for k in _OPEN_LABELS))
 
 
 class AnswerScreen(ModalScreen[None]):

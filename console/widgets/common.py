@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 from pathlib import Path
 
 from blockwidth.console.outcome import Tone
@@ -13,6 +15,16 @@ TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yell
 
 def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else words or word + 's'}"
+
+
+_STAMP = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d")
+
+
+def to_minute(stamp: str) -> str:
+    """An ISO time ("2026-12-05T14:11:30Z") to the minute, as the tables show it ("2026-12-05
+    14:11"): at 80 columns the seconds and the zone took the room of the verdict; anything
+    else as it is."""
+    return stamp[:16].replace("T", " ") if _STAMP.match(stamp) else stamp
 
 
 def short_path(path: Path | None, demo: bool) -> str:

@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static, TabPane
 
 from blockwidth.console.messages import ProfileRead
 from blockwidth.console.state import ResolutionView
-from blockwidth.console.widgets.common import plural
+from blockwidth.console.widgets.common import plural, to_minute
 from blockwidth.policy.text import error_lines, shown
 from blockwidth.policy.profile import ProfileError
 
@@ -38,6 +38,7 @@ class ProfileTab(TabPane):
         super().__init__(title, id=id)
         self.path = path
         self.entries: list[Any] = []
+        self.marks: list[Any] = []  # each entry's --check mark, as the table shows them
         self.unreadable: str | None = None  # why the profile does not read, where it does not
         self._generation = 0  # reads started; only the latest one's answer is drawn
 
@@ -86,7 +87,7 @@ class ProfileTab(TabPane):
         prof = message.profile
         self.unreadable = (message.error or ["it does not read"])[0] if prof is None else None
         if prof is None:
-            self.entries = []
+            self.entries, self.marks = [], []
             self.query_one("#profile-path", Static).update(Text("\n".join(message.error or []), style="red"))
             return
         self.entries = list(prof.entries)
@@ -94,24 +95,23 @@ class ProfileTab(TabPane):
         self.query_one("#profile-path", Static).update(Text(
             f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
             f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
-        self._marks_shown = list(message.marks)
+        self.marks = list(message.marks)
         for e, mark in zip(prof.entries, message.marks):
             table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
                           e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
                           e.drafter_kind.value, "decline" if e.decline else str(e.width), shown(e.mlx or "-"),
-                          shown((e.measured_at or "-")[:16].replace("T", " ")), "yes" if e.byte_identical else "NO",
+                          to_minute(shown(e.measured_at or "-"))[:16], "yes" if e.byte_identical else "NO",
                           shown((e.pair or "any")[:12]), shown(mark.why))
 
     @on(DataTable.RowHighlighted, "#profile-table")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
-        marks = getattr(self, "_marks_shown", [])
         i = event.cursor_row
         detail = self.query_one("#profile-detail", Static)
-        if not 0 <= i < min(len(marks), len(self.entries)):
+        if not 0 <= i < min(len(self.marks), len(self.entries)):
             detail.update("")
             return
-        mark, e = marks[i], self.entries[i]
+        mark, e = self.marks[i], self.entries[i]
         detail.update(Text.assemble((f"entry {i + 1}: ", "bold"), f"{e.describe_keys()} -> ",
                                     "decline" if e.decline else str(e.width), "   check ",
                                     (mark.mark.value, MARK_STYLE[mark.mark.value]), f": {shown(mark.why)}"))

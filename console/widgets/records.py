@@ -7,7 +7,6 @@ Markdown is kept once rendered (records are written once and never change).
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 from rich.text import Text
@@ -17,7 +16,7 @@ from textual.containers import VerticalScroll
 from textual.widgets import DataTable, Static, TabPane
 
 from blockwidth.console.messages import PreviewRendered, RecordsRead
-from blockwidth.console.widgets.common import plural
+from blockwidth.console.widgets.common import plural, to_minute
 from blockwidth.policy.text import shown, shown_block
 
 MAX_RECORDS = 200  # newest first; older ones stay on disk
@@ -61,15 +60,16 @@ class RecordsTab(TabPane):
         self.read(pair_id, backend)
 
     @work(thread=True, exclusive=True, exit_on_error=False, group="records", name="read records")
-    def read(self, pair_id: str | None, backend: str | None) -> None:
-        """The records of this pair (``pair_id``) on this backend; None: any."""
+    def read(self, pair_id: str, backend: str | None) -> None:
+        """The records of this pair (``pair_id``) on this backend (None, not resolved yet: any);
+        show_for says "no pair open" itself."""
         from blockwidth.engine.session import record
 
         rows = []
         for path in sorted(self.record_dir.glob("session-*.json"), reverse=True)[:MAX_RECORDS]:
             try:
                 rec = record.load(path)  # bounded: a FIFO or a 1 GiB file named like a record is skipped
-                if pair_id and rec.get("pair", {}).get("pair_id") != pair_id:
+                if rec.get("pair", {}).get("pair_id") != pair_id:
                     continue
                 if backend and rec.get("host", {}).get("device", {}).get("backend") != backend:
                     continue
@@ -103,9 +103,7 @@ class RecordsTab(TabPane):
             verdict = (Text(decision, style="green") if why is None
                        else Text(f"not saveable: {said}", style="yellow"))
             widths = cfg.get("widths", [])
-            created = shown(rec.get("created", "?"))  # the minute is enough to tell them apart here
-            created = created.replace("T", " ")[:16] if re.match(r"\d{4}-\d\d-\d\dT\d\d:\d\d", created) else created
-            table.add_row(created,
+            table.add_row(to_minute(shown(rec.get("created", "?"))),
                           shown(",".join(map(str, widths if isinstance(widths, list) else [widths]))),
                           shown(cfg.get("n", "?")), shown(cfg.get("max_tokens", "?")), verdict)
         self.query_one("#records-head", Static).update(Text(
