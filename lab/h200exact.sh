@@ -28,7 +28,7 @@
 # machine goes back after 30 s idle):
 #   setsid nohup bash lab/h200exact.sh run > /root/bw/exact.out 2>&1 < /dev/null &
 #   bash lab/h200exact.sh wait S     # up to S seconds; then $OUT/exact.tgz holds what $R has so far
-# STEPS, DEADLINE (default 1380), CONVERT_VARIANTS (name:scales-dtype list), MODEL_NO_STOCK (1: the models
+# STEPS, DEADLINE (default 1380), EDITS_WORKLOAD (the edits step's workload file), CONVERT_VARIANTS (name:scales-dtype list), MODEL_NO_STOCK (1: the models
 # step probes the routes only) and each step's *_LIMIT are settings; lab/tests/test_h200exact.py
 # runs it on this CPU with a stub python3.
 set -uo pipefail
@@ -84,7 +84,7 @@ run)
     # on a real model) and the served A/B, the two the last leases lost to the host going back
     if want edits && [ -f "$S/${EDITS_TARGET:-native}/config.json" ]; then
         sweep smol-lookup-edits "${EDITS_LIMIT:-240}" --target "$S/${EDITS_TARGET:-native}" --kind lookup \
-            --workload lab/prompts/edits.jsonl --widths "${EDITS_WIDTHS:-2,3,4}" -n "$N" \
+            --workload "${EDITS_WORKLOAD:-lab/prompts/edits.jsonl}" --widths "${EDITS_WIDTHS:-2,3,4}" -n "$N" \
             --max-tokens "${EDITS_TOKENS:-56}" --exact auto --seed 11 --sequential \
             --max-seconds "${EDITS_SECONDS:-150}" --save --profile "$R/edits-profile.toml"
     fi

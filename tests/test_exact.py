@@ -538,3 +538,41 @@ def test_a_session_under_auto_records_the_route_it_timed(cuda_mlx, monkeypatch):
     assert rec["exact"]["route"] == s.exact.route and set(rec["exact"]["route_costs"]) == set(exact.ROUTE_ORDER)
     assert f"route {s.exact.route}" in rec["exact"]["reason"]
     assert s.arm(2).identity.identical_ids
+
+
+GPU_RECORDS = "lab/evidence/h100-2026-12-05/exact"
+
+
+def test_the_committed_gpu_records_say_every_row_count_and_every_text_matched():
+    """The GPU's figures live in committed records; this reads them as the docs quote them. Real
+    SmolLM2 (native 4-bit g32 and bf16): a K-row verify bitwise equal to K single steps at every
+    K = 2..16 on both routes; the edits session exact on CUDA, its probe bitwise at each width and
+    every request's text byte-identical at every width; the served A/B's texts identical at 1 and
+    4 clients, its decline saveable."""
+    from tests.conftest import ROOT
+
+    base = ROOT / GPU_RECORDS
+    models = json.loads((base / "models.json").read_text())
+    assert models["backend"] == "cuda"
+    seen = set()
+    for m in models["models"]:
+        for k, by_route in m["exactness"].items():
+            for route in ("mlx", "hybrid"):
+                assert by_route[route]["bitwise_equal"], (m["target"], k, route)
+            seen.add((m["target"].rsplit("/", 1)[-1], k))
+    assert {(v, f"{k}{after}") for v in ("native", "bf16") for k in range(2, 17) for after in ("", " after 250")} <= seen
+
+    s = json.loads((base / "smol-lookup-edits.json").read_text())
+    assert s["exact"]["backend"] == "cuda" and s["exact"]["active"] and s["exact"]["exact"]
+    assert all(p["bitwise_equal"] for p in s["exactness"].values()) and len(s["exactness"]) == 3
+    for arm in s["arms"][1:]:
+        assert arm["identity"]["identical_bytes"], arm["arm"]
+    per_request = [(r["id"], a["arm"], a["identity"]["identical_bytes"]) for r in s["requests"] for a in r["arms"][1:]]
+    assert len(per_request) == 8 * 3 and all(same for _, _, same in per_request), per_request
+    assert s["decision"]["decision"] == "undecided" and s["saved"] is None  # as docs/exact.md says
+
+    served = json.loads((base / "served.json").read_text())
+    assert len(served["levels"]) == 2
+    for level in served["levels"]:
+        assert all(a["identity"]["identical_bytes"] for a in level["arms"][1:])
+        assert level["decision"]["saveable"] and level["decision"]["best"] is None
