@@ -119,6 +119,14 @@ class Arm:
         rounds = [x for r in self.runs for x in r.rounds]
         return sum(x.sync_s for x in rounds) / len(rounds) * 1e3 if rounds else None
 
+    @property
+    def declined_share(self) -> float | None:
+        """The share of this arm's rounds whose drafter proposed nothing (a 1-row step each)."""
+        if self.width is None or not self.runs or not all(hasattr(r, "rounds") for r in self.runs):
+            return None
+        rounds = sum(len(r.rounds) for r in self.runs)
+        return sum(r.declined_rounds for r in self.runs) / rounds if rounds else None
+
     def round_breakdown(self, step_ms: float | None) -> dict | None:
         """A round's wall time by part (ms, mean over the split rounds, where draft and verify
         are timed apart), the whole round's mean over every round, and against ``step_ms``
@@ -1072,7 +1080,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 # the round's host work after its verify, measured; the 1-row baseline stays the
                 # curve's, measured beside the verifies it is divided by (classic's session step
                 # met other noise: on a busy host it made w2 read 7.7x)
-                {a.width: a.overhead_ms_per_round for a in measured if a.overhead_ms_per_round is not None})
+                {a.width: a.overhead_ms_per_round for a in measured if a.overhead_ms_per_round is not None},
+                declined={a.width: a.declined_share for a in measured if a.declined_share is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
             # noise once predicted w2 at 5.42x against ~1.1x measured.

@@ -392,13 +392,18 @@ class Prediction:
     # What a token costs classic: its measured decode step where the session has one (a pipelined
     # step costs less than the curve's lone 1-row forward on a host-bound target), else the curve's.
     step_ms: float | None = None
+    # The share of rounds whose drafter proposed nothing (a lookup with no match in the text):
+    # such a round is a 1-row step that emits one token, so it dilutes E(K) and the round's cost.
+    declined: float = 0.0
 
     def describe(self) -> str:
         back = f" + rollback {self.rollback_ms:.2f}" if self.rollback_ms >= 0.005 else ""
         back += f" + round overhead {self.overhead_ms:.2f}" if self.overhead_ms >= 0.005 else ""
         spread = f", {self.low:.2f}-{self.high:.2f}x over the curve's repeats" if self.low is not None else ""
+        undrafted = (f"; {self.declined:.0%} of rounds drafted nothing, a step each"
+                     if self.declined >= 0.005 else "")
         return (f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round over "
-                f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms)")
+                f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms{undrafted})")
 
     def to_dict(self) -> dict:
         return {"width": self.width, "speedup": round(self.speedup, 4),
@@ -406,6 +411,7 @@ class Prediction:
                 "draft_ms": round(self.draft_ms, 4), "verify_ms": round(self.verify_ms, 4),
                 "rollback_ms": round(self.rollback_ms, 4), "overhead_ms": round(self.overhead_ms, 4),
                 "step_ms": None if self.step_ms is None else round(self.step_ms, 4),
+                "declined": round(self.declined, 4),
                 "low": None if self.low is None else round(self.low, 4),
                 "high": None if self.high is None else round(self.high, 4)}
 
@@ -422,13 +428,17 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
                   model: DraftCost = DraftCost.LINEAR,
                   rollback_ms: dict[int, float] | None = None,
                   overhead_ms: dict[int, float] | None = None,
-                  step_ms: float | None = None) -> dict[int, Prediction]:
+                  step_ms: float | None = None,
+                  declined: dict[int, float] | None = None) -> dict[int, Prediction]:
     """Per width: E(K) / (draft(K) + verify(K) + rollback(K) + overhead(K)) against one classic
     step, each term kept. ``draft_ms`` is per drafted token for a LINEAR drafter and per round
     for a FLAT one; ``rollback_ms`` per round by width where measured in decoding (a session's
     arms), else the curve's rollback weighted by how often a round rolls back; ``overhead_ms``
     the round's host work after its verify, per width where measured; ``step_ms`` classic's
-    measured step (else the curve's 1-row forward: the repeats' spread is the curve's then)."""
+    measured step (else the curve's 1-row forward: the repeats' spread is the curve's then).
+    ``declined``: per width, the share q of rounds that drafted nothing (measured); such a round
+    is one 1-row step for one token, so a width makes (1 - q) E(K) + q tokens in
+    (1 - q) round + q step: a lookup that finds no match half the time halves what it can win."""
     by_rows = {p.rows: p for p in curve.points}
     one = by_rows.get(1)
     out: dict[int, Prediction] = {}
@@ -444,9 +454,15 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
         b = rollback_per_round(curve, acceptance, k) if b is None else b
         o = (overhead_ms or {}).get(k) or 0.0
         s_med, s_min, s_max = (step_ms, step_ms, step_ms) if step_ms else (one.median_ms, one.min_ms, one.max_ms)
-        out[k] = Prediction(k, e / (d + p.median_ms + b + o) * s_med, e, d, p.median_ms, b,
-                            e / (d + p.max_ms + b + o) * s_min, e / (d + p.min_ms + b + o) * s_max,
-                            overhead_ms=o, step_ms=step_ms)
+        q = min(max((declined or {}).get(k) or 0.0, 0.0), 1.0)
+        t = (1 - q) * e + q
+
+        def ratio(verify: float, step: float) -> float:
+            return t * step / ((1 - q) * (d + verify + b + o) + q * step)
+
+        out[k] = Prediction(k, ratio(p.median_ms, s_med), t, d, p.median_ms, b,
+                            ratio(p.max_ms, s_min), ratio(p.min_ms, s_max),
+                            overhead_ms=o, step_ms=step_ms, declined=q)
     return out
 
 

@@ -189,6 +189,36 @@ def test_kernel_boundaries_and_predictions_only_where_repeats_agree():
     assert costcurve.expected_tokens(0.5, 4) == pytest.approx(1.875)
 
 
+def test_a_round_that_drafts_nothing_enters_the_prediction_as_a_step():
+    """A lookup round with no match in the text is a 1-row step for one token. The prediction
+    takes the share of such rounds measured in the session: none of them leaves it as it was,
+    all of them make it classic. On the H100's edits session (SmolLM2 + lookup, 36 % of w2's
+    rounds drafted nothing) it predicted 1.18x for w2 without that term, against 0.98x measured;
+    with it 1.13x, its tokens a round what was measured (1.36); the rest is time (a round 3.90 ms
+    in decoding against 3.60 predicted)."""
+    from tests.conftest import ROOT
+
+    P = costcurve.Point
+    curve = costcurve.CostCurve(64, 5, (P(1, 3.0, 2.9, 3.1), P(2, 4.0, 3.9, 4.1)))
+    base = costcurve.predict_terms(curve, 0.6, 0.0, (2,))[2]
+    assert costcurve.predict_terms(curve, 0.6, 0.0, (2,), declined={2: 0.0})[2] == base
+    assert costcurve.predict_terms(curve, 0.6, 0.0, (2,), declined={2: 1.0})[2].speedup == pytest.approx(1.0)
+    half = costcurve.predict_terms(curve, 0.6, 0.0, (2,), declined={2: 0.5})[2]
+    assert half.tokens_per_round == pytest.approx(0.5 * 1.6 + 0.5)
+    assert half.speedup == pytest.approx(1.3 * 3.0 / (0.5 * 4.0 + 0.5 * 3.0))
+    assert "50% of rounds drafted nothing" in half.describe() and half.to_dict()["declined"] == 0.5
+
+    rec = json.loads((ROOT / "lab/evidence/h100-2026-12-05/exact/smol-lookup-edits.json").read_text())
+    points = tuple(P(p["rows"], p["median_ms"], p["min_ms"], p["max_ms"]) for p in rec["costcurve"]["points"])
+    curve = costcurve.CostCurve(rec["costcurve"]["context"], 5, points)
+    w2 = next(a for a in rec["arms"] if a["width"] == 2)
+    q = sum(s["declined_rounds"] for s in w2["samples"]) / sum(s["rounds"] for s in w2["samples"])
+    acc = w2["acceptance"]
+    old = costcurve.predict_terms(curve, acc, 0.0099, (2,))[2].speedup
+    new = costcurve.predict_terms(curve, acc, 0.0099, (2,), declined={2: q})[2].speedup
+    assert 0.3 < q < 0.4 and abs(new - w2["ratio"]) < abs(old - w2["ratio"]), (old, new, w2["ratio"])
+
+
 def test_costcurve_can_feed_its_prefix_in_short_forwards(lookup_pair):
     """prefill_step: the untimed prefix in forwards of at most that many tokens (the last one
     shorter), so the KV the timed forwards start from holds the whole context either way."""

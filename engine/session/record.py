@@ -396,9 +396,9 @@ def markdown(record: dict) -> str:
             unit = "per round, any width" if pred["draft_cost"] == "flat" else "per drafted token"
             lines.append(f"({pred['drafter_kind']} drafting is {pred['draft_cost']}, "
                          f"{pred['draft_cost_ms']} ms {unit})\n\n| width | speed-up | tokens/round | draft ms | "
-                         f"verify ms |\n|---|---|---|---|---|")
+                         f"verify ms | rounds undrafted |\n|---|---|---|---|---|---|")
             lines += [f"| {p['width']} | {p['speedup']} | {p['tokens_per_round']} | {p['draft_ms']} | "
-                      f"{p['verify_ms']} |" for p in pred["widths"]]
+                      f"{p['verify_ms']} | {p.get('declined', 0.0):.0%} |" for p in pred["widths"]]
     lines += _clock_lines(record)
     lines += _host_lines(record)
     ex = record.get("exact")
