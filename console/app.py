@@ -19,6 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
+from rich.cells import cell_len
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -50,6 +51,8 @@ PILOT_LONG_SHARE = 0.15
 # classic decoded at a median 119-134 tok/s under ticks every 0.1 s, 173 at 0.5 s, 171 at 1 s,
 # against 187 headless (a tryout read 118 in the console and 187 from sweep).
 TICK_S = 0.5
+# The error line's rows on a short screen (app.tcss: Screen.-short #error { max-height: 3 }).
+ERROR_ROWS_SHORT = 3
 from blockwidth.policy.profile import ProfileError
 from blockwidth.policy.text import shown
 
@@ -214,10 +217,16 @@ class BlockwidthApp(App):
         """Show ``text`` on the error line (empty: clear it). ``refusal``: a key's "nothing to do"
         answer, which the next action that works takes away (_clear_refusal); other errors stay
         until what caused them is redone. Shown as one line: an error quotes paths and names from
-        the operator's files, whose escape sequences must not reach the terminal."""
+        the operator's files, whose escape sequences must not reach the terminal. A toast repeats
+        it only where the line cannot be read whole: under a dialog, or past the rows a short
+        screen gives it (at 80x24 a refused ``s`` read twice, line and toast)."""
         text = shown(text)
-        self.query_one(ErrorLine).show(text, refusal, field)
-        if text:
+        line = self.query_one(ErrorLine)
+        line.show(text, refusal, field)
+        base = self.screen_stack[0] if self.screen_stack else None
+        rows = math.ceil(cell_len(text) / max(self.size.width - 2, 1))  # the line's padding: 1 a side
+        cut = base is not None and base.has_class("-short") and rows > ERROR_ROWS_SHORT
+        if text and (self.screen is not base or cut):
             # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags
             self.notify(text, severity="error", timeout=8, markup=False)
 

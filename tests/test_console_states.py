@@ -455,11 +455,37 @@ def test_a_dialog_opens_over_no_toast(tmp_path):
             await enter(app, pilot, "undecided")
             await pilot.press("s")
             await pilot.pause()
-            assert app._notifications and "not saved" in str(app.query_one("#error").render())
+            assert "not saved" in str(app.query_one("#error").render())
             await pilot.press("y")
             await pilot.pause()
             assert type(app.screen).__name__ == "AnswerScreen"
             assert all("not saved" not in str(n.message) for n in app._notifications)
+
+    _run(go())
+
+
+def test_an_error_the_line_shows_whole_is_not_toasted_again(tmp_path):
+    """At 80x24 a refused key read twice, on the error line and in a toast over the tabs. A toast
+    repeats an error only where the line cuts it."""
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "undecided")
+            app.clear_notifications()
+            app._error("nothing to save: run an A/B session first", refusal=True)
+            await pilot.pause()
+            assert "nothing to save" in str(app.query_one("#error").render())
+            assert not [n.message for n in app._notifications]
+            long = "not saved: " + "the session is undecided; " * 12  # past 3 rows of 78
+            app._error(long)
+            await pilot.pause()
+            assert [n.message for n in app._notifications] == [long]
+            app.clear_notifications()
+            await pilot.press("y")  # a dialog over the line: the toast is what is seen
+            await pilot.pause()
+            app._error("no width to copy: nothing measured", refusal=True)
+            await pilot.pause()
+            assert [n.message for n in app._notifications] == ["no width to copy: nothing measured"]
 
     _run(go())
 
