@@ -18,7 +18,7 @@ def counts(checks: Sequence[Check]) -> dict[str, int]:
 def text(checks: Sequence[Check], meta: Mapping[str, Any]) -> str:
     """The report, a line per check; each line shown escaped (a detail quotes the profile's and
     the records' strings), so a newline in a file never starts a line of its own."""
-    lines = [shown(f"blockwidth --check: profile {meta['profile']}, device {meta['device']}, MLX {meta['mlx']}")]
+    lines = [shown(f"blockwidth check: profile {meta['profile']}, device {meta['device']}, MLX {meta['mlx']}")]
     for c in checks:
         name = c.name
         if c.entry is not None and c.line and name.startswith(f"entry {c.entry}"):
