@@ -127,6 +127,16 @@ class Arm:
         rounds = sum(len(r.rounds) for r in self.runs)
         return sum(r.declined_rounds for r in self.runs) / rounds if rounds else None
 
+    @property
+    def declined_round_ms(self) -> float | None:
+        """Mean wall time of a round whose drafter proposed nothing (a 1-row step that waits for
+        its token), or None where none declined."""
+        if self.width is None or not self.runs or not all(hasattr(r, "rounds") for r in self.runs):
+            return None
+        rounds = [x for r in self.runs for x in r.rounds if x.drafted == 0]
+        return (sum(x.draft_s + x.verify_s + x.sync_s + x.rollback_s for x in rounds) / len(rounds) * 1e3
+                if rounds else None)
+
     def round_breakdown(self, step_ms: float | None) -> dict | None:
         """A round's wall time by part (ms, mean over the split rounds, where draft and verify
         are timed apart), the whole round's mean over every round, and against ``step_ms``
@@ -150,6 +160,14 @@ class Arm:
                "classic_step_ms": None if step_ms is None else round(step_ms, 4)}
         if step_ms:
             out["round_over_step"] = round(whole / step_ms, 4)
+        # The rounds that drafted nothing apart from those that verified drafts: a declined round
+        # is a 1-row step that waits for its token (classic's overlap the next step's host work)
+        declined = [x for x in rounds if x.drafted == 0]
+        if declined:
+            drafted = [x for x in rounds if x.drafted]
+            out["declined_rounds"] = len(declined)
+            out["declined_round_ms"] = self.declined_round_ms and round(self.declined_round_ms, 4)
+            out["drafted_round_ms"] = mean([x.draft_s + x.verify_s + x.sync_s + x.rollback_s for x in drafted])
         return out
 
     @property
@@ -590,7 +608,9 @@ class Session:
                      f"{b['overhead_ms']:.2f} + rollback {b['rollback_ms']:.2f}")
             against = (f"; {b['round_over_step']:.2f}x classic's step of {step:.2f} ms, "
                        f"{b['tokens_per_round']:.2f} tokens a round" if step else "")
-            out.append(f"  {a.name:<5} round {b['round_ms']:.2f} ms ({parts} ms in the split rounds){against}")
+            apart = (f"; {b['declined_rounds']} drafted nothing, {b['declined_round_ms']:.2f} ms each, the others "
+                     f"{b['drafted_round_ms']:.2f}" if b.get("declined_rounds") and b.get("drafted_round_ms") else "")
+            out.append(f"  {a.name:<5} round {b['round_ms']:.2f} ms ({parts} ms in the split rounds){against}{apart}")
         return (["round by part (mean ms; the split rounds time draft and verify apart):"] + out) if out else []
 
     def rollback_line(self) -> str:
@@ -1081,7 +1101,8 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 # curve's, measured beside the verifies it is divided by (classic's session step
                 # met other noise: on a busy host it made w2 read 7.7x)
                 {a.width: a.overhead_ms_per_round for a in measured if a.overhead_ms_per_round is not None},
-                declined={a.width: a.declined_share for a in measured if a.declined_share is not None})
+                declined={a.width: a.declined_share for a in measured if a.declined_share is not None},
+                declined_ms={a.width: a.declined_round_ms for a in measured if a.declined_round_ms is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
             # noise once predicted w2 at 5.42x against ~1.1x measured.

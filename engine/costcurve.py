@@ -395,12 +395,14 @@ class Prediction:
     # The share of rounds whose drafter proposed nothing (a lookup with no match in the text):
     # such a round is a 1-row step that emits one token, so it dilutes E(K) and the round's cost.
     declined: float = 0.0
+    declined_ms: float | None = None  # what such a round took in the session (None: a step's cost)
 
     def describe(self) -> str:
         back = f" + rollback {self.rollback_ms:.2f}" if self.rollback_ms >= 0.005 else ""
         back += f" + round overhead {self.overhead_ms:.2f}" if self.overhead_ms >= 0.005 else ""
         spread = f", {self.low:.2f}-{self.high:.2f}x over the curve's repeats" if self.low is not None else ""
-        undrafted = (f"; {self.declined:.0%} of rounds drafted nothing, a step each"
+        each = f"{self.declined_ms:.2f} ms" if self.declined_ms else "a step"
+        undrafted = (f"; {self.declined:.0%} of rounds drafted nothing, {each} each"
                      if self.declined >= 0.005 else "")
         return (f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round over "
                 f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms{undrafted})")
@@ -412,6 +414,7 @@ class Prediction:
                 "rollback_ms": round(self.rollback_ms, 4), "overhead_ms": round(self.overhead_ms, 4),
                 "step_ms": None if self.step_ms is None else round(self.step_ms, 4),
                 "declined": round(self.declined, 4),
+                "declined_ms": None if self.declined_ms is None else round(self.declined_ms, 4),
                 "low": None if self.low is None else round(self.low, 4),
                 "high": None if self.high is None else round(self.high, 4)}
 
@@ -429,7 +432,8 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
                   rollback_ms: dict[int, float] | None = None,
                   overhead_ms: dict[int, float] | None = None,
                   step_ms: float | None = None,
-                  declined: dict[int, float] | None = None) -> dict[int, Prediction]:
+                  declined: dict[int, float] | None = None,
+                  declined_ms: dict[int, float] | None = None) -> dict[int, Prediction]:
     """Per width: E(K) / (draft(K) + verify(K) + rollback(K) + overhead(K)) against one classic
     step, each term kept. ``draft_ms`` is per drafted token for a LINEAR drafter and per round
     for a FLAT one; ``rollback_ms`` per round by width where measured in decoding (a session's
@@ -438,7 +442,10 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
     measured step (else the curve's 1-row forward: the repeats' spread is the curve's then).
     ``declined``: per width, the share q of rounds that drafted nothing (measured); such a round
     is one 1-row step for one token, so a width makes (1 - q) E(K) + q tokens in
-    (1 - q) round + q step: a lookup that finds no match half the time halves what it can win."""
+    (1 - q) round + q step: a lookup that finds no match half the time halves what it can win.
+    ``declined_ms``: what such a round measured in decoding, per width, in place of the step (it
+    waits for its token, where classic's steps overlap the next one's host work: on the H100
+    3.22 ms against classic's 2.91)."""
     by_rows = {p.rows: p for p in curve.points}
     one = by_rows.get(1)
     out: dict[int, Prediction] = {}
@@ -457,12 +464,14 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
         q = min(max((declined or {}).get(k) or 0.0, 0.0), 1.0)
         t = (1 - q) * e + q
 
+        undrafted = (declined_ms or {}).get(k)
+
         def ratio(verify: float, step: float) -> float:
-            return t * step / ((1 - q) * (d + verify + b + o) + q * step)
+            return t * step / ((1 - q) * (d + verify + b + o) + q * (undrafted or step))
 
         out[k] = Prediction(k, ratio(p.median_ms, s_med), t, d, p.median_ms, b,
                             ratio(p.max_ms, s_min), ratio(p.min_ms, s_max),
-                            overhead_ms=o, step_ms=step_ms, declined=q)
+                            overhead_ms=o, step_ms=step_ms, declined=q, declined_ms=undrafted if q else None)
     return out
 
 
