@@ -19,7 +19,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any, Iterable
 
-from rich.cells import cell_len
+from rich.text import Text
 from textual import on, work
 from textual.app import App, ComposeResult, SystemCommand
 from textual.binding import Binding
@@ -224,7 +224,9 @@ class BlockwidthApp(App):
         line = self.query_one(ErrorLine)
         line.show(text, refusal, field)
         base = self.screen_stack[0] if self.screen_stack else None
-        rows = math.ceil(cell_len(text) / max(self.size.width - 2, 1))  # the line's padding: 1 a side
+        # as the line wraps it, at word boundaries (a count by characters alone said 3 rows where
+        # the line took 4, and a tryout read a refusal cut mid-sentence with no toast)
+        rows = len(Text(text).wrap(self.console, max(self.size.width - 2, 1)))  # padding: 1 a side
         cut = base is not None and base.has_class("-short") and rows > ERROR_ROWS_SHORT
         if text and (self.screen is not base or cut):
             # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags

@@ -481,6 +481,11 @@ def test_an_error_the_line_shows_whole_is_not_toasted_again(tmp_path):
             await pilot.pause()
             assert [n.message for n in app._notifications] == [long]
             app.clear_notifications()
+            wrapped = " ".join(["x" * 70, "y" * 70, "z" * 70, "w" * 9])  # 221 characters, 4 rows wrapped
+            app._error(wrapped)
+            await pilot.pause()
+            assert [n.message for n in app._notifications] == [wrapped]
+            app.clear_notifications()
             await pilot.press("y")  # a dialog over the line: the toast is what is seen
             await pilot.pause()
             app._error("no width to copy: nothing measured", refusal=True)
