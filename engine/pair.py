@@ -9,7 +9,6 @@ before mlx-lm or transformers see it (``read_config``), and both are told
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -22,6 +21,7 @@ from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, 
 from blockwidth.policy.config import context_length, size  # noqa: E402
 from blockwidth.policy.drafter import DrafterKind, detect_drafter, kind_problem, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
+from blockwidth.policy.text import folder_label  # noqa: E402,F401 (the pair's names; re-exported)
 from blockwidth.policy.quantization import ConfigError, Quantization  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)
@@ -91,22 +91,6 @@ class Pair:
         else:
             d = folder_label(self.drafter_path) if self.drafter_path else "prompt lookup"
         return f"{folder_label(self.target_path)} [{self.quantization.describe()}] + {d} ({self.kind.value})"
-
-
-_HUB_HASH = re.compile(r"[0-9a-f]{40}")
-
-
-def folder_label(path: Path) -> str:
-    """A checkpoint folder as the console, sweep and the profile name it: its name, with its
-    parent where the name alone says little (a tryout read "bf16 + prompt lookup" and a saved
-    ``target = "bf16"`` for SmolLM2's bf16 folder): a name of six characters or fewer
-    ("bf16", "q4g64", "native") reads "smollm2/bf16"; a hub snapshot reads as its repo id."""
-    parts = path.parts
-    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--") and _HUB_HASH.fullmatch(path.name):
-        return parts[-3][len("models--"):].replace("--", "/", 1)
-    if len(path.name) <= 6 and path.parent.name:
-        return f"{path.parent.name}/{path.name}"
-    return path.name
 
 
 def _check_folder(path: Path | Checkpoint, what: str) -> Checkpoint:

@@ -9,7 +9,9 @@ not UTF-8 (which a strict stdout cannot even encode). Every front end shows such
 
 from __future__ import annotations
 
+import re
 import unicodedata
+from pathlib import Path
 from typing import Mapping
 
 # Categories never shown raw: controls (C0, DEL, C1: ESC, BEL, newline, carriage return...),
@@ -80,3 +82,19 @@ def error_lines(error: BaseException, names: Mapping[str, str] | None = None) ->
         say = getattr(error, "say", None)
         lines = [say(names) if callable(say) else str(error)]
     return [error_line(line) for line in lines]
+
+
+_HUB_HASH = re.compile(r"[0-9a-f]{40}")
+
+
+def folder_label(path: Path) -> str:
+    """A checkpoint folder as the console, sweep and the profile name it: its name, with its
+    parent where the name alone says little (a tryout read "bf16 + prompt lookup" and a saved
+    ``target = "bf16"`` for SmolLM2's bf16 folder): a name of six characters or fewer
+    ("bf16", "q4g64", "native") reads "smollm2/bf16"; a hub snapshot reads as its repo id."""
+    parts = path.parts
+    if len(parts) >= 3 and parts[-2] == "snapshots" and parts[-3].startswith("models--") and _HUB_HASH.fullmatch(path.name):
+        return parts[-3][len("models--"):].replace("--", "/", 1)
+    if len(path.name) <= 6 and path.parent.name:
+        return f"{path.parent.name}/{path.name}"
+    return path.name

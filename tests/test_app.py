@@ -641,3 +641,26 @@ def test_the_console_s_own_pilot_prices_the_fields_once_the_pair_loads(tmp_path)
             assert "at the pilot's pace" in said and "for its n 3" in said, said
 
     run(go())
+
+
+def test_the_narrow_pair_line_names_a_short_folder_with_its_parent(tmp_path):
+    """At 80 columns the top panel said "pair bf16 + prompt lookup" while the status line said
+    "smollm2/bf16": a folder whose name says little is named with its parent in both."""
+    import shutil
+
+    from blockwidth.engine import demo
+
+    target = tmp_path / "mymodel" / "bf16"
+    shutil.copytree(demo.target("bf16"), target)
+
+    async def go():
+        app = BlockwidthApp(Options(device="cpu", profile=str(tmp_path / "p.toml"), record_dir=str(tmp_path / "rec"),
+                                    target=str(target), kind="lookup"))
+        async with app.run_test(size=(80, 24)) as pilot:
+            for _ in range(200):
+                if "mymodel/bf16 + prompt lookup" in _text(app, "#pair"):
+                    break
+                await pilot.pause(0.05)
+            assert "pair mymodel/bf16 + prompt lookup (lookup)" in _text(app, "#pair"), _text(app, "#pair")
+
+    run(go())

@@ -14,7 +14,7 @@ from blockwidth.console.outcome import Tone, in_effect_note
 from blockwidth.console.state import ResolutionView, SessionView
 from blockwidth.console.widgets.common import TONE_STYLE, short_path
 from blockwidth.policy.resolve import keyed_on
-from blockwidth.policy.text import shown
+from blockwidth.policy.text import folder_label, shown
 
 
 def in_effect(session_view: SessionView | None, view: ResolutionView | None) -> tuple[str, Tone] | None:
@@ -115,8 +115,9 @@ class PairPanel(_Panel):
                      Text.assemble(("drafter ", "bold"), f"{drafter}  ({info.kind.value})"),
                      Text.assemble(("device  ", "bold"), res.device.describe())]
             if self.narrow():
-                d = paths.drafter.name if paths.drafter else "prompt lookup"
-                lines = [Text.assemble(("pair ", "bold"), shown(f"{'demo: ' if paths.demo else ''}{paths.target.name}"
+                # named as the pair line names them (a tryout read "bf16" here, "smollm2/bf16" there)
+                d = folder_label(paths.drafter) if paths.drafter else "prompt lookup"
+                lines = [Text.assemble(("pair ", "bold"), shown(f"{'demo: ' if paths.demo else ''}{folder_label(paths.target)}"
                                        f" + {d} ({info.kind.value}) · {res.device.describe()}"))]
         if error is not None:
             lines.append(Text(f"pair not loaded: {shown(error)}", style="red"))
