@@ -170,9 +170,13 @@ def render(fmt: str, levels: list, target: str, drafter: str) -> list[str]:
             if not e.decline:
                 cmd += ["-md", f"{drafter}.gguf", "--draft-max", str(_k(e))]
             lines.append(shell(cmd))
-        lines.append(comment("-m/-md: the GGUF conversions of these checkpoints; --draft-max is the "
-                             "drafted tokens (width - 1); llama.cpp may draft fewer (--draft-min, "
-                             "--draft-p-min)"))
+        if widths:
+            lines.append(comment("-m/-md: the GGUF conversions of these checkpoints; --draft-max is the "
+                                 "drafted tokens (width - 1); llama.cpp may draft fewer (--draft-min, "
+                                 "--draft-p-min)"))
+        else:
+            lines.append(comment("-m: the GGUF conversion of this checkpoint (a path made from its folder's: "
+                                 "convert it with llama.cpp's convert_hf_to_gguf.py); no draft model"))
     elif fmt == "trtllm":
         if not widths:
             lines.append(comment("no speculative_config: classic won"))
@@ -218,7 +222,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         drafter = printable(args.draft or (_here(d, "DRAFT", "--draft", out) if any(not e.decline for e in levels)
                                            else "DRAFT"),
                             "--draft" if args.draft else f"the drafter record {rec} names")
-        if first.drafter_kind.value != "model":
+        if first.drafter_kind.value != "model" and any(not e.decline for e in levels):  # a decline drafts nothing
             out.append(comment(f"drafter kind {first.drafter_kind.value}: the command below assumes a "
                                f"draft model; map it to the engine's own {first.drafter_kind.value} drafter"))
         out += render(args.format, levels, target, drafter)

@@ -606,6 +606,18 @@ def test_export_writes_each_engines_options_with_the_record_it_came_from(tmp_pat
     assert "width 8" not in r.stdout  # the CUDA entry is another device's
 
 
+@pytest.mark.parametrize("fmt", ["mlx-lm", "llama.cpp"])
+def test_export_of_a_lookup_decline_names_no_draft_model(tmp_path, fmt, blockwidth):
+    """A tryout's lookup decline exported a note that "the command below assumes a draft model"
+    over a command with none, and llama.cpp's note on -md and --draft-max."""
+    p = tmp_path / "p.toml"
+    p.write_text('schema = 1\n\n[[override]]\nbackend = "cpu"\ndrafter_kind = "lookup"\ndecline = true\n')
+    r = blockwidth("export", "--format", fmt, "--profile", str(p), "--device", "cpu", "--target", "/models/t")
+    assert r.returncode == 0, r.stderr
+    assert "assumes a draft" not in r.stdout and "-md" not in r.stdout and "--draft" not in r.stdout, r.stdout
+    assert "decline (no width beat classic)" in r.stdout
+
+
 def test_export_without_entries_for_this_device_is_one_line(tmp_path, blockwidth):
     p = tmp_path / "p.toml"
     p.write_text('schema = 1\n\n[[override]]\nbackend = "metal"\ndrafter_kind = "model"\nwidth = 6\n')
