@@ -16,7 +16,7 @@ from blockwidth.engine.checkpoint import Checkpoint, pair_id, read_checkpoint
 from blockwidth.policy import files
 from blockwidth.policy import profile as profiles
 from blockwidth.policy.device import Device, parse_device_spec
-from blockwidth.policy.drafter import DrafterInfo, DrafterKind, detect_drafter, kind_problem
+from blockwidth.policy.drafter import DrafterInfo, DrafterKind, detect_drafter, kind_problem, pairing_problem
 from blockwidth.policy.errors import BlockwidthError, ExitCode, InputError  # noqa: F401 (the front ends take them from here)
 from blockwidth.policy.config import ConfigError
 from blockwidth.policy.quantization import Quantization
@@ -220,6 +220,11 @@ def resolution(*, target: str | None, draft: str | None, kind: str | None,
     """The resolution every front end shows: ``route`` and ``concurrency`` are what it is for
     (``blockwidth serve`` resolves for mlx_lm.server under its load)."""
     paths = pair_paths(target, draft, variant, kind, download=download)
+    # a kind that cannot run without (or with) this drafter is refused here as sweep refuses it:
+    # resolve answered dflash with no drafter "width 4" while sweep said the drafter is missing
+    problem = pairing_problem(kind, paths.drafter)
+    if problem:
+        raise problem
     # each folder read once for the whole resolution (its config, quantization, fingerprint)
     drafter_ck = read_checkpoint(paths.drafter, "draft") if paths.drafter is not None else None
     info = drafter_info(paths, kind, names, drafter_ck)

@@ -122,6 +122,11 @@ def test_resolve_refuses_the_pair_the_console_refuses(tmp_path, blockwidth):
     p = blockwidth("resolve", "--device", "cpu", "--target", str(demo.target("bf16")), "--draft", str(other))
     assert p.returncode == 2 and "vocabulary of 4096 tokens differs" in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
+    # a kind that needs a drafter, named without one: refused as sweep refuses it (a tryout's
+    # resolve said "width 4" where sweep said the drafter was missing)
+    p = blockwidth("resolve", "--device", "cpu", "--target", str(demo.target("bf16")), "--kind", "dflash")
+    assert p.returncode == 2 and "--draft missing: drafter kind dflash needs a drafter checkpoint" in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr
 
 
 def test_a_generic_entry_names_the_pair_and_prompt_it_was_measured_on(tmp_path):
