@@ -91,6 +91,8 @@ class Answer:
             return f"no width: {self.refusal}"
         if self.decline:
             w = "classic (no draft model)"
+        elif self.command is None:  # no mlx_lm.server command: its flag would name nothing
+            w = f"width {self.width} ({self.num_draft_tokens} drafted tokens a round)"
         else:
             w = f"width {self.width} (--num-draft-tokens {self.num_draft_tokens})"
         return f"{w} · source {self.source} · {self.trust}"

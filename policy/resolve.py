@@ -250,7 +250,9 @@ def resolve(
             # declared it, so repeating "drafter checkpoint declares" before it read as a stutter
             return done(declared_width, Source.DRAFTER, declared_detail or f"declares {declared_width}")
     else:
-        chain.append(Step(Source.DRAFTER, False, None, "drafter checkpoint declares no width"))
+        chain.append(Step(Source.DRAFTER, False, None,
+                          "none: prompt lookup has no checkpoint" if drafter_kind is DrafterKind.LOOKUP
+                          else "drafter checkpoint declares no width"))
 
     # 4. built-in measured default
     if row is not None:

@@ -107,6 +107,10 @@ def test_resolve_says_num_draft_tokens_and_the_command_in_text_and_json(blockwid
     assert d["serve_command"] is None and "dflash" in d["answer"]["serve_refusal"]
     # the declared 16 the committed CPU sweep measured slower is not the answer
     assert (d["width"], d["source"]) == (4, "measured-default")
+    # lookup: no checkpoint to declare a width, and no mlx_lm.server flag for its width
+    p = blockwidth("resolve", "--device", "cpu", "--kind", "lookup")
+    assert "none: prompt lookup has no checkpoint" in p.stdout and "declares no width" not in p.stdout
+    assert "width 4 (3 drafted tokens a round)" in p.stdout and "--num-draft-tokens" not in p.stdout, p.stdout
 
 
 def test_resolve_refuses_the_pair_the_console_refuses(tmp_path, blockwidth):

@@ -387,7 +387,7 @@ def test_failed_pair_load_is_said_once_and_shows_no_working_bar(tmp_path):
             assert _screen_text(app).count(reason) == 1, _screen_text(app)
             pair = _text(app, "#pair")
             assert "pair not loaded" in pair and reason in pair
-            assert "pair t + " in pair  # which pair it was, too
+            assert f"pair {tmp_path.name}/t + " in pair  # which pair it was, too (a short name with its parent)
             assert "above" in _text(app, "#status")
             await pilot.press("a")  # refused: the error line answers the key
             assert "not loaded" in _text(app, "#error")
