@@ -242,6 +242,11 @@ def next_step(session: Session) -> NextStep | None:
         return None
     why = refusal(cancelled=session.cancelled, drifted=session.drift,
                   recommendation=session.recommendation, verdicts=[a.verdict for a in session.arms])
+    if why is RefusalKind.DRIFT and not session.drift_could_be_noise:
+        # the host's speed moved during the session (a tryout's ran beside a test suite): the
+        # same fields again, once the host is quiet, are what settles it; no field would
+        return NextStep("runs it again as set (classic's speed moved during this one: run it "
+                        "on a quiet host)", ())
     if not (why is RefusalKind.UNDECIDED or (why is RefusalKind.DRIFT and session.drift_could_be_noise)):
         return None
     m = more_runs(session)

@@ -297,6 +297,11 @@ def test_an_undecided_session_names_one_step_the_console_runs():
     assert "raise the secs field to 190" in headline(s, front=Front.CONSOLE).text  # the advice's figure
     assert next_step(fixture_session()) is None  # a win: nothing to run next
     assert next_step(fixture_session(cancelled=True)) is None
+    drifted = fixture_session(drift=True)  # a drift noise would not make: the same fields, on a quiet host
+    drifted.drift_chance = 2 / 12870  # what noise does with 8 runs a half: 2 / C(16, 8)
+    assert drifted.drift and not drifted.drift_could_be_noise
+    step = next_step(drifted)
+    assert step is not None and step.fields == () and "runs it again as set" in step.says
 
 
 # ---- careless pairs ---------------------------------------------------------------------------
