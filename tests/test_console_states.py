@@ -249,7 +249,7 @@ def test_the_sequential_bar_is_the_budget_and_the_cost_curve_bar_starts_empty(tm
             bar = app.query_one("#progress")
             await enter(app, pilot, "sequential-n")
             # run 10 of the 17 planned (4 arms x (3 repetitions + a warm-up) + the closing run)
-            assert "run 10/17 · 20/180 s budget" in status()
+            assert "20/180 s budget · run 10/17" in status()
             # the words name the bar's scale (a tryout read 44 % at run 144/163 as the bar lagging)
             share = app.request.n / max(app.request.n, app.request.max_reps)
             assert bar.progress == round(max((9 + 8 / TOKENS) / 17 * share, 20 / BUDGET_S) * 1000)
@@ -614,7 +614,7 @@ def test_a_running_session_says_the_time_left_from_its_own_runs(tmp_path):
                 app.on_ab_event(_event(Event("arm", "w4", 2, 0, TOKENS, run=run, runs=17, elapsed=at)))
             await pilot.pause()
             said = str(app.query_one("#status").render())
-            assert re.search(r"run 10/17 · n 3 in about [\d.]+ (s|min) · 18/180 s budget", said), said
+            assert re.search(r"18/180 s budget · n 3 in about [\d.]+ (s|min) · run 10/17", said), said
             # "n 3 in about" is the runs' time alone: the probe and curve after them are not n 3
             n3 = float(re.search(r"n 3 in about ([\d.]+) s", said).group(1))
             whole = app._clock.left_s(17, 18.0)

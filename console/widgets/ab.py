@@ -129,7 +129,9 @@ def sequential_stage(e: Event, req: SessionRequest, planned: int) -> tuple[str, 
             said = f"{secs:g} s spent: n {req.n} finish, none added"  # short: 80 columns cut it
         else:  # the bar's scale, named: its percent is of the budget, not of these runs
             said = f"{e.elapsed:.0f}/{secs:g} s budget"
-        label = f"run {e.run + 1}/{planned} · {said}"
+        # the bar's scale first: at 80 columns the line's end is cut, and a tryout read "44 %"
+        # beside "run 145/163" with the words that say what the 44 % is of cut off
+        label = f"{said} · run {e.run + 1}/{planned}"
         if spent:  # no repetition will be added: the planned runs are the whole session
             return label, min((e.run + part) / planned, 0.99)
         share = min(req.n, reps) / reps  # the n repetitions' part of the budget
