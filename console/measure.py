@@ -543,8 +543,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         ratios = [] if session.single else ratio_rows(session)
         if ratios:  # none where a cancel came inside the first request: no heading over nothing
             say()
-            say("per-request speed-up by width (= min, # median, - max over the requests; the verdict's "
-                "ratio above is over all tokens):")
+            say("per-request speed-up by width (= min, # median, - max over the requests; the figure is "
+                "the median request's, the verdict's ratio above is over all tokens):")
             for line in bars(ratios, "x", digits=2):
                 say(line)
         for line in auto_lines(session):

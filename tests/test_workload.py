@@ -247,7 +247,9 @@ def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, block
     assert "95 % bootstrap interval resampling requests, then runs, seed 1" in out
     assert "per-request speed-up by width" in out and "ratio above is over all tokens" in out
     # the plot's value is the median request's, named so beside the verdict's ratio
-    assert any("median request; best on" in line for line in out.splitlines() if line.startswith("w2 ")), out
+    assert "the figure is the median request's" in out
+    w2 = [line for line in out.splitlines() if line.startswith("w2 ") and "best on" in line]
+    assert w2 and all(len(line) <= 76 for line in w2), w2  # whole at 80 columns (the console's too)
     assert "decision:" in out and "record:" in out
 
 

@@ -412,8 +412,8 @@ class AbTab(TabPane):
             plot = ("decode tok/s" + ("" if s.single else " per pass") + " (= min, # median, - max)\n"
                     + "\n".join(bars(arm_rows(s), "tok/s")))
             if not s.single:  # a workload: each width's speed-up over its requests, too
-                plot += ("\nspeed-up per request (= min, # median, - max over the requests; the verdict's "
-                         "ratio is over all tokens)\n"
+                plot += ("\nspeed-up per request (= min, # median, - max over the requests)\n"
+                         "the figure: the median request's; the verdict's ratio is over all tokens\n"
                          + "\n".join(bars(ratio_rows(s), "x", digits=2)))
             plot += "\n".join(auto_lines(s))
         self.query_one("#plot", Static).update(Text(plot))
