@@ -86,6 +86,10 @@ _OPEN_LABELS = {  # the open dialog's fields, in order, and what each takes
     "draft": "drafter: folder or repo id (none with kind lookup)",
     "kind": "kind (model, lookup, dflash, mtp; empty: detected)",
 }
+# What an empty field holds, shown in it: compact fields without text read as blank lines (a
+# tryout could not see the three fields until it typed in one)
+_OPEN_EMPTY = {"target": "empty: the demo pair", "draft": "empty: none (prompt lookup, or the demo's)",
+               "kind": "empty: detected"}
 
 
 class PairScreen(ModalScreen[tuple[str, str, str] | None]):
@@ -122,7 +126,8 @@ class PairScreen(ModalScreen[tuple[str, str, str] | None]):
                 yield Static(Text(self.error, style="bold red"), id="open-error")
             for key, value in zip(_OPEN_LABELS, self.values, strict=True):
                 yield Label(self._label(key, False), id=f"open-{key}-label")
-                yield Input(value, id=f"open-{key}", compact=True, select_on_focus=self.bad is None)
+                yield Input(value, id=f"open-{key}", compact=True, select_on_focus=self.bad is None,
+                            placeholder=_OPEN_EMPTY[key])
 
     @staticmethod
     def _label(key: str, focused: bool) -> str:

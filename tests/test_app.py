@@ -664,3 +664,29 @@ def test_the_narrow_pair_line_names_a_short_folder_with_its_parent(tmp_path):
             assert "pair mymodel/bf16 + prompt lookup (lookup)" in _text(app, "#pair"), _text(app, "#pair")
 
     run(go())
+
+
+def test_the_open_dialog_shows_what_an_empty_field_holds(tmp_path):
+    """Its compact fields read as blank lines until typed in (a tryout at 80x24): an empty field
+    shows what it stands for."""
+    from textual.widgets import Input
+
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            await pilot.press("o")
+            await pilot.pause()
+            fields = {i.id: i for i in app.screen.query(Input)}
+            assert set(fields) == {"open-target", "open-draft", "open-kind"}
+            assert all(i.placeholder.startswith("empty: ") for i in fields.values())
+            fields["open-draft"].value = ""
+            await pilot.pause()
+            import html
+            import re as regex
+
+            # what the terminal shows: the screenshot's text, its tags and escapes taken out
+            shot = html.unescape(regex.sub(r"<[^>]+>", "", app.export_screenshot())).replace("\xa0", " ")
+            assert "empty: none" in shot and "empty: detected" in shot
+
+    run(go())
