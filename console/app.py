@@ -361,8 +361,24 @@ class BlockwidthApp(App):
         # No download from inside the console (its progress would have nowhere to go).
         paths = pair_paths(o.target, o.draft, o.variant, o.kind, weights=True, download=False)
         pair = load_pair(paths.target, paths.drafter, o.kind)
-        self.call_from_thread(self._show_phase, Phase.LOADING, "pilot: timing a few tokens on this host")
+        self.call_from_thread(self._pilot_clock)
         self.post_message(PairReady(pair, self._pilot(pair)))
+
+    PILOT_SAYS = "pilot: timing a few tokens on this host"
+
+    def _pilot_clock(self) -> None:
+        """The pilot's words, with the seconds it has taken so far, each second while it runs (on
+        SmolLM2 bf16 the 2-core CPU sat 40 s on the words alone, and a tryout took it for stuck)."""
+        t0 = time.monotonic()
+        self._show_phase(Phase.LOADING, self.PILOT_SAYS)
+
+        def tick() -> None:
+            if self.phase is not Phase.LOADING or self.pair is not None:
+                timer.stop()
+                return
+            self._show_phase(Phase.LOADING, f"{self.PILOT_SAYS} · {time.monotonic() - t0:.0f} s")
+
+        timer = self.set_interval(1.0, tick)
 
     def _pilot(self, pair: Any) -> Any:
         """A few tokens decoded, classic and at width 2 and the fields' widest, on the default

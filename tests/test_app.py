@@ -690,3 +690,22 @@ def test_the_open_dialog_shows_what_an_empty_field_holds(tmp_path):
             assert "empty: none" in shot and "empty: detected" in shot
 
     run(go())
+
+
+def test_the_pilot_says_how_long_it_has_run(tmp_path):
+    """SmolLM2 bf16's pilot sat 40 s on its words alone on the 2-core CPU, and a tryout took it for
+    stuck: the seconds so far are said each second, until the pair is ready."""
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            pair, app.pair = app.pair, None
+            app._pilot_clock()
+            await pilot.pause(1.3)
+            assert f"{app.PILOT_SAYS} · 1 s" in _text(app, "#status"), _text(app, "#status")
+            app.pair = pair
+            app.set_pair(pair)
+            await pilot.pause(1.2)
+            assert app.PILOT_SAYS not in _text(app, "#status")
+
+    run(go())
