@@ -362,6 +362,13 @@ def test_console_cancel_stops_the_session_and_says_so(tmp_path):
     run(go())
 
 
+async def _settled_then(app, pilot, key: str) -> None:
+    """The pair loaded, then ``key`` pressed and its screen drawn."""
+    await _settle(app, pilot)
+    await pilot.press(key)
+    await pilot.pause()
+
+
 def _screen_text(app) -> str:
     """Every Static on the screen, toasts included: all the operator can read."""
     from textual.widgets import Static
@@ -518,9 +525,7 @@ def test_help_scrolls_from_the_keyboard_at_80x24(tmp_path):
     async def go():
         app = _app(tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
-            await _settle(app, pilot)
-            await pilot.press("question_mark")
-            await pilot.pause()
+            await _settled_then(app, pilot, "question_mark")
             box = app.screen.query_one("#help")
             assert box.max_scroll_y > 0  # the list does not fit: the case this test is about
             await pilot.press("end")
@@ -674,9 +679,7 @@ def test_the_open_dialog_shows_what_an_empty_field_holds(tmp_path):
     async def go():
         app = _app(tmp_path)
         async with app.run_test(size=(80, 24)) as pilot:
-            await _settle(app, pilot)
-            await pilot.press("o")
-            await pilot.pause()
+            await _settled_then(app, pilot, "o")
             fields = {i.id: i for i in app.screen.query(Input)}
             assert set(fields) == {"open-target", "open-draft", "open-kind"}
             assert all(i.placeholder.startswith("empty: ") for i in fields.values())
