@@ -850,7 +850,9 @@ class BlockwidthApp(App):
         # every request's runs (a workload's own arms hold only its finished passes)
         runs = sum(len(a.runs) for r in s.per_request for a in [r.classic, *r.arms]) + len(s.warmup)
         if s.cancelled:
-            self._show_phase(Phase.CANCELLED, f"after {runs} of {planned or s.config.planned_runs} runs, warm-ups included")
+            planned = planned or s.config.planned_runs
+            of = f" of {planned}" if runs <= planned else ""  # sequential may have added runs past it
+            self._show_phase(Phase.CANCELLED, f"after {runs}{of} runs, warm-ups included")
         else:
             reps = f"{s.reps} repetition" + ("" if s.reps == 1 else "s")
             self._show_phase(Phase.DONE, f"{runs} runs, {reps}, {s.elapsed_s:.0f} s")

@@ -433,7 +433,8 @@ def headline(session: Session, planned_runs: int | None = None, front: Front = F
         done = sum(len(a.runs) for r in session.per_request for a in [r.classic, *r.arms])
         # ``planned_runs`` counts the discarded warm-ups too; these are measured runs only.
         warmups = len(session.arms) + 1 if session.config.warmup else 0
-        of = f" of {planned_runs - warmups}" if planned_runs else ""
+        # past the planned runs (sequential added repetitions) "of" would read "197 of 160"
+        of = f" of {planned_runs - warmups}" if planned_runs and done <= planned_runs - warmups else ""
         return Headline(f"cancelled after {done}{of} measured runs: no verdict, nothing to save",
                         Tone.STOPPED, False)
     if why is RefusalKind.DRIFT:

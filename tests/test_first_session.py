@@ -573,3 +573,13 @@ def test_a_winning_width_keeps_another_widths_spread_out_of_the_advice():
     s = _two_width_workload([(40, 60, 30), (40, 60, 52), (40, 61, 31), (40, 60, 56), (40, 59, 38)])
     assert [a.verdict for a in s.arms] == [Verdict.WINS, Verdict.UNDECIDED], [a.why for a in s.arms]
     assert more_runs(s).spread is None
+
+
+def test_a_cancel_past_the_planned_runs_does_not_say_more_of_fewer():
+    """Sequential adds repetitions past the planned runs: a tryout's cancel read "cancelled after
+    197 of 160 measured runs"."""
+    s = fixture_session(cancelled=True)
+    done = sum(len(a.runs) for r in s.per_request for a in [r.classic, *r.arms])
+    warmups = len(s.arms) + 1 if s.config.warmup else 0
+    assert f"cancelled after {done} of {done + 5} measured runs" in headline(s, done + 5 + warmups).text
+    assert f"cancelled after {done} measured runs:" in headline(s, done - 1 + warmups).text
