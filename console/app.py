@@ -137,6 +137,7 @@ class BlockwidthApp(App):
         self.options = options or Options()
         self._load = load  # False: tests and screenshots feed the pair and sessions themselves
         self.pair: Any = None
+        self._pilot_timer: Any = None  # the pilot's clock (a Textual Timer) while it runs
         self._cancel = threading.Event()
         self._selected_width: int | None = None
         self._selected_request: int | None = None  # a workload's request shown on the Identity tab
@@ -371,14 +372,16 @@ class BlockwidthApp(App):
         SmolLM2 bf16 the 2-core CPU sat 40 s on the words alone, and a tryout took it for stuck)."""
         t0 = time.monotonic()
         self._show_phase(Phase.LOADING, self.PILOT_SAYS)
+        if self._pilot_timer is not None:  # a pair opened while the last one's pilot ran: one clock
+            self._pilot_timer.stop()
 
         def tick() -> None:
-            if self.phase is not Phase.LOADING or self.pair is not None:
+            if self.phase is not Phase.LOADING or self.pair is not None or self._pilot_timer is not timer:
                 timer.stop()
                 return
             self._show_phase(Phase.LOADING, f"{self.PILOT_SAYS} · {time.monotonic() - t0:.0f} s")
 
-        timer = self.set_interval(1.0, tick)
+        self._pilot_timer = timer = self.set_interval(1.0, tick)
 
     def _pilot(self, pair: Any) -> Any:
         """A few tokens decoded, classic and at width 2 and the fields' widest, on the default
@@ -492,7 +495,7 @@ class BlockwidthApp(App):
             return
         step = next_step(s) if s is not None and not self.query_one(AbTab).stale else None
         if step is None:
-            self._error("no next step: n runs the step an undecided session names, and the one shown "
+            self._error("no next step: n runs the step an undecided or drifted session names, and the one shown "
                         "has none" if s is not None else "no next step: run an A/B session first (a)",
                         refusal=True)
             return

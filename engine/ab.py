@@ -57,6 +57,13 @@ def per_token_acceptance(runs: list[DecodeRun]) -> float | None:
     return acc / (acc + rej) if acc + rej else None
 
 
+def _whole_ms(rounds: list) -> float | None:
+    """Mean wall time of ``rounds`` in ms (draft, verify, the host work after it, rollback)."""
+    if not rounds:
+        return None
+    return sum(x.draft_s + x.verify_s + x.sync_s + x.rollback_s for x in rounds) / len(rounds) * 1e3
+
+
 @dataclass
 class Arm:
     width: int | None
@@ -110,32 +117,42 @@ class Arm:
         rounds = [x for r in self.runs for x in r.rounds]
         return sum(x.rollback_s for x in rounds) / len(rounds) * 1e3 if rounds else None
 
-    @property
-    def overhead_ms_per_round(self) -> float | None:
-        """Mean host work after a verify (tokens to Python, acceptance, the drafter's commit),
-        rollback excluded, per round: the Round's sync_s."""
-        if self.width is None or not all(hasattr(r, "rounds") for r in self.runs):
-            return None  # classic, or a served run: no rounds of ours
-        rounds = [x for r in self.runs for x in r.rounds]
-        return sum(x.sync_s for x in rounds) / len(rounds) * 1e3 if rounds else None
+    def _kinds_of_rounds(self) -> tuple[list, list, int] | None:
+        """(rounds whose drafter proposed nothing at a speculative width, rounds that verified
+        drafts, every round), as DecodeRun.declined_rounds counts them (an auto round at width 1
+        drafted nothing by choice: neither); None for classic or a served run."""
+        if self.width is None or not self.runs or not all(hasattr(r, "rounds") for r in self.runs):
+            return None
+        declined, drafted, total = [], [], 0
+        for r in self.runs:
+            total += len(r.rounds)
+            for x, w in zip(r.rounds, r.widths or [2] * len(r.rounds)):
+                if x.drafted:
+                    drafted.append(x)
+                elif w > 1:
+                    declined.append(x)
+        return declined, drafted, total
 
     @property
     def declined_share(self) -> float | None:
         """The share of this arm's rounds whose drafter proposed nothing (a 1-row step each)."""
-        if self.width is None or not self.runs or not all(hasattr(r, "rounds") for r in self.runs):
-            return None
-        rounds = sum(len(r.rounds) for r in self.runs)
-        return sum(r.declined_rounds for r in self.runs) / rounds if rounds else None
+        kinds = self._kinds_of_rounds()
+        return len(kinds[0]) / kinds[2] if kinds and kinds[2] else None
 
     @property
     def declined_round_ms(self) -> float | None:
         """Mean wall time of a round whose drafter proposed nothing (a 1-row step that waits for
         its token), or None where none declined."""
-        if self.width is None or not self.runs or not all(hasattr(r, "rounds") for r in self.runs):
+        kinds = self._kinds_of_rounds()
+        return _whole_ms(kinds[0]) if kinds else None
+
+    def drafted_round_mean(self, part: str) -> float | None:
+        """A part of a round (``rollback_s``, ``sync_s``) in ms, over the rounds that verified
+        drafts only: the prediction weighs them by the share of such rounds itself."""
+        kinds = self._kinds_of_rounds()
+        if not kinds or not kinds[1]:
             return None
-        rounds = [x for r in self.runs for x in r.rounds if x.drafted == 0]
-        return (sum(x.draft_s + x.verify_s + x.sync_s + x.rollback_s for x in rounds) / len(rounds) * 1e3
-                if rounds else None)
+        return sum(getattr(x, part) for x in kinds[1]) / len(kinds[1]) * 1e3
 
     def round_breakdown(self, step_ms: float | None) -> dict | None:
         """A round's wall time by part (ms, mean over the split rounds, where draft and verify
@@ -162,12 +179,11 @@ class Arm:
             out["round_over_step"] = round(whole / step_ms, 4)
         # The rounds that drafted nothing apart from those that verified drafts: a declined round
         # is a 1-row step that waits for its token (classic's overlap the next step's host work)
-        declined = [x for x in rounds if x.drafted == 0]
+        declined, drafted, _ = self._kinds_of_rounds()
         if declined:
-            drafted = [x for x in rounds if x.drafted]
             out["declined_rounds"] = len(declined)
-            out["declined_round_ms"] = self.declined_round_ms and round(self.declined_round_ms, 4)
-            out["drafted_round_ms"] = mean([x.draft_s + x.verify_s + x.sync_s + x.rollback_s for x in drafted])
+            out["declined_round_ms"] = round(_whole_ms(declined), 4)
+            out["drafted_round_ms"] = round(_whole_ms(drafted), 4) if drafted else None
         return out
 
     @property
@@ -1096,11 +1112,14 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
             session.draft_cost_ms = draft_ms
             session.prediction = costcurve.predict_terms(
                 session.curve, acc, draft_ms, fixed, session.draft_cost,
-                {a.width: a.rollback_ms_per_round for a in measured if a.rollback_ms_per_round is not None},
+                # rollback and host work per round that verified drafts: the prediction weighs
+                # those rounds by their share, and prices the declined ones whole (below)
+                {a.width: a.drafted_round_mean("rollback_s") for a in measured
+                 if a.drafted_round_mean("rollback_s") is not None},
                 # the round's host work after its verify, measured; the 1-row baseline stays the
                 # curve's, measured beside the verifies it is divided by (classic's session step
                 # met other noise: on a busy host it made w2 read 7.7x)
-                {a.width: a.overhead_ms_per_round for a in measured if a.overhead_ms_per_round is not None},
+                {a.width: a.drafted_round_mean("sync_s") for a in measured if a.drafted_round_mean("sync_s") is not None},
                 declined={a.width: a.declined_share for a in measured if a.declined_share is not None},
                 declined_ms={a.width: a.declined_round_ms for a in measured if a.declined_round_ms is not None})
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}

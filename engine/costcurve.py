@@ -444,8 +444,8 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
     is one 1-row step for one token, so a width makes (1 - q) E(K) + q tokens in
     (1 - q) round + q step: a lookup that finds no match half the time halves what it can win.
     ``declined_ms``: what such a round measured in decoding, per width, in place of the step (it
-    waits for its token, where classic's steps overlap the next one's host work: on the H100
-    3.22 ms against classic's 2.91)."""
+    waits for its token, where classic's steps overlap the next one's host work: on the H100 a
+    median 3.22 ms against classic's 2.91)."""
     by_rows = {p.rows: p for p in curve.points}
     one = by_rows.get(1)
     out: dict[int, Prediction] = {}
