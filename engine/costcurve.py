@@ -401,11 +401,12 @@ class Prediction:
         back = f" + rollback {self.rollback_ms:.2f}" if self.rollback_ms >= 0.005 else ""
         back += f" + round overhead {self.overhead_ms:.2f}" if self.overhead_ms >= 0.005 else ""
         spread = f", {self.low:.2f}-{self.high:.2f}x over the curve's repeats" if self.low is not None else ""
-        each = f"{self.declined_ms:.2f} ms" if self.declined_ms else "a step"
-        undrafted = (f"; {self.declined:.0%} of rounds drafted nothing, {each} each"
-                     if self.declined >= 0.005 else "")
-        return (f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round over "
-                f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms{undrafted})")
+        terms = f"draft {self.draft_ms:.2f} + verify {self.verify_ms:.2f}{back} ms"
+        if self.declined >= 0.005:  # the tokens are every round's; the terms a drafting round's
+            each = f"{self.declined_ms:.2f} ms" if self.declined_ms else "a step"
+            return (f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round; "
+                    f"a drafting round {terms}; {self.declined:.0%} of rounds drafted nothing, {each} each)")
+        return f"w{self.width} {self.speedup:.2f}x{spread} ({self.tokens_per_round:.2f} tok/round over {terms})"
 
     def to_dict(self) -> dict:
         return {"width": self.width, "speedup": round(self.speedup, 4),
