@@ -138,6 +138,7 @@ class BlockwidthApp(App):
         self._load = load  # False: tests and screenshots feed the pair and sessions themselves
         self.pair: Any = None
         self._pilot_timer: Any = None  # the pilot's clock (a Textual Timer) while it runs
+        self._refreshing = False  # r asked for a resolution: say what it came to
         self._cancel = threading.Event()
         self._selected_width: int | None = None
         self._selected_request: int | None = None  # a workload's request shown on the Identity tab
@@ -334,6 +335,7 @@ class BlockwidthApp(App):
         self.post_message(Resolved(res, paths, info))
 
     def on_resolve_failed(self, message: ResolveFailed) -> None:
+        self._refreshing = False  # the error line says what it came to
         self.resolution = ResolutionView(None, error=message.error)
         self._error(message.error)
 
@@ -342,7 +344,13 @@ class BlockwidthApp(App):
 
     def set_resolution(self, res: Any, paths: Any, info: Any) -> None:
         failed = self.resolution is not None and self.resolution.error is not None
+        before = self.resolution.res if self.resolution is not None else None
         self.resolution = ResolutionView(res, paths, info)
+        if self._refreshing:
+            self._refreshing = False
+            width = "classic (a decline)" if res.decline else f"width {res.width}"
+            same = "unchanged: " if before is not None and (before.width, before.source) == (res.width, res.source) else ""
+            self.notify(f"re-resolved, {same}{width} from {res.source.value}", timeout=5, markup=False)
         if failed:  # that error is answered now; others (a failed load) stay
             self._error("")
         self._read_records(only_shown=True)  # the device is part of what the tab lists
@@ -1041,6 +1049,7 @@ class BlockwidthApp(App):
 
     def action_refresh(self) -> None:
         self.notify("re-resolving: reading the profile and environment again", timeout=3)
+        self._refreshing = True  # the answer is said when it comes (a tryout saw no sign of r)
         self.resolve_in_background()
 
     # ---- use the answer

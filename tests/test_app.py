@@ -718,3 +718,22 @@ def test_the_pilot_says_how_long_it_has_run(tmp_path):
             assert app.PILOT_SAYS not in _text(app, "#status")
 
     run(go())
+
+
+def test_r_says_what_the_resolution_came_to(tmp_path):
+    """A tryout pressed r and saw no sign of it: the answer is said when it comes."""
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            app.clear_notifications()
+            await pilot.press("r")
+            said = []
+            for _ in range(60):
+                await pilot.pause(0.05)
+                said = [str(n.message) for n in app._notifications]
+                if any(m.startswith("re-resolved") for m in said):
+                    break
+            assert "re-resolved, unchanged: width 4 from kind-default" in said, said
+
+    run(go())
