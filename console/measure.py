@@ -10,7 +10,8 @@ import sys
 
 from blockwidth.engine import linear
 from blockwidth.console.inputs import BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
-from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
+from blockwidth.console.render import (arm_rows, arm_table, auto_lines, bars, class_lines, ratio_rows,
+                                       request_table, speedup_lines)
 from blockwidth.console.request import (add_exact, add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
                              seconds, session_request)
 from blockwidth.console import outputs
@@ -547,6 +548,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 "the median request's, the verdict's ratio above is over all tokens):")
             for line in bars(ratios, "x", digits=2):
                 say(line)
+        for line in class_lines(session):
+            say(line)
         for line in auto_lines(session):
             say(line)
         for r in session.per_request:

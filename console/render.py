@@ -136,6 +136,21 @@ def request_table(session, fold: int | None = None) -> list[str]:
     return out
 
 
+def class_lines(session) -> list[str]:
+    """Each class of request's speed-up by width with its own 95 % interval (a workload whose
+    requests carry classes): which kind of traffic a width serves, for a workload of its own."""
+    by_class = getattr(session, "by_class", None) or {}
+    if not by_class:
+        return []
+    out = ["", "by class of request (each its own interval; the verdicts are the whole workload's):"]
+    for group, (ids, est) in by_class.items():
+        n = len(ids)
+        widths = ", ".join(f"{f'w{w}' if isinstance(w, int) else w} {e.ratio:.2f}x [{', '.join(e.ci.shown())}]"
+                           for w, e in est.items())
+        out.append(f"  {group} ({n} request{'' if n == 1 else 's'}): {widths}")
+    return out
+
+
 def ratio_rows(session) -> list[tuple[str, float, float, float, str]]:
     """Plot rows: each width's per-request speed-ups (min, median, max over the requests)."""
     import statistics

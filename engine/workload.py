@@ -38,7 +38,8 @@ class Prepared:
     def to_dict(self) -> dict:
         return {"id": self.id, "line": self.request.line, "kind": "chat" if self.request.chat else "prompt",
                 "rendered": self.rendered, "prompt_tokens": len(self.ids), "max_tokens": self.max_tokens,
-                "sha256": self.sha256, "text_head": self.request.head(120)}
+                "sha256": self.sha256, "text_head": self.request.head(120),
+                **({"class": self.request.group} if self.request.group is not None else {})}
 
 
 def _where(workload: Workload) -> str:

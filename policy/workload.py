@@ -2,7 +2,8 @@
 
 One request a line: ``{"prompt": "..."}`` or ``{"messages": [{"role": ..., "content": ...}]}``
 (rendered later with the target tokenizer's chat template, as a server would), with optional
-``"max_tokens"`` (new tokens for that request) and ``"id"``. The file is read bounded (size,
+``"max_tokens"`` (new tokens for that request), ``"id"`` and ``"class"`` (the kind of request it
+is, the operator's label: a session gives each class's speed-up its own interval). The file is read bounded (size,
 line count) through ``policy.files``, and every problem is one line naming the line it is on.
 Parsing is pure; ``read`` is the thin door to the file.
 """
@@ -24,8 +25,9 @@ MAX_WORKLOAD_BYTES = 4 * files.MiB
 MAX_REQUESTS = 512  # lines with a request; a session runs every arm on every one of them
 MAX_LINES = 4 * MAX_REQUESTS  # blank lines included: bounds the scan before any JSON is parsed
 MAX_NEW_TOKENS = 65536  # as sweep's --max-tokens
-KEYS = ("prompt", "messages", "max_tokens", "id")
+KEYS = ("prompt", "messages", "max_tokens", "id", "class")
 MAX_ID_CHARS = 200  # a request id names it in tables and error lines
+MAX_CLASS_CHARS = 40  # a class names a line of the session's summary
 BUILTIN = ("mixed", "chat")  # names --workload takes besides a file (chat: chat-template requests)
 
 
@@ -49,6 +51,7 @@ class Request:
     messages: tuple[Message, ...] | None = None
     max_tokens: int | None = None  # None: the session's
     line: int = 0  # 1-based line in its file
+    group: str | None = None  # its "class": the kind of request, as the operator labels it
 
     @property
     def chat(self) -> bool:
@@ -150,7 +153,11 @@ def _request(item: Any, where: str, line: int) -> Request:
         raise bad(f"\"id\" {_quoted(rid)} must be a non-empty string or a number")
     if len(str(rid)) > MAX_ID_CHARS:  # an id names a request in tables and error lines
         raise bad(f"\"id\" {_quoted(rid)} has {len(str(rid)):,} characters; at most {MAX_ID_CHARS}")
-    return Request(str(rid), prompt, messages, max_tokens, line)
+    group = item.get("class")
+    if group is not None and (not isinstance(group, str) or not group.strip() or len(group) > MAX_CLASS_CHARS
+                              or any(not ch.isprintable() for ch in group)):
+        raise bad(f"\"class\" {_quoted(group)} must be a name of 1..{MAX_CLASS_CHARS} printable characters")
+    return Request(str(rid), prompt, messages, max_tokens, line, group)
 
 
 def parse(data: bytes, where: str, name: str, source: str) -> Workload:

@@ -4,6 +4,7 @@ and a real workload session on the demo pair through ``sweep --workload``."""
 from __future__ import annotations
 
 import json
+import re
 import os
 import shutil
 from pathlib import Path
@@ -87,6 +88,8 @@ def _big(tmp_path):
     (lambda d: _write(d / "w.jsonl", ['{"prompt": ""}']), "\"prompt\" is empty"),
     (lambda d: _write(d / "w.jsonl", ['{"prompt": "a", "max_tokens": 0}']), "\"max_tokens\" 0 must be"),
     (lambda d: _write(d / "w.jsonl", ['{"prompt": "a", "max_tokens": true}']), "\"max_tokens\" true"),
+    (lambda d: _write(d / "w.jsonl", ['{"prompt": "a", "class": 3}']), "\"class\" 3 must be a name"),
+    (lambda d: _write(d / "w.jsonl", ['{"prompt": "a", "class": " "}']), "\"class\" \" \" must be a name"),
     (lambda d: _write(d / "w.jsonl", ['{"messages": [{"role": "user"}]}']), "message 1 must be"),
     (lambda d: _write(d / "w.jsonl", ['{"messages": [{"role": "user", "content": [1]}]}']),
      "\"content\" is a list, not a string"),
@@ -230,6 +233,33 @@ def test_sweep_workload_end_to_end(tmp_path, blockwidth):
     rec["requests"][0]["arms"][1]["samples"][0]["decode_s"] *= 3
     assert record.reproduce(rec)[2] != again[2]
     assert (tmp_path / "rec" / Path(d["record_path"]).name).exists()
+
+
+def test_a_workload_s_classes_each_get_their_own_interval(tmp_path, blockwidth):
+    """Requests labelled with a "class": each class's speed-up with its own interval, drawn as the
+    workload's are, printed and recorded (a workload whose kinds disagree is undecided as a
+    whole: this says which kind a width served). Without two classes, nothing of the kind."""
+    w = _write(tmp_path / "w.jsonl", [
+        json.dumps({"id": "a1", "class": "code", "prompt": "def add(a, b):\n    return a + b\n\ndef add(a, b):"}),
+        json.dumps({"id": "a2", "class": "code", "prompt": "def sub(a, b):\n    return a - b\n\ndef sub(a, b):"}),
+        json.dumps({"id": "b1", "class": "prose", "prompt": "The cat sat on the mat. The cat sat on the"})])
+    rec = tmp_path / "rec"
+    p = blockwidth("sweep", "--kind", "lookup", "--widths", "2", "-n", "2", "--max-tokens", "4",
+                   "--workload", str(w), "--record-dir", str(rec))
+    assert p.returncode in (0, 1), p.stderr
+    lines = p.stdout.splitlines()
+    at = lines.index("by class of request (each its own interval; the verdicts are the whole workload's):")
+    assert re.fullmatch(r"  code \(2 requests\): w2 [\d.]+x \[[\d.]+, [\d.]+\], w4 [\d.]+x \[[\d.]+, [\d.]+\]",
+                        lines[at + 1]), lines[at + 1]
+    assert lines[at + 2].startswith("  prose (1 request): w2 ")
+    record = json.loads(next(rec.glob("*.json")).read_text())
+    assert record["classes"]["code"]["requests"] == ["a1", "a2"] and set(record["classes"]["prose"]["widths"]) == {"2", "4"}
+    assert [r.get("class") for r in record["requests"]] == ["code", "code", "prose"]
+    one = _write(tmp_path / "one.jsonl", [json.dumps({"class": "code", "prompt": "x = 1\nx = 1\nx ="}),
+                                          json.dumps({"prompt": "y = 2\ny = 2\ny ="})])
+    p = blockwidth("sweep", "--kind", "lookup", "--widths", "2", "-n", "2", "--max-tokens", "4",
+                   "--workload", str(one), "--record-dir", str(rec))
+    assert "by class" not in p.stdout
 
 
 def test_sweep_workload_text_shows_the_requests_and_the_interval(tmp_path, blockwidth):

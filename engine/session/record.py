@@ -120,6 +120,8 @@ def build(session, pair, host: dict, gate: dict | None = None, route: str = "eng
         "cancelled": session.cancelled,
         "arms": arms,
         "rounds_columns": list(_round_columns()),  # what each samples[].rounds_detail row holds
+        "classes": {g: {"requests": list(ids), "widths": {str(w): e.to_dict() for w, e in est.items()}}
+                    for g, (ids, est) in session.by_class.items()},
         "drift": {"drifted": session.drift, "why": session.drift_why,
                   "opening_tok_s": opening.to_list() if opening else None,
                   "closing_tok_s": closing.to_list() if closing else None},
