@@ -136,18 +136,23 @@ def request_table(session, fold: int | None = None) -> list[str]:
     return out
 
 
-def class_lines(session) -> list[str]:
+def class_lines(session, narrow: bool = False) -> list[str]:
     """Each class of request's speed-up by width with its own 95 % interval (a workload whose
-    requests carry classes): which kind of traffic a width serves, for a workload of its own."""
+    requests carry classes): which kind of traffic a width serves, for a workload of its own.
+    ``narrow`` (the console): a width a line, so that 80 columns hold them."""
     by_class = getattr(session, "by_class", None) or {}
     if not by_class:
         return []
-    out = ["", "by class of request (each its own interval; the verdicts are the whole workload's):"]
+    out = ["", "by class of request (each its own interval, not a verdict):"]
     for group, (ids, est) in by_class.items():
         n = len(ids)
-        widths = ", ".join(f"{f'w{w}' if isinstance(w, int) else w} {e.ratio:.2f}x [{', '.join(e.ci.shown())}]"
-                           for w, e in est.items())
-        out.append(f"  {group} ({n} request{'' if n == 1 else 's'}): {widths}")
+        each = [f"{f'w{w}' if isinstance(w, int) else w} {e.ratio:.2f}x [{', '.join(e.ci.shown())}]"
+                for w, e in est.items()]
+        head = f"  {group} ({n} request{'' if n == 1 else 's'}): "
+        if narrow:
+            out += [(head if i == 0 else " " * 4) + w for i, w in enumerate(each)]
+        else:
+            out.append(head + ", ".join(each))
     return out
 
 

@@ -248,7 +248,7 @@ def test_a_workload_s_classes_each_get_their_own_interval(tmp_path, blockwidth):
                    "--workload", str(w), "--record-dir", str(rec))
     assert p.returncode in (0, 1), p.stderr
     lines = p.stdout.splitlines()
-    at = lines.index("by class of request (each its own interval; the verdicts are the whole workload's):")
+    at = lines.index("by class of request (each its own interval, not a verdict):")
     assert re.fullmatch(r"  code \(2 requests\): w2 [\d.]+x \[[\d.]+, [\d.]+\], w4 [\d.]+x \[[\d.]+, [\d.]+\]",
                         lines[at + 1]), lines[at + 1]
     assert lines[at + 2].startswith("  prose (1 request): w2 ")
@@ -637,3 +637,21 @@ def test_runs_without_decode_time_leave_no_interval_and_keep_the_session():
     assert "w2 had runs whose tokens all came at once" in line and "every run is in the record" in line
     rec = record.build(s, pair, host={})
     assert line in rec["warnings"] and len(rec["arms"][1]["samples"]) == 3
+
+
+def test_the_console_lists_each_class_a_width_a_line():
+    """At 80 columns the plot's lines are cut at the edge: the console gives each width its line."""
+    from types import SimpleNamespace
+
+    from blockwidth.console.render import class_lines
+    from blockwidth.policy.stats import Estimate, Interval
+
+    est = {w: Estimate(1.21, Interval(1.02, 1.4), 0.01, "exact", 0.05) for w in (2, 3, 4)}
+    s = SimpleNamespace(by_class={"spelling": (("a", "b", "c", "d", "e"), est), "lists": (("f",), est)})
+    lines = class_lines(s, narrow=True)
+    assert lines[2:5] == ["  spelling (5 requests): w2 1.21x [1.02, 1.40]", "    w3 1.21x [1.02, 1.40]",
+                          "    w4 1.21x [1.02, 1.40]"]
+    assert lines[5].startswith("  lists (1 request): w2") and all(len(x) <= 76 for x in lines)
+    wide = class_lines(s)
+    assert wide[2] == "  spelling (5 requests): w2 1.21x [1.02, 1.40], w3 1.21x [1.02, 1.40], w4 1.21x [1.02, 1.40]"
+    assert class_lines(SimpleNamespace(by_class={})) == []

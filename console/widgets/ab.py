@@ -20,7 +20,8 @@ from textual.widgets import Button, Checkbox, DataTable, Input, Label, Static, T
 
 from blockwidth.console.inputs import InputError, chain_lines
 from blockwidth.console.outcome import Front, headline, next_step
-from blockwidth.console.render import arm_rows, arm_table, auto_lines, bars, ratio_rows, request_table, speedup_lines
+from blockwidth.console.render import (arm_rows, arm_table, auto_lines, bars, class_lines, ratio_rows, request_table,
+                                       speedup_lines)
 from blockwidth.console.request import SessionRequest, session_request
 from blockwidth.console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, FIRST_N, FIRST_TOKENS, Phase, ResolutionView, SessionView
 from blockwidth.console.widgets.common import TONE_STYLE
@@ -415,6 +416,7 @@ class AbTab(TabPane):
                 plot += ("\nspeed-up per request (= min, # median, - max over the requests)\n"
                          "the figure: the median request's; the verdict's ratio is over all tokens\n"
                          + "\n".join(bars(ratio_rows(s), "x", digits=2)))
+                plot += "\n".join(class_lines(s, narrow=True))
             plot += "\n".join(auto_lines(s))
         self.query_one("#plot", Static).update(Text(plot))
 
