@@ -225,12 +225,14 @@ class BlockwidthApp(App):
         text = shown(text)
         line = self.query_one(ErrorLine)
         line.show(text, refusal, field)
+        if not text:
+            return
         base = self.screen_stack[0] if self.screen_stack else None
         # as the line wraps it, at word boundaries (a count by characters alone said 3 rows where
         # the line took 4, and a tryout read a refusal cut mid-sentence with no toast)
         rows = len(Text(text).wrap(self.console, max(self.size.width - 2, 1)))  # padding: 1 a side
         cut = base is not None and base.has_class("-short") and rows > ERROR_ROWS_SHORT
-        if text and (self.screen is not base or cut):
+        if self.screen is not base or cut:
             # markup=False: errors quote "[unquantized bfloat16]" and paths, not markup tags
             self.notify(text, severity="error", timeout=8, markup=False)
 

@@ -374,13 +374,10 @@ def cmd_inspect(args: argparse.Namespace) -> int:
 def _console(args: argparse.Namespace) -> int:
     """The Textual console. Bad input is checked first, so it fails like the headless commands."""
     from blockwidth.console.inputs import pair_paths, resolution
-    from blockwidth.policy.drafter import pairing_problem
 
     # A hub id is fetched here, with progress on the terminal, before the console takes it over.
-    paths = pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
-    problem = pairing_problem(args.kind, paths.drafter)  # refused as sweep refuses it
-    if problem:
-        raise problem
+    pair_paths(args.target, args.draft, args.demo_target, args.kind, weights=True)
+    # (resolution refuses a kind the drafter given cannot run with, as sweep does)
     resolution(target=args.target, draft=args.draft, kind=args.kind, flag=args.flag,
                device=args.device, profile=args.profile, variant=args.demo_target,
                profile_missing_ok=True)

@@ -235,9 +235,10 @@ class NextStep:
 
 def next_step(session: Session) -> NextStep | None:
     """The step the advice names, as fields to set and run (None: nothing to run, or neither
-    undecided nor drifted; a drift beyond noise: the same fields again, on a quiet host). Ranges that overlap: longer runs; a workload whose requests disagree: the
-    requests where the width best on most of them was best, on their own; a budget spent:
-    the budget its own repetitions' times ask for; sequential off: on."""
+    undecided nor drifted). A drift beyond noise: the same fields again, on a quiet host.
+    Ranges that overlap: longer runs; a workload whose requests disagree: the requests where the
+    width best on most of them was best, on their own; a budget spent: the budget its own
+    repetitions' times ask for; sequential off: on."""
     if session.cancelled:
         return None
     why = refusal(cancelled=session.cancelled, drifted=session.drift,

@@ -140,7 +140,7 @@ def class_lines(session, narrow: bool = False) -> list[str]:
     """Each class of request's speed-up by width with its own 95 % interval (a workload whose
     requests carry classes): which kind of traffic a width serves, for a workload of its own.
     ``narrow`` (the console): a width a line, so that 80 columns hold them."""
-    by_class = getattr(session, "by_class", None) or {}
+    by_class = session.by_class
     if not by_class:
         return []
     out = ["", "by class of request (each its own interval, not a verdict):"]

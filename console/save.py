@@ -11,6 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from blockwidth.console.inputs import mlx_version, user_path
+from blockwidth.policy.text import folder_label
 
 
 def save_session(session, pair, record_path: Path, profile_path: str | Path | None, *,
@@ -23,8 +24,6 @@ def save_session(session, pair, record_path: Path, profile_path: str | Path | No
     from blockwidth.console import profile_file
     from blockwidth.console.outcome import Front, PairFacts, Refusal, profile_entry
     from blockwidth.engine.device import probe
-
-    from blockwidth.engine.pair import folder_label
 
     drafter = folder_label(pair.drafter_path) if pair.drafter_path else (
         "the target's own MTP layers" if pair.kind.value == "mtp" else "prompt lookup")

@@ -681,7 +681,7 @@ def _by_class(session: Session, classic: list, arms: dict) -> dict:
     kind a width served, for a workload of its own to decide."""
     groups: dict[str, list[int]] = {}
     for i, r in enumerate(session.per_request):
-        group = getattr(r.prepared.request, "group", None)
+        group = r.prepared.request.group
         if group is not None:
             groups.setdefault(group, []).append(i)
     if len(groups) < 2:
@@ -1139,18 +1139,20 @@ def run_session(pair, config: AbConfig, *, on_event: Callable[[Event], None] | N
                 drafts = [a.draft_ms_per_token for a in measured if a.draft_ms_per_token is not None]
             draft_ms = statistics.median(drafts) if drafts else 0.0
             session.draft_cost_ms = draft_ms
+            def per_width(get: Callable[[Arm], float | None]) -> dict[int, float]:
+                return {a.width: v for a in measured if (v := get(a)) is not None}
+
             session.prediction = costcurve.predict_terms(
                 session.curve, acc, draft_ms, fixed, session.draft_cost,
                 # rollback and host work per round that verified drafts: the prediction weighs
                 # those rounds by their share, and prices the declined ones whole (below)
-                {a.width: a.drafted_round_mean("rollback_s") for a in measured
-                 if a.drafted_round_mean("rollback_s") is not None},
+                per_width(lambda a: a.drafted_round_mean("rollback_s")),
                 # the round's host work after its verify, measured; the 1-row baseline stays the
                 # curve's, measured beside the verifies it is divided by (classic's session step
                 # met other noise: on a busy host it made w2 read 7.7x)
-                {a.width: a.drafted_round_mean("sync_s") for a in measured if a.drafted_round_mean("sync_s") is not None},
-                declined={a.width: a.declined_share for a in measured if a.declined_share is not None},
-                declined_ms={a.width: a.declined_round_ms for a in measured if a.declined_round_ms is not None})
+                per_width(lambda a: a.drafted_round_mean("sync_s")),
+                declined=per_width(lambda a: a.declined_share),
+                declined_ms=per_width(lambda a: a.declined_round_ms))
             session.predicted = {k: p.speedup for k, p in session.prediction.items()}
             # Only where the curve's repeats agree on it: a 1-row forward caught by the host's
             # noise once predicted w2 at 5.42x against ~1.1x measured.

@@ -21,7 +21,7 @@ from blockwidth.engine.checkpoint import Checkpoint, CheckpointError, pair_key, 
 from blockwidth.policy.config import context_length, size  # noqa: E402
 from blockwidth.policy.drafter import DrafterKind, detect_drafter, kind_problem, pairing_problem  # noqa: E402
 from blockwidth.policy.errors import BlockwidthError  # noqa: E402
-from blockwidth.policy.text import folder_label  # noqa: E402,F401 (the pair's names; re-exported)
+from blockwidth.policy.text import folder_label  # noqa: E402
 from blockwidth.policy.quantization import ConfigError, Quantization  # noqa: E402
 
 RUNNABLE = (DrafterKind.MODEL, DrafterKind.LOOKUP, DrafterKind.DFLASH, DrafterKind.MTP)

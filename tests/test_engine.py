@@ -598,7 +598,7 @@ def test_a_cancel_takes_effect_within_one_run_wherever_the_session_is(model_pair
 def test_a_checkpoint_folder_with_a_short_name_is_named_with_its_parent():
     """A tryout read "bf16 + prompt lookup" and saved target = "bf16" for SmolLM2's bf16 folder;
     a hub snapshot's folder is a commit hash."""
-    from blockwidth.engine.pair import folder_label
+    from blockwidth.policy.text import folder_label
 
     assert folder_label(Path("/m/smollm2/bf16")) == "smollm2/bf16"
     assert folder_label(Path("/m/engine/demo/pair/target-bf16")) == "target-bf16"

@@ -41,7 +41,7 @@ from typing import Any, Callable, Iterable, Mapping, Sequence
 from blockwidth.policy.errors import BlockwidthError, ExitCode
 from blockwidth.policy.profile import (MAX_CONCURRENCY, PATH_SERVER, SERVER_ENV_PREFIX, num_draft_tokens,
                                        server_arg_problem, server_env_problems)
-from blockwidth.policy.text import shown
+from blockwidth.policy.text import folder_label, shown
 
 HOST = "127.0.0.1"
 READY_TIMEOUT_S = 180.0
@@ -796,8 +796,6 @@ class ServedPair:
         return context_length(self.target_config)  # the engine path's rule (text_config too)
 
     def describe(self) -> str:
-        from blockwidth.engine.pair import folder_label
-
         return (f"{folder_label(self.target_path)} [{self.quantization.describe()}] + {folder_label(self.drafter_path)} "
                 f"(model), served by mlx_lm.server {server_version()}")
 
