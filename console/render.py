@@ -8,17 +8,25 @@ from typing import Any
 BAR = 36  # with a label, the figure and "below min gain", a line fits 80 columns
 
 
-def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: int = 1) -> list[str]:
+def bars(rows: list[tuple[str, float, float, float, str]], unit: str, digits: int = 1,
+         columns: int | None = None) -> list[str]:
     """A horizontal plot: label, min, median, max, note. '=' up to the min, '#' on to the
-    median, '-' out to the max. The median's cell is always '#', even when min ≈ median."""
+    median, '-' out to the max. The median's cell is always '#', even when min ≈ median.
+    With ``columns``, the bar narrows (to 12 cells at least) so the longest line, note and all,
+    fits that many columns: the console's plot at 80 columns has less than 80 (its padding)."""
     top = max((r[3] for r in rows), default=1.0) or 1.0
+    cells = BAR
+    if columns is not None and rows:
+        # label 9, two '|', ' ', the figure 7, ' ', the unit, ' ', the note
+        fixed = 9 + 2 + 1 + 7 + 1 + len(unit) + 1 + max(len(r[4]) for r in rows)
+        cells = max(12, min(BAR, columns - fixed))
     out = []
     for label, lo, med, hi, note in rows:
-        a, m, b = (int(round(v / top * BAR)) for v in (lo, med, hi))
+        a, m, b = (int(round(v / top * cells)) for v in (lo, med, hi))
         m = max(m, 1)
         a = min(a, m - 1)  # leave the median's own cell as '#'
         bar = "=" * a + "#" * (m - a) + "-" * max(b - m, 0)
-        out.append(f"{label:<9}|{bar:<{BAR}}| {med:7.{digits}f} {unit} {note}")
+        out.append(f"{label:<9}|{bar:<{cells}}| {med:7.{digits}f} {unit} {note}".rstrip())
     return out
 
 

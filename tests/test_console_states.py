@@ -683,3 +683,31 @@ def test_the_chain_tab_wraps_a_long_reason_under_its_own_column(tmp_path):
                 assert line[:indent].strip() in ("", "->"), line  # a row's start, or its reason going on
 
     _run(go())
+
+
+def test_the_plot_fits_the_columns_the_console_has(tmp_path):
+    """At 80x24 a finished session's tok/s plot was cut: "141.2 tok/s below min gai". The bars
+    narrow to the columns the plot has, so the longest note shows whole; wide, they keep 36."""
+    from blockwidth.console.render import BAR, bars
+
+    rows = [("classic", 120.0, 141.2, 150.0, ""), ("w12", 100.0, 110.0, 130.0, "below min gain")]
+    assert all(len(line) <= 74 for line in bars(rows, "tok/s", columns=74))
+    assert bars(rows, "tok/s", columns=74)[1].endswith("110.0 tok/s below min gain")
+    wide = bars(rows, "tok/s", columns=200)
+    assert wide == bars(rows, "tok/s") and len(wide[0].split("|")[1]) == BAR
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "done")
+            await pilot.pause()
+            from blockwidth.console.widgets.ab import AbTab
+
+            cols = app.query_one(AbTab)._plot_columns()
+            body = app.query_one("#body")
+            assert cols == body.content_size.width - 2  # less the plot's padding
+            assert all(len(line) <= cols for line in bars(rows, "tok/s", columns=cols))
+            plot = str(app.query_one("#plot").render())
+            assert plot and all(len(line) <= cols for line in plot.splitlines())
+
+    _run(go())

@@ -410,12 +410,13 @@ class AbTab(TabPane):
         if s is None or s.cancelled:
             plot = ""
         else:
+            cols = self._plot_columns()
             plot = ("decode tok/s" + ("" if s.single else " per pass") + " (= min, # median, - max)\n"
-                    + "\n".join(bars(arm_rows(s), "tok/s")))
+                    + "\n".join(bars(arm_rows(s), "tok/s", columns=cols)))
             if not s.single:  # a workload: each width's speed-up over its requests, too
                 plot += ("\nspeed-up per request (= min, # median, - max over the requests)\n"
                          "the figure: the median request's; the verdict's ratio is over all tokens\n"
-                         + "\n".join(bars(ratio_rows(s), "x", digits=2)))
+                         + "\n".join(bars(ratio_rows(s), "x", digits=2, columns=cols)))
                 plot += "\n".join(class_lines(s, narrow=True))
             plot += "\n".join(auto_lines(s))
         self.query_one("#plot", Static).update(Text(plot))
@@ -444,9 +445,20 @@ class AbTab(TabPane):
         self.query_one("#details", Static).update(
             Text() if s is None else details_text(self.session_state, self.resolution, 2 if small else None))
 
+    def _plot_columns(self) -> int | None:
+        """The columns the plot has (its container's, less the plot's padding), so a bar's note
+        is not cut: at 80x24 "below min gain" lost its last letters. None before a layout."""
+        body = self.query_one("#body")
+        width = body.content_size.width
+        if body.styles.layout is not None and body.styles.layout.name == "horizontal":
+            width -= self.query_one("#arms").outer_size.width  # the plot beside the table
+        return max(width - 2, 1) if width > 0 else None
+
     def on_resize(self) -> None:
-        if self._shown() is not None and not self._shown().single:
-            self._draw_details()  # the fold follows the terminal's size
+        if self._shown() is not None:
+            self._draw_plot()  # the bars follow the terminal's width
+            if not self._shown().single:
+                self._draw_details()  # the fold follows the terminal's size
 
     def _attention(self) -> str:
         """The verify attention in effect: the session's, else what ``auto`` means here."""
