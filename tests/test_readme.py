@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
 from pathlib import Path
@@ -107,7 +108,8 @@ def test_the_real_models_results_are_what_their_records_hold():
                       r"([^|]+) \| \[record\]\(([^)]+)\) \|$", table, re.M)
     assert len(rows) == 9, rows
     for where, _pair, requests, width, acceptance, speedup, verdict, link in rows:
-        rec = json.loads((ROOT / link).read_text())
+        path = ROOT / link
+        rec = json.loads(gzip.decompress(path.read_bytes()) if link.endswith(".gz") else path.read_text())
         if "levels" in rec:  # the served A/B: one level per concurrency; the server reports no acceptance
             clients = int(re.search(r"(\d+) clients?", requests)[1])
             rec = next(level for level in rec["levels"] if level["concurrency"] == clients)
