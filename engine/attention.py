@@ -120,6 +120,7 @@ class Routing:
     inexact: dict = field(default_factory=dict)
     route: str = "kernels"  # the exact path's route (engine.linear.EXACT_ROUTES)
     stock_rows: int = 0  # mlx route: rows computed by MLX's own 1-row attention
+    off_step_calls: int = 0  # mlx route: 1-row calls given MLX's own call on an off-step buffer
     # The keys the last off-step cache handed out (engine.kvcache.make_cache): a call on them may
     # give MLX's 1-row attention any number of keys (mark_off_step)
     off_step_keys: object = field(default=None, repr=False)
@@ -519,6 +520,8 @@ def _dispatch(q, k, v, *args, scale=None, mask=None, sinks=None, **kwargs):
             # is the exact path's cost
             routing.routed += 1
             routing.stock_rows += 1
+            if k is routing.off_step_keys:
+                routing.off_step_calls += 1
             return _fused(q, k, v, scale=scale, mask=None)
         out = _exact(routing, q, k, v, args, kwargs, scale, mask, sinks)
         if out is not None:

@@ -9,7 +9,7 @@ timed apart from decode. EOS is ignored: runs are fixed-length measurements.
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Callable, Protocol
 
@@ -219,16 +219,24 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
             made[0] += 1
         return greedy(logits)
 
-    with mx.stream(_stream()), exact_path.path(exact) as routed:
+    with mx.stream(_stream()), ExitStack() as on_the_path:
+        routed = on_the_path.enter_context(exact_path.path(exact))
         t0 = time.perf_counter()
         rest = prefill_cache(model, cache, mx.array(prompt, mx.uint32),
                              exact_path.PREFILL_STEP if on_path else 2048)
         t1 = time.perf_counter()
+        before = routed.counts() if routed is not None else None
         y = step(rest)
         mx.async_eval(y)
         last = t1
         for n in range(max_tokens):
             if n + 1 < max_tokens:
+                if n + 1 == UNDISPATCHED_AFTER and routed is not None and routed.stock_since(before):
+                    # every call of the steps so far was MLX's own, as it comes: the rest make
+                    # the same calls with no dispatcher in front of each (its Python was ~3 % of
+                    # a host-bound target's step)
+                    on_the_path.close()
+                    routed.summary_extra["undispatched_from"] = n + 1
                 nxt = step(y)
                 mx.async_eval(nxt)
             tokens.append(y.item())
@@ -251,6 +259,9 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
 
 
 SPLIT_EVERY = 8
+# Exact classic's steps checked on the path before the rest may run without its dispatcher
+# (engine.exact.PathRouting.stock_since): on the mlx route, off-step caches, CUDA.
+UNDISPATCHED_AFTER = 2
 
 
 def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSource, *,

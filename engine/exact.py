@@ -315,7 +315,26 @@ class PathRouting:
                    **self.linear.inexact}
         out["inexact_calls"] = inexact
         out["exact"] = not inexact
+        out.update(self.summary_extra)
         return out
+
+    def counts(self) -> tuple[int, int, int, int]:
+        """Calls so far: attention's, those of them MLX's own 1-row call on an off-step buffer,
+        the projections', those of them MLX's own 1-row call (for :meth:`stock_since`)."""
+        a, lin = self.attention, self.linear
+        return (a.routed + a.passed + a.unrouted + sum(a.inexact.values()), a.off_step_calls,
+                lin.routed + lin.passed + sum(lin.inexact.values()), lin.mlx_steps)
+
+    def stock_since(self, before: tuple[int, int, int, int]) -> bool:
+        """Whether every call since ``before`` (:meth:`counts`) was MLX's own call as it comes:
+        each attention call a 1-row one on an off-step buffer (which cuDNN never takes, so MLX
+        runs its vector kernel at any length, and no bound of STOCK_KEYS keys applies later),
+        each projection a 1-row one. Then later 1-row steps on the same caches make exactly
+        the calls they would make with no dispatcher at all (classic's steps run without it,
+        ``undispatched_from`` in the summary)."""
+        now = self.counts()
+        att, off, lin, mlx = (n - b for n, b in zip(now, before))
+        return att > 0 and att == off and lin > 0 and lin == mlx
 
 
 @contextmanager

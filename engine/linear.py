@@ -185,6 +185,7 @@ class LinearRouting:
     exact: bool = False
     inexact: dict = field(default_factory=dict)
     route: str = "kernels"  # the exact path's route (EXACT_ROUTES): "mlx", "hybrid" or "kernels"
+    mlx_steps: int = 0  # mlx/hybrid routes: 1-row projections given MLX's own call as it comes
 
     def summary(self) -> dict:
         out = {"mode": self.mode.value, "routed_calls": self.routed, "stock_calls": self.passed}
@@ -410,6 +411,7 @@ def _mlx_step(routing: LinearRouting, x) -> bool:
     a token."""
     if routing.route in MLX_PROJECTION_ROUTES and x.size == x.shape[-1]:
         routing.routed += 1
+        routing.mlx_steps += 1
         return True
     return False
 

@@ -319,10 +319,18 @@ def _prefix(tok, n: int, vocab: int) -> list[int]:
     return [(7919 * i + 13) % max(vocab - 2, 2) + 1 for i in range(n)]
 
 
-def _decode_tok_s(pair, prompt, tokens, plan) -> tuple[float, list[int]]:
-    from blockwidth.engine.decode import classic
+def _decode_tok_s(pair, prompt, tokens, plan, dispatched: bool = False) -> tuple[float, list[int]]:
+    """Classic's decode tok/s and tokens; ``dispatched``: every step through the path's
+    dispatcher (before engine.decode.UNDISPATCHED_AFTER existed), for a before/after."""
+    from blockwidth.engine import decode
 
-    run = classic(pair, prompt, tokens, exact=plan)
+    was = decode.UNDISPATCHED_AFTER
+    if dispatched:
+        decode.UNDISPATCHED_AFTER = 10 ** 9
+    try:
+        run = decode.classic(pair, prompt, tokens, exact=plan)
+    finally:
+        decode.UNDISPATCHED_AFTER = was
     return run.decode_tok_s, run.tokens
 
 
@@ -383,13 +391,15 @@ def model_probe(target: str, widths: list[int], prefixes: tuple[int, ...], speed
         pair = _Pair(model)
         prompt = _prefix(tok, n_prompt, vocab)
         arms = {**routes, "stock": None}
-        for plan in arms.values():  # warm every path: kernels compile outside the clock
-            _decode_tok_s(pair, prompt, 8, plan)
+        if "mlx" in routes:  # the mlx route's classic with its dispatcher kept in every step too
+            arms["mlx-dispatched"] = routes["mlx"]
+        for name, plan in arms.items():  # warm every path: kernels compile outside the clock
+            _decode_tok_s(pair, prompt, 8, plan, name == "mlx-dispatched")
         speeds: dict[str, list[float]] = {k: [] for k in arms}
         texts: dict[str, list[int]] = {}
         for _ in range(speed_reps):  # interleaved, repetition by repetition
             for name, plan in arms.items():
-                tps, toks = _decode_tok_s(pair, prompt, speed_tokens, plan)
+                tps, toks = _decode_tok_s(pair, prompt, speed_tokens, plan, name == "mlx-dispatched")
                 speeds[name].append(tps)
                 texts.setdefault(name, toks)
         base = statistics.median(speeds["stock"])

@@ -604,3 +604,51 @@ def test_the_per_class_gpu_sessions_kept_every_text_and_measured_against_the_fas
         assert 0.70 <= exact / stock <= 0.86, (name, exact / stock)
         assert tuple(a["arm"] for a in s["arms"][1:] if a["verdict"] == "slower") == slower, name
         assert s["decision"]["decision"] == "undecided" and not s["decision"]["saveable"], name
+
+
+def _d64(**kw):
+    cfg = dict(families.NAMED["llama"], head_dim=64, num_attention_heads=2, num_key_value_heads=1,
+               tie_word_embeddings=True, **kw)
+    return families.build(cfg, seed=3, dtype="bfloat16")
+
+
+def test_exact_classic_on_the_mlx_route_drops_the_dispatcher_once_every_call_is_mlx_s_own(cuda_mlx, monkeypatch):
+    """On the mlx route classic's 1-row steps make MLX's own calls, as they come, on the path's
+    off-step caches; the dispatcher in front of each was ~3 % of SmolLM2's step (0.969x of stock
+    on the H100). After UNDISPATCHED_AFTER steps that were all such calls, classic runs the rest
+    with no dispatcher: the same calls, the same text, and the record says from which step."""
+    from blockwidth.engine import decode
+
+    model = _d64()
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.route == "mlx"
+    pair = _Pair(model)
+    fast = classic(pair, PROMPT, 16, exact=plan)
+    summary = fast.attention["exact"]
+    assert summary["undispatched_from"] == decode.UNDISPATCHED_AFTER and summary["exact"]
+    monkeypatch.setattr(decode, "UNDISPATCHED_AFTER", 10 ** 9)  # every step through the dispatcher
+    slow = classic(pair, PROMPT, 16, exact=plan)
+    assert "undispatched_from" not in slow.attention["exact"]
+    assert fast.tokens == slow.tokens
+    # the dispatcher saw the prefill and two steps, not sixteen
+    assert fast.attention["exact"]["linear"]["routed_calls"] < slow.attention["exact"]["linear"]["routed_calls"]
+    run = speculative(pair, PROMPT, 16, 4, drafter=_Echo(fast.tokens), exact=plan)
+    assert run.tokens == fast.tokens
+
+
+@pytest.mark.parametrize("why", ["biased projections", "head size 32", "kernels route"])
+def test_exact_classic_keeps_the_dispatcher_where_a_step_is_not_mlx_s_own_call(cuda_mlx, monkeypatch, why):
+    """A biased 16-bit projection's step is gemv then its bias (not MLX's addmm), a head size the
+    vector kernel does not take goes to the rows kernel, the kernels route runs its own kernels:
+    there every step stays on the path, and the text is the speculative arms'."""
+    if why == "kernels route":
+        monkeypatch.setenv(linear.EXACT_ROUTE_ENV, "kernels")
+    model = _d64(attention_bias=True) if why == "biased projections" else _d64() if why == "kernels route" \
+        else _llama()
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.route == ("kernels" if why == "kernels route" else "mlx")
+    pair = _Pair(model)
+    base = classic(pair, PROMPT, 10, exact=plan)
+    assert "undispatched_from" not in base.attention["exact"] and base.attention["exact"]["exact"]
+    run = speculative(pair, PROMPT, 10, 4, drafter=_Echo(base.tokens), exact=plan)
+    assert run.tokens == base.tokens
