@@ -469,10 +469,18 @@ class BlockwidthApp(App):
             return
         from blockwidth.console.inputs import pair_paths
 
+        from blockwidth.engine.checkpoint import read_checkpoint
+
         try:
             # Folder checks only (no model load): a wrong path must not cost the loaded pair.
-            pair_paths(target or None, draft or None, None if target else self.options.variant,
-                       kind or None, weights=True, download=False)
+            # Their config.json is read too: a folder that is not a checkpoint (a tryout typed
+            # docs/) unloaded the working pair and said so twice.
+            paths = pair_paths(target or None, draft or None, None if target else self.options.variant,
+                               kind or None, weights=True, download=False)
+            if not paths.demo:
+                for path, what in ((paths.target, "target"), (paths.drafter, "draft")):
+                    if path is not None:
+                        read_checkpoint(path, what)
         except BlockwidthError as e:
             self._reopen_pair(values, f"{e.say(CONSOLE_NAMES)} — still on "
                                       f"{self.pair.describe() if self.pair else 'the previous pair'}",

@@ -441,6 +441,15 @@ def test_open_another_pair_from_the_console(tmp_path):
             assert "target field /nope/target" in _text(app, "#error")  # the dialog's words
             assert "still on" in _text(app, "#error")
             assert app.query_one("#progress").has_class("-idle")
+            # A folder that is there but holds no checkpoint is refused the same way: a tryout's
+            # docs/ unloaded the working pair and said so twice
+            await _open_pair(app, pilot, "ctrl+a", "ctrl+k", *str(tmp_path), "enter")
+            assert app.phase is Phase.READY and app.pair.kind.value == "lookup"
+            assert type(app.screen).__name__ == "PairScreen"
+            said = str(app.screen.query_one("#open-error").render())
+            assert "has no config.json" in said and "still on" in said, said
+            await pilot.press("escape")
+            assert _text(app, "#error").count("has no config.json") == 1
 
     run(go())
 
