@@ -90,6 +90,15 @@ class StageBar(Static):
                              f" {self.progress // 10:3d}%")
 
 
+def _cut(detail: str, room: int) -> str:
+    """``detail`` cut to ``room`` columns with an ellipsis, never just after a " · " (a tryout at
+    80 columns read "run 19/163 ·", the line cut by characters after a separator); as it is when
+    it fits or when the room is not known yet."""
+    if room <= 1 or len(detail) <= room:
+        return detail
+    return detail[:room - 1].rstrip(" ·") + "…"
+
+
 class Stage(Horizontal):
     """The status line and the bar: one place decides both."""
 
@@ -109,7 +118,13 @@ class Stage(Horizontal):
             # theirs, which says why the bar starts again (a tryout read "83% runs" then "76% cost
             # curve" as the bar going backwards)
             detail = _STAGE_COUNT.sub("", detail, count=1)
-        status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {shown(detail)}" if detail else "")
+        if detail:
+            # the room the status has once the bar is shown or hidden as just set (its own size
+            # is still the last layout's): the stage's, less the bar's, the padding, the phase word
+            bar_w = 0 if bar.has_class("-idle") or bar.styles.width is None else int(bar.styles.width.value)
+            room = self.content_size.width - bar_w - 2 - len(phase.value) - 2 if self.content_size.width else 0
+            detail = _cut(shown(detail), room)
+        status = Text.assemble((phase.value, _PHASE_STYLE.get(phase, "bold")), f"  {detail}" if detail else "")
         status.no_wrap, status.overflow = True, "ellipsis"
         self.query_one("#status", Static).update(status)
 
