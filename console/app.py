@@ -729,7 +729,8 @@ class BlockwidthApp(App):
                 return
             self.action_start_ab()
 
-        self.push_screen(FirstSessionScreen(why, self.pace.describe(), raise_, single, plan.can_decide), chose)
+        self.push_screen(FirstSessionScreen(why, self.pace.describe(), raise_, single, plan.can_decide,
+                                            sequential=req.sequential), chose)
         return True
 
     @staticmethod
@@ -1094,7 +1095,7 @@ class BlockwidthApp(App):
         why = refusal(cancelled=s.cancelled, drifted=s.drift, recommendation=s.recommendation,
                       verdicts=[a.verdict for a in s.arms])  # not None: the session is not saveable
         if why is RefusalKind.DRIFT:  # as the headline words it
-            return ("not saveable: classic drift or noise, too few runs to tell" if s.drift_could_be_noise
+            return ("not saveable yet: too few classic runs to tell drift from noise" if s.drift_could_be_noise
                     else "not saveable: classic drifted")
         return f"not saveable: {why.value}"
 

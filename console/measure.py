@@ -564,8 +564,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
                 say(line)
         elif session.predicted_best:
             pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
-            say(f"model prediction (cost curve x acceptance, not a measurement): best width "
-                f"{session.predicted_best}  [{pred}]")
+            say(f"model prediction (cost curve x acceptance, not a measurement): "
+                f"{session.predicted_best_words()}  [{pred}]")
         if session.curve_skipped:
             say(session.curve_skipped)
         for line in session.round_lines():

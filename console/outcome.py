@@ -441,8 +441,11 @@ def headline(session: Session, planned_runs: int | None = None, front: Front = F
     if why is RefusalKind.DRIFT:
         if session.drift_could_be_noise:
             # Too few classic runs to tell drift from noise: say so, not "drifted".
-            return Headline(f"not saveable: classic drift or noise, too few runs to tell "
-                            f"(measured: {session.decision}); {advice(session, front)}", Tone.WARN, False)
+            # Lead with the cause: a tryout read "classic drift or noise" at n 1, its widths
+            # plainly slower, as a problem with the measurement rather than too few repetitions.
+            return Headline(f"not saveable yet: too few classic runs to tell drift from noise at "
+                            f"n {session.reps} (measured: {session.decision}); {advice(session, front)}",
+                            Tone.WARN, False)
         return Headline(f"not saveable: classic drifted (measured: {session.decision})", Tone.WARN, False)
     if why is RefusalKind.DIFFERS:
         return Headline("a width is faster but its output differs from classic: not saveable", Tone.WARN,

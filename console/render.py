@@ -172,11 +172,14 @@ def ratio_rows(session) -> list[tuple[str, float, float, float, str]]:
     for a in session.arms:
         got = [x for r in session.requests if (x := r.ratio(a.width)) is not None]
         if got:
-            wins = sum(1 for r in session.requests if r.measured and r.best() == a.width)
+            measured = [r for r in session.requests if r.measured]
+            wins = sum(1 for r in measured if r.best() == a.width)
             # the value shown is the median request's speed-up, not the verdict's ratio (all
             # tokens over all decode time): a tryout read 0.91x here beside w2 0.80x above
             # (the legend says so; here, at 80 columns, the line's end was cut)
-            rows.append((a.name, min(got), statistics.median(got), max(got), f"best on {wins}"))
+            # "best on 0" read as a value (a tryout): a count of requests, out of how many
+            rows.append((a.name, min(got), statistics.median(got), max(got),
+                         f"best on {wins}/{len(measured)} requests"))
     return rows
 _LEVELS = "▁▂▃▄▅▆▇█"
 

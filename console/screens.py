@@ -290,16 +290,20 @@ class FirstSessionScreen(ModalScreen[str | None]):
     """
 
     def __init__(self, why: str, pilot: str, raise_: tuple[int, int] | None,
-                 single: tuple[str, str] | None, can_decide: bool) -> None:
+                 single: tuple[str, str] | None, can_decide: bool, sequential: bool = True) -> None:
         super().__init__()
         self.why, self.pilot, self.raise_, self.single, self.can_decide = why, pilot, raise_, single, can_decide
+        self.sequential = sequential  # the fields' sequential box: r turns it on where it is off
 
     def compose(self) -> ComposeResult:
         parts: list = [("this session cannot decide a win as set" if not self.can_decide
                         else "this session is long for its budget", "bold"), "\n", self.why, "\n",
                        (f"({self.pilot})", "dim"), "\n\n"]
         if self.raise_ is not None:
-            parts += [("r", "bold"), f"  raise the budget to secs {self.raise_[0]}, reps {self.raise_[1]} and run\n"]
+            # the fields may already read these figures with sequential off (a tryout saw "raise the
+            # budget to secs 360, reps 6" beside reps 6 secs 360): then what r changes is the box
+            how = ("raise the budget to" if self.sequential else "turn sequential on, with")
+            parts += [("r", "bold"), f"  {how} secs {self.raise_[0]}, reps {self.raise_[1]}, and run\n"]
         if self.single is not None:
             parts += [("o", "bold"), f"  run one prompt instead ({self.single[0]}): about {self.single[1]} to "
                                      "decide here\n"]

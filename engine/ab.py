@@ -603,13 +603,22 @@ class Session:
                 f"{linear.unrouted_reason(mode, self.backend or None)}, so the projections stayed on "
                 "the stock matmul and the figures are stock's."]
 
+    def predicted_best_words(self) -> str:
+        """The predicted best width, or, where even it is predicted slower than classic, that no
+        width is (a tryout read "best width 2" beside w2 0.85x as a recommendation)."""
+        best = self.predicted_best
+        ratio = (self.predicted or {}).get(best)
+        if ratio is not None and ratio < 1:
+            return f"no width predicted faster than classic (the closest: w{best}, {ratio:.2f}x)"
+        return self.predicted_note or f"best width {best}"
+
     def prediction_lines(self) -> list[str]:
         """The prediction with both of its terms, so an operator sees why a width wins."""
         if not self.prediction:
             return []
         unit = "per round, any width" if self.draft_cost is costcurve.DraftCost.FLAT else "per drafted token"
         lines = [f"model prediction (cost curve x acceptance, not a measurement): "
-                 f"{self.predicted_note or f'best width {self.predicted_best}'}; "
+                 f"{self.predicted_best_words()}; "
                  f"{self.drafter_kind} drafting is {self.draft_cost.value}: "
                  f"{self.draft_cost_ms:.2f} ms {unit}"]
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]

@@ -507,6 +507,7 @@ def test_the_pilots_warning_offers_a_budget_that_reaches_a_win(tmp_path):
             assert isinstance(app.screen, FirstSessionScreen) and not app.phase.busy
             said = str(app.screen.query_one("#first").render())
             assert "a win needs 3" in said and "pilot: decode classic 40 tok/s" in said
+            assert "r  raise the budget to secs" in said  # sequential is on: r raises its budget
             await pilot.press("r")
             await pilot.pause()
             assert app.phase.busy and int(app.query_one("#secs").value) > 60
@@ -733,5 +734,35 @@ def test_a_cut_status_line_ends_at_a_whole_part(tmp_path):
             text = str(status.render())
             assert len(text) <= status.content_size.width and text.endswith("…"), text
             assert not text[:-1].rstrip().endswith("·"), text
+
+    _run(go())
+
+
+def test_the_warning_says_r_turns_sequential_on_where_it_is_off(tmp_path):
+    """A tryout, sequential off: the warning offered "raise the budget to secs 360, reps 6" while
+    the fields already read reps 6 and secs 360; what r changes there is the sequential box."""
+    async def go():
+        from blockwidth.console.screens import FirstSessionScreen
+        from blockwidth.policy.pace import Pace
+        from tests.states import PACE
+
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, "idle")
+            app.pace = Pace(**PACE)
+            app.query_one("#n").value = "1"
+            app.query_one("#sequential").value = False
+            await pilot.pause()
+            await pilot.press("a")
+            await pilot.pause()
+            assert isinstance(app.screen, FirstSessionScreen) and not app.phase.busy
+            said = str(app.screen.query_one("#first").render())
+            assert "r  turn sequential on, with secs" in said, said
+            await pilot.press("r")
+            await pilot.pause()
+            assert app.query_one("#sequential").value and app.phase.busy
+            await pilot.press("c")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
 
     _run(go())

@@ -38,7 +38,7 @@ def test_refusals_are_worded_for_each_front_end():
     h = headline(drifted)
     assert not h.saveable and h.tone is Tone.WARN  # never green above a refusal
     # 2 + 2 classic runs apart happen by chance a third of the time: not called "drifted"
-    assert "drift or noise, too few runs to tell" in h.text
+    assert "not saveable yet: too few classic runs to tell drift from noise at n " in h.text
     drifted.drift_chance = 0.01
     assert headline(drifted).text.startswith("not saveable: classic drifted")
 
@@ -253,3 +253,20 @@ def test_an_entry_says_how_its_identity_was_had_and_against_which_classic():
     assert e.evidence["exact"] == {"asked": "auto", "active": True, "exact": True, "control": "classic-stock"}
     back = profile.parse(profile.dumps([e]), "p.toml")
     assert back[0].evidence["exact"]["control"] == "classic-stock"
+
+
+def test_a_prediction_slower_than_classic_is_not_called_a_best_width():
+    """A tryout read "model prediction ... best width 2" beside w2 predicted at 0.85x: the words
+    say no width is predicted faster where even the best is not."""
+    from types import SimpleNamespace
+
+    from blockwidth.engine.ab import Session
+
+    slower = SimpleNamespace(predicted_best=2, predicted={2: 0.85, 4: 0.7},
+                             predicted_note="best width 2 (5 repeats per row count agree)")
+    assert Session.predicted_best_words(slower) == \
+        "no width predicted faster than classic (the closest: w2, 0.85x)"
+    faster = SimpleNamespace(predicted_best=4, predicted={2: 1.1, 4: 1.3}, predicted_note=None)
+    assert Session.predicted_best_words(faster) == "best width 4"
+    noted = SimpleNamespace(predicted_best=4, predicted={4: 1.3}, predicted_note="best width 4 (agree)")
+    assert Session.predicted_best_words(noted) == "best width 4 (agree)"

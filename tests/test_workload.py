@@ -456,6 +456,8 @@ def test_workload_verdict_is_the_intervals_and_the_table_folds_to_80_columns():
     assert "4 more requests between the 2 worst and 2 best by w2" in table[-2]
     assert table[-1] == "best width per request: w2 on 8"
     assert [r[0] for r in ratio_rows(s)] == ["w2", "w3", "w4", "w6", "w8"]
+    # a count of requests out of how many ("best on 0" read as a value)
+    assert [r[4] for r in ratio_rows(s)][:2] == ["best on 8/8 requests", "best on 0/8 requests"]
     # a request whose output differs takes the win away from the whole workload
     from blockwidth.engine.ab import decide
 

@@ -89,7 +89,8 @@ def check(load_limit: float = 0.5, util_limit: int = 10) -> GateReport:
     gpu = _gpu_state()
     warn = []
     if load is not None and load > load_limit:
-        warn.append(f"CPU load {load:.2f} per core (over {load_limit})")
+        # three places: "0.50 per core (over 0.5)" read as not over it (a tryout; it was 0.504)
+        warn.append(f"CPU load {load:.3f} per core (over {load_limit})")
     if gpu.get("other_processes"):
         warn.append(f"other processes on the GPU: pids {gpu['other_processes']}")
     if gpu.get("utilization_pct", 0) > util_limit:
