@@ -223,9 +223,12 @@ class AnswerScreen(ModalScreen[None]):
             head = ("the resolved width for blockwidth's engine (this session measured it no faster):\n"
                     if a.session_command else "for blockwidth's engine and CI, the environment variable:\n")
             parts += ["\n", (head, "bold"), f"  export {a.env}\n"]
-        keys = ["y copies the command" if a.command else "", "Y copies the variable" if a.env else "",
-                "Escape closes"]
-        parts += ["\n", (" · ".join(k for k in keys if k) + ".  num_draft_tokens = width - 1.", "dim")]
+        # "copied to the clipboard" then "y copies the command" read as two different acts (a
+        # tryout); and with no command (a failed pair) the mlx-lm option is nothing to explain
+        keys = [("y copies it again" if self.copied else "y copies the command") if a.command else "",
+                "Y copies the variable" if a.env else "", "Escape closes"]
+        note = "  num_draft_tokens = width - 1." if a.command or a.session_command else ""
+        parts += ["\n", (" · ".join(k for k in keys if k) + "." + note, "dim")]
         yield VerticalScroll(Static(Text.assemble(*parts)), id="answer")
 
     def action_copy_command(self) -> None:

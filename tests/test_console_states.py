@@ -766,3 +766,20 @@ def test_the_warning_says_r_turns_sequential_on_where_it_is_off(tmp_path):
             await pilot.pause()
 
     _run(go())
+
+
+@pytest.mark.parametrize("state, said, not_said", [
+    ("y-model", "y copies it again", "y copies the command"),
+    ("y-unloaded", "Escape closes.", "num_draft_tokens"),
+])
+def test_the_answer_dialog_says_what_its_keys_do_now(tmp_path, state, said, not_said):
+    """A tryout: "copied to the clipboard" then "y copies the command" read as two acts, and a
+    failed pair's dialog explained num_draft_tokens with no command to apply it to."""
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(140, 40)) as pilot:
+            await enter(app, pilot, state)
+            text = str(app.screen.query_one("#answer Static").render())
+            assert said in text and not_said not in text, text
+
+    _run(go())
