@@ -546,7 +546,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             say()
             say("per-request speed-up by width (= min, # median, - max over the requests; the figure is "
                 "the median request's, the verdict's ratio above is over all tokens):")
-            for line in bars(ratios, "x", digits=2):
+            for line in bars(ratios, "x", digits=2, columns=76):  # whole at 80 columns
                 say(line)
         for line in class_lines(session):
             say(line)
