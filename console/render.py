@@ -178,8 +178,9 @@ def ratio_rows(session) -> list[tuple[str, float, float, float, str]]:
             # tokens over all decode time): a tryout read 0.91x here beside w2 0.80x above
             # (the legend says so; here, at 80 columns, the line's end was cut)
             # "best on 0" read as a value (a tryout): a count of requests, out of how many
-            rows.append((a.name, min(got), statistics.median(got), max(got),
-                         f"best on {wins}/{len(measured)} requests"))
+            # auto is not among a request's best (it is measured against them): no count for it
+            note = "" if getattr(a, "auto", False) else f"best on {wins}/{len(measured)} requests"
+            rows.append((a.name, min(got), statistics.median(got), max(got), note))
     return rows
 _LEVELS = "▁▂▃▄▅▆▇█"
 

@@ -18,7 +18,7 @@ import mlx.core as mx
 from blockwidth.engine import exact as exact_path
 from blockwidth.engine.attention import VerifyAttention, verify_attention
 from blockwidth.engine.drafters import Drafter, greedy, make_drafter, prefill_cache, watching
-from blockwidth.engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache
+from blockwidth.engine.kvcache import DEFAULT_METHOD, Method, RewindError, Rollback, make_cache, only_off_step_kv
 from blockwidth.engine.linear import VerifyLinear, prepare, verify_linear
 from blockwidth.policy.auto import AUTO
 from blockwidth.policy.errors import BlockwidthError
@@ -231,7 +231,8 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
         last = t1
         for n in range(max_tokens):
             if n + 1 < max_tokens:
-                if n + 1 == UNDISPATCHED_AFTER and routed is not None and routed.stock_since(before):
+                if (n + 1 == UNDISPATCHED_AFTER and routed is not None and only_off_step_kv(cache)
+                        and routed.stock_since(before)):
                     # every call of the steps so far was MLX's own, as it comes: the rest make
                     # the same calls with no dispatcher in front of each (its Python was ~3 % of
                     # a host-bound target's step)

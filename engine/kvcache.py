@@ -301,6 +301,15 @@ def _off_step_kv():
 _OffStep = None
 
 
+def only_off_step_kv(cache: list) -> bool:
+    """Whether every layer's cache is the exact path's off-step KVCache: no window (a window
+    cache may hand a 1-row step a mask once it is full) and no recurrent state, so a 1-row step's
+    attention is the same call at every length (engine.decode.classic drops the dispatcher only
+    then)."""
+    kind = _off_step_kv()
+    return bool(cache) and all(type(c) is kind for c in cache)
+
+
 def off_step(rows: int, step: int = 256) -> int:
     """A buffer size for ``rows`` rows: the next multiple of ``step``, plus one row, so never a
     multiple of 256 (where MLX's CUDA 1-row attention may turn to cuDNN)."""

@@ -680,3 +680,19 @@ def test_the_committed_h100_record_has_exact_classic_at_stock_speed_once_undispa
         classic_arm, w4 = r["arms"][0], r["arms"][1]
         assert all(x["attention"]["exact"]["undispatched_from"] == 2 for x in classic_arm["samples"]), r["id"]
         assert w4["identity"]["identical_bytes"], r["id"]
+
+
+def test_exact_classic_keeps_the_dispatcher_where_a_layer_has_a_window(cuda_mlx):
+    """A window cache may hand a 1-row step a mask once it is full (a review): a target with
+    a sliding-window layer keeps the dispatcher in every step, whatever its first steps did."""
+    from blockwidth.engine.kvcache import make_cache, only_off_step_kv
+
+    cfg = dict(families.NAMED["gemma3_text"], head_dim=64, query_pre_attn_scalar=64)
+    model = families.build(cfg, seed=3, dtype="bfloat16")
+    assert not only_off_step_kv(make_cache(model, slack=1, off_step_buffers=True))
+    assert only_off_step_kv(make_cache(_d64(), slack=1, off_step_buffers=True))
+    plan = exact.plan(model, "auto", backend="cuda")
+    if not plan.active:
+        pytest.skip(f"the path does not take this tiny gemma3: {plan.reason}")
+    base = classic(_Pair(model), PROMPT, 24, exact=plan)  # past its 16-key window
+    assert "undispatched_from" not in base.attention["exact"]

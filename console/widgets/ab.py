@@ -206,7 +206,7 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
             pred = "  ".join(f"w{k} {v:.2f}x" for k, v in sorted(s.predicted.items()))
             lines.append(Text.assemble(("model prediction ", "bold"),
                                        "(cost curve x acceptance; not a measurement): ",
-                                       f"best w{s.predicted_best}  [{pred}]"))
+                                       f"{s.predicted_best_words()}  [{pred}]"))
         if s.curve_skipped:
             lines.append(Text(s.curve_skipped, style="yellow"))
         if s.rollback_line():  # how the target's cache went back to the kept rows, and its cost

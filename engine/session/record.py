@@ -387,7 +387,12 @@ def markdown(record: dict) -> str:
     if record.get("warnings"):  # what sweep and the console print beside the table
         lines.append("\n**Warnings:**\n")
         lines += [f"- {w}" for w in record["warnings"]]
-    if record.get("predicted_best"):
+    best_ratio = (record.get("predicted_speedup") or {}).get(str(record.get("predicted_best")))
+    if record.get("predicted_best") and best_ratio is not None and best_ratio < 1:
+        # as engine.ab.Session.predicted_best_words says it: not a recommendation
+        lines.append(f"\nPredicted from the cost curve and acceptance: no width faster than classic (the "
+                     f"closest: w{record['predicted_best']}, {best_ratio:.2f}x)")
+    elif record.get("predicted_best"):
         lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
     elif isinstance(record.get("predicted_note"), str) and record["predicted_note"]:
         lines.append(f"\nPrediction from the cost curve and acceptance: {record['predicted_note']}")
