@@ -29,7 +29,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES
+from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError
 from blockwidth.console.messages import AbDone, AbEvent, Deleted, PairReady, Resolved, ResolveFailed, Saved
 from blockwidth.console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from blockwidth.console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
@@ -481,6 +481,8 @@ class BlockwidthApp(App):
                 for path, what in ((paths.target, "target"), (paths.drafter, "draft")):
                     if path is not None:
                         read_checkpoint(path, what)
+                        if not any(Path(path).glob("*.safetensors")):  # a config alone loads nothing
+                            raise InputError(f"{path}: has a config.json but no *.safetensors weights", what)
         except BlockwidthError as e:
             self._reopen_pair(values, f"{e.say(CONSOLE_NAMES)} — still on "
                                       f"{self.pair.describe() if self.pair else 'the previous pair'}",

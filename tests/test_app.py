@@ -450,6 +450,13 @@ def test_open_another_pair_from_the_console(tmp_path):
             assert "has no config.json" in said and "still on" in said, said
             await pilot.press("escape")
             assert _text(app, "#error").count("has no config.json") == 1
+            # a config.json with no weights beside it is refused there too (a review)
+            (tmp_path / "config.json").write_text('{"model_type": "llama"}')
+            await _open_pair(app, pilot, "ctrl+a", "ctrl+k", *str(tmp_path), "enter")
+            assert app.phase is Phase.READY and app.pair.kind.value == "lookup"
+            said = str(app.screen.query_one("#open-error").render())
+            assert "no *.safetensors weights" in said and "still on" in said, said
+            await pilot.press("escape")
 
     run(go())
 
