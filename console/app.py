@@ -435,7 +435,12 @@ class BlockwidthApp(App):
 
     def on_pair_ready(self, message: PairReady) -> None:
         self.pace = message.pace
-        self.set_pair(message.pair)
+        from textual.css.query import NoMatches
+
+        try:
+            self.set_pair(message.pair)
+        except NoMatches:  # the pair came in as the app closed (its widgets gone): nothing to show
+            self.pair = message.pair
 
     def set_pair(self, pair: Any) -> None:
         self.pair = pair

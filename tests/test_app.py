@@ -753,3 +753,23 @@ def test_r_says_what_the_resolution_came_to(tmp_path):
             assert "re-resolved, unchanged: width 4 from kind-default" in said, said
 
     run(go())
+
+
+def test_a_pair_that_comes_in_as_the_console_closes_is_kept_quietly(tmp_path):
+    """CI once saw the pair's load end while run_test's app was closing: on_pair_ready reached
+    for the tabs, gone by then, and the app died with NoMatches. The pair is kept, nothing drawn."""
+    from textual.widgets import TabbedContent
+
+    from blockwidth.console.messages import PairReady
+
+    async def go():
+        app = _app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _settle(app, pilot)
+            pair = app.pair
+            await app.query_one(TabbedContent).remove()
+            app.pair = None
+            app.on_pair_ready(PairReady(pair))  # no NoMatches
+            assert app.pair is pair
+
+    run(go())
