@@ -29,7 +29,7 @@ from textual.screen import Screen
 from textual.widgets import Button, DataTable, Footer, Header, Input, TabbedContent
 from textual.worker import Worker, WorkerState
 
-from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError
+from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES
 from blockwidth.console.messages import AbDone, AbEvent, Deleted, PairReady, Resolved, ResolveFailed, Saved
 from blockwidth.console.request import FieldError, SessionRequest, check_fits, literal_prompt, read_workload
 from blockwidth.console.screens import AnswerScreen, ConfirmScreen, HelpScreen, PairScreen, SaveScreen
@@ -474,20 +474,19 @@ class BlockwidthApp(App):
             return
         from blockwidth.console.inputs import pair_paths
 
-        from blockwidth.engine.checkpoint import read_checkpoint
+        from blockwidth.engine.pair import check_folder
 
         try:
             # Folder checks only (no model load): a wrong path must not cost the loaded pair.
-            # Their config.json is read too: a folder that is not a checkpoint (a tryout typed
-            # docs/) unloaded the working pair and said so twice.
+            # The folders get the checks the load makes before any loader sees them (config.json,
+            # sizes, weights headers): a folder that is not a checkpoint (a tryout typed docs/)
+            # unloaded the working pair and said so twice.
             paths = pair_paths(target or None, draft or None, None if target else self.options.variant,
                                kind or None, weights=True, download=False)
             if not paths.demo:
                 for path, what in ((paths.target, "target"), (paths.drafter, "draft")):
                     if path is not None:
-                        read_checkpoint(path, what)
-                        if not any(Path(path).glob("*.safetensors")):  # a config alone loads nothing
-                            raise InputError(f"{path}: has a config.json but no *.safetensors weights", what)
+                        check_folder(path, what)
         except BlockwidthError as e:
             self._reopen_pair(values, f"{e.say(CONSOLE_NAMES)} — still on "
                                       f"{self.pair.describe() if self.pair else 'the previous pair'}",
@@ -1088,6 +1087,7 @@ class BlockwidthApp(App):
         than classic or short of the minimum gain, and what became of that: s saves it as a
         decline, or it is not saveable (why). None otherwise (once saved, the resolution is the
         decline and the answer says so itself)."""
+        from blockwidth.console.outcome import DRIFT_OR_NOISE
         from blockwidth.engine.ab import Verdict
         from blockwidth.policy.verdict import RefusalKind, refusal
 
@@ -1102,8 +1102,7 @@ class BlockwidthApp(App):
         why = refusal(cancelled=s.cancelled, drifted=s.drift, recommendation=s.recommendation,
                       verdicts=[a.verdict for a in s.arms])  # not None: the session is not saveable
         if why is RefusalKind.DRIFT:  # as the headline words it
-            return ("not saveable yet: too few classic runs to tell drift from noise" if s.drift_could_be_noise
-                    else "not saveable: classic drifted")
+            return DRIFT_OR_NOISE if s.drift_could_be_noise else "not saveable: classic drifted"
         return f"not saveable: {why.value}"
 
     def action_copy_command(self) -> None:

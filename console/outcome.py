@@ -423,6 +423,11 @@ class Headline:
     saveable: bool
 
 
+# Drift that noise alone could make at this few runs, as the headline and the console's save
+# refusal say it (they said it in two ways that drifted apart)
+DRIFT_OR_NOISE = "not saveable yet: too few classic runs to tell drift from noise"
+
+
 def headline(session: Session, planned_runs: int | None = None, front: Front = Front.CLI) -> Headline:
     """One line for the top of the results; its tone follows whether the result can be saved
     (policy.verdict.refusal, as the save itself). An undecided session (or drift that may be
@@ -443,9 +448,8 @@ def headline(session: Session, planned_runs: int | None = None, front: Front = F
             # Too few classic runs to tell drift from noise: say so, not "drifted".
             # Lead with the cause: a tryout read "classic drift or noise" at n 1, its widths
             # plainly slower, as a problem with the measurement rather than too few repetitions.
-            return Headline(f"not saveable yet: too few classic runs to tell drift from noise at "
-                            f"n {session.reps} (measured: {session.decision}); {advice(session, front)}",
-                            Tone.WARN, False)
+            return Headline(f"{DRIFT_OR_NOISE} at n {session.reps} (measured: {session.decision}); "
+                            f"{advice(session, front)}", Tone.WARN, False)
         return Headline(f"not saveable: classic drifted (measured: {session.decision})", Tone.WARN, False)
     if why is RefusalKind.DIFFERS:
         return Headline("a width is faster but its output differs from classic: not saveable", Tone.WARN,

@@ -225,10 +225,10 @@ class AnswerScreen(ModalScreen[None]):
             parts += ["\n", (head, "bold"), f"  export {a.env}\n"]
         # "copied to the clipboard" then "y copies the command" read as two different acts (a
         # tryout); and with no command (a failed pair) the mlx-lm option is nothing to explain
-        keys = [("y copies it again" if self.copied else "y copies the command")
-                if a.command or a.session_command else "",
+        has_command = bool(a.command or a.session_command)
+        keys = [("y copies it again" if self.copied else "y copies the command") if has_command else "",
                 "Y copies the variable" if a.env else "", "Escape closes"]
-        note = "  num_draft_tokens = width - 1." if a.command or a.session_command else ""
+        note = "  num_draft_tokens = width - 1." if has_command else ""
         parts += ["\n", (" · ".join(k for k in keys if k) + "." + note, "dim")]
         yield VerticalScroll(Static(Text.assemble(*parts)), id="answer")
 

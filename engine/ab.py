@@ -604,13 +604,9 @@ class Session:
                 "the stock matmul and the figures are stock's."]
 
     def predicted_best_words(self) -> str:
-        """The predicted best width, or, where even it is predicted slower than classic, that no
-        width is (a tryout read "best width 2" beside w2 0.85x as a recommendation)."""
-        best = self.predicted_best
-        ratio = (self.predicted or {}).get(best)
-        if ratio is not None and ratio < 1:
-            return f"no width predicted faster than classic (the closest: w{best}, {ratio:.2f}x)"
-        return self.predicted_note or f"best width {best}"
+        """The predicted best width as the front ends say it (costcurve.best_words)."""
+        return costcurve.best_words(self.predicted_best, (self.predicted or {}).get(self.predicted_best),
+                                    self.predicted_note)
 
     def prediction_lines(self) -> list[str]:
         """The prediction with both of its terms, so an operator sees why a width wins."""

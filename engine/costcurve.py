@@ -476,6 +476,15 @@ def predict_terms(curve: CostCurve, acceptance: float, draft_ms: float, widths: 
     return out
 
 
+def best_words(best: int | None, ratio: float | None, note: str | None = None) -> str:
+    """What the prediction calls its best width (``ratio``: its predicted speed-up; ``note``:
+    best_resolved's words, said instead where given): where even the best is predicted slower
+    than classic, that no width is (a tryout read "best width 2" beside w2 0.85x as advice)."""
+    if best is not None and ratio is not None and ratio < 1:
+        return f"no width predicted faster than classic (the closest: w{best}, {ratio:.2f}x)"
+    return note or f"best width {best}"
+
+
 def best_resolved(predictions: dict[int, Prediction], repeats: int) -> tuple[int | None, str]:
     """The predicted best width where the curve's repeats agree on it, and what to say: it is
     resolved when its lowest speed-up over the repeats clears every other width's highest,

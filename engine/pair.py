@@ -93,7 +93,7 @@ class Pair:
         return f"{folder_label(self.target_path)} [{self.quantization.describe()}] + {d} ({self.kind.value})"
 
 
-def _check_folder(path: Path | Checkpoint, what: str) -> Checkpoint:
+def check_folder(path: Path | Checkpoint, what: str) -> Checkpoint:
     """The folder read once and checked before any loader sees it: the config's sizes, the files
     the loaders open, every weights header (PairError about ``what``)."""
     ckpt = read_checkpoint(path, what)
@@ -304,14 +304,14 @@ def check_pair(target: Path | str | Checkpoint, drafter: Path | str | Checkpoint
     tokenizers themselves), the quantization sidecar. PairError names its input (``target`` or
     ``draft``)."""
     tname, dname = "target", "draft"
-    tck = _check_folder(target, tname)
+    tck = check_folder(target, tname)
     dck = None
     if kind is not None:
         kind = DrafterKind(kind)
     if drafter is None:
         kind = kind or DrafterKind.LOOKUP
     else:
-        dck = _check_folder(drafter, dname)
+        dck = check_folder(drafter, dname)
         detected = detect_drafter(dck.config)
         wrong = kind_problem(kind, detected, dck.path)  # model on a DFlash checkpoint: one line
         if wrong:

@@ -387,13 +387,13 @@ def markdown(record: dict) -> str:
     if record.get("warnings"):  # what sweep and the console print beside the table
         lines.append("\n**Warnings:**\n")
         lines += [f"- {w}" for w in record["warnings"]]
-    best_ratio = (record.get("predicted_speedup") or {}).get(str(record.get("predicted_best")))
-    if record.get("predicted_best") and best_ratio is not None and best_ratio < 1:
-        # as engine.ab.Session.predicted_best_words says it: not a recommendation
-        lines.append(f"\nPredicted from the cost curve and acceptance: no width faster than classic (the "
-                     f"closest: w{record['predicted_best']}, {best_ratio:.2f}x)")
-    elif record.get("predicted_best"):
-        lines.append(f"\nPredicted best width from the cost curve and acceptance: {record['predicted_best']}")
+    if record.get("predicted_best"):
+        from blockwidth.engine.costcurve import best_words
+
+        # as the front ends say it: "best width 4", or that no width is predicted faster
+        best = record["predicted_best"]
+        words = best_words(best, (record.get("predicted_speedup") or {}).get(str(best)))
+        lines.append(f"\nPrediction from the cost curve and acceptance: {words}")
     elif isinstance(record.get("predicted_note"), str) and record["predicted_note"]:
         lines.append(f"\nPrediction from the cost curve and acceptance: {record['predicted_note']}")
     if record.get("predicted_best") or record.get("predicted_note"):
