@@ -563,9 +563,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
             for line in session.prediction_lines():
                 say(line)
         elif session.predicted_best:
-            pred = ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(session.predicted.items()))
-            say(f"model prediction (cost curve x acceptance, not a measurement): "
-                f"{session.predicted_best_words()}  [{pred}]")
+            say(session.prediction_line(per_width=True))
         if session.curve_skipped:
             say(session.curve_skipped)
         for line in session.round_lines():

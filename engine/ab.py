@@ -603,19 +603,17 @@ class Session:
                 f"{linear.unrouted_reason(mode, self.backend or None)}, so the projections stayed on "
                 "the stock matmul and the figures are stock's."]
 
-    def predicted_best_words(self) -> str:
-        """The predicted best width as the front ends say it (costcurve.best_words)."""
-        return costcurve.best_words(self.predicted_best, (self.predicted or {}).get(self.predicted_best),
-                                    self.predicted_note)
+    def prediction_line(self, per_width: bool = False) -> str:
+        """The prediction as the front ends say it (costcurve.prediction_words); ``per_width``:
+        with each width's predicted speed-up."""
+        return costcurve.prediction_words(self.predicted_best, self.predicted, self.predicted_note, per_width)
 
     def prediction_lines(self) -> list[str]:
         """The prediction with both of its terms, so an operator sees why a width wins."""
         if not self.prediction:
             return []
         unit = "per round, any width" if self.draft_cost is costcurve.DraftCost.FLAT else "per drafted token"
-        lines = [f"model prediction (cost curve x acceptance, not a measurement): "
-                 f"{self.predicted_best_words()}; "
-                 f"{self.drafter_kind} drafting is {self.draft_cost.value}: "
+        lines = [f"{self.prediction_line()}; {self.drafter_kind} drafting is {self.draft_cost.value}: "
                  f"{self.draft_cost_ms:.2f} ms {unit}"]
         lines += [f"  {p.describe()}" for _, p in sorted(self.prediction.items())]
         return lines

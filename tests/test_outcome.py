@@ -262,11 +262,34 @@ def test_a_prediction_slower_than_classic_is_not_called_a_best_width():
 
     from blockwidth.engine.ab import Session
 
+    model = "model prediction (cost curve x acceptance, not a measurement): "
     slower = SimpleNamespace(predicted_best=2, predicted={2: 0.85, 4: 0.7},
                              predicted_note="best width 2 (5 repeats per row count agree)")
-    assert Session.predicted_best_words(slower) == \
-        "no width predicted faster than classic (the closest: w2, 0.85x)"
+    assert Session.prediction_line(slower) == \
+        model + "no width predicted faster than classic (the closest: w2, 0.85x)"
     faster = SimpleNamespace(predicted_best=4, predicted={2: 1.1, 4: 1.3}, predicted_note=None)
-    assert Session.predicted_best_words(faster) == "best width 4"
+    assert Session.prediction_line(faster) == model + "best width 4"
+    # the CLI and the console, where there are no terms per width, list each width's figure
+    assert Session.prediction_line(faster, per_width=True) == model + "best width 4  [w2 1.10x, w4 1.30x]"
     noted = SimpleNamespace(predicted_best=4, predicted={4: 1.3}, predicted_note="best width 4 (agree)")
-    assert Session.predicted_best_words(noted) == "best width 4 (agree)"
+    assert Session.prediction_line(noted) == model + "best width 4 (agree)"
+
+
+def test_the_records_markdown_says_the_prediction_in_the_front_ends_words():
+    """The record's Markdown says the prediction with the CLI's and the console's words: a best
+    width predicted slower than classic is not called one, a resolved one keeps its note, and an
+    unresolved prediction says why."""
+    import json
+    from pathlib import Path
+
+    from blockwidth.engine.session import record
+
+    rec = json.loads((Path(__file__).resolve().parents[1] / "examples/records/cpu-demo-4bit-decline.json").read_text())
+    model = "\nModel prediction (cost curve x acceptance, not a measurement): "
+    assert rec["predicted_best"] == 4 and rec["predicted_speedup"]["4"] < 1
+    assert model + "no width predicted faster than classic (the closest: w4, 0.70x)\n" in record.markdown(rec)
+    rec["predicted_speedup"] = {"4": 1.3, "8": 0.9}
+    rec["predicted_note"] = "best width 4 (5 repeats per row count agree)"
+    assert model + "best width 4 (5 repeats per row count agree)\n" in record.markdown(rec)
+    rec["predicted_best"], rec["predicted_note"] = None, "best width not resolved at this n (1 repeat per row count)"
+    assert model + "best width not resolved at this n (1 repeat per row count)\n" in record.markdown(rec)

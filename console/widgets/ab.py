@@ -203,10 +203,9 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
             lines.append(Text(first, style="bold"))
             lines.extend(Text(line) for line in rest)
         elif s.predicted:
-            pred = "  ".join(f"w{k} {v:.2f}x" for k, v in sorted(s.predicted.items()))
-            lines.append(Text.assemble(("model prediction ", "bold"),
-                                       "(cost curve x acceptance; not a measurement): ",
-                                       f"{s.predicted_best_words()}  [{pred}]"))
+            line = Text(s.prediction_line(per_width=True))
+            line.stylize("bold", 0, line.plain.index("("))  # "model prediction ", the label
+            lines.append(line)
         if s.curve_skipped:
             lines.append(Text(s.curve_skipped, style="yellow"))
         if s.rollback_line():  # how the target's cache went back to the kept rows, and its cost

@@ -387,15 +387,14 @@ def markdown(record: dict) -> str:
     if record.get("warnings"):  # what sweep and the console print beside the table
         lines.append("\n**Warnings:**\n")
         lines += [f"- {w}" for w in record["warnings"]]
-    if record.get("predicted_best"):
-        from blockwidth.engine.costcurve import best_words
+    note = record.get("predicted_note") if isinstance(record.get("predicted_note"), str) else ""
+    if record.get("predicted_best") or note:
+        from blockwidth.engine.costcurve import prediction_words
 
-        # as the front ends say it: "best width 4", or that no width is predicted faster
-        best = record["predicted_best"]
-        words = best_words(best, (record.get("predicted_speedup") or {}).get(str(best)))
-        lines.append(f"\nPrediction from the cost curve and acceptance: {words}")
-    elif isinstance(record.get("predicted_note"), str) and record["predicted_note"]:
-        lines.append(f"\nPrediction from the cost curve and acceptance: {record['predicted_note']}")
+        # the front ends' words: its best width (or that none is predicted faster), or why unresolved
+        words = prediction_words(record.get("predicted_best"), {
+            int(k): v for k, v in (record.get("predicted_speedup") or {}).items()}, note)
+        lines.append(f"\n{words[:1].upper()}{words[1:]}")
     if record.get("predicted_best") or record.get("predicted_note"):
         # the terms behind the prediction, resolved or not: a reader checks a best width against them
         pred = record.get("prediction") or {}
