@@ -194,12 +194,20 @@ def _stream():
     return generation_stream
 
 
+# Exact classic's steps checked on the path before the rest may run without its dispatcher
+# (engine.exact.PathRouting.stock_since): on the mlx route, off-step caches, CUDA.
+UNDISPATCHED_AFTER = 2
+
+
 def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress | None = None,
             cancel: Callable[[], bool] | None = None, on_logits: LogitsHook | None = None,
-            exact: exact_path.Plan | None = None) -> DecodeRun:
+            exact: exact_path.Plan | None = None,
+            undispatched_after: int | None = UNDISPATCHED_AFTER) -> DecodeRun:
     """Greedy decoding of the target alone (mirrors mlx_lm.generate_step). ``exact`` (an active
     engine.exact plan): every step on the exact path, with the caches and prefill chunks the
-    speculative loop uses, so a width's output can be compared with this one byte for byte."""
+    speculative loop uses, so a width's output can be compared with this one byte for byte.
+    ``undispatched_after``: the steps checked before the rest may run without the path's
+    dispatcher; None keeps it for every step (a before/after of what dropping it saves)."""
     from mlx_lm.models.cache import make_prompt_cache
 
     _check(prompt, max_tokens, pair.context_length)
@@ -231,7 +239,7 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
         last = t1
         for n in range(max_tokens):
             if n + 1 < max_tokens:
-                if (n + 1 == UNDISPATCHED_AFTER and routed is not None and only_off_step_kv(cache)
+                if (n + 1 == undispatched_after and routed is not None and only_off_step_kv(cache)
                         and routed.stock_since(before)):
                     # every call of the steps so far was MLX's own, as it comes: the rest make
                     # the same calls with no dispatcher in front of each (its Python was ~3 % of
@@ -260,9 +268,6 @@ def classic(pair, prompt: list[int], max_tokens: int, *, on_progress: Progress |
 
 
 SPLIT_EVERY = 8
-# Exact classic's steps checked on the path before the rest may run without its dispatcher
-# (engine.exact.PathRouting.stock_since): on the mlx route, off-step caches, CUDA.
-UNDISPATCHED_AFTER = 2
 
 
 def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSource, *,

@@ -324,13 +324,8 @@ def _decode_tok_s(pair, prompt, tokens, plan, dispatched: bool = False) -> tuple
     dispatcher (before engine.decode.UNDISPATCHED_AFTER existed), for a before/after."""
     from blockwidth.engine import decode
 
-    was = decode.UNDISPATCHED_AFTER
-    if dispatched:
-        decode.UNDISPATCHED_AFTER = 10 ** 9
-    try:
-        run = decode.classic(pair, prompt, tokens, exact=plan)
-    finally:
-        decode.UNDISPATCHED_AFTER = was
+    run = decode.classic(pair, prompt, tokens, exact=plan,
+                         undispatched_after=None if dispatched else decode.UNDISPATCHED_AFTER)
     return run.decode_tok_s, run.tokens
 
 

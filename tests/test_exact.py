@@ -612,7 +612,7 @@ def _d64(**kw):
     return families.build(cfg, seed=3, dtype="bfloat16")
 
 
-def test_exact_classic_on_the_mlx_route_drops_the_dispatcher_once_every_call_is_mlx_s_own(cuda_mlx, monkeypatch):
+def test_exact_classic_on_the_mlx_route_drops_the_dispatcher_once_every_call_is_mlx_s_own(cuda_mlx):
     """On the mlx route classic's 1-row steps make MLX's own calls, as they come, on the path's
     off-step caches; the dispatcher in front of each was ~3 % of SmolLM2's step (0.969x of stock
     on the H100). After UNDISPATCHED_AFTER steps that were all such calls, classic runs the rest
@@ -626,8 +626,7 @@ def test_exact_classic_on_the_mlx_route_drops_the_dispatcher_once_every_call_is_
     fast = classic(pair, PROMPT, 16, exact=plan)
     summary = fast.attention["exact"]
     assert summary["undispatched_from"] == decode.UNDISPATCHED_AFTER and summary["exact"]
-    monkeypatch.setattr(decode, "UNDISPATCHED_AFTER", 10 ** 9)  # every step through the dispatcher
-    slow = classic(pair, PROMPT, 16, exact=plan)
+    slow = classic(pair, PROMPT, 16, exact=plan, undispatched_after=None)  # every step through the dispatcher
     assert "undispatched_from" not in slow.attention["exact"]
     assert fast.tokens == slow.tokens
     # the dispatcher saw the prefill and two steps, not sixteen
