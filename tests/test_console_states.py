@@ -783,3 +783,31 @@ def test_the_answer_dialog_says_what_its_keys_do_now(tmp_path, state, said, not_
             assert said in text and not_said not in text, text
 
     _run(go())
+
+
+def test_the_status_line_is_cut_again_for_the_new_width_after_a_resize(tmp_path):
+    """The status line's cut was computed once, for the width it was drawn at: widened, it stayed
+    cut at the old room; narrowed, Textual cut it by characters wherever the edge fell. It is cut
+    again, at a whole part, for the width after a resize."""
+    def check(status, whole: bool) -> None:
+        text = str(status.render())
+        assert len(text) <= status.content_size.width, text
+        if whole:
+            assert not text.endswith("…"), text
+        else:
+            assert text.endswith("…") and not text[:-1].rstrip().endswith("·"), text
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "running")
+            await pilot.pause()
+            status = app.query_one("#status")
+            check(status, whole=False)
+            for size, whole in (((200, 24), True), ((64, 24), False), ((90, 24), False)):
+                await pilot.resize_terminal(*size)
+                for _ in range(3):
+                    await pilot.pause()
+                check(status, whole)
+
+    _run(go())
