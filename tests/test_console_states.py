@@ -811,3 +811,31 @@ def test_the_status_line_is_cut_again_for_the_new_width_after_a_resize(tmp_path)
                 check(status, whole)
 
     _run(go())
+
+
+def test_the_profile_table_fits_80_columns_and_gains_its_columns_when_wide(tmp_path):
+    """A tryout at 80x24: the Profile tab's table ran past the right edge ("identical", "pair" and
+    "why" cut or gone). Narrow, it keeps the columns that fit (the line under it says the pair
+    and the why of the highlighted entry); widened, it has them all again."""
+    from textual.widgets import DataTable
+
+    def headings(table) -> list[str]:
+        return [str(c.label) for c in table.ordered_columns]
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "saved")
+            await pilot.press("4")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            table = app.query_one("#profile-table", DataTable)
+            assert table.row_count == 1
+            assert table.virtual_size.width <= table.scrollable_content_region.width, headings(table)
+            assert {"check", "target", "kind", "width", "measured", "identical"} <= set(headings(table))
+            await pilot.resize_terminal(200, 40)
+            for _ in range(3):
+                await pilot.pause()
+            assert {"pair", "why"} <= set(headings(table)) and table.row_count == 1
+
+    _run(go())
