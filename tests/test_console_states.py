@@ -839,3 +839,43 @@ def test_the_profile_table_fits_80_columns_and_gains_its_columns_when_wide(tmp_p
             assert {"pair", "why"} <= set(headings(table)) and table.row_count == 1
 
     _run(go())
+
+
+def test_the_records_preview_lays_its_tables_out_in_columns_at_80(tmp_path):
+    """A tryout at 80x24: the Records tab showed the record's Markdown as it is, and a table row
+    longer than the line wrapped onto the next ("| arm | decode tok/s ... |" then "acceptance |
+    identity | verdict |" at column 0), no column under its heading. The tables are laid out in
+    columns that fit, a row on a line; the text around them is the Markdown's own."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from blockwidth.console import records
+    from blockwidth.engine.session import record
+    from tests.states import demo_pair, fixture_session
+
+    records.write(record.build(fixture_session(), demo_pair(), {"device": {"backend": "cpu"}}), tmp_path / "rec")
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _records_tab(app, pilot)
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            preview = app.query_one("#record-preview")
+            width = preview.content_size.width
+            out = io.StringIO()
+            Console(file=out, width=width, color_system=None).print(preview.content)
+            lines = out.getvalue().splitlines()
+            assert lines[0].startswith("# A/B session") and all(len(line) <= width for line in lines)
+            heads = [line for line in lines if line.split()[:1] == ["arm"]]
+            assert heads and "verdict" in heads[0], lines  # the heading row on one line
+            head = heads[0]
+            w4 = [line for line in lines if line.split()[:1] == ["w4"] and "/" in line][0]
+            # the figures on the row's one line ("60.0/62.0/63.0" where the spaces do not fit)
+            assert re.search(r"60\.0 ?/ ?62\.0 ?/ ?63\.0", w4) and w4.rstrip().endswith("wins"), lines
+            assert w4.index("wins") == head.index("verdict")  # under its heading
+            assert not any(line.lstrip().startswith("|") for line in lines)
+
+    _run(go())
