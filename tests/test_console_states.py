@@ -879,3 +879,29 @@ def test_the_records_preview_lays_its_tables_out_in_columns_at_80(tmp_path):
             assert not any(line.lstrip().startswith("|") for line in lines)
 
     _run(go())
+
+
+def test_the_top_panels_reason_after_a_save_keeps_its_width_source_and_file_at_80(tmp_path):
+    """A tryout at 80x24, after a save: the reason's two lines were cut by characters ("measured
+    on target-…", its parenthesis left open), and a profile in a deep folder pushed the file's
+    line off them. Narrow, the reason names the profile by its file name (the Profile tab says
+    the whole path) and is cut at a whole word, its parentheses closed."""
+    deep = tmp_path / "a-folder-for-this-hosts-measured-profiles" / "and-one-more-level-of-it"
+    deep.mkdir(parents=True)
+
+    async def go():
+        app = make_app(deep)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "saved")
+            panel = app.query_one("#resolution")
+            lines = [str(line).rstrip() for line in panel.render().wrap(panel.content_size.width)]
+            head, *reason = lines
+            assert head.startswith("width 4 · source profile"), lines
+            assert len(reason) == 2 and all(len(line) <= panel.content_size.width for line in lines), lines
+            said = " ".join(reason)
+            assert said.startswith("4 (profile: measured winner") and "in p.toml line " in said, lines
+            assert str(deep) not in said.replace("\n", ""), lines
+            assert said.rstrip(")").endswith("…") and said.count("(") == said.count(")"), lines
+            assert said.rstrip(")")[:-1].split()[-1] in app.res.reason.split(), lines  # a whole word before the cut
+
+    _run(go())
