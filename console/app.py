@@ -181,7 +181,8 @@ class BlockwidthApp(App):
         app = BlockwidthApp
         yield Header()
         with Horizontal(id="top"):
-            yield ResolutionPanel("resolving…", id="resolution").data_bind(app.resolution, app.session_state)
+            yield ResolutionPanel("resolving…", id="resolution", profile=self._profile_path()).data_bind(
+                app.resolution, app.session_state)
             yield PairPanel("loading the pair…", id="pair").data_bind(app.resolution, app.load_error)
         yield ErrorLine("", id="error", classes="-empty")
         with TabbedContent(initial="tab-ab"):

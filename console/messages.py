@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING, Any
 from textual.message import Message
 
 if TYPE_CHECKING:
+    from rich.console import RenderableType
+
     from blockwidth.console.inputs import PairPaths
     from blockwidth.engine.ab import Event, Session
     from blockwidth.engine.pair import Pair
@@ -111,7 +113,7 @@ class RecordsRead(Message):
 
 @dataclass
 class PreviewRendered(Message):
-    """One record's Markdown, rendered off the UI thread."""
+    """One record's Markdown, rendered off the UI thread, as the Records tab shows it."""
 
     path: Path
-    markdown: str
+    preview: RenderableType

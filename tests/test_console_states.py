@@ -783,3 +783,125 @@ def test_the_answer_dialog_says_what_its_keys_do_now(tmp_path, state, said, not_
             assert said in text and not_said not in text, text
 
     _run(go())
+
+
+def test_the_status_line_is_cut_again_for_the_new_width_after_a_resize(tmp_path):
+    """The status line's cut was computed once, for the width it was drawn at: widened, it stayed
+    cut at the old room; narrowed, Textual cut it by characters wherever the edge fell. It is cut
+    again, at a whole part, for the width after a resize."""
+    def check(status, whole: bool) -> None:
+        text = str(status.render())
+        assert len(text) <= status.content_size.width, text
+        if whole:
+            assert not text.endswith("…"), text
+        else:
+            assert text.endswith("…") and not text[:-1].rstrip().endswith("·"), text
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "running")
+            await pilot.pause()
+            status = app.query_one("#status")
+            check(status, whole=False)
+            for size, whole in (((200, 24), True), ((64, 24), False), ((90, 24), False)):
+                await pilot.resize_terminal(*size)
+                for _ in range(3):
+                    await pilot.pause()
+                check(status, whole)
+
+    _run(go())
+
+
+def test_the_profile_table_fits_80_columns_and_gains_its_columns_when_wide(tmp_path):
+    """A tryout at 80x24: the Profile tab's table ran past the right edge ("identical", "pair" and
+    "why" cut or gone). Narrow, it keeps the columns that fit (the line under it says the pair
+    and the why of the highlighted entry); widened, it has them all again."""
+    from textual.widgets import DataTable
+
+    def headings(table) -> list[str]:
+        return [str(c.label) for c in table.ordered_columns]
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "saved")
+            await pilot.press("4")
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            table = app.query_one("#profile-table", DataTable)
+            assert table.row_count == 1
+            assert table.virtual_size.width <= table.scrollable_content_region.width, headings(table)
+            assert {"check", "target", "kind", "width", "measured", "identical"} <= set(headings(table))
+            await pilot.resize_terminal(200, 40)
+            for _ in range(3):
+                await pilot.pause()
+            assert {"pair", "why"} <= set(headings(table)) and table.row_count == 1
+
+    _run(go())
+
+
+def test_the_records_preview_lays_its_tables_out_in_columns_at_80(tmp_path):
+    """A tryout at 80x24: the Records tab showed the record's Markdown as it is, and a table row
+    longer than the line wrapped onto the next ("| arm | decode tok/s ... |" then "acceptance |
+    identity | verdict |" at column 0), no column under its heading. The tables are laid out in
+    columns that fit, a row on a line; the text around them is the Markdown's own."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from blockwidth.console import records
+    from blockwidth.engine.session import record
+    from tests.states import demo_pair, fixture_session
+
+    records.write(record.build(fixture_session(), demo_pair(), {"device": {"backend": "cpu"}}), tmp_path / "rec")
+
+    async def go():
+        app = make_app(tmp_path)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await _records_tab(app, pilot)
+            await app.workers.wait_for_complete()
+            await pilot.pause()
+            preview = app.query_one("#record-preview")
+            width = preview.content_size.width
+            out = io.StringIO()
+            Console(file=out, width=width, color_system=None).print(preview.content)
+            lines = out.getvalue().splitlines()
+            assert lines[0].startswith("# A/B session") and all(len(line) <= width for line in lines)
+            heads = [line for line in lines if line.split()[:1] == ["arm"]]
+            assert heads and "verdict" in heads[0], lines  # the heading row on one line
+            head = heads[0]
+            w4 = [line for line in lines if line.split()[:1] == ["w4"] and "/" in line][0]
+            # the figures on the row's one line ("60.0/62.0/63.0" where the spaces do not fit)
+            assert re.search(r"60\.0 ?/ ?62\.0 ?/ ?63\.0", w4) and w4.rstrip().endswith("wins"), lines
+            assert w4.index("wins") == head.index("verdict")  # under its heading
+            assert not any(line.lstrip().startswith("|") for line in lines)
+
+    _run(go())
+
+
+def test_the_top_panels_reason_after_a_save_keeps_its_width_source_and_file_at_80(tmp_path):
+    """A tryout at 80x24, after a save: the reason's two lines were cut by characters ("measured
+    on target-…", its parenthesis left open), and a profile in a deep folder pushed the file's
+    line off them. Narrow, the reason names the profile by its file name (the Profile tab says
+    the whole path) and is cut at a whole word, its parentheses closed."""
+    deep = tmp_path / "a-folder-for-this-hosts-measured-profiles" / "and-one-more-level-of-it"
+    deep.mkdir(parents=True)
+
+    async def go():
+        app = make_app(deep)
+        async with app.run_test(size=(80, 24)) as pilot:
+            await enter(app, pilot, "saved")
+            panel = app.query_one("#resolution")
+            lines = [str(line).rstrip() for line in panel.render().wrap(panel.content_size.width)]
+            head, *reason = lines
+            assert head.startswith("width 4 · source profile"), lines
+            assert len(reason) == 2 and all(len(line) <= panel.content_size.width for line in lines), lines
+            said = " ".join(reason)
+            assert said.startswith("4 (profile: measured winner") and "in p.toml line " in said, lines
+            assert str(deep) not in said.replace("\n", ""), lines
+            assert said.rstrip(")").endswith("…") and said.count("(") == said.count(")"), lines
+            assert said.rstrip(")")[:-1].split()[-1] in app.res.reason.split(), lines  # a whole word before the cut
+
+    _run(go())

@@ -102,11 +102,25 @@ def _cut(detail: str, room: int) -> str:
 class Stage(Horizontal):
     """The status line and the bar: one place decides both."""
 
+    _shown: tuple[Phase, str, float | None] | None = None  # what show was last given, uncut
+
     def compose(self) -> ComposeResult:
         yield StageBar(id="progress", classes="-idle")
         yield Static("", id="status")
 
+    def on_resize(self) -> None:
+        # the line is cut for the room it had when drawn: cut again for the new room (a wider
+        # terminal kept the old cut, a narrower one had Textual cut it wherever the edge fell).
+        # After the refresh, as the top panels do: the screen's breakpoint class is set by then.
+        if self._shown is not None:
+            self.call_after_refresh(self._redraw)
+
+    def _redraw(self) -> None:
+        if self._shown is not None:
+            self.show(*self._shown)
+
     def show(self, phase: Phase, detail: str = "", fraction: float | None = None) -> None:
+        self._shown = (phase, detail, fraction)
         bar = self.query_one(StageBar)
         # The bar is shown only while a stage with a known size runs; idle or failed, no animation.
         bar.set_class(not phase.busy or fraction is None, "-idle")

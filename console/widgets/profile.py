@@ -41,6 +41,7 @@ class ProfileTab(TabPane):
         self.marks: list[Any] = []  # each entry's --check mark, as the table shows them
         self.unreadable: str | None = None  # why the profile does not read, where it does not
         self._generation = 0  # reads started; only the latest one's answer is drawn
+        self._columns_narrow: bool | None = None  # which columns the table has (None: none yet)
 
     def compose(self) -> ComposeResult:
         yield Static("", id="profile-path")
@@ -49,9 +50,50 @@ class ProfileTab(TabPane):
         # past the right edge at 80 columns (a tryout saw "fail" and no reason)
         yield Static("", id="profile-detail")
 
+    # Under 100 columns (the screen's -narrow class) the table has the columns that fit 80: the
+    # backend and its compute capability in one, the day an entry was measured without the
+    # minute, and neither the pair nor the why, which the line below it says for the highlighted
+    # entry (at 80 columns "identical", "pair" and "why" ran past the edge: a tryout).
+    COLUMNS = ("check", "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair", "why")
+    NARROW_COLUMNS = ("check", "device", "target", "kind", "width", "mlx", "measured", "identical")
+
+    def narrow(self) -> bool:
+        return self.is_attached and self.screen.has_class("-narrow")
+
     def on_mount(self) -> None:
-        self.query_one(DataTable).add_columns(
-            "check", "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair", "why")
+        self._fill()
+
+    def on_resize(self) -> None:
+        # after the refresh, once the screen's breakpoint class follows the new size
+        self.call_after_refresh(self._refit)
+
+    def _refit(self) -> None:
+        if self._columns_narrow != self.narrow():
+            self._fill()
+
+    def _fill(self) -> None:
+        """The table's columns for this width, and a row per entry; the cursor stays on its entry."""
+        table = self.query_one(DataTable)
+        row = table.cursor_row
+        narrow = self._columns_narrow = self.narrow()
+        table.clear(columns=True)
+        table.add_columns(*(self.NARROW_COLUMNS if narrow else self.COLUMNS))
+        for e, mark in zip(self.entries, self.marks):
+            check = Text(mark.mark.value, style=MARK_STYLE[mark.mark.value])
+            width = "decline" if e.decline else str(e.width)
+            measured = to_minute(shown(e.measured_at or "-"))
+            identical = "yes" if e.byte_identical else "NO"
+            if narrow:
+                device = e.backend.value + (f" {e.compute_capability}" if e.compute_capability else "")
+                table.add_row(check, device, quant_label(e.quant_scheme, e.quant_bits), e.drafter_kind.value,
+                              width, shown(e.mlx or "-"), measured[:10], identical)
+            else:
+                table.add_row(check, e.backend.value, e.compute_capability or "-",
+                              quant_label(e.quant_scheme, e.quant_bits), e.drafter_kind.value, width,
+                              shown(e.mlx or "-"), measured[:16], identical, shown((e.pair or "any")[:12]),
+                              shown(mark.why))
+        if self.entries and row:
+            table.move_cursor(row=min(row, len(self.entries) - 1))
 
     def watch_resolution(self) -> None:
         self.refresh_entries()
@@ -96,12 +138,7 @@ class ProfileTab(TabPane):
             f"{where}: {plural(len(prof.entries), 'entry', 'entries')}   "
             f"(s saves the session's winner or decline; d deletes the highlighted entry, after asking)"))
         self.marks = list(message.marks)
-        for e, mark in zip(prof.entries, message.marks):
-            table.add_row(Text(mark.mark.value, style=MARK_STYLE[mark.mark.value]),
-                          e.backend.value, e.compute_capability or "-", quant_label(e.quant_scheme, e.quant_bits),
-                          e.drafter_kind.value, "decline" if e.decline else str(e.width), shown(e.mlx or "-"),
-                          to_minute(shown(e.measured_at or "-"))[:16], "yes" if e.byte_identical else "NO",
-                          shown((e.pair or "any")[:12]), shown(mark.why))
+        self._fill()
 
     @on(DataTable.RowHighlighted, "#profile-table")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -2,13 +2,19 @@
 
 Records are read, and each one's Markdown rendered, in thread workers: a record can hold
 every round of every run, so a cursor move never renders on the UI thread. Each record's
-Markdown is kept once rendered (records are written once and never change).
+Markdown is kept once rendered (records are written once and never change). The preview
+shows the Markdown's text as it is and its tables in columns (``preview``).
 """
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
+from rich import box
+from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
+from rich.measure import Measurement
+from rich.table import Table
 from rich.text import Text
 from textual import on, work
 from textual.app import ComposeResult
@@ -22,12 +28,108 @@ from blockwidth.policy.text import shown, shown_block
 MAX_RECORDS = 200  # newest first; older ones stay on disk
 
 
+def preview(markdown: str) -> RenderableType:
+    """A record's Markdown for the Records tab: its text as it is, each table in columns that
+    share the line's width, a row on a line (a tryout at 80 columns read rows wrapped onto the
+    next line at column 0, no cell under its heading). A table whose rows do not all have its
+    heading's cells (a "|" inside a cell) stays as written."""
+    parts: list[RenderableType] = []
+    text: list[str] = []
+    lines = markdown.rstrip("\n").split("\n")
+    i = 0
+    while i < len(lines):
+        j = i
+        while j < len(lines) and lines[j].startswith("|"):
+            j += 1
+        table = _table(lines[i:j]) if j > i else None
+        if table is None:
+            text.extend(lines[i:max(j, i + 1)])
+        else:
+            if text:
+                parts.append(Text("\n".join(text)))
+                text = []
+            parts.append(table)
+        i = max(j, i + 1)
+    if text:
+        parts.append(Text("\n".join(text)))
+    return Group(*parts)
+
+
+def _longest_word(text: str) -> int:
+    return max((len(word) for word in text.split()), default=0)
+
+
+def _cells(line: str) -> list[str]:
+    return [cell.strip() for cell in line.strip().removeprefix("|").removesuffix("|").split("|")]
+
+
+def _table(lines: list[str]) -> _Columns | None:
+    """A Markdown table (heading, ``|---|`` rule, rows) as columns; None if it is not one."""
+    if len(lines) < 2 or set(lines[1].replace("|", "").replace(":", "").strip()) != {"-"}:
+        return None
+    head, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]
+    if any(len(row) != len(head) for row in rows):
+        return None
+    return _Columns(head, rows)
+
+
+class _Columns:
+    """A table laid out for the width it is drawn at: its headings wrap before its cells (a row
+    of figures on one line, "decode tok/s" over "min / med / max"); where the cells' own spaces
+    around "/" are what does not fit, they go ("40.0/41.0/42.0"); where even that does not fit,
+    the cells wrap at their spaces, under their own heading."""
+
+    GAP = 2
+
+    def __init__(self, head: list[str], rows: list[list[str]]) -> None:
+        self.head, self.rows = head, rows
+
+    def _table(self, room: int) -> Table:
+        gaps = self.GAP * (len(self.head) - 1)
+        tight = ([h.replace(" / ", "/") for h in self.head], [[c.replace(" / ", "/") for c in r] for r in self.rows])
+        for head, rows in ((self.head, self.rows), tight):
+            widths = [max([_longest_word(name)] + [len(row[i]) for row in rows]) for i, name in enumerate(head)]
+            spare = room - gaps - sum(widths)
+            if spare >= 0:
+                whole = [max(w, len(name)) for w, name in zip(widths, head)]
+                # the headings on one line where they all fit, else each wrapped over its cells
+                return self._build(head, rows, whole if sum(whole) - sum(widths) <= spare else widths)
+        # the cells wrap at their spaces: the column with the most to spare above its longest
+        # word gives a column at a time, so no word is broken while the longest ones fit
+        least = [max([_longest_word(name)] + [_longest_word(row[i]) for row in self.rows])
+                 for i, name in enumerate(self.head)]
+        widths = [max([_longest_word(name)] + [len(row[i]) for row in self.rows]) for i, name in enumerate(self.head)]
+        while sum(widths) + gaps > room:
+            i = max(range(len(widths)), key=lambda k: widths[k] - least[k])
+            if widths[i] <= least[i]:
+                return self._build(self.head, self.rows, None)  # not even the words fit: rich cuts them
+            widths[i] -= 1
+        return self._build(self.head, self.rows, widths)
+
+    def _build(self, head: list[str], rows: list[list[str]], widths: list[int] | None) -> Table:
+        # the box's blank divider and one column of padding: GAP columns between cells
+        table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, self.GAP - 1, 0, 0))
+        for i, name in enumerate(head):
+            # each heading wrapped to its column's width, so that rich keeps the width given
+            width = widths[i] if widths else None
+            table.add_column("\n".join(textwrap.wrap(name, width)) if width else name, overflow="fold", width=width)
+        for row in rows:
+            table.add_row(*row)
+        return table
+
+    def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
+        yield self._table(options.max_width)
+
+    def __rich_measure__(self, console: Console, options: ConsoleOptions) -> Measurement:
+        return Measurement.get(console, options, self._table(options.max_width))
+
+
 class RecordsTab(TabPane):
     def __init__(self, title: str, *, record_dir: Path, id: str) -> None:
         super().__init__(title, id=id)
         self.record_dir = record_dir
         self.rows: list[tuple[Path, dict]] = []
-        self._markdown: dict[Path, str] = {}
+        self._previews: dict[Path, RenderableType] = {}
         # the (pair id, backend) the table is for: a read that returns for another is dropped
         # (after `o`, the demo's list came back under the new pair's name)
         self._want: tuple[str | None, str | None] | None = None
@@ -86,7 +188,7 @@ class RecordsTab(TabPane):
             return  # read for a pair since closed (or a device since resolved)
         self.rows = message.rows
         listed = {path for path, _ in message.rows}
-        self._markdown = {p: md for p, md in self._markdown.items() if p in listed}
+        self._previews = {p: shown for p, shown in self._previews.items() if p in listed}
         table = self.query_one(DataTable)
         table.clear()
         from blockwidth.engine.session.record import refusal
@@ -117,7 +219,7 @@ class RecordsTab(TabPane):
         if not 0 <= i < len(self.rows):
             return
         path, rec = self.rows[i]
-        if path in self._markdown:
+        if path in self._previews:
             self._show(path)
         else:
             self.render_markdown(path, rec)
@@ -127,16 +229,16 @@ class RecordsTab(TabPane):
         from blockwidth.engine.session import record
 
         try:
-            text = shown_block(record.markdown(rec))
+            shown_as: RenderableType = preview(shown_block(record.markdown(rec)))
         except (KeyError, TypeError, ValueError, AttributeError) as e:  # a record this version cannot read
-            text = f"{shown(path)}: cannot be shown ({type(e).__name__}: {shown(e)})"
-        self.post_message(PreviewRendered(path, text))
+            shown_as = Text(f"{shown(path)}: cannot be shown ({type(e).__name__}: {shown(e)})")
+        self.post_message(PreviewRendered(path, shown_as))
 
     def on_preview_rendered(self, message: PreviewRendered) -> None:
         message.stop()
-        self._markdown[message.path] = message.markdown
+        self._previews[message.path] = message.preview
         if self.highlighted() == message.path:  # the cursor may have moved on meanwhile
             self._show(message.path)
 
     def _show(self, path: Path) -> None:
-        self.query_one("#record-preview", Static).update(Text(self._markdown[path]))
+        self.query_one("#record-preview", Static).update(self._previews[path])

@@ -6,6 +6,9 @@ The two panels draw the app's reactive state (bound with ``data_bind``); on narr
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from rich.text import Text
 from textual.reactive import var
 from textual.widgets import Static
@@ -40,10 +43,15 @@ class _Panel(Static):
 
 
 class ResolutionPanel(_Panel):
-    """The width in effect, its source, the reason and what it was keyed on."""
+    """The width in effect, its source, the reason and what it was keyed on. ``profile``: the
+    profile's path, which a narrow panel's reason names by its file name alone."""
 
     resolution: var[ResolutionView | None] = var(None)
     session_state: var[SessionView | None] = var(None)
+
+    def __init__(self, *args: Any, profile: Path | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.profile = profile
 
     def watch_resolution(self) -> None:
         self.draw()
@@ -70,22 +78,36 @@ class ResolutionPanel(_Panel):
         reason = shown(res.reason)
         if self.narrow():
             # two lines at most: after a save at 80x24 the profile's reason (file, line, pair,
-            # prompt) took four and pushed the table below the fold; y and the Profile tab say the rest
+            # prompt) took four and pushed the table below the fold; y and the Profile tab say the
+            # rest. The profile by its file name (the Profile tab's first line has the path): a
+            # deep folder pushed the file and its line off the two lines (a tryout).
+            if self.profile is not None and res.entry is not None:
+                for after in (" line ", ";"):
+                    reason = reason.replace(f" in {shown(self.profile)}{after}", f" in {shown(self.profile.name)}{after}")
             reason = _lines(reason, self.content_size.width, 2)
         self.update(Text.assemble(head, "\n", reason, *(() if self.narrow() else ("\n", keyed))))
 
 
 def _lines(text: str, width: int, most: int) -> str:
-    """``text`` wrapped to ``width`` columns, cut to ``most`` lines with an ellipsis."""
+    """``text`` wrapped to ``width`` columns, cut to ``most`` lines at a whole word with an
+    ellipsis, its open parentheses closed after it (a tryout read "measured on target-…": cut
+    inside a word, the reason's parenthesis left open)."""
     import textwrap
 
     if width < 8:  # not laid out yet: drawn again on resize
         return text
-    lines = textwrap.wrap(text, width, break_long_words=True)
+    wrap = textwrap.TextWrapper(width, break_long_words=True, break_on_hyphens=False)
+    lines = wrap.wrap(text)
     if len(lines) <= most:
         return text
-    last = lines[most - 1]
-    return "\n".join(lines[: most - 1] + [last[: width - 1].rstrip() + "…"])
+    kept, last = lines[: most - 1], lines[most - 1]
+    while True:
+        opened = " ".join([*kept, last])
+        close = "…" + ")" * max(opened.count("(") - opened.count(")"), 0)
+        if len(last) + len(close) <= width or " " not in last.strip():
+            break
+        last = last.rstrip().rsplit(" ", 1)[0].rstrip(" ;,:")  # a word at a time, no separator left
+    return "\n".join([*kept, last[: width - len(close)] + close])
 
 
 class PairPanel(_Panel):
