@@ -180,3 +180,31 @@ def test_the_committed_real_model_win_is_kept_true_by_check(real_models, capsys)
     assert "0 fail" in out and "record: record" in out and "present" in out
     if platform.machine() == "x86_64":
         assert "resolve: bf16 + lookup: 2 (profile: measured winner" in out, out
+
+
+def test_the_file_edits_record_on_the_cpu_says_what_its_readme_says():
+    """lab/evidence/real-cpu-2026-12-05: SmolLM2 + lookup over whole-file edits (the traffic where
+    lookup is known to pay) was slower at both widths, every text classic's; the README's
+    figures are the record's, and both workloads written for it parse as workloads."""
+    import gzip
+
+    from tests.conftest import ROOT
+
+    base = ROOT / "lab/evidence/real-cpu-2026-12-05"
+    (rec,) = (base / "file-edits").glob("session-*.json.gz")
+    s = json.loads(gzip.open(rec).read())
+    assert s["pair"]["drafter_kind"] == "lookup" and s["pair"]["target_quantization"]["group_size"] == 32
+    assert s["workload"]["name"] == "file-edits.jsonl" and len(s["requests"]) == 8
+    arms = {a["arm"]: a for a in s["arms"]}
+    assert {a["verdict"] for n, a in arms.items() if n != "classic"} == {"slower"}
+    assert round(arms["w4"]["ratio"], 2) == 0.62 and round(arms["w8"]["ratio"], 2) == 0.38
+    for r in s["requests"]:
+        for a in r["arms"]:
+            assert a["arm"] == "classic" or a["identity"]["identical_bytes"], (r["id"], a["arm"])
+    assert not s["decision"]["saveable"]
+    readme = (base / "README.md").read_text()
+    assert "0.62x [0.54, 0.72]" in readme and "0.38x [0.31, 0.47]" in readme
+    texts = [json.loads(x) for x in (base / "function-edits" / "classic-texts.jsonl").read_text().splitlines()]
+    assert len(texts) == 8
+    for name in ("file-edits.jsonl", "function-edits.jsonl"):
+        assert len(workload.read(ROOT / "lab/prompts" / name).requests) == 8
