@@ -337,7 +337,7 @@ def speculative(pair, prompt: list[int], max_tokens: int, width: int | WidthSour
             try:
                 _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens,
                         (lambda _: width) if source is None else source, split_every,
-                        on_progress, cancel, on_logits)
+                        on_progress, cancel, on_logits, routed)
             except RewindError:
                 raise  # the cache that cannot put the rows back, as it is
         t2 = perf()
@@ -364,8 +364,14 @@ def _nothing():
 
 
 def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, split_every,
-            on_progress, cancel, on_logits) -> None:
+            on_progress, cancel, on_logits, routed=None) -> None:
+    """``routed`` (the exact path's PathRouting): a round that drafts nothing is a 1-row step;
+    once one such step made only MLX's own calls on off-step caches (PathRouting.stock_since),
+    the later ones run without the dispatcher (engine.exact.undispatched), as exact classic's
+    steps do (``undispatched_rounds`` in the summary)."""
     perf = time.perf_counter
+    bare = False
+    watch_bare = routed is not None and only_off_step_kv(cache)
     while len(tokens) < max_tokens:
         width = width_of(rounds)
         ta = perf()
@@ -378,8 +384,16 @@ def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, 
         block = mx.concatenate([y, drafts]) if drafts.size else y
         k = block.size
         # ... and of the verify: no second target forward
-        with watching(drafter, model), rb.verify(block):
+        single = k == 1 and watch_bare
+        before = routed.counts() if single and not bare else None
+        with watching(drafter, model), rb.verify(block), \
+                (exact_path.undispatched() if single and bare else _nothing()):
             logits = model(block[None], cache=cache)[:, -k:, :]
+        if single:
+            if bare:
+                routed.summary_extra["undispatched_rounds"] = routed.summary_extra.get("undispatched_rounds", 0) + 1
+            elif routed.stock_since(before):
+                bare = True
         if on_logits is not None:
             on_logits(len(tokens), logits.squeeze(0))
         verified = greedy(logits.squeeze(0))

@@ -353,6 +353,25 @@ def path(p: Plan | None, attention_mode: str | None = None) -> Iterator[PathRout
         yield PathRouting(att, lin)
 
 
+@contextmanager
+def undispatched() -> Iterator[None]:
+    """Inside a :func:`path` block, this thread's forwards without it: MLX's own calls, with no
+    projection dispatcher in front of them where no other thread holds one (the attention
+    dispatcher, installed once, passes the call straight on). For a 1-row forward that
+    :meth:`PathRouting.stock_since` found making only MLX's own calls on off-step caches
+    (engine.kvcache.only_off_step_kv): the same calls, less the dispatcher's Python."""
+    from blockwidth.engine import attention, linear
+
+    a, lin = attention._active.set(None), linear._active.set(None)
+    linear.uninstall()
+    try:
+        yield
+    finally:
+        linear.install()
+        linear._active.reset(lin)
+        attention._active.reset(a)
+
+
 def prepare(p: Plan | None, *models) -> dict[str, float]:
     """Before anything is timed: the qmv kernel instances the path needs for ``models``, at every
     row count 1..8 a call can hold (engine.qmv.prepare), so a measured forward never compiles."""

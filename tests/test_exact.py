@@ -635,6 +635,58 @@ def test_exact_classic_on_the_mlx_route_drops_the_dispatcher_once_every_call_is_
     assert run.tokens == fast.tokens
 
 
+class _Sometimes(_Echo):
+    """Classic's own next tokens on every third round, nothing on the others (lookup finding no
+    match): most rounds are 1-row steps."""
+
+    def __init__(self, tokens):
+        super().__init__(tokens)
+        self.asked = 0
+
+    def propose(self, n):
+        self.asked += 1
+        return super().propose(n) if self.asked % 3 == 0 else mx.array([], mx.uint32)
+
+
+@pytest.mark.parametrize("route", ["mlx", "kernels"])
+def test_rounds_that_draft_nothing_run_as_exact_classic_s_steps(cuda_mlx, monkeypatch, route):
+    """A round that drafts nothing is a 1-row step. On the mlx route, once one made only MLX's
+    own calls, the later ones run without the dispatcher, as classic's steps do: the same text,
+    fewer routed calls, and the summary counts them; the kernels route keeps it in every round.
+    The cost curve's 1-row point is timed the same way (``one_row_undispatched``)."""
+    import contextlib
+
+    from blockwidth.engine import costcurve
+
+    monkeypatch.setenv(linear.EXACT_ROUTE_ENV, route)
+    model = _d64()
+    plan = exact.plan(model, "auto", backend="cuda")
+    assert plan.active and plan.route == route
+    pair = _Pair(model)
+    base = classic(pair, PROMPT, 16, exact=plan, undispatched_after=None)
+    run = speculative(pair, PROMPT, 16, 4, drafter=_Sometimes(base.tokens), exact=plan)
+    assert run.tokens == base.tokens
+    summary = run.attention["exact"]
+    assert summary["exact"]
+    declined = run.declined_rounds
+    assert declined >= 6
+    curve = costcurve.measure(model, (1, 4), context=16, repeats=2, warmup=1, warm=True, exact=plan)
+    if route == "mlx":
+        # the first declined round on the path, the rest without it: the path saw none of their calls
+        assert summary["undispatched_rounds"] == declined - 1
+        assert curve.linear.get("one_row_undispatched") is True
+        monkeypatch.setattr(exact, "undispatched", contextlib.nullcontext)
+        seen = speculative(pair, PROMPT, 16, 4, drafter=_Sometimes(base.tokens), exact=plan)
+        assert seen.tokens == base.tokens
+        calls = (lambda r: r.attention["exact"]["linear"]["stock_calls"] + r.attention["exact"]["linear"]["routed_calls"])
+        per_step = (calls(seen) - calls(run)) // (declined - 1)
+        assert per_step > 0 and calls(seen) - calls(run) == per_step * (declined - 1)
+    else:
+        assert "undispatched_rounds" not in summary
+        assert "one_row_undispatched" not in curve.linear
+    assert [p.rows for p in curve.points] == [1, 4]
+
+
 @pytest.mark.parametrize("why", ["biased projections", "head size 32", "kernels route"])
 def test_exact_classic_keeps_the_dispatcher_where_a_step_is_not_mlx_s_own_call(cuda_mlx, monkeypatch, why):
     """A biased 16-bit projection's step is gemv then its bias (not MLX's addmm), a head size the
