@@ -139,3 +139,28 @@ def test_the_top_panel_drops_a_sessions_note_with_its_results(tmp_path):
             assert str(app.query_one("#headline").render()) == ""
 
     asyncio.run(go())
+
+
+def test_the_records_preview_shows_bracketed_ids_as_written_and_keeps_figures_whole_when_narrow():
+    """A review: the preview's table cells went to rich as str, read as markup, so a request id
+    "q[/]" raised MarkupError (the console exited) and "list[int]" showed as "list"; and below
+    ~56 columns rich folded figures mid-number ("1.807" over "9"). Cells are Text now, and where
+    not even the longest words fit, the table's rows are shown as written."""
+    import io
+
+    from rich.console import Console
+
+    from blockwidth.console.widgets.records import preview
+
+    md = ("# A/B session\n\n| request | best | decode tok/s | verdict |\n|---|---|---|---|\n"
+          "| q[/] | w4 | 1.8079 / 358.3 | wins |\n| list[int] | classic | 2.5 / 3.5 | slower |\n")
+
+    def shown(width: int) -> str:
+        out = io.StringIO()
+        Console(file=out, width=width, color_system=None).print(preview(md))
+        return out.getvalue()
+
+    wide = shown(80)
+    assert "q[/]" in wide and "list[int]" in wide and "1.8079" in wide
+    narrow = shown(24)
+    assert "1.8079" in narrow and "358.3" in narrow and "list[int]" in narrow, narrow

@@ -85,13 +85,16 @@ class ProfileTab(TabPane):
             identical = "yes" if e.byte_identical else "NO"
             if narrow:
                 device = e.backend.value + (f" {e.compute_capability}" if e.compute_capability else "")
-                table.add_row(check, device, quant_label(e.quant_scheme, e.quant_bits), e.drafter_kind.value,
-                              width, shown(e.mlx or "-"), measured[:10], identical)
+                cells = (device, quant_label(e.quant_scheme, e.quant_bits), e.drafter_kind.value,
+                         width, shown(e.mlx or "-"), measured[:10], identical)
             else:
-                table.add_row(check, e.backend.value, e.compute_capability or "-",
-                              quant_label(e.quant_scheme, e.quant_bits), e.drafter_kind.value, width,
-                              shown(e.mlx or "-"), measured[:16], identical, shown((e.pair or "any")[:12]),
-                              shown(mark.why))
+                cells = (e.backend.value, e.compute_capability or "-",
+                         quant_label(e.quant_scheme, e.quant_bits), e.drafter_kind.value, width,
+                         shown(e.mlx or "-"), measured[:16], identical, shown((e.pair or "any")[:12]),
+                         shown(mark.why))
+            # Text, not str: a DataTable reads a str cell as markup ("[/]" in a file's value
+            # raised, "[red]" vanished)
+            table.add_row(check, *map(Text, cells))
         if self.entries and row:
             table.move_cursor(row=min(row, len(self.entries) - 1))
 

@@ -70,7 +70,7 @@ def _table(lines: list[str]) -> _Columns | None:
     head, rows = _cells(lines[0]), [_cells(line) for line in lines[2:]]
     if any(len(row) != len(head) for row in rows):
         return None
-    return _Columns(head, rows)
+    return _Columns(head, rows, lines)
 
 
 class _Columns:
@@ -81,10 +81,10 @@ class _Columns:
 
     GAP = 2
 
-    def __init__(self, head: list[str], rows: list[list[str]]) -> None:
-        self.head, self.rows = head, rows
+    def __init__(self, head: list[str], rows: list[list[str]], lines: list[str]) -> None:
+        self.head, self.rows, self.lines = head, rows, lines
 
-    def _table(self, room: int) -> Table:
+    def _table(self, room: int) -> Table | Text:
         gaps = self.GAP * (len(self.head) - 1)
         tight = ([h.replace(" / ", "/") for h in self.head], [[c.replace(" / ", "/") for c in r] for r in self.rows])
         for head, rows in ((self.head, self.rows), tight):
@@ -101,20 +101,20 @@ class _Columns:
         widths = [max([_longest_word(name)] + [len(row[i]) for row in self.rows]) for i, name in enumerate(self.head)]
         while sum(widths) + gaps > room:
             i = max(range(len(widths)), key=lambda k: widths[k] - least[k])
-            if widths[i] <= least[i]:
-                return self._build(self.head, self.rows, None)  # not even the words fit: rich cuts them
+            if widths[i] <= least[i]:  # not even the words fit: the rows as written, figures whole
+                return Text("\n".join(self.lines), no_wrap=False)
             widths[i] -= 1
         return self._build(self.head, self.rows, widths)
 
-    def _build(self, head: list[str], rows: list[list[str]], widths: list[int] | None) -> Table:
+    def _build(self, head: list[str], rows: list[list[str]], widths: list[int]) -> Table:
         # the box's blank divider and one column of padding: GAP columns between cells
         table = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, padding=(0, self.GAP - 1, 0, 0))
         for i, name in enumerate(head):
             # each heading wrapped to its column's width, so that rich keeps the width given
-            width = widths[i] if widths else None
-            table.add_column("\n".join(textwrap.wrap(name, width)) if width else name, overflow="fold", width=width)
+            # Text, not str: rich reads a str as markup (a request id "q[/]" raised, "list[int]" lost "[int]")
+            table.add_column(Text("\n".join(textwrap.wrap(name, widths[i]))), overflow="fold", width=widths[i])
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*map(Text, row))
         return table
 
     def __rich_console__(self, console: Console, options: ConsoleOptions) -> RenderResult:
@@ -205,9 +205,9 @@ class RecordsTab(TabPane):
             verdict = (Text(decision, style="green") if why is None
                        else Text(f"not saveable: {said}", style="yellow"))
             widths = cfg.get("widths", [])
-            table.add_row(to_minute(shown(rec.get("created", "?"))),
-                          shown(",".join(map(str, widths if isinstance(widths, list) else [widths]))),
-                          shown(cfg.get("n", "?")), shown(cfg.get("max_tokens", "?")), verdict)
+            table.add_row(*map(Text, (to_minute(shown(rec.get("created", "?"))),
+                                      shown(",".join(map(str, widths if isinstance(widths, list) else [widths]))),
+                                      shown(cfg.get("n", "?")), shown(cfg.get("max_tokens", "?")))), verdict)
         self.query_one("#records-head", Static).update(Text(
             f"{plural(len(message.rows), 'session')} for this pair and device in {shown(self.record_dir)}"
             "   (m exports the highlighted one as Markdown)"))
