@@ -498,14 +498,16 @@ def best_words(best: int | None, ratio: float | None, note: str | None = None) -
     return note or f"best width {best}"
 
 
+PREDICTION_LABEL = "model prediction"  # the console sets it in bold
+
+
 def prediction_words(best: int | None, predicted: dict[int, float] | None, note: str | None = None,
                      per_width: bool = False) -> str:
     """The prediction's line as the CLI, the console and the record's Markdown say it: labelled
     as a model, then its best width (best_words, from ``predicted``: each width's predicted
     speed-up; ``note``: best_resolved's words) and, with ``per_width``, each width's figure."""
     predicted = predicted or {}
-    words = (f"model prediction (cost curve x acceptance, not a measurement): "
-             f"{best_words(best, predicted.get(best), note)}")
+    words = f"{PREDICTION_LABEL} (cost curve x acceptance, not a measurement): {best_words(best, predicted.get(best), note)}"
     if per_width and predicted:
         words += "  [" + ", ".join(f"w{k} {v:.2f}x" for k, v in sorted(predicted.items())) + "]"
     return words

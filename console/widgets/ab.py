@@ -217,8 +217,10 @@ def details_text(state: SessionView, view: ResolutionView | None, fold: int | No
             lines.append(Text(first, style="bold"))
             lines.extend(Text(line) for line in rest)
         elif s.predicted:
+            from blockwidth.engine.costcurve import PREDICTION_LABEL
+
             line = Text(s.prediction_line(per_width=True))
-            line.stylize("bold", 0, line.plain.index("("))  # "model prediction ", the label
+            line.stylize("bold", 0, len(PREDICTION_LABEL) + 1)  # "model prediction ", the label
             lines.append(line)
         if s.curve_skipped:
             lines.append(Text(s.curve_skipped, style="yellow"))
