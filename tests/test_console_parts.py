@@ -164,3 +164,19 @@ def test_the_records_preview_shows_bracketed_ids_as_written_and_keeps_figures_wh
     assert "q[/]" in wide and "list[int]" in wide and "1.8079" in wide
     narrow = shown(24)
     assert "1.8079" in narrow and "358.3" in narrow and "list[int]" in narrow, narrow
+
+
+def test_the_records_preview_measures_wide_characters_by_their_columns():
+    """A review: cells were measured by len, so a request id of 8 CJK characters (16 columns)
+    got an 8-column cell and wrapped at 80 with room to spare."""
+    import io
+
+    from rich.console import Console
+
+    from blockwidth.console.widgets.records import preview
+
+    md = "| request | verdict |\n|---|---|\n| 日本語の質問です | wins |\n"
+    out = io.StringIO()
+    Console(file=out, width=80, color_system=None).print(preview(md))
+    rows = [line for line in out.getvalue().splitlines() if "wins" in line]
+    assert len(rows) == 1 and "日本語の質問です" in rows[0], out.getvalue()

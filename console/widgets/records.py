@@ -12,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 from rich import box
+from rich.cells import cell_len
 from rich.console import Console, ConsoleOptions, Group, RenderableType, RenderResult
 from rich.measure import Measurement
 from rich.table import Table
@@ -56,7 +57,7 @@ def preview(markdown: str) -> RenderableType:
 
 
 def _longest_word(text: str) -> int:
-    return max((len(word) for word in text.split()), default=0)
+    return max((cell_len(word) for word in text.split()), default=0)
 
 
 def _cells(line: str) -> list[str]:
@@ -88,17 +89,17 @@ class _Columns:
         gaps = self.GAP * (len(self.head) - 1)
         tight = ([h.replace(" / ", "/") for h in self.head], [[c.replace(" / ", "/") for c in r] for r in self.rows])
         for head, rows in ((self.head, self.rows), tight):
-            widths = [max([_longest_word(name)] + [len(row[i]) for row in rows]) for i, name in enumerate(head)]
+            widths = [max([_longest_word(name)] + [cell_len(row[i]) for row in rows]) for i, name in enumerate(head)]
             spare = room - gaps - sum(widths)
             if spare >= 0:
-                whole = [max(w, len(name)) for w, name in zip(widths, head)]
+                whole = [max(w, cell_len(name)) for w, name in zip(widths, head)]
                 # the headings on one line where they all fit, else each wrapped over its cells
                 return self._build(head, rows, whole if sum(whole) - sum(widths) <= spare else widths)
         # the cells wrap at their spaces: the column with the most to spare above its longest
         # word gives a column at a time, so no word is broken while the longest ones fit
         least = [max([_longest_word(name)] + [_longest_word(row[i]) for row in self.rows])
                  for i, name in enumerate(self.head)]
-        widths = [max([_longest_word(name)] + [len(row[i]) for row in self.rows]) for i, name in enumerate(self.head)]
+        widths = [max([_longest_word(name)] + [cell_len(row[i]) for row in self.rows]) for i, name in enumerate(self.head)]
         while sum(widths) + gaps > room:
             i = max(range(len(widths)), key=lambda k: widths[k] - least[k])
             if widths[i] <= least[i]:  # not even the words fit: the rows as written, figures whole
