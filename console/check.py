@@ -336,7 +336,7 @@ def measure_pair(p: ConfiguredPair, profile: Profile, options: MeasureOptions,
 
 def add_arguments(p: Any) -> None:
     """The check command's own options (``blockwidth check``, or its alias ``--check``)."""
-    from blockwidth.console.request import integer
+    from blockwidth.console.request import MAX_N, MAX_TOKENS, integer
 
     p.add_argument("--measure", action="store_true",
                    help="a short A/B of each matching entry's width (or declined widths)")
@@ -346,9 +346,9 @@ def add_arguments(p: Any) -> None:
                    help="with --measure: an undecided or drifted measurement does not fail")
     p.add_argument("--json", action="store_true", help="one JSON document, an object per check, on stdout")
     p.add_argument("--junit", metavar="FILE", help="also write JUnit XML to FILE")
-    p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=None, metavar="N",
+    p.add_argument("-n", type=integer(1, MAX_N, "repetitions per arm"), default=None, metavar="N",
                    help="with --measure: repetitions per arm (default 3)")
-    p.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
+    p.add_argument("--max-tokens", type=integer(1, MAX_TOKENS, "then bounded by the target's context"),
                    default=None, metavar="T", help="with --measure: new tokens per run (default 32)")
 
 

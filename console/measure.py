@@ -12,8 +12,9 @@ from blockwidth.engine import linear
 from blockwidth.console.inputs import BlockwidthError, ExitCode, InputError, mlx_version, pair_paths, user_path
 from blockwidth.console.render import (arm_rows, arm_table, auto_lines, bars, class_lines, ratio_rows,
                                        request_table, speedup_lines)
-from blockwidth.console.request import (add_exact, add_pair_args, add_verify_attention, add_verify_linear, integer, read_prompt,
-                             seconds, session_request)
+from blockwidth.console.request import (MAX_N, MAX_REPS, MAX_SECONDS, MAX_TOKENS, add_exact, add_pair_args,
+                                        add_verify_attention, add_verify_linear, integer, read_prompt,
+                                        seconds, session_request)
 from blockwidth.console import outputs
 from blockwidth.console import distributed
 from blockwidth.console.save import save_session
@@ -707,9 +708,9 @@ def register(sub) -> None:
     p.add_argument("--auto-max", type=integer(MIN_WIDTH, MAX_WIDTH, "the auto arm's widest width"), default=None,
                    metavar="N", help="the auto arm's widest width (default: the widest fixed width "
                                      "swept, 16 with none)")
-    p.add_argument("-n", type=integer(1, 100, "repetitions per arm"), default=3,
-                   help="repetitions per arm, 1..100 (default 3)")
-    p.add_argument("--max-tokens", type=integer(1, 65536, "then bounded by the target's context"),
+    p.add_argument("-n", type=integer(1, MAX_N, "repetitions per arm"), default=3,
+                   help=f"repetitions per arm, 1..{MAX_N} (default 3)")
+    p.add_argument("--max-tokens", type=integer(1, MAX_TOKENS, "then bounded by the target's context"),
                    default=64, help="new tokens per run (default 64; prompt + tokens + width must fit "
                                     "the target's context)")
     p.add_argument("--prompt", help="prompt text (default: a demo prompt)")
@@ -725,10 +726,10 @@ def register(sub) -> None:
                    help="seed of the bootstrap and permutations (default: drawn, and recorded)")
     p.add_argument("--sequential", action="store_true",
                    help="keep adding repetitions until every arm is decided or the budget runs out")
-    p.add_argument("--max-reps", type=integer(1, 1000, "sequential repetitions"), default=12,
-                   help="sequential budget: repetitions, 1..1000 (default 12)")
-    p.add_argument("--max-seconds", type=seconds(0, 86400, open_low=True), default=600,
-                   help="sequential budget: seconds, up to 86400 (default 600)")
+    p.add_argument("--max-reps", type=integer(1, MAX_REPS, "sequential repetitions"), default=12,
+                   help=f"sequential budget: repetitions, 1..{MAX_REPS} (default 12)")
+    p.add_argument("--max-seconds", type=seconds(0, MAX_SECONDS, open_low=True), default=600,
+                   help=f"sequential budget: seconds, up to {MAX_SECONDS:.0f} (default 600)")
     p.add_argument("--wait-quiet", type=seconds(0, 3600), default=0, metavar="S",
                    help="wait up to S seconds (0..3600) for a quiet host before timing")
     p.add_argument("--record-dir", help="where the session record goes (default: user data dir)")

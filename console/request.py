@@ -17,7 +17,7 @@ from typing import Callable, Mapping
 
 from blockwidth.console.inputs import CLI_NAMES, CONSOLE_NAMES, InputError, user_path  # noqa: F401 (the field names)
 from blockwidth.policy.auto import AUTO
-from blockwidth.policy.integers import MAX_DIGITS, IntegerError, parse_int, shorten
+from blockwidth.policy.integers import IntegerError, parse_int, shorten
 from blockwidth.policy.profile import MAX_WIDTH, MIN_WIDTH
 
 MAX_PROMPT_BYTES = 4 << 20  # far beyond any context this engine runs; bounds a read of /dev/zero
@@ -162,14 +162,21 @@ def parse_widths(text: str) -> tuple[int | str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def _count(field: Field, value: str | int, least: int = 1) -> int:
+# The session's bounds, the CLI's flags and the console's fields alike (a tryout: the console
+# took n 99999999999999999999 and offered to run it for 2.9e19 minutes; the CLI said 1..100)
+MAX_N = 100
+MAX_TOKENS = 65536  # then bounded by the target's context
+MAX_REPS = 1000
+MAX_SECONDS = 86400.0
+
+
+def _count(field: Field, value: str | int, most: int) -> int:
     try:
-        return parse_int(value, least, signed=False)
+        return parse_int(value, 1, most, signed=False)
     except IntegerError as e:
-        if not e.out_of_range:
-            raise FieldError(field, value, "must be a whole number") from None
-        raise FieldError(field, value, f"must be at least {least}" if e.value is not None
-                         else f"must be a whole number of at most {MAX_DIGITS} digits") from None
+        if not e.out_of_range and not str(value).strip().startswith("-"):
+            raise FieldError(field, value, f"must be a whole number 1..{most}") from None
+        raise FieldError(field, value, f"must be 1..{most}") from None
 
 
 def session_request(*, widths: str, n: str | int, tokens: str | int, prompt: str,
@@ -183,10 +190,10 @@ def session_request(*, widths: str, n: str | int, tokens: str | int, prompt: str
         secs = float(max_seconds)
     except ValueError:
         raise FieldError(Field.MAX_SECONDS, max_seconds, "must be a number") from None
-    if not math.isfinite(secs) or secs <= 0:
-        raise FieldError(Field.MAX_SECONDS, max_seconds, "must be a finite number above 0")
-    return SessionRequest(ws, _count(Field.N, n), _count(Field.TOKENS, tokens), prompt, sequential,
-                          _count(Field.MAX_REPS, max_reps), secs)
+    if not math.isfinite(secs) or secs <= 0 or secs > MAX_SECONDS:
+        raise FieldError(Field.MAX_SECONDS, max_seconds, f"must be a number above 0, at most {MAX_SECONDS:.0f}")
+    return SessionRequest(ws, _count(Field.N, n, MAX_N), _count(Field.TOKENS, tokens, MAX_TOKENS), prompt,
+                          sequential, _count(Field.MAX_REPS, max_reps, MAX_REPS), secs)
 
 
 def check_fits(req: SessionRequest, prompt_tokens: int, context: int | None) -> None:

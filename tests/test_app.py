@@ -290,7 +290,7 @@ def test_field_errors_name_the_console_field(tmp_path):
             assert app.query_one("#error").has_class("-empty") and not app.query_one("#widths").has_class("-bad")
             await _type_fields(pilot, "2", "x", "64")
             await pilot.press("enter")
-            assert "n field x: must be a whole number" in _text(app, "#error")
+            assert "n field x: must be a whole number 1..100" in _text(app, "#error")
             await _type_fields(pilot, "2", "1", "5000")
             await pilot.press("enter")
             err = _text(app, "#error")

@@ -254,3 +254,25 @@ def test_the_console_refuses_what_sweep_refuses_before_it_opens(args, needle, bl
     assert needle in one_line(run_cli(*target, *args, "--device", "cpu"))  # the console, in a process
 
 
+
+
+def test_the_console_fields_take_the_clis_bounds(blockwidth):
+    """A tryout: the console's n field took 99999999999999999999 and offered to run it for
+    2.9e19 minutes, while `sweep -n` said 1..100; and "n field -5: must be a whole number" (it
+    is one). The fields and the flags share their bounds, and say them."""
+    from blockwidth.console.request import MAX_N, MAX_REPS, MAX_TOKENS, FieldError, session_request
+
+    ok = {"widths": "2", "n": 3, "tokens": 8, "prompt": "x"}
+    for field, value, words in (("n", "99999999999999999999", f"must be 1..{MAX_N}"),
+                                ("n", str(MAX_N + 1), f"must be 1..{MAX_N}"),
+                                ("n", "-5", f"must be 1..{MAX_N}"), ("n", "0", f"must be 1..{MAX_N}"),
+                                ("n", "x", f"must be a whole number 1..{MAX_N}"),
+                                ("tokens", str(MAX_TOKENS + 1), f"must be 1..{MAX_TOKENS}"),
+                                ("max_reps", str(MAX_REPS + 1), f"must be 1..{MAX_REPS}"),
+                                ("max_seconds", "86401", "at most 86400")):
+        with pytest.raises(FieldError) as e:
+            session_request(**{**ok, field: value})
+        assert words in str(e.value), (field, value, str(e.value))
+    assert session_request(**{**ok, "n": str(MAX_N), "max_reps": str(MAX_REPS)}).n == MAX_N
+    err = one_line(blockwidth("sweep", "-n", str(MAX_N + 1)))
+    assert f"1..{MAX_N}" in err
