@@ -300,7 +300,8 @@ def cmd_inspect(args: argparse.Namespace) -> int:
     try:
         params = parameter_count(path, quant.bits, module_bits(config))
         dtypes = tensor_dtypes(path)
-        params_note = None
+        # a config alone answers what it says, but is no checkpoint: sweep and the console refuse it
+        params_note = None if params is not None else "no *.safetensors weights: not loadable"
     except CheckpointError as e:
         params, params_note, dtypes = None, str(e), {"weights": None, "scales": None}
     config_dtype = quant.dtype

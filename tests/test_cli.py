@@ -113,6 +113,11 @@ def test_inspect_odd_config_answers_and_missing_is_2(tmp_path, blockwidth):
     (tmp_path / "config.json").write_text(json.dumps({"quantization": "weird"}))
     p = blockwidth("inspect", str(tmp_path), "--json")
     assert p.returncode == 0 and json.loads(p.stdout)["quantization"]["scheme"] == "unknown"
+    # a config alone answers, but says it is not loadable (a tryout read "parameters unknown"
+    # and "usable as kind model" for a folder that sweep refuses)
+    assert json.loads(p.stdout)["parameters_note"] == "no *.safetensors weights: not loadable"
+    p = blockwidth("inspect", str(tmp_path))
+    assert "parameters   unknown (no *.safetensors weights: not loadable)" in p.stdout
     empty = tmp_path / "empty"
     empty.mkdir()
     for path in (tmp_path / "nope", empty):
