@@ -456,12 +456,19 @@ class AbTab(TabPane):
         state = self.session_state
         if s is not None:
             h = headline(s, state.planned or s.config.planned_runs, front=Front.CONSOLE)
+            room = self.query_one("#headline", Static).content_size.width
+
+            def beside(hint: str) -> str:
+                # after the headline where it fits, else on the next line whole (80 columns
+                # wrapped "(saves as a decline)   s" / "saves it")
+                return "" if not hint else f"   {hint}" if not room or len(h.text) + 3 + len(hint) <= room else f"\n{hint}"
+
             if self.stale:  # what it says is about other fields than those on screen now
-                text = Text.assemble((h.text, "dim"), ("   stale: a runs the fields on screen", "yellow"))
+                text = Text.assemble((h.text, "dim"), (beside("stale: a runs the fields on screen"), "yellow"))
             elif state.saved:
-                text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   saved to the profile", "green"))
+                text = Text.assemble((h.text, TONE_STYLE[h.tone]), (beside("saved to the profile"), "green"))
             else:
-                text = Text.assemble((h.text, TONE_STYLE[h.tone]), ("   s saves it" if h.saveable else "", "dim"))
+                text = Text.assemble((h.text, TONE_STYLE[h.tone]), (beside("s saves it" if h.saveable else ""), "dim"))
                 step = next_step(s)
                 if step is not None:  # the one thing to do next, one key away
                     text.append_text(Text.assemble("\n", ("next: n ", "bold"), step.says))
