@@ -180,3 +180,33 @@ def test_the_records_preview_measures_wide_characters_by_their_columns():
     Console(file=out, width=80, color_system=None).print(preview(md))
     rows = [line for line in out.getvalue().splitlines() if "wins" in line]
     assert len(rows) == 1 and "日本語の質問です" in rows[0], out.getvalue()
+
+
+def test_a_request_id_with_a_pipe_keeps_the_records_table_whole():
+    """A review: a "|" in a request id split its row into one column more, in the exported
+    Markdown and in the preview (which then showed the table as raw text). The record escapes
+    it ("\\|", as GFM reads it) and the preview reads it back as the id."""
+    import io
+    import re
+
+    from rich.console import Console
+
+    from blockwidth.console.widgets.records import preview
+    import gzip
+    import json
+
+    from blockwidth.engine.session import record
+    from tests.conftest import ROOT
+
+    (path,) = (ROOT / "lab/evidence/real-cpu-2026-12-05/file-edits").glob("session-*.json.gz")
+    rec = json.loads(gzip.open(path).read())
+    rec["requests"][0]["id"] = "a|b"
+    md = record.markdown(rec)
+    row = next(line for line in md.splitlines() if line.startswith("| a\\|"))
+    assert row.startswith("| a\\|b |")
+    head = next(line for line in md.splitlines() if line.startswith("| request "))
+    assert len(re.split(r"(?<!\\)\|", row)) == len(head.split("|"))
+    out = io.StringIO()
+    Console(file=out, width=120, color_system=None).print(preview(md))
+    shown = out.getvalue()
+    assert any(line.split()[:1] == ["a|b"] for line in shown.splitlines()), shown

@@ -8,6 +8,7 @@ shows the Markdown's text as it is and its tables in columns (``preview``).
 
 from __future__ import annotations
 
+import re
 import textwrap
 from pathlib import Path
 
@@ -61,7 +62,9 @@ def _longest_word(text: str) -> int:
 
 
 def _cells(line: str) -> list[str]:
-    return [cell.strip() for cell in line.strip().removeprefix("|").removesuffix("|").split("|")]
+    # GFM: a cell's own "|" is written "\\|" (engine.session.record escapes request ids so)
+    inner = line.strip().removeprefix("|").removesuffix("|")
+    return [cell.strip().replace("\\|", "|") for cell in re.split(r"(?<!\\)\|", inner)]
 
 
 def _table(lines: list[str]) -> _Columns | None:

@@ -311,7 +311,9 @@ def _request_lines(record: dict) -> list[str]:
         # a request no width ran on (a cancelled session) has no best: not "classic"
         ran = r.get("measured", all(a.get("samples") for a in r["arms"]))
         best = f"w{r['best']}" if r.get("best") else "classic" if ran else "-"
-        out.append(f"| {r['id']} | {r['kind']} | {r['prompt_tokens']} | {f'{c[1]:.1f}' if c else '-'} | "
+        # a request id is any printable text: its "|" escaped, or the row gains a column
+        rid = str(r["id"]).replace("|", "\\|")
+        out.append(f"| {rid} | {r['kind']} | {r['prompt_tokens']} | {f'{c[1]:.1f}' if c else '-'} | "
                    + " | ".join(cells) + f" | {best} |")
     return out
 
