@@ -747,3 +747,36 @@ def test_exact_classic_keeps_the_dispatcher_where_a_layer_has_a_window(cuda_mlx)
         pytest.skip(f"the path does not take this tiny gemma3: {plan.reason}")
     base = classic(_Pair(model), PROMPT, 24, exact=plan)  # past its 16-key window
     assert "undispatched_from" not in base.attention["exact"]
+
+
+def test_the_committed_h100_file_edits_win_was_saved_on_the_exact_path(real_models, capsys):
+    """lab/evidence/h100-2026-12-05d: SmolLM2 native 4-bit + lookup over whole-file edits on an
+    H100 reached a saved decision, w4 1.26x [1.05, 1.54] against the faster classic (exact:
+    313 tok/s, stock 284), every request's text classic's at both widths, classic undispatched,
+    the curve's 1-row point too; its README's figures are the record's, and `check` passes the
+    saved entry for that device here."""
+    import gzip
+
+    from blockwidth.console.cli import main
+    from tests.conftest import ROOT
+
+    base = ROOT / "lab/evidence/h100-2026-12-05d/file-edits"
+    s = json.loads(gzip.open(base / "smol-lookup-edits.json.gz").read())
+    assert s["host"]["device"]["name"] == "NVIDIA H100 80GB HBM3" and s["exact"]["route"] == "mlx"
+    assert s["workload"]["name"] == "file-edits.jsonl" and len(s["requests"]) == 8
+    arms = {a["arm"]: a for a in s["arms"]}
+    assert arms["w4"]["verdict"] == "wins" and arms["w6"]["verdict"] == "undecided"
+    assert [round(x, 2) for x in (arms["w4"]["ratio"], *arms["w4"]["ratio_ci"])] == [1.26, 1.05, 1.54]
+    assert s["baseline"] == "classic" and arms["classic"]["decode_tok_s"][1] > s["classic_stock"]["decode_tok_s"][1]
+    assert s["decision"]["saveable"] and s["saved"] and s["exactness"]["4"]["bitwise_equal"]
+    assert s["costcurve"]["linear"]["one_row_undispatched"] is True
+    for r in s["requests"]:
+        assert all(a["identity"]["identical_bytes"] for a in r["arms"][1:]), r["id"]
+        assert all(x["attention"]["exact"]["undispatched_from"] == 2 for x in r["arms"][0]["samples"]), r["id"]
+    readme = (base.parent / "README.md").read_text()
+    assert "**1.26x [1.05, 1.54]**" in readme and "311.4 / 313.4 / 314.3" in readme
+    assert main(["check", "--profile", str(base / "profile.toml"), "--device", "cuda:9.0"]) == 0
+    capsys.readouterr()
+    assert main(["resolve", "--profile", str(base / "profile.toml"), "--device", "cuda:9.0", "--kind", "lookup",
+                 "--target", str(real_models / "smollm2" / "native")]) == 0
+    assert capsys.readouterr().out.startswith("width 4   source profile")
