@@ -770,9 +770,14 @@ def test_the_committed_h100_file_edits_win_was_saved_on_the_exact_path(real_mode
     assert s["baseline"] == "classic" and arms["classic"]["decode_tok_s"][1] > s["classic_stock"]["decode_tok_s"][1]
     assert s["decision"]["saveable"] and s["saved"] and s["exactness"]["4"]["bitwise_equal"]
     assert s["costcurve"]["linear"]["one_row_undispatched"] is True
+    declined = undispatched = 0
     for r in s["requests"]:
         assert all(a["identity"]["identical_bytes"] for a in r["arms"][1:]), r["id"]
         assert all(x["attention"]["exact"]["undispatched_from"] == 2 for x in r["arms"][0]["samples"]), r["id"]
+        for x in (x for a in r["arms"][1:] for x in a["samples"]):
+            declined += x["declined_rounds"]
+            undispatched += x["attention"]["exact"].get("undispatched_rounds", 0)
+    assert (declined, undispatched) == (1170, 1116)
     readme = (base.parent / "README.md").read_text()
     assert "**1.26x [1.05, 1.54]**" in readme and "311.4 / 313.4 / 314.3" in readme
     assert main(["check", "--profile", str(base / "profile.toml"), "--device", "cuda:9.0"]) == 0
