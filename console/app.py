@@ -248,7 +248,9 @@ class BlockwidthApp(App):
         return super().push_screen(*args, **kwargs)
 
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        tab = self.query_one(TabbedContent).active if self.is_mounted else ""
+        # the footer asks while the screen is torn down too (CI: NoMatches after the tabs went)
+        tabs = self.query(TabbedContent) if self.is_mounted else ()
+        tab = tabs.first().active if tabs else ""
         if action == "cancel_ab":
             return self.phase.busy and self.phase is not Phase.CANCELLING
         if action == "start_ab":
