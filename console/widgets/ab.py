@@ -24,7 +24,7 @@ from blockwidth.console.render import (arm_rows, arm_table, auto_lines, bars, cl
                                        speedup_lines)
 from blockwidth.console.request import SessionRequest, session_request
 from blockwidth.console.state import BUDGET_REPS, BUDGET_S, DEFAULT_WIDTHS, FIRST_N, FIRST_TOKENS, Phase, ResolutionView, SessionView
-from blockwidth.console.widgets.common import TONE_STYLE
+from blockwidth.console.widgets.common import TONE_STYLE, narrow
 from blockwidth.console.widgets.top import ErrorLine, in_effect
 from blockwidth.policy.text import shown
 
@@ -126,7 +126,7 @@ class Stage(Horizontal):
         bar.set_class(not phase.busy or fraction is None, "-idle")
         if fraction is not None:
             bar.progress = round(min(max(fraction, 0.0), 1.0) * 1000)
-        if detail and self.is_attached and self.screen.has_class("-narrow"):
+        if detail and narrow(self):
             # under 100 columns the line is cut at its end, where the time figures and the arm
             # are: "stage 1/3 · " goes first (the phase word names it); the later stages keep
             # theirs, which says why the bar starts again (a tryout read "83% runs" then "76% cost

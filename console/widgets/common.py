@@ -13,6 +13,12 @@ TONE_STYLE = {Tone.GOOD: "bold green", Tone.PLAIN: "bold", Tone.WARN: "bold yell
               Tone.STOPPED: "bold yellow"}
 
 
+def narrow(widget) -> bool:
+    """Whether ``widget`` is on a screen under 100 columns (the app's ``-narrow`` breakpoint),
+    where the panels, the Profile table and the status line say less."""
+    return widget.is_attached and widget.screen.has_class("-narrow")
+
+
 def plural(n: int, word: str, words: str | None = None) -> str:
     return f"{n} {word if n == 1 else words or word + 's'}"
 

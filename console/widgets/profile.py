@@ -13,7 +13,7 @@ from textual.widgets import DataTable, Static, TabPane
 
 from blockwidth.console.messages import ProfileRead
 from blockwidth.console.state import ResolutionView
-from blockwidth.console.widgets.common import plural, to_minute
+from blockwidth.console.widgets.common import narrow, plural, to_minute
 from blockwidth.policy.text import error_lines, shown
 from blockwidth.policy.profile import ProfileError
 
@@ -57,9 +57,6 @@ class ProfileTab(TabPane):
     COLUMNS = ("check", "backend", "cc", "target", "kind", "width", "mlx", "measured", "identical", "pair", "why")
     NARROW_COLUMNS = ("check", "device", "target", "kind", "width", "mlx", "measured", "identical")
 
-    def narrow(self) -> bool:
-        return self.is_attached and self.screen.has_class("-narrow")
-
     def on_mount(self) -> None:
         self._fill()
 
@@ -68,22 +65,22 @@ class ProfileTab(TabPane):
         self.call_after_refresh(self._refit)
 
     def _refit(self) -> None:
-        if self._columns_narrow != self.narrow():
+        if self._columns_narrow != narrow(self):
             self._fill()
 
     def _fill(self) -> None:
         """The table's columns for this width, and a row per entry; the cursor stays on its entry."""
         table = self.query_one(DataTable)
         row = table.cursor_row
-        narrow = self._columns_narrow = self.narrow()
+        is_narrow = self._columns_narrow = narrow(self)
         table.clear(columns=True)
-        table.add_columns(*(self.NARROW_COLUMNS if narrow else self.COLUMNS))
+        table.add_columns(*(self.NARROW_COLUMNS if is_narrow else self.COLUMNS))
         for e, mark in zip(self.entries, self.marks):
             check = Text(mark.mark.value, style=MARK_STYLE[mark.mark.value])
             width = "decline" if e.decline else str(e.width)
             measured = to_minute(shown(e.measured_at or "-"))
             identical = "yes" if e.byte_identical else "NO"
-            if narrow:
+            if is_narrow:
                 device = e.backend.value + (f" {e.compute_capability}" if e.compute_capability else "")
                 cells = (device, quant_label(e.quant_scheme, e.quant_bits), e.drafter_kind.value,
                          width, shown(e.mlx or "-"), measured[:10], identical)

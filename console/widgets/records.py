@@ -61,6 +61,12 @@ def _longest_word(text: str) -> int:
     return max((cell_len(word) for word in text.split()), default=0)
 
 
+def _widths(head: list[str], rows: list[list[str]], cell=cell_len) -> list[int]:
+    """Each column's width: its heading's longest word (headings wrap), and ``cell`` of each of
+    its cells (whole cells, or their longest words where the cells may wrap)."""
+    return [max([_longest_word(name)] + [cell(row[i]) for row in rows]) for i, name in enumerate(head)]
+
+
 def _cells(line: str) -> list[str]:
     # GFM: a cell's own "|" is written "\\|" (engine.session.record escapes request ids so)
     inner = line.strip().removeprefix("|").removesuffix("|")
@@ -92,7 +98,7 @@ class _Columns:
         gaps = self.GAP * (len(self.head) - 1)
         tight = ([h.replace(" / ", "/") for h in self.head], [[c.replace(" / ", "/") for c in r] for r in self.rows])
         for head, rows in ((self.head, self.rows), tight):
-            widths = [max([_longest_word(name)] + [cell_len(row[i]) for row in rows]) for i, name in enumerate(head)]
+            widths = _widths(head, rows)
             spare = room - gaps - sum(widths)
             if spare >= 0:
                 whole = [max(w, cell_len(name)) for w, name in zip(widths, head)]
@@ -100,9 +106,8 @@ class _Columns:
                 return self._build(head, rows, whole if sum(whole) - sum(widths) <= spare else widths)
         # the cells wrap at their spaces: the column with the most to spare above its longest
         # word gives a column at a time, so no word is broken while the longest ones fit
-        least = [max([_longest_word(name)] + [_longest_word(row[i]) for row in self.rows])
-                 for i, name in enumerate(self.head)]
-        widths = [max([_longest_word(name)] + [cell_len(row[i]) for row in self.rows]) for i, name in enumerate(self.head)]
+        least = _widths(self.head, self.rows, _longest_word)
+        widths = _widths(self.head, self.rows)
         while sum(widths) + gaps > room:
             i = max(range(len(widths)), key=lambda k: widths[k] - least[k])
             if widths[i] <= least[i]:  # not even the words fit: the rows as written, figures whole

@@ -15,7 +15,7 @@ from textual.widgets import Static
 
 from blockwidth.console.outcome import Tone, in_effect_note
 from blockwidth.console.state import ResolutionView, SessionView
-from blockwidth.console.widgets.common import TONE_STYLE, short_path
+from blockwidth.console.widgets.common import TONE_STYLE, narrow, short_path
 from blockwidth.policy.resolve import keyed_on
 from blockwidth.policy.text import folder_label, shown
 
@@ -32,9 +32,6 @@ class _Panel(Static):
 
     def draw(self) -> None:
         raise NotImplementedError
-
-    def narrow(self) -> bool:
-        return self.is_attached and self.screen.has_class("-narrow")
 
     def on_resize(self) -> None:
         # After the refresh, not in the handler: a size change met while Textual lays out the
@@ -76,7 +73,7 @@ class ResolutionPanel(_Panel):
             head.append(f"  {note[0]}", style=TONE_STYLE[note[1]])
         keyed = f"keyed on {keyed_on(res.device, res.quantization)}"
         reason = shown(res.reason)
-        if self.narrow():
+        if narrow(self):
             # two lines at most: after a save at 80x24 the profile's reason (file, line, pair,
             # prompt) took four and pushed the table below the fold; y and the Profile tab say the
             # rest. The profile by its file name (the Profile tab's first line has the path): a
@@ -85,7 +82,7 @@ class ResolutionPanel(_Panel):
                 for after in (" line ", ";"):
                     reason = reason.replace(f" in {shown(self.profile)}{after}", f" in {shown(self.profile.name)}{after}")
             reason = _lines(reason, self.content_size.width, 2)
-        self.update(Text.assemble(head, "\n", reason, *(() if self.narrow() else ("\n", keyed))))
+        self.update(Text.assemble(head, "\n", reason, *(() if narrow(self) else ("\n", keyed))))
 
 
 def _lines(text: str, width: int, most: int) -> str:
@@ -136,7 +133,7 @@ class PairPanel(_Panel):
             lines = [Text.assemble(("target  ", "bold"), short_path(paths.target, paths.demo)),
                      Text.assemble(("drafter ", "bold"), f"{drafter}  ({info.kind.value})"),
                      Text.assemble(("device  ", "bold"), res.device.describe())]
-            if self.narrow():
+            if narrow(self):
                 # named as the pair line names them (a tryout read "bf16" here, "smollm2/bf16" there)
                 d = folder_label(paths.drafter) if paths.drafter else "prompt lookup"
                 lines = [Text.assemble(("pair ", "bold"), shown(f"{'demo: ' if paths.demo else ''}{folder_label(paths.target)}"
