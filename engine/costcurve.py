@@ -272,8 +272,8 @@ def measure(model, rows: Sequence[int] = DEFAULT_ROWS, *, context: int = 128, re
 def _measure_passes(model, rows, context, repeats, warmup, attention, linear, warm, rb, kv, cache,
                     prefix, step, stop, tick, routed, shorten) -> CostCurve:
     from blockwidth.engine.attention import verify_attention
-    from blockwidth.engine.exact import undispatched
-    from blockwidth.engine.kvcache import mark, only_off_step_kv, restore
+    from blockwidth.engine.exact import OneRowSteps
+    from blockwidth.engine.kvcache import mark, restore
     from blockwidth.engine.linear import VerifyLinear, verify_linear
 
     for i in range(0, context, step):
@@ -287,17 +287,14 @@ def _measure_passes(model, rows, context, repeats, warmup, attention, linear, wa
     stopped = stop()
     # The 1-row point as exact classic runs its steps: once a 1-row forward on the path made only
     # MLX's own calls on off-step caches, the rest go without the dispatcher (engine.exact.undispatched)
-    bare = [False]
+    steps = OneRowSteps(routed, cache)
 
     def timed(k: int, x) -> float:
-        watch = routed is not None and k == 1 and not bare[0] and only_off_step_kv(cache)
-        before = routed.counts() if watch else None
-        with (undispatched() if bare[0] and k == 1 else _none()):
+        with steps.forward(k):
             t0 = time.perf_counter()
             mx.eval(model(x, cache=cache))
             dt = (time.perf_counter() - t0) * 1e3
-        if watch and routed.stock_since(before):
-            bare[0] = True
+        if steps.bare:
             routed.summary_extra["one_row_undispatched"] = True
         return dt
 

@@ -370,8 +370,7 @@ def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, 
     the later ones run without the dispatcher (engine.exact.undispatched), as exact classic's
     steps do (``undispatched_rounds`` in the summary)."""
     perf = time.perf_counter
-    bare = False
-    watch_bare = routed is not None and only_off_step_kv(cache)
+    steps = exact_path.OneRowSteps(routed, cache)
     while len(tokens) < max_tokens:
         width = width_of(rounds)
         ta = perf()
@@ -384,16 +383,10 @@ def _rounds(model, cache, rb, drafter, y, tokens, rounds, max_tokens, width_of, 
         block = mx.concatenate([y, drafts]) if drafts.size else y
         k = block.size
         # ... and of the verify: no second target forward
-        single = k == 1 and watch_bare
-        before = routed.counts() if single and not bare else None
-        with watching(drafter, model), rb.verify(block), \
-                (exact_path.undispatched() if single and bare else _nothing()):
+        with watching(drafter, model), rb.verify(block), steps.forward(k):
             logits = model(block[None], cache=cache)[:, -k:, :]
-        if single:
-            if bare:
-                routed.summary_extra["undispatched_rounds"] = routed.summary_extra.get("undispatched_rounds", 0) + 1
-            elif routed.stock_since(before):
-                bare = True
+        if steps.undispatched:
+            routed.summary_extra["undispatched_rounds"] = steps.undispatched
         if on_logits is not None:
             on_logits(len(tokens), logits.squeeze(0))
         verified = greedy(logits.squeeze(0))

@@ -372,6 +372,34 @@ def undispatched() -> Iterator[None]:
         attention._active.reset(a)
 
 
+class OneRowSteps:
+    """1-row forwards on the path (a cost curve's 1-row point, a round that drafts nothing) run as
+    exact classic's steps: the first checked on the path, and once one made only MLX's own calls
+    on off-step caches (:meth:`PathRouting.stock_since`), the later ones :func:`undispatched`.
+    ``routed``: the path's block (None: off the path, nothing to do); ``cache``: the model's."""
+
+    def __init__(self, routed: PathRouting | None, cache: list) -> None:
+        from blockwidth.engine.kvcache import only_off_step_kv
+
+        self.routed = routed if routed is not None and only_off_step_kv(cache) else None
+        self.bare = False  # later 1-row forwards run undispatched
+        self.undispatched = 0  # forwards that ran so
+
+    @contextmanager
+    def forward(self, rows: int) -> Iterator[None]:
+        """Around a ``rows``-row forward's graph building."""
+        if self.routed is None or rows != 1:
+            yield
+        elif self.bare:
+            with undispatched():
+                yield
+            self.undispatched += 1
+        else:
+            before = self.routed.counts()
+            yield
+            self.bare = self.routed.stock_since(before)
+
+
 def prepare(p: Plan | None, *models) -> dict[str, float]:
     """Before anything is timed: the qmv kernel instances the path needs for ``models``, at every
     row count 1..8 a call can hold (engine.qmv.prepare), so a measured forward never compiles."""
